@@ -1,0 +1,3 @@
+from llmb.cli import main
+
+main()

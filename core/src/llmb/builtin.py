@@ -1,0 +1,19 @@
+"""The core's own hook implementations: the defaults that workload plugins
+may replace (both run ``trylast``, so any plugin answer comes first)."""
+
+from __future__ import annotations
+
+from llmb import hookimpl
+from llmb.flops import megatron_bridge_sample
+from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+from llmb.recipes import resolve_from_tables
+
+
+@hookimpl(trylast=True)
+def llmb_resolve_recipe(workload: Workload, request: RecipeRequest) -> Recipe:
+    return resolve_from_tables(workload, request)
+
+
+@hookimpl(trylast=True)
+def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
+    return megatron_bridge_sample(arch, seq_len)

@@ -1,0 +1,101 @@
+"""The ``llmb`` command line.
+
+Subcommands are imported only when invoked, so ``llmb --help`` and
+``llmb list`` never import torch or an NVIDIA framework. Data goes to stdout,
+logs to stderr. Errors llmb can explain print one paragraph and exit with
+their code (2 for usage errors); nothing prints a traceback unless
+``LLMB_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from llmb.errors import LlmbError
+
+COMMANDS = {
+    "list": ("llmb.cli.list_cmd", "list_command", "Show the support matrix: sizes, GPU types, dtypes, GPU counts."),
+    "plan": ("llmb.cli.plan_cmd", "plan_command", "Resolve a recipe and show what a run would do."),
+    "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
+}
+
+EXIT_INTERNAL = 70
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="llmb", prog_name="llmb")
+def cli() -> None:
+    """llmb runs NVIDIA's LLM pre-training benchmarks (Llama 3.1, Llama 4
+    Maverick, Nemotron-4, Nemotron-H) and reports step time, tokens/s,
+    TFLOPS/GPU, MFU and time-to-train against the published numbers.
+
+    \b
+    Examples:
+      llmb list
+      llmb plan llama31 --size 8b --gpu b200 --dtype nvfp4 --gpus 8
+    """
+
+
+def get_host(ctx: click.Context):  # -> PluginHost, imported lazily
+    root = ctx.find_root()
+    if root.obj is None:
+        from llmb.host import PluginHost
+
+        root.obj = PluginHost()
+    return root.obj
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"llmb: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None, host: object | None = None) -> None:
+    """Entry point of the ``llmb`` console script."""
+    try:
+        code = cli.main(args=argv, prog_name="llmb", standalone_mode=False, obj=host)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except LlmbError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (``llmb list | head``)
+        sys.exit(0)
+    except Exception as exc:  # noqa: BLE001 - a bug: say so plainly
+        if os.environ.get("LLMB_DEBUG"):
+            raise
+        _fail(
+            f"internal error ({type(exc).__name__}: {exc}). This is a bug in llmb or a plugin; "
+            f"run again with LLMB_DEBUG=1 for the traceback and report it.",
+            EXIT_INTERNAL,
+        )
+    sys.exit(code if isinstance(code, int) else 0)

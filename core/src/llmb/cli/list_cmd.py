@@ -1,0 +1,85 @@
+"""``llmb list``: the support matrix of every installed workload."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+from llmb.cli import get_host
+from llmb.cli.output import emit_json, render_table
+
+
+def _size_key(size: str) -> tuple[float, str]:
+    match = re.match(r"(\d+(?:\.\d+)?)", size)
+    return (float(match.group(1)) if match else float("inf"), size)
+
+
+def _compact(counts: tuple[int, ...]) -> str:
+    if len(counts) <= 4:
+        return ",".join(map(str, counts))
+    return f"{counts[0]},{counts[1]},...,{counts[-1]}"
+
+
+def support_matrix(workloads: list) -> list[dict[str, Any]]:
+    """One entry per (workload, variant, size, GPU type, scaling, GPU counts),
+    with the dtypes that share them."""
+    from llmb.gpus import catalogue
+
+    gpus = catalogue()
+    entries: dict[tuple, dict[str, Any]] = {}
+    for workload in workloads:
+        for vi, variant in enumerate(workload.variants):
+            for s in variant.series:
+                key = (workload.name, vi, _size_key(s.size), s.gpu, s.scaling != "weak", s.min_gpus, s.max_gpus,
+                       s.listed_gpus)
+                entry = entries.setdefault(key, {
+                    "workload": workload.name,
+                    "variant": variant.name,
+                    "default_variant": vi == 0,
+                    "framework": variant.framework,
+                    "size": s.size,
+                    "gpu": s.gpu,
+                    "dtypes": [],
+                    "scaling": s.scaling,
+                    "min_gpus": s.min_gpus,
+                    "max_gpus": s.max_gpus,
+                    "tested_gpus": list(s.listed_gpus),
+                    "range": s.is_range,
+                    "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
+                    "source": f"seeds/{variant.seed}",
+                })
+                for dtype in s.dtypes:
+                    if dtype not in entry["dtypes"]:
+                        entry["dtypes"].append(dtype)
+    return [entries[k] for k in sorted(entries, key=lambda k: k[:5] + (k[5],))]
+
+
+@click.command("list")
+@click.argument("workload", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> None:
+    """Show the support matrix: for each workload, variant and size, the GPU
+    types, dtypes and GPU counts its seed recipes cover."""
+    host = get_host(ctx)
+    chosen = [host.workload(workload)] if workload else list(host.workloads().values())
+    matrix = support_matrix(chosen)
+    if as_json:
+        emit_json(matrix)
+        return
+    if not matrix:
+        click.echo("No workloads installed. Install one, e.g. pip install llmb-plugin-llama31.")
+        return
+    rows = []
+    for e in matrix:
+        counts = f"{e['min_gpus']}-{e['max_gpus']}" if e["range"] else _compact(tuple(e["tested_gpus"]))
+        rows.append([e["workload"], e["variant"], e["size"], e["gpu"], ",".join(e["dtypes"]), counts, e["scaling"]])
+    click.echo(render_table(["WORKLOAD", "VARIANT", "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"], rows))
+    click.echo(
+        "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts between tested ones\n"
+        "are accepted when they give a whole number of nodes and a valid layout; counts above the\n"
+        "largest run with a 'not validated' warning. The first variant of a workload is its default.\n"
+        "Details of one configuration: llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
+    )

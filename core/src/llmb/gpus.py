@@ -1,0 +1,36 @@
+"""The GPU catalogue (``data/gpus.yaml``): per-node count, memory, peaks."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.resources import files
+
+from llmb.errors import UsageError
+from llmb.records import GpuType
+from llmb.yamlio import load_yaml
+
+DTYPES = ("bf16", "fp8", "nvfp4")
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> dict[str, GpuType]:
+    raw = load_yaml(files("llmb").joinpath("data/gpus.yaml").read_bytes())
+    return {
+        name: GpuType(
+            name=name,
+            gpus_per_node=int(spec["gpus_per_node"]),
+            memory_gb=None if spec.get("memory_gb") is None else float(spec["memory_gb"]),
+            peak_tflops={k: float(v) for k, v in (spec.get("peak_tflops") or {}).items()},
+            source="field-facts §1, §5",
+        )
+        for name, spec in raw.items()
+    }
+
+
+def gpu_type(name: str) -> GpuType:
+    """The GPU type called ``name`` (case-insensitive)."""
+    table = catalogue()
+    key = name.strip().lower()
+    if key not in table:
+        raise UsageError(f"unknown GPU type {name!r}; llmb knows: {', '.join(table)}.")
+    return table[key]

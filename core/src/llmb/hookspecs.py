@@ -1,0 +1,64 @@
+"""The llmb hook specifications: the whole contract between core and plugins.
+
+Plugins are found through the entry-point group ``llmb``; each entry point
+names a module (or object) whose ``@llmb.hookimpl`` functions implement some
+of the hooks below. Name a workload plugin's entry point after its workload
+(``nemotronh = llmb_plugin_nemotronh.plugin``): when such a plugin fails to
+import, that is how the core knows which workload the failure belongs to.
+
+Per-workload hooks (``llmb_resolve_recipe``, ``llmb_model_flops``) are called
+only on the plugin that registered the workload, plus plugins that register
+no workload at all (site plugins, which typically wrap). Another workload's
+plugin is never asked, so no plugin needs to check whose workload it is, and
+no answer depends on registration order.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+
+hookspec = pluggy.HookspecMarker("llmb")
+
+
+@hookspec
+def llmb_workloads() -> list[Workload]:
+    """Register workloads: return the ``Workload`` records this plugin provides.
+
+    Names must be unique across all plugins; the core refuses a duplicate with
+    a message naming both providers. Build records from a data file with
+    ``llmb.workload_file.load_workload`` or construct them directly. This is
+    called once per process, lazily, so keep it free of network or GPU work.
+    """
+
+
+@hookspec(firstresult=True)
+def llmb_resolve_recipe(workload: Workload, request: RecipeRequest) -> Recipe | None:
+    """Turn ``request`` into a validated ``Recipe`` for ``workload``.
+
+    The core's own implementation (``trylast``) resolves from the workload's
+    recipe tables: it picks the variant and table row, applies the
+    documented errata, derives DP and GA and enforces the scale rules. A
+    workload plugin implements this hook only to change that, usually by
+    calling ``llmb.recipes.resolve_from_tables`` and adjusting the result.
+
+    Site plugins wrap it (``@hookimpl(wrapper=True)``: ``recipe = yield``) to
+    adjust the finished recipe for their cluster, e.g.
+    ``recipe.with_env(TP_COMM_OVERLAP="False")``.
+
+    Raise ``llmb.errors.RecipeError`` for a request no recipe satisfies; its
+    message names the bad value and lists the valid ones.
+    """
+
+
+@hookspec(firstresult=True)
+def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
+    """Model FLOPs of one sample (one ``seq_len`` sequence, forward+backward).
+
+    ``arch`` is the size's architecture with the recipe's layer count (proxy
+    rows have fewer layers). Return the workload seed's own formula, split
+    into the terms the seed prints. The core's fallback (``trylast``) is
+    Megatron-Bridge's formula (field-facts §3) for transformer families and
+    returns None for architectures it cannot count.
+    """

@@ -1,0 +1,190 @@
+"""The plugin host: discovers plugins, indexes their records, dispatches hooks.
+
+Discovery reads the entry-point group ``llmb``. A plugin that fails to import
+(or whose registration hook raises) is recorded as failed and reported as a
+warning; the rest keeps working, and selecting a workload that the failed
+plugin would have provided raises ``PluginError`` with the original error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Iterable
+
+import pluggy
+
+from llmb import builtin, hookspecs
+from llmb.errors import PluginError, UsageError
+from llmb.log import get_logger
+from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+
+GROUP = "llmb"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What ``llmb plugins`` shows about one discovered plugin."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    status: str  # "loaded" | "failed"
+    error: str | None = None
+    workloads: tuple[str, ...] = ()
+
+    def provider(self) -> str:
+        if self.distribution:
+            return f"{self.distribution} {self.version}"
+        return self.module
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "module": self.module,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "workloads": list(self.workloads),
+        }
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class PluginHost:
+    """One per process (the CLI makes it); tests make their own."""
+
+    def __init__(self, *, discover: bool = True, extra_plugins: Iterable[tuple[str, object]] = ()):
+        self.pm = pluggy.PluginManager(GROUP)
+        self.pm.add_hookspecs(hookspecs)
+        self.pm.register(builtin, name="llmb.builtin")
+        self._infos: dict[str, PluginInfo] = {}
+        self._workloads: dict[str, Workload] | None = None
+        self._owner: dict[str, str] = {}  # workload name -> plugin name
+        self._broken_workloads: dict[str, str] = {}  # workload name -> reason
+        self.log = get_logger("llmb.plugins")
+        if discover:
+            self._discover()
+        for name, plugin in extra_plugins:
+            self.add_plugin(name, plugin)
+
+    # ------------------------------------------------------------ discovery
+
+    def _discover(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        for ep in entry_points(group=GROUP):
+            if (ep.name, ep.value) in seen:
+                continue  # the same distribution on sys.path twice
+            seen.add((ep.name, ep.value))
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+            key = f"{dist_name or '?'}:{ep.name}"
+            try:
+                plugin = ep.load()
+                self.pm.register(plugin, name=key)
+            except Exception as exc:  # noqa: BLE001 - any import failure is reported, not fatal
+                self._failed(key, ep.name, ep.value, dist_name, version, exc)
+                continue
+            self._infos[key] = PluginInfo(ep.name, ep.value, dist_name, version, "loaded")
+
+    def add_plugin(self, name: str, plugin: object) -> None:
+        """Register an in-process plugin (tests, site configuration)."""
+        self.pm.register(plugin, name=name)
+        self._infos[name] = PluginInfo(name, getattr(plugin, "__name__", repr(plugin)), None, None, "loaded")
+        self._workloads = None
+
+    def _failed(self, key: str, name: str, module: str, dist: str | None, version: str | None,
+                exc: BaseException) -> None:
+        info = PluginInfo(name, module, dist, version, "failed", _describe(exc))
+        self._infos[key] = info
+        self._broken_workloads[name] = f"plugin {info.provider()} failed to load: {info.error}"
+        self.log.warning("plugin failed to load; its workloads are unavailable",
+                         plugin=name, provider=info.provider(), error=info.error)
+
+    def plugins(self) -> list[PluginInfo]:
+        self.workloads()  # fills in which plugin registered which workload
+        return sorted(self._infos.values(), key=lambda i: (i.status != "loaded", i.name))
+
+    # ------------------------------------------------------------ workloads
+
+    def workloads(self) -> dict[str, Workload]:
+        if self._workloads is not None:
+            return self._workloads
+        found: dict[str, list[tuple[str, Workload]]] = {}
+        for impl in self.pm.hook.llmb_workloads.get_hookimpls():
+            key = impl.plugin_name
+            try:
+                records = list(impl.function() or ())
+            except Exception as exc:  # noqa: BLE001
+                info = self._infos.get(key)
+                if info is not None:
+                    self._failed(key, info.name, info.module, info.distribution, info.version, exc)
+                else:
+                    self._broken_workloads[key] = f"plugin {key} failed: {_describe(exc)}"
+                continue
+            for record in records:
+                if not isinstance(record, Workload):
+                    self.log.warning("plugin returned a non-Workload record; ignored",
+                                     plugin=key, record=repr(record)[:80])
+                    continue
+                found.setdefault(record.name, []).append((key, record))
+        result: dict[str, Workload] = {}
+        for name, providers in found.items():
+            if len(providers) > 1:
+                who = " and ".join(self._provider(k) for k, _ in providers)
+                reason = f"workload {name!r} is registered by both {who}; uninstall one of them"
+                self._broken_workloads[name] = reason
+                self.log.warning("duplicate workload refused", workload=name, providers=who)
+                continue
+            key, record = providers[0]
+            result[name] = record
+            self._owner[name] = key
+            if key in self._infos:
+                info = self._infos[key]
+                self._infos[key] = PluginInfo(**{**info.__dict__, "workloads": info.workloads + (name,)})
+        self._workloads = dict(sorted(result.items()))
+        return self._workloads
+
+    def _provider(self, key: str) -> str:
+        info = self._infos.get(key)
+        return info.provider() if info else key
+
+    def workload(self, name: str) -> Workload:
+        """The workload called ``name``; UsageError listing the valid ones."""
+        workloads = self.workloads()
+        key = name.strip().lower()
+        if key in workloads:
+            return workloads[key]
+        if key in self._broken_workloads:
+            raise PluginError(f"workload {key!r} is unavailable: {self._broken_workloads[key]}.")
+        valid = ", ".join(workloads) or "none (install a plugin such as llmb-plugin-llama31)"
+        raise UsageError(f"unknown workload {name!r}; installed workloads: {valid}.")
+
+    def broken(self) -> dict[str, str]:
+        self.workloads()
+        return dict(self._broken_workloads)
+
+    # ------------------------------------------------------------ per-workload hooks
+
+    def _for_workload(self, hook: str, workload: Workload) -> Any:
+        """The hook caller restricted to ``workload``'s own plugin and to
+        plugins that own no workload (site plugins)."""
+        owner = self._owner.get(workload.name)
+        others = {key for name, key in self._owner.items() if key != owner}
+        remove = [self.pm.get_plugin(key) for key in others]
+        return self.pm.subset_hook_caller(hook, remove_plugins=[p for p in remove if p is not None])
+
+    def resolve(self, request: RecipeRequest) -> Recipe:
+        workload = self.workload(request.workload)
+        recipe = self._for_workload("llmb_resolve_recipe", workload)(workload=workload, request=request)
+        if not isinstance(recipe, Recipe):
+            raise PluginError(f"the {workload.name} plugin resolved no recipe for {request}.")
+        return recipe
+
+    def model_flops(self, workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
+        return self._for_workload("llmb_model_flops", workload)(workload=workload, arch=arch, seq_len=seq_len)

@@ -1,0 +1,393 @@
+"""Build a ``Workload`` record from the YAML data file a plugin ships.
+
+The file keeps each seed table as the seed prints it (columns in the seed's
+order, ``NA`` where the seed says NA, ``GPUs/2`` formula cells, ``8-128``
+ranges), so a test can compare it cell by cell with the seed. Everything else
+(series, errata, derived sizes) is computed here. The format is documented
+in ``docs/writing-a-workload-plugin.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from fractions import Fraction
+from importlib.resources import files
+from typing import Any, Iterable
+
+from llmb.errors import DataError
+from llmb.records import (
+    Erratum,
+    ModelArch,
+    Provenance,
+    RecipeSeries,
+    ReferenceResult,
+    SeedRow,
+    Variant,
+    Workload,
+)
+from llmb.scale_expr import ScaleExpr
+from llmb.validity import check_layout
+from llmb.yamlio import load_yaml
+
+# Seed column headings -> field names. Headings not listed are refused.
+COLUMN_NAMES = {
+    "size": "size",
+    "model size": "size",
+    "llama3.1 model size": "size",
+    "gpus": "gpus",
+    "datatype": "dtype",
+    "precision": "dtype",
+    "seqlen": "seq_len",
+    "layers": "layers",
+    "fsdp": "fsdp",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "etp": "etp",
+    "dp": "dp",
+    "vp": "vp",
+    "mbs": "mbs",
+    "gbs": "gbs",
+    "ga": "ga",
+    "cg": "cuda_graphs",
+}
+REQUIRED_COLUMNS = ("size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp", "mbs", "gbs")
+SETTABLE = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_graphs", "seq_len", "layers",
+            "recompute_layers", "offload_layers")
+LAYOUT = ("size", "seq_len", "layers", "fsdp", "cuda_graphs", "tp", "pp", "cp", "ep", "etp", "vp", "mbs",
+          "recompute_layers", "offload_layers")
+ARCH_FIELDS = {f.name for f in fields(ModelArch)}
+
+
+def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
+    """Load ``resource`` from ``package`` (a plugin's own data file)."""
+    path = files(package).joinpath(resource)
+    try:
+        raw = load_yaml(path.read_bytes())
+    except Exception as exc:  # malformed YAML, missing file
+        raise DataError(f"{package}/{resource}: {exc}") from exc
+    try:
+        return workload_from_dict(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{package}/{resource}: {type(exc).__name__}: {exc}") from exc
+
+
+def workload_from_dict(raw: dict[str, Any]) -> Workload:
+    name = str(raw["name"])
+    archs = _architectures(raw.get("architectures") or {})
+    variants = tuple(_variant(v) for v in raw["variants"])
+    for variant in variants:
+        for series in variant.series:
+            if series.size not in archs:
+                raise ValueError(
+                    f"variant {variant.name}: size {series.size!r} has no architecture entry"
+                )
+    references = tuple(r for ref in raw.get("references") or () for r in _references(ref))
+    notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
+    known = {n.id for n in notes}
+    for ref in references:
+        if ref.erratum and ref.erratum not in known:
+            raise ValueError(f"reference {ref.provenance.describe()} cites unknown erratum {ref.erratum!r}")
+    return Workload(
+        name=name,
+        description=str(raw.get("description", "")),
+        variants=variants,
+        architectures=archs,
+        references=references,
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------- architectures
+
+
+def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
+    out: dict[str, ModelArch] = {}
+    for size, spec in raw.items():
+        spec = dict(spec)
+        base = spec.pop("base", None)
+        if base is not None:
+            out[str(size)] = replace(out[str(base)], size=str(size), **spec)
+            continue
+        unknown = set(spec) - ARCH_FIELDS
+        if unknown:
+            raise ValueError(f"architecture {size}: unknown keys {sorted(unknown)}")
+        spec.setdefault("head_dim", spec["hidden"] // spec["heads"])
+        if "published_params" in spec and spec["published_params"] is not None:
+            spec["published_params"] = float(spec["published_params"])
+        out[str(size)] = ModelArch(size=str(size), **spec)
+    return out
+
+
+# ---------------------------------------------------------------- recipe tables
+
+
+def _variant(raw: dict[str, Any]) -> Variant:
+    name = str(raw["name"])
+    seed = str(raw["seed"])
+    seed_rows = tuple(row for table in raw["tables"] for row in _seed_rows(name, seed, table))
+    errata = tuple(_erratum(e, seed) for e in raw.get("errata") or ())
+    amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata)]
+    amendments += [(a, None) for a in raw.get("adjustments") or ()]
+    series = _series(seed_rows, amendments)
+    window = tuple(int(x) for x in raw.get("window", (35, 44)))
+    return Variant(
+        name=name,
+        framework=str(raw["framework"]),
+        seed=seed,
+        container=str(raw.get("container", "")),
+        window=(window[0], window[1]),
+        description=str(raw.get("description", "")),
+        defaults={k: str(v).lower() for k, v in (raw.get("defaults") or {}).items()},
+        series=series,
+        seed_rows=seed_rows,
+        errata=errata,
+    )
+
+
+def _cell_none(value: Any) -> Any:
+    return None if value is None or str(value).strip().upper() == "NA" else value
+
+
+def _cell_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"expected True or False, got {value!r}")
+
+
+def _cell_int(value: Any) -> int | None:
+    value = _cell_none(value)
+    return None if value is None else int(value)
+
+
+def _parse_gpus(value: Any) -> tuple[int, int]:
+    text = str(value).strip()
+    if "-" in text:
+        lo, hi = (int(p) for p in text.split("-", 1))
+        return lo, hi
+    return int(text), int(text)
+
+
+def _seed_rows(variant: str, seed: str, table: dict[str, Any]) -> Iterable[SeedRow]:
+    columns = [COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]]
+    unknown = [c for c in columns if c not in COLUMN_NAMES.values()]
+    if unknown:
+        raise ValueError(f"table {table['seed_table']}: unknown columns {unknown}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"table {table['seed_table']}: missing columns {missing}")
+    for index, cells in enumerate(table["rows"]):
+        if len(cells) != len(columns):
+            raise ValueError(
+                f"table {table['seed_table']} row {index + 1}: {len(cells)} cells for {len(columns)} columns"
+            )
+        row = dict(zip(columns, cells))
+        gpus = _parse_gpus(row["gpus"])
+        derived_dp = _printed_or(row.get("dp"))
+        derived_ga = _printed_or(row.get("ga"))
+        yield SeedRow(
+            variant=variant,
+            gpu=str(table["gpu"]).lower(),
+            scaling=str(table.get("scaling", "weak")),
+            size=str(row["size"]).lower(),
+            dtypes=tuple(d.strip().lower() for d in str(row["dtype"]).split("/")),
+            gpus=gpus,
+            seq_len=int(row["seq_len"]),
+            layers=int(row["layers"]),
+            fsdp=_cell_bool(row.get("fsdp", False)),
+            cuda_graphs=_cell_bool(row.get("cuda_graphs", False)),
+            tp=int(row["tp"]),
+            pp=int(row["pp"]),
+            cp=int(row["cp"]),
+            ep=_cell_int(row.get("ep")),
+            etp=_cell_int(row.get("etp")),
+            vp=_cell_int(row.get("vp")),
+            mbs=int(row["mbs"]),
+            gbs=ScaleExpr.parse(row["gbs"]),
+            dp=derived_dp,
+            ga=derived_ga,
+            provenance=Provenance(seed=seed, table=int(table["seed_table"]), rows=(index,)),
+        )
+
+
+def _printed_or(value: Any) -> ScaleExpr:
+    """A printed DP/GA cell; tables without the column read as ``NA`` (0)."""
+    value = _cell_none(value)
+    return ScaleExpr.constant(0) if value is None else ScaleExpr.parse(value)
+
+
+def _erratum(raw: dict[str, Any], seed: str) -> Erratum:
+    return Erratum(
+        id=str(raw["id"]),
+        seed=seed,
+        seed_says=str(raw["seed_says"]).strip(),
+        resolution=str(raw["resolution"]).strip(),
+        source=str(raw.get("source", "")).strip(),
+        kind=str(raw.get("kind", "figure")),
+    )
+
+
+def _matches(match: dict[str, Any], row: SeedRow, dtype: str) -> bool:
+    for key, want in match.items():
+        if key == "table":
+            have: Any = row.provenance.table
+        elif key == "dtype":
+            have = dtype
+        else:
+            have = getattr(row, key)
+        if str(have).lower() != str(want).lower():
+            return False
+    return True
+
+
+def _amend(row: SeedRow, settings: dict[str, Any]) -> SeedRow:
+    changes: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key not in SETTABLE:
+            raise ValueError(f"amendment sets {key!r}; settable: {', '.join(SETTABLE)}")
+        if key == "gbs":
+            changes[key] = ScaleExpr.parse(value)
+        elif key in ("fsdp", "cuda_graphs"):
+            changes[key] = _cell_bool(value)
+        else:
+            changes[key] = _cell_int(value)
+    return replace(row, **changes)
+
+
+def _series(
+    rows: tuple[SeedRow, ...], amendments: list[tuple[dict[str, Any], Erratum | None]]
+) -> tuple[RecipeSeries, ...]:
+    """One series per (dtype, configuration): explicit rows that differ only
+    in scale merge; each amendment applies to the rows its ``match`` selects."""
+    used = [False] * len(amendments)
+    groups: dict[tuple, list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]] = {}
+    for row in rows:
+        for dtype in row.dtypes:
+            amended, errata, notes = row, [], []
+            for i, (raw, erratum) in enumerate(amendments):
+                if _matches(raw.get("match") or {}, row, dtype):
+                    amended = _amend(amended, raw.get("set") or {})
+                    used[i] = True
+                    if erratum is not None:
+                        errata.append(erratum)
+                    else:
+                        notes.append(str(raw["why"]).strip())
+            key = (
+                row.provenance.table,
+                dtype,
+                row.is_range,
+                row.gpus if row.is_range else None,
+                *(getattr(amended, f) for f in LAYOUT),
+            )
+            groups.setdefault(key, []).append((replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes)))
+    for (raw, _), was_used in zip(amendments, used):
+        if not was_used:
+            raise ValueError(f"amendment {raw.get('id', raw.get('why'))!r} matches no row")
+    return tuple(_merge(members) for members in groups.values())
+
+
+def _merge(members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]) -> RecipeSeries:
+    first, errata, notes = members[0]
+    rows = [m[0] for m in members]
+    listed = tuple(sorted(r.gpus[0] for r in rows)) if not first.is_range else first.gpus
+    gbs = _series_gbs(rows)
+    series = RecipeSeries(
+        variant=first.variant,
+        gpu=first.gpu,
+        scaling=first.scaling,
+        size=first.size,
+        dtypes=first.dtypes,
+        min_gpus=min(r.gpus[0] for r in rows),
+        max_gpus=max(r.gpus[1] for r in rows),
+        listed_gpus=listed,
+        is_range=first.is_range,
+        seq_len=first.seq_len,
+        layers=first.layers,
+        fsdp=first.fsdp,
+        cuda_graphs=first.cuda_graphs,
+        tp=first.tp,
+        pp=first.pp,
+        cp=first.cp,
+        ep=first.ep,
+        etp=first.etp,
+        vp=first.vp,
+        mbs=first.mbs,
+        gbs=gbs,
+        provenance=Provenance(
+            seed=first.provenance.seed,
+            table=first.provenance.table,
+            rows=tuple(r.provenance.rows[0] for r in rows),
+        ),
+        errata=errata,
+        adjustments=notes,
+        recompute_layers=first.recompute_layers,
+        offload_layers=first.offload_layers,
+    )
+    for gpus in sorted({series.min_gpus, series.max_gpus, *series.listed_gpus}):
+        problem = check_layout(series, gpus)
+        if problem:
+            raise ValueError(
+                f"{series.provenance.describe()} ({series.size} {series.dtypes[0]} on {series.gpu}) "
+                f"is impossible at {gpus} GPUs: {problem}; add an erratum that resolves it"
+            )
+    return series
+
+
+def _series_gbs(rows: list[SeedRow]) -> ScaleExpr:
+    """The GBS rule of a series: a seed formula as printed, or one inferred
+    from explicit rows (constant GBS per GPU under weak scaling, constant
+    GBS under strong scaling)."""
+    if len(rows) == 1 and rows[0].is_range:
+        return rows[0].gbs
+    scaling = rows[0].scaling
+    if scaling == "strong":
+        values = {r.gbs.at(r.gpus[0]) for r in rows}
+        if len(values) != 1:
+            raise ValueError(f"strong-scaling rows with different GBS: {sorted(values)}")
+        return ScaleExpr.constant(int(values.pop()))
+    ratios = {Fraction(r.gbs.at(r.gpus[0])) / r.gpus[0] for r in rows}
+    if len(ratios) != 1:
+        raise ValueError(
+            f"weak-scaling rows {[r.provenance.rows[0] + 1 for r in rows]} do not keep GBS per GPU constant"
+        )
+    return ScaleExpr.per_gpu_of(ratios.pop())
+
+
+# ---------------------------------------------------------------- references
+
+
+def _references(raw: dict[str, Any]) -> Iterable[ReferenceResult]:
+    columns = [str(c) for c in raw["columns"]]
+    for index, cells in enumerate(raw["rows"]):
+        row = dict(zip(columns, cells))
+        yield ReferenceResult(
+            variant=str(raw["variant"]),
+            size=str(row.get("size", raw.get("size"))).lower(),
+            gpu=str(raw["gpu"]).lower(),
+            dtype=str(raw["dtype"]).lower(),
+            gpus=int(row["gpus"]),
+            step_time_s=float(row["step_time_s"]),
+            tokens_per_s=_opt_float(row.get("tokens_per_s")),
+            mfu_pct=_opt_float(row.get("mfu_pct")),
+            days_1t=_opt_float(row.get("days_1t")),
+            tflops_per_gpu=_opt_float(row.get("tflops_per_gpu")),
+            provenance=Provenance(
+                seed=str(raw["seed"]),
+                table=None if raw.get("seed_table") is None else int(raw["seed_table"]),
+                rows=(index,),
+            ),
+            scaling=str(raw.get("scaling", "weak")),
+            note=str(raw.get("note", "") or ""),
+            erratum=_cell_none(row.get("erratum")),
+        )
+
+
+def _opt_float(value: Any) -> float | None:
+    value = _cell_none(value)
+    if value is None or str(value).strip().lower() == "n/a":
+        return None
+    return float(value)

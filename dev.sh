@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One entry point for the two things a newcomer does on a fresh machine:
+#
+#   ./dev.sh demo    set up .venv and run the main job
+#   ./dev.sh test    set up .venv and run the test suite
+#   ./dev.sh setup   only set up .venv (idempotent)
+#
+# Everything lands in .venv inside the checkout; nothing is installed
+# system-wide. PYTHON picks the interpreter (default: python3, 3.10+).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh)
+
+setup() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "dev.sh: creating $VENV with $($PYTHON --version)" >&2
+    "$PYTHON" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.llmb-installed" want
+  want=$(cat pyproject.toml "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return
+  fi
+  echo "dev.sh: installing llmb and its plugins (editable) into $VENV" >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1"
+  "$VENV/bin/python" -m pip install --quiet --group dev
+  local editable=()
+  for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done
+  "$VENV/bin/python" -m pip install --quiet "${editable[@]}"
+  echo "$want" > "$stamp"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  test)
+    shift
+    setup
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  demo)
+    shift
+    setup
+    exec "$VENV/bin/llmb" plan llama31 --size 8b --gpu b200 --dtype nvfp4 --gpus 8 "$@"
+    ;;
+  *)
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

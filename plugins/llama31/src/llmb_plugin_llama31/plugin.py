@@ -1,0 +1,20 @@
+"""Llama 3.1 for llmb: the recipe data and the seed's FLOPs formula."""
+
+from __future__ import annotations
+
+from llmb import hookimpl
+from llmb.flops import dense_transformer
+from llmb.records import ModelArch, ModelFlops, Workload
+from llmb.workload_file import load_workload
+
+
+@hookimpl
+def llmb_workloads() -> list[Workload]:
+    return [load_workload(__package__)]
+
+
+@hookimpl
+def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
+    # seeds/llama31-nemo2.md Notes: seq * (attention + mlp + embedding), with
+    # mlp = 18 L ffn h (SwiGLU's three matrices): 4.74e14 for 8b at 8192.
+    return dense_transformer(arch, seq_len, formula="seeds/llama31-nemo2.md Notes")

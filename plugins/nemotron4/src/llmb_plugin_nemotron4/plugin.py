@@ -1,0 +1,20 @@
+"""Nemotron-4 for llmb: the recipe data and the seed's FLOPs formula."""
+
+from __future__ import annotations
+
+from llmb import hookimpl
+from llmb.flops import dense_transformer
+from llmb.records import ModelArch, ModelFlops, Workload
+from llmb.workload_file import load_workload
+
+
+@hookimpl
+def llmb_workloads() -> list[Workload]:
+    return [load_workload(__package__)]
+
+
+@hookimpl
+def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
+    # seeds/nemotron4-340b.md Notes: seq * (attention + mlp + embedding), with
+    # mlp = 12 L h ffn (squared ReLU, two matrices): 8.62124e15 for 340b at 4096.
+    return dense_transformer(arch, seq_len, formula="seeds/nemotron4-340b.md Notes")

@@ -1,0 +1,1 @@
+"""llmb workload plugin; the hooks live in ``plugin``, the data in ``workload.yaml``."""

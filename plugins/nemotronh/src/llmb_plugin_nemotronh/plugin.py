@@ -1,0 +1,40 @@
+"""Nemotron-H for llmb: the recipe data and the seed's FLOPs formula."""
+
+from __future__ import annotations
+
+from llmb import hookimpl
+from llmb.params import mamba_d_inner
+from llmb.records import ModelArch, ModelFlops, Workload
+from llmb.workload_file import load_workload
+
+
+@hookimpl
+def llmb_workloads() -> list[Workload]:
+    return [load_workload(__package__)]
+
+
+def nemotronh_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
+    """seeds/nemotronh-56b.md Notes, per sample: 6 * (mlp + attention + mamba + lm_head),
+    counting each block type over the layers of that type in the hybrid pattern."""
+    s, h = seq_len, arch.hidden
+    kinds = arch.layer_kinds()
+    n_mlp, n_attn, n_mamba = kinds.count("-"), kinds.count("*"), kinds.count("M")
+    d = arch.head_dim
+    mlp = 2 * s * h * arch.ffn * n_mlp
+    attention = (
+        2 * s * h * arch.heads * d + 2 * s * h * arch.query_groups * d + 2 * s * s * h
+    ) * n_attn
+    mamba = (
+        s * h * (mamba_d_inner(arch) * 3 + arch.mamba_groups * arch.mamba_state * 2 + arch.mamba_heads)
+        + s * h * arch.mamba_expand * arch.mamba_chunk
+        + 2 * s * h * arch.mamba_expand * arch.mamba_state
+        + s * arch.mamba_chunk * arch.mamba_state * arch.mamba_groups
+    ) * n_mamba
+    lm_head = s * h * arch.vocab
+    terms = {"mlp": 6 * mlp, "attention": 6 * attention, "mamba": 6 * mamba, "lm_head": 6 * lm_head}
+    return ModelFlops(per_sample=sum(terms.values()), terms=terms, formula="seeds/nemotronh-56b.md Notes")
+
+
+@hookimpl
+def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
+    return nemotronh_flops(arch, seq_len)
