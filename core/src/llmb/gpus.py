@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
-from importlib.resources import files
 
 from llmb.errors import UsageError
 from llmb.records import GpuType
-from llmb.yamlio import load_yaml
+from llmb.yamlio import load_yaml_file
 
 DTYPES = ("bf16", "fp8", "nvfp4")
 
 
 @lru_cache(maxsize=1)
 def catalogue() -> dict[str, GpuType]:
-    raw = load_yaml(files("llmb").joinpath("data/gpus.yaml").read_bytes())
+    raw = load_yaml_file(os.path.join(os.path.dirname(__file__), "data", "gpus.yaml"))
     return {
         name: GpuType(
             name=name,

@@ -8,13 +8,14 @@ plugin would have provided raises ``PluginError`` with the original error.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
 from llmb import builtin, hookspecs
+from llmb.entrypoints import entry_points
 from llmb.errors import PluginError, UsageError
 from llmb.log import get_logger
 from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
@@ -37,7 +38,7 @@ class PluginInfo:
     def provider(self) -> str:
         if self.distribution:
             return f"{self.distribution} {self.version}"
-        return self.module
+        return self.name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +67,7 @@ class PluginHost:
         self._workloads: dict[str, Workload] | None = None
         self._owner: dict[str, str] = {}  # workload name -> plugin name
         self._broken_workloads: dict[str, str] = {}  # workload name -> reason
+        self._ignored: set[tuple[str, str]] = set()  # (plugin, hook) plain impls from non-owners
         self.log = get_logger("llmb.plugins")
         if discover:
             self._discover()
@@ -80,9 +82,7 @@ class PluginHost:
             if (ep.name, ep.value) in seen:
                 continue  # the same distribution on sys.path twice
             seen.add((ep.name, ep.value))
-            dist = getattr(ep, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else None
-            version = dist.version if dist is not None else None
+            dist_name, version = ep.distribution, ep.version
             key = f"{dist_name or '?'}:{ep.name}"
             try:
                 plugin = ep.load()
@@ -137,7 +137,7 @@ class PluginHost:
         for name, providers in found.items():
             if len(providers) > 1:
                 who = " and ".join(self._provider(k) for k, _ in providers)
-                reason = f"workload {name!r} is registered by both {who}; uninstall one of them"
+                reason = f"it is registered by both {who}; uninstall one of them"
                 self._broken_workloads[name] = reason
                 self.log.warning("duplicate workload refused", workload=name, providers=who)
                 continue
@@ -172,12 +172,24 @@ class PluginHost:
     # ------------------------------------------------------------ per-workload hooks
 
     def _for_workload(self, hook: str, workload: Workload) -> Any:
-        """The hook caller restricted to ``workload``'s own plugin and to
-        plugins that own no workload (site plugins)."""
+        """The hook caller restricted to ``workload``'s own plugin, the core's
+        defaults, and the wrappers of plugins that own no workload (site
+        plugins). A site plugin's plain implementation would compete with the
+        owner by registration order, so it is left out, with a warning."""
         owner = self._owner.get(workload.name)
-        others = {key for name, key in self._owner.items() if key != owner}
-        remove = [self.pm.get_plugin(key) for key in others]
-        return self.pm.subset_hook_caller(hook, remove_plugins=[p for p in remove if p is not None])
+        owners = set(self._owner.values())
+        remove = {key for key in owners if key != owner}
+        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+            key = impl.plugin_name
+            if key in owners or key == "llmb.builtin" or impl.wrapper or impl.hookwrapper:
+                continue
+            remove.add(key)
+            if (key, hook) not in self._ignored:
+                self._ignored.add((key, hook))
+                self.log.warning("plugin implements a per-workload hook without owning a workload; "
+                                 "only wrappers (wrapper=True) are called", plugin=key, hook=hook)
+        plugins = [self.pm.get_plugin(key) for key in remove]
+        return self.pm.subset_hook_caller(hook, remove_plugins=[p for p in plugins if p is not None])
 
     def resolve(self, request: RecipeRequest) -> Recipe:
         workload = self.workload(request.workload)

@@ -32,8 +32,10 @@ def configure(level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, name, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        # sys.stderr is looked up when a logger is made, not when llmb is
+        # configured, so redirected streams (tests, embedding) are honoured.
+        logger_factory=lambda *args: structlog.PrintLogger(file=sys.stderr),
+        cache_logger_on_first_use=False,
     )
 
 

@@ -6,9 +6,9 @@ and refuses duplicates. Nothing here does I/O or imports anything heavy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Mapping
 
 from llmb.scale_expr import ScaleExpr
 
@@ -16,7 +16,7 @@ from llmb.scale_expr import ScaleExpr
 # Hardware
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class GpuType:
     """A GPU model: how many sit in a node, its memory and its dense peaks."""
 
@@ -35,7 +35,7 @@ class GpuType:
 # Models
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class ModelArch:
     """One model size's architecture, as its public config describes it.
 
@@ -103,7 +103,7 @@ class ModelArch:
         return replace(self, layers=layers, layer_pattern=pattern)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class ModelFlops:
     """Model FLOPs for one sample (one sequence, forward and backward).
 
@@ -120,7 +120,7 @@ class ModelFlops:
 # Recipes as the seeds print them
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Provenance:
     """Where a record came from: seed file, table (0-based, in file order;
     None for a worked example in the text) and the table's row numbers
@@ -130,14 +130,19 @@ class Provenance:
     table: int | None
     rows: tuple[int, ...]
 
+    @property
+    def document(self) -> str:
+        """The recipe document: a bare file name is one of llmb's seeds."""
+        return self.seed if "/" in self.seed else f"seeds/{self.seed}"
+
     def describe(self) -> str:
         if self.table is None:
-            return f"seeds/{self.seed} (worked example)"
+            return f"{self.document} (worked example)"
         rows = ", ".join(str(r + 1) for r in self.rows)
-        return f"seeds/{self.seed} table {self.table + 1}, row{'s' if len(self.rows) > 1 else ''} {rows}"
+        return f"{self.document} table {self.table + 1}, row{'s' if len(self.rows) > 1 else ''} {rows}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Erratum:
     """A place where a seed is wrong, and what llmb does instead.
 
@@ -157,7 +162,7 @@ class Erratum:
         return f"[{self.id}] {self.seed_says} — llmb uses {self.resolution}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class SeedRow:
     """One table row exactly as the seed prints it (before any erratum).
 
@@ -194,7 +199,7 @@ class SeedRow:
         return self.gpus[0] != self.gpus[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class RecipeSeries:
     """A configuration that the seed tests at one or more GPU counts.
 
@@ -236,7 +241,7 @@ class RecipeSeries:
         return ",".join(str(g) for g in self.listed_gpus)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Variant:
     """One recipe family of a workload (Llama 3.1 has two: Megatron-Bridge
     and NeMo 2), with the production framework that runs it."""
@@ -253,7 +258,7 @@ class Variant:
     errata: tuple[Erratum, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class ReferenceResult:
     """One published performance figure set from a seed's tables."""
 
@@ -273,7 +278,7 @@ class ReferenceResult:
     erratum: str | None = None  # id of a workload note that explains a printed figure
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Workload:
     """A registered benchmark workload: its recipes, models and references."""
 
@@ -309,7 +314,7 @@ class Workload:
 # Resolved runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class RecipeRequest:
     """What the user asked for, before validation. ``None`` means "default"."""
 
@@ -324,7 +329,7 @@ class RecipeRequest:
     overrides: Mapping[str, object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Recipe:
     """A resolved, validated run: every size derived, every choice traced."""
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
 
 def emit_json(data: Any) -> None:
+    import json  # only when asked for: keeps table output's start-up lean
+
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
@@ -19,7 +21,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], gap: str
     for row in cells:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    lines = [gap.join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines = [gap.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append(gap.join("-" * w for w in widths))
-    lines += [gap.join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines += [gap.join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
