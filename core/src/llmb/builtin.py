@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from llmb import hookimpl
 from llmb.flops import megatron_bridge_sample
-from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
 from llmb.recipes import resolve_from_tables
+from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
 
 
 @hookimpl(trylast=True)

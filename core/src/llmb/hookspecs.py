@@ -7,10 +7,11 @@ of the hooks below. Name a workload plugin's entry point after its workload
 import, that is how the core knows which workload the failure belongs to.
 
 Per-workload hooks (``llmb_resolve_recipe``, ``llmb_model_flops``) are called
-only on the plugin that registered the workload, plus plugins that register
-no workload at all (site plugins, which typically wrap). Another workload's
-plugin is never asked, so no plugin needs to check whose workload it is, and
-no answer depends on registration order.
+only on the plugin that registered the workload and on the wrappers
+(``@hookimpl(wrapper=True)``) of plugins that register no workload (site
+plugins). Another workload's plugin is never asked, and a site plugin's plain
+implementation is ignored with a warning, so no plugin needs to check whose
+workload it is and no answer depends on registration order.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from llmb.params import count_params, mamba_d_inner
 from llmb.records import ModelArch, Recipe
 
 GIB = 2**30
-# Measured against the two peak-memory figures the seeds print, the estimate
-# runs 3-14% high (tests/test_memory.py); beyond this margin it is a sure miss.
-MARGIN = 0.10
+# Against the two peak-memory figures the seeds print, the estimate runs 3% and
+# 12% high (tests/test_memory.py); beyond this margin a miss is certain.
+MARGIN = 0.15
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
 # Bytes per element of a saved GEMM input: bf16 2; FP8 1; NVFP4 4 bits plus
 # one 8-bit scale per 16 values. Transformer Engine keeps these quantized copies

@@ -17,9 +17,9 @@ valid ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from fractions import Fraction
-from typing import Iterable
 
 from llmb.errors import RecipeError
 from llmb.gpus import gpu_type

@@ -24,7 +24,7 @@ class LayoutLike(Protocol):
 
 
 def _gbs_at(layout: object, gpus: int) -> Fraction:
-    gbs = getattr(layout, "gbs")
+    gbs = layout.gbs
     return gbs.at(gpus) if hasattr(gbs, "at") else Fraction(gbs)
 
 

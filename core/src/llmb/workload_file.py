@@ -9,12 +9,16 @@ in ``docs/writing-a-workload-plugin.md``.
 
 from __future__ import annotations
 
+import importlib
+import os
+from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from fractions import Fraction
-from importlib.resources import files
-from typing import Any, Iterable
+from typing import Any
 
 from llmb.errors import DataError
+from llmb.gpus import DTYPES, catalogue
 from llmb.records import (
     Erratum,
     ModelArch,
@@ -27,7 +31,7 @@ from llmb.records import (
 )
 from llmb.scale_expr import ScaleExpr
 from llmb.validity import check_layout
-from llmb.yamlio import load_yaml
+from llmb.yamlio import load_yaml, load_yaml_file
 
 # Seed column headings -> field names. Headings not listed are refused.
 COLUMN_NAMES = {
@@ -58,33 +62,72 @@ SETTABLE = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_gra
 LAYOUT = ("size", "seq_len", "layers", "fsdp", "cuda_graphs", "tp", "pp", "cp", "ep", "etp", "vp", "mbs",
           "recompute_layers", "offload_layers")
 ARCH_FIELDS = {f.name for f in fields(ModelArch)}
+FRAMEWORKS = ("megatron_bridge", "nemo2")
+SCALINGS = ("weak", "strong")
+REFERENCE_COLUMNS = ("gpus", "size", "step_time_s", "tokens_per_s", "mfu_pct", "days_1t", "tflops_per_gpu", "erratum")
+
+
+@contextmanager
+def _context(where: str):
+    """Prefix any error raised inside with where it happened in the file."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ValueError(f"{where}: missing key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _one_of(value: Any, valid: tuple[str, ...] | list[str], what: str) -> str:
+    text = str(value).strip().lower()
+    if text not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+    return text
 
 
 def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
     """Load ``resource`` from ``package`` (a plugin's own data file)."""
-    path = files(package).joinpath(resource)
     try:
-        raw = load_yaml(path.read_bytes())
+        raw = _read(package, resource)
     except Exception as exc:  # malformed YAML, missing file
         raise DataError(f"{package}/{resource}: {exc}") from exc
     try:
         return workload_from_dict(raw)
     except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{package}/{resource}: {type(exc).__name__}: {exc}") from exc
+        raise DataError(f"{package}/{resource}: {exc}") from exc
+
+
+def _read(package: str, resource: str) -> Any:
+    module = importlib.import_module(package)
+    origin = getattr(module, "__file__", None)
+    if origin and os.path.isfile(path := os.path.join(os.path.dirname(origin), resource)):
+        return load_yaml_file(path)
+    from importlib.resources import files  # a zipped or otherwise unusual install
+
+    return load_yaml(files(package).joinpath(resource).read_bytes())
 
 
 def workload_from_dict(raw: dict[str, Any]) -> Workload:
-    name = str(raw["name"])
+    with _context("workload"):
+        name = str(raw["name"])
+        raw["variants"]
     archs = _architectures(raw.get("architectures") or {})
-    variants = tuple(_variant(v) for v in raw["variants"])
+    variants = []
+    for index, variant in enumerate(raw["variants"]):
+        with _context(f"variant {variant.get('name', index + 1) if isinstance(variant, dict) else index + 1}"):
+            variants.append(_variant(variant))
     for variant in variants:
         for series in variant.series:
             if series.size not in archs:
                 raise ValueError(
                     f"variant {variant.name}: size {series.size!r} has no architecture entry"
                 )
-    references = tuple(r for ref in raw.get("references") or () for r in _references(ref))
-    notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
+    references = []
+    for index, ref in enumerate(raw.get("references") or ()):
+        with _context(f"references entry {index + 1}"):
+            references.extend(_references(ref))
+    with _context("notes"):
+        notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
     known = {n.id for n in notes}
     for ref in references:
         if ref.erratum and ref.erratum not in known:
@@ -92,9 +135,9 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
     return Workload(
         name=name,
         description=str(raw.get("description", "")),
-        variants=variants,
+        variants=tuple(variants),
         architectures=archs,
-        references=references,
+        references=tuple(references),
         notes=notes,
     )
 
@@ -103,20 +146,29 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
 
 
 def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
+    """Sizes in file order; ``base: <size>`` copies an earlier size and
+    changes the keys given (head_dim follows hidden/heads unless given)."""
     out: dict[str, ModelArch] = {}
     for size, spec in raw.items():
-        spec = dict(spec)
-        base = spec.pop("base", None)
-        if base is not None:
-            out[str(size)] = replace(out[str(base)], size=str(size), **spec)
-            continue
-        unknown = set(spec) - ARCH_FIELDS
-        if unknown:
-            raise ValueError(f"architecture {size}: unknown keys {sorted(unknown)}")
-        spec.setdefault("head_dim", spec["hidden"] // spec["heads"])
-        if "published_params" in spec and spec["published_params"] is not None:
-            spec["published_params"] = float(spec["published_params"])
-        out[str(size)] = ModelArch(size=str(size), **spec)
+        size = str(size)
+        with _context(f"architecture {size}"):
+            spec = dict(spec)
+            base = spec.pop("base", None)
+            unknown = set(spec) - ARCH_FIELDS
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(ARCH_FIELDS))}")
+            if spec.get("published_params") is not None:
+                spec["published_params"] = float(spec["published_params"])  # YAML reads 56e9 as a string
+            if base is not None:
+                if str(base) not in out:
+                    raise ValueError(f"base {base!r} is not defined above it")
+                merged = {**out[str(base)].__dict__, **spec, "size": size}
+                if "head_dim" not in spec and {"hidden", "heads"} & set(spec):
+                    merged["head_dim"] = merged["hidden"] // merged["heads"]
+                out[size] = ModelArch(**merged)
+                continue
+            spec.setdefault("head_dim", spec["hidden"] // spec["heads"])
+            out[size] = ModelArch(size=size, **spec)
     return out
 
 
@@ -126,15 +178,20 @@ def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
 def _variant(raw: dict[str, Any]) -> Variant:
     name = str(raw["name"])
     seed = str(raw["seed"])
-    seed_rows = tuple(row for table in raw["tables"] for row in _seed_rows(name, seed, table))
+    framework = _one_of(raw["framework"], FRAMEWORKS, "framework")
+    seed_rows = []
+    for table in raw["tables"]:
+        with _context(f"table {table.get('seed_table', '?')}"):
+            seed_rows.extend(_seed_rows(name, seed, table))
+    seed_rows = tuple(seed_rows)
     errata = tuple(_erratum(e, seed) for e in raw.get("errata") or ())
-    amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata)]
+    amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata, strict=True)]
     amendments += [(a, None) for a in raw.get("adjustments") or ()]
     series = _series(seed_rows, amendments)
     window = tuple(int(x) for x in raw.get("window", (35, 44)))
     return Variant(
         name=name,
-        framework=str(raw["framework"]),
+        framework=framework,
         seed=seed,
         container=str(raw.get("container", "")),
         window=(window[0], window[1]),
@@ -176,42 +233,41 @@ def _seed_rows(variant: str, seed: str, table: dict[str, Any]) -> Iterable[SeedR
     columns = [COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]]
     unknown = [c for c in columns if c not in COLUMN_NAMES.values()]
     if unknown:
-        raise ValueError(f"table {table['seed_table']}: unknown columns {unknown}")
+        raise ValueError(f"unknown columns {unknown}; known: {', '.join(sorted(set(COLUMN_NAMES.values())))}")
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
-        raise ValueError(f"table {table['seed_table']}: missing columns {missing}")
+        raise ValueError(f"missing columns {missing}")
+    gpu = _one_of(table["gpu"], list(catalogue()), "GPU type")
+    scaling = _one_of(table.get("scaling", "weak"), SCALINGS, "scaling")
+    provenance_table = int(table["seed_table"])
     for index, cells in enumerate(table["rows"]):
-        if len(cells) != len(columns):
-            raise ValueError(
-                f"table {table['seed_table']} row {index + 1}: {len(cells)} cells for {len(columns)} columns"
+        with _context(f"row {index + 1}"):
+            if len(cells) != len(columns):
+                raise ValueError(f"{len(cells)} cells for {len(columns)} columns")
+            row = dict(zip(columns, cells, strict=True))
+            yield SeedRow(
+                variant=variant,
+                gpu=gpu,
+                scaling=scaling,
+                size=str(row["size"]).lower(),
+                dtypes=tuple(_one_of(d, DTYPES, "dtype") for d in str(row["dtype"]).split("/")),
+                gpus=_parse_gpus(row["gpus"]),
+                seq_len=int(row["seq_len"]),
+                layers=int(row["layers"]),
+                fsdp=_cell_bool(row.get("fsdp", False)),
+                cuda_graphs=_cell_bool(row.get("cuda_graphs", False)),
+                tp=int(row["tp"]),
+                pp=int(row["pp"]),
+                cp=int(row["cp"]),
+                ep=_cell_int(row.get("ep")),
+                etp=_cell_int(row.get("etp")),
+                vp=_cell_int(row.get("vp")),
+                mbs=int(row["mbs"]),
+                gbs=ScaleExpr.parse(row["gbs"]),
+                dp=_printed_or(row.get("dp")),
+                ga=_printed_or(row.get("ga")),
+                provenance=Provenance(seed=seed, table=provenance_table, rows=(index,)),
             )
-        row = dict(zip(columns, cells))
-        gpus = _parse_gpus(row["gpus"])
-        derived_dp = _printed_or(row.get("dp"))
-        derived_ga = _printed_or(row.get("ga"))
-        yield SeedRow(
-            variant=variant,
-            gpu=str(table["gpu"]).lower(),
-            scaling=str(table.get("scaling", "weak")),
-            size=str(row["size"]).lower(),
-            dtypes=tuple(d.strip().lower() for d in str(row["dtype"]).split("/")),
-            gpus=gpus,
-            seq_len=int(row["seq_len"]),
-            layers=int(row["layers"]),
-            fsdp=_cell_bool(row.get("fsdp", False)),
-            cuda_graphs=_cell_bool(row.get("cuda_graphs", False)),
-            tp=int(row["tp"]),
-            pp=int(row["pp"]),
-            cp=int(row["cp"]),
-            ep=_cell_int(row.get("ep")),
-            etp=_cell_int(row.get("etp")),
-            vp=_cell_int(row.get("vp")),
-            mbs=int(row["mbs"]),
-            gbs=ScaleExpr.parse(row["gbs"]),
-            dp=derived_dp,
-            ga=derived_ga,
-            provenance=Provenance(seed=seed, table=int(table["seed_table"]), rows=(index,)),
-        )
 
 
 def _printed_or(value: Any) -> ScaleExpr:
@@ -235,6 +291,9 @@ def _matches(match: dict[str, Any], row: SeedRow, dtype: str) -> bool:
     for key, want in match.items():
         if key == "table":
             have: Any = row.provenance.table
+        elif key == "gpus":  # the scale as printed: "8-128" or "1024"
+            low, high = row.gpus
+            have = f"{low}-{high}" if row.is_range else low
         elif key == "dtype":
             have = dtype
         else:
@@ -284,7 +343,7 @@ def _series(
                 *(getattr(amended, f) for f in LAYOUT),
             )
             groups.setdefault(key, []).append((replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes)))
-    for (raw, _), was_used in zip(amendments, used):
+    for (raw, _), was_used in zip(amendments, used, strict=True):
         if not was_used:
             raise ValueError(f"amendment {raw.get('id', raw.get('why'))!r} matches no row")
     return tuple(_merge(members) for members in groups.values())
@@ -362,8 +421,11 @@ def _series_gbs(rows: list[SeedRow]) -> ScaleExpr:
 
 def _references(raw: dict[str, Any]) -> Iterable[ReferenceResult]:
     columns = [str(c) for c in raw["columns"]]
+    unknown = [c for c in columns if c not in REFERENCE_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown}; known: {', '.join(REFERENCE_COLUMNS)}")
     for index, cells in enumerate(raw["rows"]):
-        row = dict(zip(columns, cells))
+        row = dict(zip(columns, cells, strict=True))
         yield ReferenceResult(
             variant=str(raw["variant"]),
             size=str(row.get("size", raw.get("size"))).lower(),
@@ -380,7 +442,7 @@ def _references(raw: dict[str, Any]) -> Iterable[ReferenceResult]:
                 table=None if raw.get("seed_table") is None else int(raw["seed_table"]),
                 rows=(index,),
             ),
-            scaling=str(raw.get("scaling", "weak")),
+            scaling=_one_of(raw.get("scaling", "weak"), SCALINGS, "scaling"),
             note=str(raw.get("note", "") or ""),
             erratum=_cell_none(row.get("erratum")),
         )

@@ -72,11 +72,24 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _name_the_environment_variable(exc: click.BadParameter) -> None:
+    """Say so when a bad value came from a seed variable rather than a flag."""
+    param, ctx = exc.param, exc.ctx
+    if param is None or ctx is None or not getattr(param, "envvar", None):
+        return
+    if ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT:
+        exc.message = f"{exc.message} (the value comes from the environment variable {param.envvar})"
+
+
 def main(argv: list[str] | None = None, host: object | None = None) -> None:
     """Entry point of the ``llmb`` console script."""
     try:
         code = cli.main(args=argv, prog_name="llmb", standalone_mode=False, obj=host)
     except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.BadParameter as exc:
+        _name_the_environment_variable(exc)
+        exc.show()
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()

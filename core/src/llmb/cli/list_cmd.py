@@ -48,12 +48,21 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
                     "tested_gpus": list(s.listed_gpus),
                     "range": s.is_range,
                     "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
-                    "source": f"seeds/{variant.seed}",
+                    "source": s.provenance.document,
                 })
                 for dtype in s.dtypes:
                     if dtype not in entry["dtypes"]:
                         entry["dtypes"].append(dtype)
     return [entries[k] for k in sorted(entries, key=lambda k: k[:5] + (k[5],))]
+
+
+def _print_errata(workload) -> None:
+    errata = [e for v in workload.variants for e in v.errata] + list(workload.notes)
+    if not errata:
+        return
+    click.echo(f"\nSeed errata of {workload.name} (docs/recipes-and-errata.md):")
+    for e in errata:
+        click.echo(f"  [{e.id}] ({e.kind}) {e.seed_says}.\n      llmb: {e.resolution}.")
 
 
 @click.command("list")
@@ -83,3 +92,5 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
         "largest run with a 'not validated' warning. The first variant of a workload is its default.\n"
         "Details of one configuration: llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
     )
+    if workload:
+        _print_errata(chosen[0])
