@@ -2,7 +2,7 @@
 # One entry point for the two things a newcomer does on a fresh machine:
 #
 #   ./dev.sh demo    set up .venv and run the main job
-#   ./dev.sh test    set up .venv and run the test suite
+#   ./dev.sh test    set up .venv, lint, and run the test suite (pytest args pass through)
 #   ./dev.sh setup   only set up .venv (idempotent)
 #
 # Everything lands in .venv inside the checkout; nothing is installed
@@ -38,6 +38,7 @@ case "${1:-}" in
   test)
     shift
     setup
+    "$VENV/bin/ruff" check .
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   demo)
@@ -46,7 +47,7 @@ case "${1:-}" in
     exec "$VENV/bin/llmb" plan llama31 --size 8b --gpu b200 --dtype nvfp4 --gpus 8 "$@"
     ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -1,0 +1,93 @@
+"""Shared fixtures: the real plugin host, the seeds, and ways to run the CLI.
+
+``cli`` runs ``llmb`` in-process (fast, for many invocations); ``llmb_proc``
+runs the installed console script as a real process (for exit codes, stderr
+and imports exactly as a user sees them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from llmb.host import PluginHost  # noqa: E402
+from seed_tables import seeds_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def host() -> PluginHost:
+    return PluginHost()
+
+
+@pytest.fixture(scope="session")
+def seeds() -> Path:
+    found = seeds_dir()
+    if found is None:
+        pytest.skip("seed documents not found: need ../shared/seeds beside the checkout or $LLMB_SEEDS_DIR")
+    return found
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def _llmb_executable() -> str:
+    beside = Path(sys.executable).with_name("llmb")
+    return str(beside) if beside.exists() else (shutil.which("llmb") or "llmb")
+
+
+@pytest.fixture(scope="session")
+def llmb_proc():
+    """Run the installed ``llmb`` console script as a separate process."""
+    exe = _llmb_executable()
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
+        full_env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS}
+        full_env["LLMB_LOG_FORMAT"] = "json"
+        full_env.update(env or {})
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+_SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE")
+
+
+@pytest.fixture
+def cli(host, monkeypatch, capsys):
+    """Run ``llmb`` in this process against the session's plugin host."""
+    from llmb.cli import main
+
+    for var in _SEED_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        try:
+            main(list(args), host=host)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        else:  # pragma: no cover - main always exits
+            code = 0
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run

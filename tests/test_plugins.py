@@ -1,0 +1,186 @@
+"""Plugin discovery and dispatch: broken plugins, duplicates, site plugins
+that wrap resolution, and per-workload hooks that only reach their owner."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from llmb import hookimpl
+from llmb.errors import PluginError
+from llmb.host import PluginHost
+from llmb.records import ModelFlops, RecipeRequest
+from llmb.workload_file import workload_from_dict
+
+
+def install_fake_distribution(root: Path, name: str, module_source: str, data: str | None = None) -> None:
+    """A real installed distribution (dist-info + package) on a sys.path entry."""
+    package = f"llmb_plugin_{name}"
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "plugin.py").write_text(textwrap.dedent(module_source))
+    if data is not None:
+        (root / package / "workload.yaml").write_text(textwrap.dedent(data))
+    info = root / f"{package}-0.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: llmb-plugin-{name}\nVersion: 0.3.0\n")
+    (info / "entry_points.txt").write_text(f"[llmb]\n{name} = {package}.plugin\n")
+
+
+@pytest.fixture
+def broken_site(tmp_path):
+    install_fake_distribution(tmp_path, "broken", "import nvidia_secret_sauce  # not installed\n")
+    return tmp_path
+
+
+def test_a_plugin_that_fails_to_import_is_a_warning_not_a_crash(llmb_proc, broken_site):
+    result = llmb_proc("list", env={"PYTHONPATH": str(broken_site)})
+    assert result.code == 0
+    assert "llama31" in result.out
+    warning = json.loads(result.err.splitlines()[0])
+    assert warning["level"] == "warning" and warning["plugin"] == "broken"
+    assert warning["provider"] == "llmb-plugin-broken 0.3.0"
+    assert "No module named 'nvidia_secret_sauce'" in warning["error"]
+
+
+def test_selecting_the_broken_workload_fails_with_its_error(llmb_proc, broken_site):
+    result = llmb_proc("plan", "broken", "--gpus", "8", env={"PYTHONPATH": str(broken_site)})
+    assert result.code == 1
+    assert ("workload 'broken' is unavailable: plugin llmb-plugin-broken 0.3.0 failed to load: "
+            "ModuleNotFoundError: No module named 'nvidia_secret_sauce'") in result.err
+    assert "Traceback" not in result.err
+
+
+def test_plugins_command_reports_the_failure(llmb_proc, broken_site):
+    plugins = {p["name"]: p for p in json.loads(llmb_proc("plugins", "--json", env={"PYTHONPATH": str(broken_site)}).out)}
+    assert plugins["broken"]["status"] == "failed"
+    assert plugins["broken"]["distribution"] == "llmb-plugin-broken"
+    assert "nvidia_secret_sauce" in plugins["broken"]["error"]
+    assert plugins["llama31"]["status"] == "loaded"
+
+
+def test_a_plugin_with_a_malformed_data_file_fails_when_selected(llmb_proc, tmp_path):
+    install_fake_distribution(
+        tmp_path, "badyaml",
+        """
+        from llmb import hookimpl
+        from llmb.workload_file import load_workload
+
+        @hookimpl
+        def llmb_workloads():
+            return [load_workload(__package__)]
+        """,
+        data=(
+            "name: badyaml\n"
+            "variants: [{name: x, framework: nemo2, seed: s.md, tables: [{seed_table: 0, columns: [size], rows: [[1b]]}]}]\n"
+        ),
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    assert llmb_proc("list", env=env).code == 0
+    result = llmb_proc("plan", "badyaml", "--gpus", "8", env=env)
+    assert result.code == 1
+    assert "workload 'badyaml' is unavailable" in result.err and "missing columns" in result.err
+
+
+class DuplicateLlama:
+    @staticmethod
+    @hookimpl
+    def llmb_workloads():
+        return [PluginHost().workload("llama31")]
+
+
+def test_duplicate_workloads_are_refused_naming_both_providers():
+    host = PluginHost(extra_plugins=[("site-copy-of-llama", DuplicateLlama)])
+    with pytest.raises(PluginError, match="registered by both llmb-plugin-llama31 0.1.0 and site-copy-of-llama"):
+        host.workload("llama31")
+    assert host.workload("nemotronh").name == "nemotronh"
+
+
+class GB200Site:
+    """A site plugin: TP_COMM_OVERLAP=False on GB200, as the Nemotron-4 seed advises."""
+
+    @staticmethod
+    @hookimpl(wrapper=True)
+    def llmb_resolve_recipe(workload, request):
+        recipe = yield
+        return recipe.with_env(TP_COMM_OVERLAP="False") if recipe.gpu == "gb200" else recipe
+
+
+def test_site_plugins_wrap_recipe_resolution(cli):
+    host = PluginHost(extra_plugins=[("site", GB200Site)])
+    gb200 = host.resolve(RecipeRequest("nemotron4", None, "gb200", "bf16", 256))
+    h100 = host.resolve(RecipeRequest("nemotron4", None, "h100", "bf16", 256))
+    assert dict(gb200.env) == {"TP_COMM_OVERLAP": "False"} and h100.env == ()
+
+    from llmb.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "nemotron4", "--gpu", "gb200", "--gpus", "256", "--json"], host=host)
+    assert exit_info.value.code == 0
+
+
+TOY = {
+    "name": "greedy",
+    "architectures": {"1b": {"family": "llama", "layers": 4, "hidden": 256, "ffn": 512, "heads": 4,
+                             "query_groups": 4, "vocab": 1000, "activation": "swiglu", "norm": "rmsnorm"}},
+    "variants": [{"name": "v", "framework": "nemo2", "seed": "none.md", "tables": [{
+        "seed_table": 0, "gpu": "h100", "columns": ["size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp",
+                                                    "mbs", "gbs"],
+        "rows": [["1b", "8-16", "BF16", 128, 4, 1, 1, 1, 1, "GPUs"]]}]}],
+}
+
+
+class Greedy:
+    """Answers the FLOPs hook for every workload without checking whose it is."""
+
+    @staticmethod
+    @hookimpl
+    def llmb_workloads():
+        return [workload_from_dict(TOY)]
+
+    @staticmethod
+    @hookimpl
+    def llmb_model_flops(workload, arch, seq_len):
+        return ModelFlops(per_sample=42.0, terms={"all": 42.0}, formula="greedy")
+
+
+def test_per_workload_hooks_reach_only_the_owner():
+    host = PluginHost(extra_plugins=[("greedy", Greedy)])
+    llama = host.workload("llama31")
+    own = host.model_flops(llama, llama.architecture("8b"), 8192)
+    assert own.formula == "seeds/llama31-nemo2.md Notes"
+    greedy = host.workload("greedy")
+    assert host.model_flops(greedy, greedy.architecture("1b"), 128).per_sample == 42.0
+    recipe = host.resolve(RecipeRequest("greedy", "1b", "h100", "bf16", 16))
+    assert (recipe.dp, recipe.gbs, recipe.ga) == (16, 16, 1)
+
+
+def test_workload_without_a_flops_hook_gets_the_core_fallback():
+    class Plain:
+        @staticmethod
+        @hookimpl
+        def llmb_workloads():
+            return [workload_from_dict({**TOY, "name": "plain"})]
+
+    host = PluginHost(discover=False, extra_plugins=[("plain", Plain)])
+    plain = host.workload("plain")
+    flops = host.model_flops(plain, plain.architecture("1b"), 128)
+    assert flops.formula.startswith("Megatron-Bridge")
+
+
+class PlainSite:
+    """A site plugin that forgot wrapper=True: it must not hijack anyone's FLOPs."""
+
+    @staticmethod
+    @hookimpl(tryfirst=True)
+    def llmb_model_flops(workload, arch, seq_len):
+        return ModelFlops(per_sample=1.0, terms={}, formula="hijacked")
+
+
+def test_a_site_plugins_plain_implementation_is_ignored(capsys):
+    host = PluginHost(extra_plugins=[("plain-site", PlainSite)])
+    llama = host.workload("llama31")
+    assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == "seeds/llama31-nemo2.md Notes"
+    assert "only wrappers (wrapper=True) are called" in capsys.readouterr().err
