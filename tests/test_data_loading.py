@@ -9,7 +9,6 @@ import sys
 from importlib.metadata import entry_points as stdlib_entry_points
 
 import pytest
-
 from llmb import entrypoints, yamlio
 from llmb.errors import DataError
 from llmb.workload_file import load_workload, workload_from_dict
