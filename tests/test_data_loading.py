@@ -12,6 +12,7 @@ import pytest
 from llmb import entrypoints, yamlio
 from llmb.errors import DataError
 from llmb.workload_file import load_workload, workload_from_dict
+from workload_dicts import minimal_workload
 
 
 def test_fast_scan_finds_what_importlib_metadata_finds():
@@ -74,19 +75,8 @@ def test_an_unwritable_cache_only_costs_speed(tmp_path, monkeypatch):
     assert yamlio.cache_dir() is None
 
 
-MINIMAL = {
-    "name": "mini",
-    "architectures": {"1b": {"family": "llama", "layers": 4, "hidden": 256, "ffn": 512, "heads": 4,
-                             "query_groups": 4, "vocab": 1000, "activation": "swiglu", "norm": "rmsnorm"}},
-    "variants": [{"name": "v", "framework": "nemo2", "seed": "doc.md", "tables": [{
-        "seed_table": 2, "gpu": "h100", "columns": ["Size", "GPUs", "Precision", "SeqLen", "Layers", "TP", "PP", "CP",
-                                                    "MBS", "GBS"],
-        "rows": [["1b", "8-16", "BF16", 128, 4, 1, 1, 1, 1, "GPUs"]]}]}],
-}
-
-
 def broken(path: str, value):
-    data = json.loads(json.dumps(MINIMAL))
+    data = minimal_workload()
     *parents, last = path.split(".")
     node = data
     for part in parents:
@@ -110,7 +100,7 @@ def test_malformed_data_is_refused_saying_where(path, value, message):
 
 
 def test_base_architectures_copy_and_convert():
-    data = json.loads(json.dumps(MINIMAL))
+    data = minimal_workload()
     data["architectures"]["1b-wide"] = {"base": "1b", "hidden": 512, "published_params": "56e9"}
     arch = workload_from_dict(data).architectures["1b-wide"]
     assert (arch.hidden, arch.head_dim, arch.published_params, arch.layers) == (512, 128, 56e9, 4)

@@ -13,6 +13,7 @@ from llmb.errors import PluginError
 from llmb.host import PluginHost
 from llmb.records import ModelFlops, RecipeRequest
 from llmb.workload_file import workload_from_dict
+from workload_dicts import minimal_workload
 
 
 def install_fake_distribution(root: Path, name: str, module_source: str, data: str | None = None) -> None:
@@ -121,24 +122,13 @@ def test_site_plugins_wrap_recipe_resolution(cli):
     assert exit_info.value.code == 0
 
 
-TOY = {
-    "name": "greedy",
-    "architectures": {"1b": {"family": "llama", "layers": 4, "hidden": 256, "ffn": 512, "heads": 4,
-                             "query_groups": 4, "vocab": 1000, "activation": "swiglu", "norm": "rmsnorm"}},
-    "variants": [{"name": "v", "framework": "nemo2", "seed": "none.md", "tables": [{
-        "seed_table": 0, "gpu": "h100", "columns": ["size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp",
-                                                    "mbs", "gbs"],
-        "rows": [["1b", "8-16", "BF16", 128, 4, 1, 1, 1, 1, "GPUs"]]}]}],
-}
-
-
 class Greedy:
     """Answers the FLOPs hook for every workload without checking whose it is."""
 
     @staticmethod
     @hookimpl
     def llmb_workloads():
-        return [workload_from_dict(TOY)]
+        return [workload_from_dict(minimal_workload("greedy"))]
 
     @staticmethod
     @hookimpl
@@ -162,7 +152,7 @@ def test_workload_without_a_flops_hook_gets_the_core_fallback():
         @staticmethod
         @hookimpl
         def llmb_workloads():
-            return [workload_from_dict({**TOY, "name": "plain"})]
+            return [workload_from_dict(minimal_workload("plain"))]
 
     host = PluginHost(discover=False, extra_plugins=[("plain", Plain)])
     plain = host.workload("plain")

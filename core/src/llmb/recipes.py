@@ -18,17 +18,19 @@ valid ones.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from fractions import Fraction
 
 from llmb.errors import RecipeError
 from llmb.gpus import gpu_type
-from llmb.records import Recipe, RecipeRequest, RecipeSeries, Variant, Workload
+from llmb.records import Recipe, RecipeLayout, RecipeRequest, RecipeSeries, Variant, Workload
 from llmb.scale_expr import ScaleExpr
 from llmb.validity import check_layout, derive
 
-LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_graphs", "seq_len", "layers",
-               "recompute_layers", "offload_layers")
+# The recipe fields a series fixes and --set may override.
+LAYOUT_KEYS = tuple(
+    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "size", "dtypes", "provenance")
+)
 
 
 def _join(values: Iterable[object]) -> str:

@@ -162,20 +162,16 @@ class Erratum:
         return f"[{self.id}] {self.seed_says} — llmb uses {self.resolution}"
 
 
-@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
-class SeedRow:
-    """One table row exactly as the seed prints it (before any erratum).
-
-    ``gpus`` is the printed scale: one count, or ``(low, high)`` for a range
-    such as ``8-128``. DP, GBS and GA keep their printed expressions.
-    """
+@dataclass(frozen=True, eq=False, kw_only=True)  # identity equality: cheaper to define, never compared
+class RecipeLayout:
+    """What a seed table row fixes: the model size and precisions, sequence
+    and layers, the parallel layout, the batch, and the options."""
 
     variant: str
     gpu: str
     scaling: str
     size: str
     dtypes: tuple[str, ...]
-    gpus: tuple[int, int]
     seq_len: int
     layers: int
     fsdp: bool
@@ -188,19 +184,31 @@ class SeedRow:
     vp: int | None
     mbs: int
     gbs: ScaleExpr
-    dp: ScaleExpr
-    ga: ScaleExpr
     provenance: Provenance
     recompute_layers: int = 0
     offload_layers: int = 0
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SeedRow(RecipeLayout):
+    """One table row exactly as the seed prints it (before any erratum).
+
+    ``gpus`` is the printed scale: one count, or ``(low, high)`` for a range
+    such as ``8-128``. DP and GA keep their printed expressions (0 where the
+    table has no such column); llmb only uses them to find seed errata.
+    """
+
+    gpus: tuple[int, int]
+    dp: ScaleExpr
+    ga: ScaleExpr
 
     @property
     def is_range(self) -> bool:
         return self.gpus[0] != self.gpus[1]
 
 
-@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
-class RecipeSeries:
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RecipeSeries(RecipeLayout):
     """A configuration that the seed tests at one or more GPU counts.
 
     Rows of a seed table that differ only in their scale (and the GBS that
@@ -208,32 +216,12 @@ class RecipeSeries:
     the GPU count under weak scaling and a constant under strong scaling.
     """
 
-    variant: str
-    gpu: str
-    scaling: str
-    size: str
-    dtypes: tuple[str, ...]
     min_gpus: int
     max_gpus: int
     listed_gpus: tuple[int, ...]
     is_range: bool
-    seq_len: int
-    layers: int
-    fsdp: bool
-    cuda_graphs: bool
-    tp: int
-    pp: int
-    cp: int
-    ep: int | None
-    etp: int | None
-    vp: int | None
-    mbs: int
-    gbs: ScaleExpr
-    provenance: Provenance
     errata: tuple[Erratum, ...] = ()
     adjustments: tuple[str, ...] = ()  # seed prose or framework presets applied
-    recompute_layers: int = 0
-    offload_layers: int = 0
 
     def describe_scales(self) -> str:
         if self.is_range:

@@ -23,6 +23,7 @@ from llmb.records import (
     Erratum,
     ModelArch,
     Provenance,
+    RecipeLayout,
     RecipeSeries,
     ReferenceResult,
     SeedRow,
@@ -59,8 +60,11 @@ COLUMN_NAMES = {
 REQUIRED_COLUMNS = ("size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp", "mbs", "gbs")
 SETTABLE = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_graphs", "seq_len", "layers",
             "recompute_layers", "offload_layers")
-LAYOUT = ("size", "seq_len", "layers", "fsdp", "cuda_graphs", "tp", "pp", "cp", "ep", "etp", "vp", "mbs",
-          "recompute_layers", "offload_layers")
+# The fields that tell one series from another within a table (the rest are
+# the table's, the scale's or the provenance).
+LAYOUT = tuple(
+    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "dtypes", "gbs", "provenance")
+)
 ARCH_FIELDS = {f.name for f in fields(ModelArch)}
 FRAMEWORKS = ("megatron_bridge", "nemo2")
 SCALINGS = ("weak", "strong")
@@ -352,39 +356,17 @@ def _series(
 def _merge(members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]) -> RecipeSeries:
     first, errata, notes = members[0]
     rows = [m[0] for m in members]
-    listed = tuple(sorted(r.gpus[0] for r in rows)) if not first.is_range else first.gpus
-    gbs = _series_gbs(rows)
+    layout = {f.name: getattr(first, f.name) for f in fields(RecipeLayout)}
+    layout["gbs"] = _series_gbs(rows)
+    layout["provenance"] = replace(first.provenance, rows=tuple(r.provenance.rows[0] for r in rows))
     series = RecipeSeries(
-        variant=first.variant,
-        gpu=first.gpu,
-        scaling=first.scaling,
-        size=first.size,
-        dtypes=first.dtypes,
+        **layout,
         min_gpus=min(r.gpus[0] for r in rows),
         max_gpus=max(r.gpus[1] for r in rows),
-        listed_gpus=listed,
+        listed_gpus=tuple(sorted(r.gpus[0] for r in rows)) if not first.is_range else first.gpus,
         is_range=first.is_range,
-        seq_len=first.seq_len,
-        layers=first.layers,
-        fsdp=first.fsdp,
-        cuda_graphs=first.cuda_graphs,
-        tp=first.tp,
-        pp=first.pp,
-        cp=first.cp,
-        ep=first.ep,
-        etp=first.etp,
-        vp=first.vp,
-        mbs=first.mbs,
-        gbs=gbs,
-        provenance=Provenance(
-            seed=first.provenance.seed,
-            table=first.provenance.table,
-            rows=tuple(r.provenance.rows[0] for r in rows),
-        ),
         errata=errata,
         adjustments=notes,
-        recompute_layers=first.recompute_layers,
-        offload_layers=first.offload_layers,
     )
     for gpus in sorted({series.min_gpus, series.max_gpus, *series.listed_gpus}):
         problem = check_layout(series, gpus)
