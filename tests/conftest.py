@@ -54,13 +54,16 @@ def _llmb_executable() -> str:
 
 
 @pytest.fixture(scope="session")
-def llmb_proc():
+def llmb_proc(tmp_path_factory):
     """Run the installed ``llmb`` console script as a separate process."""
     exe = _llmb_executable()
+
+    install = tmp_path_factory.mktemp("install")
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
         full_env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS}
         full_env["LLMB_LOG_FORMAT"] = "json"
+        full_env["LLMB_INSTALL"] = str(install)
         full_env.update(env or {})
         proc = subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
         return Result(proc.returncode, proc.stdout, proc.stderr)
@@ -72,12 +75,15 @@ _SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALI
 
 
 @pytest.fixture
-def cli(host, monkeypatch, capsys):
-    """Run ``llmb`` in this process against the session's plugin host."""
+def cli(host, monkeypatch, capsys, tmp_path_factory):
+    """Run ``llmb`` in this process against the session's plugin host, with
+    a private $LLMB_INSTALL unless the test set one."""
     from llmb.cli import main
 
     for var in _SEED_VARS:
         monkeypatch.delenv(var, raising=False)
+    if "LLMB_INSTALL" not in os.environ:
+        monkeypatch.setenv("LLMB_INSTALL", str(tmp_path_factory.mktemp("install")))
 
     def run(*args: str) -> Result:
         capsys.readouterr()

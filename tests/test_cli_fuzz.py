@@ -7,7 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 WORDS = [
-    "list", "plan", "plugins", "--json", "--help", "--version", "llama31", "llama4", "nemotron4", "nemotronh",
+    "list", "plan", "plugins", "results", "compare", "--format", "csv", "table", "--window", "35:44", "9:1",
+    "--since", "7d", "--from-db", "--baseline", "--threshold", "0.95", "2", "--rescan", "--full-names",
+    "--json", "--help", "--version", "llama31", "llama4", "nemotron4", "nemotronh",
     "nosuch", "--size", "8b", "70b", "405b", "405b-proxy", "400b", "340b", "56b", "--gpu", "h100", "b200",
     "gb200", "gb300", "b300", "h200", "--dtype", "bf16", "fp8", "nvfp4", "--gpus", "0", "8", "64", "128",
     "512", "1024", "-3", "1e9", "--set", "tp=2", "mbs=0", "gbs=GPUs*3", "gbs=GPUs/0", "layers=1", "vp=na",

@@ -17,3 +17,10 @@ def llmb_resolve_recipe(workload: Workload, request: RecipeRequest) -> Recipe:
 @hookimpl(trylast=True)
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
     return megatron_bridge_sample(arch, seq_len)
+
+
+@hookimpl
+def llmb_log_parsers() -> list:
+    from llmb.results.parsers import BUILTIN_PARSERS
+
+    return list(BUILTIN_PARSERS)

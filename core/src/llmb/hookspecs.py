@@ -16,9 +16,14 @@ workload it is and no answer depends on registration order.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
 
 from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+
+if TYPE_CHECKING:  # the results package is imported only by commands that read logs
+    from llmb.results.scan import LogParser
 
 hookspec = pluggy.HookspecMarker("llmb")
 
@@ -62,4 +67,19 @@ def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> Model
     into the terms the seed prints. The core's fallback (``trylast``) is
     Megatron-Bridge's formula (field-facts §3) for transformer families and
     returns None for architectures it cannot count.
+    """
+
+
+@hookspec
+def llmb_log_parsers() -> list[LogParser]:
+    """Contribute log parsers (1:N): every registered parser reads every log.
+
+    A ``LogParser`` has a unique ``name`` and a ``start()`` that returns the
+    state for one log: ``feed(chunk)`` receives the log in order as chunks of
+    whole lines (most chunks do not concern a parser, so test a literal with
+    ``in`` before any regular expression), ``finish()`` returns what it
+    found. The core's parsers are ``megatron_bridge``, ``nemo2``,
+    ``checkpoint``, ``nccl`` and ``failures``; another plugin's findings
+    appear in ``RunResult.extra`` under its parser's name. A parser that
+    raises is switched off for that log and the error is noted in the result.
     """

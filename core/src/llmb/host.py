@@ -200,3 +200,21 @@ class PluginHost:
 
     def model_flops(self, workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
         return self._for_workload("llmb_model_flops", workload)(workload=workload, arch=arch, seq_len=seq_len)
+
+    # ------------------------------------------------------------ 1:N contributions
+
+    def log_parsers(self) -> list:
+        """Every registered ``LogParser``, the core's first; a duplicate name is refused."""
+        found: dict[str, object] = {}
+        for impl in self.pm.hook.llmb_log_parsers.get_hookimpls():  # registration order: core first
+            try:
+                parsers = list(impl.function() or ())
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("plugin's log parsers failed; skipped", plugin=impl.plugin_name, error=_describe(exc))
+                continue
+            for parser in parsers:
+                if parser.name in found:
+                    self.log.warning("duplicate log parser refused", parser=parser.name, plugin=impl.plugin_name)
+                    continue
+                found[parser.name] = parser
+        return list(found.values())

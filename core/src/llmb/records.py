@@ -244,6 +244,19 @@ class Variant:
     series: tuple[RecipeSeries, ...]
     seed_rows: tuple[SeedRow, ...]
     errata: tuple[Erratum, ...]
+    log_tflops_valid: bool = True  # False: the framework logs no usable TFLOPS (compute them)
+    mfu_from: str = "formula"  # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class FailureHint:
+    """Advice a seed gives for a failure, e.g. Nemotron-4 on GB200:
+    NCCL watchdog timeouts -> run with TP_COMM_OVERLAP=False."""
+
+    failure: str  # a Failure kind: cuda_oom | nccl_timeout | node_failure | python_exception
+    hint: str
+    gpu: str | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -276,6 +289,8 @@ class Workload:
     architectures: Mapping[str, ModelArch]
     references: tuple[ReferenceResult, ...] = ()
     notes: tuple[Erratum, ...] = ()  # errata outside the recipe tables
+    experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
+    failure_hints: tuple[FailureHint, ...] = ()
 
     @property
     def default_variant(self) -> Variant:

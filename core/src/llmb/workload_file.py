@@ -21,6 +21,7 @@ from llmb.errors import DataError
 from llmb.gpus import DTYPES, catalogue
 from llmb.records import (
     Erratum,
+    FailureHint,
     ModelArch,
     Provenance,
     RecipeLayout,
@@ -67,6 +68,8 @@ LAYOUT = tuple(
 )
 ARCH_FIELDS = {f.name for f in fields(ModelArch)}
 FRAMEWORKS = ("megatron_bridge", "nemo2")
+FAILURE_KINDS = ("cuda_oom", "nccl_timeout", "node_failure", "python_exception")
+MFU_METHODS = ("formula", "log")
 SCALINGS = ("weak", "strong")
 REFERENCE_COLUMNS = ("gpus", "size", "step_time_s", "tokens_per_s", "mfu_pct", "days_1t", "tflops_per_gpu", "erratum")
 
@@ -136,6 +139,16 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
     for ref in references:
         if ref.erratum and ref.erratum not in known:
             raise ValueError(f"reference {ref.provenance.describe()} cites unknown erratum {ref.erratum!r}")
+    with _context("failure_hints"):
+        hints = tuple(
+            FailureHint(
+                failure=_one_of(h["failure"], FAILURE_KINDS, "failure kind"),
+                hint=str(h["hint"]).strip(),
+                gpu=None if h.get("gpu") is None else _one_of(h["gpu"], list(catalogue()), "GPU type"),
+                source=str(h.get("source", "")),
+            )
+            for h in raw.get("failure_hints") or ()
+        )
     return Workload(
         name=name,
         description=str(raw.get("description", "")),
@@ -143,6 +156,8 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         architectures=archs,
         references=tuple(references),
         notes=notes,
+        experiment_prefixes=tuple(str(p) for p in raw.get("experiment_prefixes") or ()),
+        failure_hints=hints,
     )
 
 
@@ -204,6 +219,8 @@ def _variant(raw: dict[str, Any]) -> Variant:
         series=series,
         seed_rows=seed_rows,
         errata=errata,
+        log_tflops_valid=_cell_bool(raw.get("log_tflops_valid", True)),
+        mfu_from=_one_of(raw.get("mfu_from", "formula"), MFU_METHODS, "MFU method"),
     )
 
 

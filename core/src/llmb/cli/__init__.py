@@ -20,6 +20,8 @@ from llmb.errors import LlmbError
 COMMANDS = {
     "list": ("llmb.cli.list_cmd", "list_command", "Show the support matrix: sizes, GPU types, dtypes, GPU counts."),
     "plan": ("llmb.cli.plan_cmd", "plan_command", "Resolve a recipe and show what a run would do."),
+    "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
+    "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
 }
 
@@ -30,7 +32,7 @@ class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:

@@ -1,0 +1,203 @@
+"""``llmb results``: parse runs' logs and show what they achieved."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+
+import click
+
+from llmb.cli import get_host
+from llmb.cli.output import render_table
+from llmb.errors import UsageError
+
+_RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*[:-]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) > int(m.group(2)):
+        raise UsageError(f"bad --window {text!r}: expected FIRST:LAST iterations, e.g. 35:44 (FIRST <= LAST).")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``2026-11-01``, ``2026-11-01T12:00``, or ``30m``/``12h``/``7d``/``2w`` ago; UTC."""
+    if text is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if m := _RELATIVE.match(text.strip().lower()):
+        return now - timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"bad --since {text!r}: expected a date (2026-11-01), a date and time (2026-11-01T12:00) "
+            f"or an age (30m, 12h, 7d, 2w)."
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def selection_options(func):
+    """Options that choose runs: directories, filters, window, database."""
+    for option in reversed([
+        click.argument("dirs", nargs=-1, type=click.Path()),
+        click.option("--window", "window_text", metavar="A:B",
+                     help="Iterations to average (inclusive); default: the workload's own (35:44, or 11:44)."),
+        click.option("--workload", help="Only this workload."),
+        click.option("--gpu", help="Only this GPU type (logs that do not say, such as the replaced tool's, "
+                                   "are taken to be this type)."),
+        click.option("--dtype", help="Only this precision."),
+        click.option("--since", help="Only runs recorded (or logs written) since: a date, or an age like 7d."),
+        click.option("--from-db", is_flag=True, help="List the runs in the results database instead of scanning."),
+        click.option("--db", "db_path", type=click.Path(dir_okay=False),
+                     help="Results database (default: $LLMB_INSTALL/results.sqlite)."),
+        click.option("--rescan", is_flag=True, help="Parse every log again and update the database."),
+    ]):
+        func = option(func)
+    return func
+
+
+def open_store(db_path: str | None, required: bool):
+    from llmb.results.store import ResultStore
+
+    try:
+        return ResultStore(db_path)
+    except Exception as exc:  # noqa: BLE001 - an unusable database must not stop a scan
+        if required:
+            raise UsageError(f"cannot open the results database {db_path or '(default)'}: {exc}") from None
+        from llmb.log import get_logger
+
+        get_logger("llmb.results").warning("results database unavailable; results are not stored", error=str(exc))
+        return None
+
+
+def _progress(index: int, total: int, location) -> None:
+    if sys.stderr.isatty() and total > 1:
+        size = os.path.getsize(location.log) if location.log and os.path.exists(location.log) else 0
+        click.echo(f"\rparsing {index + 1}/{total} {location.short_name[:60]} ({size / 1e6:.0f} MB)\x1b[K",
+                   err=True, nl=False)
+        if index + 1 == total:
+            click.echo("\r\x1b[K", err=True, nl=False)
+
+
+def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan):
+    """The (name, result, run id) triples the options ask for."""
+    from llmb.paths import experiments_dirs
+    from llmb.results.collect import Collector
+
+    window = parse_window(window_text)
+    since_at = parse_since(since)
+    if from_db:
+        if dirs:
+            raise UsageError("--from-db lists the database; do not also give directories.")
+        store = open_store(db_path, required=True)
+        rows = store.query(workload, gpu, dtype, since_at.isoformat(timespec="seconds") if since_at else None)
+        return [(r.result.context.experiment, r.result, r.id) for r in rows]
+    paths = list(dirs) or experiments_dirs()
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"no such file or directory: {', '.join(missing)}.")
+    collector = Collector(get_host(ctx), lambda: open_store(db_path, required=False))
+    collected = collector.collect(paths, window=window, rescan=rescan, assume_gpu=gpu, progress=_progress)
+    picked = []
+    for item in collected:
+        c = item.result.context
+        if workload and c.workload != workload.lower():
+            continue
+        if gpu and c.gpu != gpu.lower():
+            continue
+        if dtype and c.dtype != dtype.lower():
+            continue
+        if since_at and item.location.log and _mtime(item.location.log) < since_at:
+            continue
+        picked.append((item.location, item.result, item.run_id))
+    return picked
+
+
+def _mtime(path: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc)
+    except OSError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+
+
+def display_name(where, full_names: bool) -> str:
+    if isinstance(where, str):
+        return where
+    return (where.log or where.run_dir) if full_names else where.short_name
+
+
+def _f(value, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render(rows: list[dict], results: list, searched: list[str] | None = None) -> str:
+    if not rows:
+        if searched == []:
+            from llmb.paths import install_dir
+
+            return (f"No runs found: there are no experiments under {install_dir()}/workloads. "
+                    f"Give directories (llmb results DIR ...) or set LLMB_INSTALL.")
+        return "No runs found."
+    table = [
+        [r["filename"], r["status"], r["window"], _f(r["time_mean_ms"], 3), _f(r["time_std_dev_ms"], 3),
+         _f(r["tflops_per_gpu_mean"], 2), _f(r["tflops_per_gpu_std_dev"], 2), _f(r["tokens_per_s"], 0),
+         _f(r["mfu_pct"], 2), _f(r["days_to_train_1t"], 2),
+         "-" if r["reference_delta_pct"] is None else f"{r['reference_delta_pct']:+.1f}%"]
+        for r in rows
+    ]
+    text = render_table(
+        ["EXPERIMENT", "STATUS", "WINDOW", "TIME MEAN (ms)", "TIME STD (ms)", "TFLOPS/GPU", "TFLOPS STD",
+         "TOKENS/S", "MFU %", "DAYS/1T", "VS PUBLISHED"], table)
+    notes = []
+    for r, result in zip(rows, results, strict=True):
+        if r["failure_reason"]:
+            notes.append(f"{r['filename']}: {r['status']}: {r['failure_reason']}")
+        notes += [f"{r['filename']}: {n}" for n in result.notes]
+        if result.nccl:
+            total = sum(c.bytes for c in result.nccl)
+            calls = sum(c.calls for c in result.nccl)
+            parts = ", ".join(f"{c.name} {c.calls} calls {c.bytes / 2**30:.2f} GiB" for c in result.nccl[:4])
+            notes.append(f"{r['filename']}: NCCL trace: {calls} calls, {total / 2**30:.2f} GiB ({parts})")
+    if notes:
+        text += "\n\n" + "\n".join(notes)
+    return text
+
+
+@click.command("results")
+@selection_options
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--full-names", is_flag=True, help="Show each run's full log path instead of its short name.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.pass_context
+def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan, fmt,
+                    full_names, as_json):
+    """Parse the logs of the runs under DIRS (default: every workload's
+    experiments directory in $LLMB_INSTALL) and show step time and
+    TFLOP/s/GPU over the window (mean and sample standard deviation),
+    tokens/s, MFU, days to train 1T tokens, checkpoint timings, the
+    published step time and how far off it the run is, and why a run failed.
+    Every parsed run is stored in the results database."""
+    from llmb.results.export import nccl_rows, row, to_csv, to_json
+
+    picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
+    rows = [row(result, name=display_name(where, full_names), run_id=run_id) for where, result, run_id in picked]
+    fmt = "json" if as_json else fmt
+    if fmt == "csv":
+        click.echo(to_csv(rows), nl=False)
+    elif fmt == "json":
+        for r, (_, result, _) in zip(rows, picked, strict=True):
+            r["notes"] = list(result.notes)
+            r["nccl"] = nccl_rows(result)
+        click.echo(to_json(rows))
+    else:
+        from llmb.paths import experiments_dirs
+
+        searched = list(dirs) or (None if from_db else experiments_dirs())
+        click.echo(render(rows, [result for _, result, _ in picked], searched))

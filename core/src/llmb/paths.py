@@ -1,0 +1,31 @@
+"""Where llmb keeps things.
+
+``LLMB_INSTALL`` is the seeds' top-level directory for all benchmarking
+artefacts (images, venvs, workloads, experiments); without it llmb uses
+``$XDG_DATA_HOME/llmb`` (``~/.local/share/llmb``). Each workload's runs go
+under ``<install>/workloads/<workload>/experiments`` (the seeds'
+``$LLMB_WORKLOAD/experiments``), and the results database is
+``<install>/results.sqlite``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+def install_dir() -> str:
+    explicit = os.environ.get("LLMB_INSTALL")
+    if explicit:
+        return os.path.abspath(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "llmb")
+
+
+def workload_dir(workload: str) -> str:
+    return os.path.join(install_dir(), "workloads", workload)
+
+
+def experiments_dirs() -> list[str]:
+    """Every workload's experiments directory that exists under the install."""
+    return sorted(glob.glob(os.path.join(install_dir(), "workloads", "*", "experiments")))

@@ -1,0 +1,260 @@
+"""From what the parsers found to a ``RunResult``.
+
+Status (field-facts §2, the tool being replaced, plus ``failed``), first
+match wins:
+
+* ``no_log``: there is no log;
+* ``invalid_grad_norm``: some iteration logged ``grad norm: nan``;
+* ``success``: the final iteration (``i/N`` with i = N) and every iteration
+  of the window are in the log;
+* ``failed``: a failure was found (node failure, CUDA out of memory, NCCL
+  watchdog timeout, Python exception: the first of these is the reason);
+* ``incomplete``: some iterations, but not the final one or not the whole window;
+* ``no_data``: no iteration line at all.
+
+Statistics are over the window's iterations (printed numbers, inclusive):
+mean and *sample* standard deviation, step time in ms, TFLOP/s/GPU paired
+with its own iteration. Where the workload's logs carry no valid TFLOPS
+(Nemotron-H) they are computed per iteration from the workload's FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import replace
+
+from llmb.metrics import days_to_train, mfu, tokens_per_second
+from llmb.records import ReferenceResult, Variant, Workload
+from llmb.results.records import (
+    CheckpointTimings,
+    Failure,
+    IterationLog,
+    RunContext,
+    RunResult,
+    Sample,
+    WindowStats,
+)
+from llmb.results.scan import ScanReport
+
+DEFAULT_WINDOW = (35, 44)
+FAILURE_ORDER = ("node_failure", "cuda_oom", "nccl_timeout", "python_exception")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[35, 36, 37, 40] -> '35-37, 40'."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def choose_iterations(findings: dict) -> tuple[IterationLog | None, list[str]]:
+    logs = [f for name in ("megatron_bridge", "nemo2") if (f := findings.get(name)) is not None]
+    if not logs:
+        return None, []
+    logs.sort(key=lambda log: len(log.samples), reverse=True)
+    notes = []
+    if len(logs) > 1:
+        notes.append(
+            "mixed log formats: " + ", ".join(f"{len(l.samples)} {l.format} iterations" for l in logs)
+            + f"; using {logs[0].format}"
+        )
+    return logs[0], notes
+
+
+def variant_for(workload: Workload | None, context: RunContext, fmt: str | None) -> Variant | None:
+    """The context's variant, else the one whose framework wrote this log."""
+    if workload is None:
+        return None
+    if context.variant and (variant := workload.variant(context.variant)):
+        return variant
+    matching = [v for v in workload.variants if v.framework == fmt]
+    return matching[0] if matching else workload.default_variant
+
+
+def find_reference(workload: Workload | None, context: RunContext, variant: Variant | None) -> ReferenceResult | None:
+    if workload is None or variant is None or context.proxy:
+        return None
+    for ref in workload.references:
+        if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
+            variant.name, context.size, context.gpu, context.dtype, context.gpus, context.scaling
+        ):
+            return ref
+    return None
+
+
+def analyze(
+    report: ScanReport | None,
+    context: RunContext,
+    *,
+    workload: Workload | None = None,
+    window: tuple[int, int] | None = None,
+    flops_per_sample: float | None = None,
+    peak_tflops: float | None = None,
+    missing_log_reason: str = "no log file",
+) -> RunResult:
+    """``flops_per_sample`` (the workload's formula) and ``peak_tflops`` (GPU
+    type and dtype) are what the derived metrics need; either may be None."""
+    if report is None:
+        variant = variant_for(workload, context, None)
+        return RunResult(log=None, context=context, status="no_log", reason=missing_log_reason,
+                         format=None, window=window or (variant.window if variant else DEFAULT_WINDOW),
+                         stats=None, max_iteration=None, last_iteration=None)
+
+    findings = report.findings
+    iterations, notes = choose_iterations(findings)
+    variant = variant_for(workload, context, iterations.format if iterations else None)
+    if variant is not None and context.variant is None:
+        context = replace(context, variant=variant.name)
+    window = window or (variant.window if variant else DEFAULT_WINDOW)
+    failures = sorted(findings.get("failures") or [], key=lambda f: FAILURE_ORDER.index(f.kind))
+    failure = _with_hint(failures[0], workload, context) if failures else None
+
+    samples = sorted(iterations.samples.values(), key=lambda s: s.iteration) if iterations else []
+    gbs = _gbs(samples, context)
+    if gbs is not None and context.gbs is None:
+        context = replace(context, gbs=gbs)
+    compute_tflops = variant is not None and not variant.log_tflops_valid
+    stats = _window_stats(samples, window, compute_tflops, gbs, context.gpus, flops_per_sample)
+
+    notes += _scan_notes(report, iterations)
+    status, reason = _status(iterations, samples, window, failure, report)
+
+    tokens = days = mfu_pct = None
+    if stats and stats.time_mean_ms and context.seq_len and gbs:
+        tokens = tokens_per_second(context.seq_len, gbs, stats.time_mean_ms / 1000.0)
+        days = days_to_train(tokens)
+    if stats and stats.time_mean_ms and peak_tflops:
+        use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
+        if use_log and stats.tflops_mean is not None:
+            mfu_pct = 100 * mfu(stats.tflops_mean, peak_tflops)
+        elif flops_per_sample and gbs and context.gpus:
+            model_tflops = gbs * flops_per_sample / (stats.time_mean_ms / 1000.0) / context.gpus / 1e12
+            mfu_pct = 100 * mfu(model_tflops, peak_tflops)
+
+    reference = find_reference(workload, context, variant)
+    ref_ms = delta = None
+    if reference is not None:
+        ref_ms = reference.step_time_s * 1000.0
+        if stats and stats.time_mean_ms:
+            delta = 100.0 * (stats.time_mean_ms - ref_ms) / ref_ms
+    if context.proxy:
+        notes.append("proxy run: not compared with the published figures")
+
+    return RunResult(
+        log=report.path,
+        context=context,
+        status=status,
+        reason=reason,
+        format=iterations.format if iterations else None,
+        window=window,
+        stats=stats,
+        max_iteration=samples[-1].iteration if samples else None,
+        last_iteration=iterations.last if iterations else None,
+        samples=tuple(samples),
+        tokens_per_s=tokens,
+        mfu_pct=mfu_pct,
+        days_1t=days,
+        checkpoint=findings.get("checkpoint") or CheckpointTimings(),
+        failure=failure,
+        nccl=tuple(findings.get("nccl") or ()),
+        reference_step_time_ms=ref_ms,
+        reference_delta_pct=delta,
+        reference_source=reference.provenance.describe() if reference else None,
+        notes=tuple(notes),
+        bytes_read=report.bytes_read,
+        extra={k: v for k, v in findings.items() if k not in _CORE_FINDINGS},
+    )
+
+
+_CORE_FINDINGS = {"megatron_bridge", "nemo2", "checkpoint", "nccl", "failures"}
+
+
+def _with_hint(failure: Failure, workload: Workload | None, context: RunContext) -> Failure:
+    if workload is None:
+        return failure
+    for hint in workload.failure_hints:
+        if hint.failure == failure.kind and (hint.gpu is None or hint.gpu == context.gpu):
+            return replace(failure, hint=hint.hint)
+    return failure
+
+
+def _gbs(samples: list[Sample], context: RunContext) -> int | None:
+    logged = Counter(s.global_batch_size for s in samples if s.global_batch_size)
+    return logged.most_common(1)[0][0] if logged else context.gbs
+
+
+def _window_stats(
+    samples: list[Sample], window: tuple[int, int], compute_tflops: bool,
+    gbs: int | None, gpus: int | None, flops: float | None,
+) -> WindowStats | None:
+    first, last = window
+    inside = [s for s in samples if first <= s.iteration <= last]
+    if not inside:
+        return None
+    time_mean, time_std = _mean_std([s.step_time_ms for s in inside])
+    source = None
+    tflops: list[float] = []
+    if compute_tflops:
+        if flops and gbs and gpus:
+            tflops = [gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12 for s in inside if s.step_time_ms]
+            source = "computed"
+    else:
+        tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
+        source = "log" if tflops else None
+    tf_mean, tf_std = _mean_std(tflops)
+    return WindowStats(first, last, len(inside), time_mean, time_std, tf_mean, tf_std, source if tflops else None)
+
+
+def _status(
+    iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
+    failure: Failure | None, report: ScanReport,
+) -> tuple[str, str | None]:
+    if iterations and iterations.nan_grad_norm:
+        return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
+    present = {s.iteration for s in samples}
+    missing = [i for i in range(window[0], window[1] + 1) if i not in present]
+    final = iterations.last if iterations else None
+    if samples and final is not None and final in present and not missing:
+        return "success", None
+    if failure is not None:
+        reason = f"{failure.kind.replace('_', ' ')}: {failure.message}"
+        return "failed", reason + (f" (hint: {failure.hint})" if failure.hint else "")
+    if samples:
+        last = samples[-1].iteration
+        parts = []
+        if final is None or final not in present:
+            parts.append(f"the final iteration ({final}) was not reached; the last logged is {last}")
+        if missing:
+            parts.append(f"window iterations {_ranges(missing)} are missing")
+        return "incomplete", "; ".join(parts)
+    if report.binary:
+        return "no_data", f"not a text log (binary data), {report.bytes_read} bytes read"
+    what = "an empty log" if report.bytes_read == 0 else f"no iteration lines in {report.bytes_read} bytes"
+    return "no_data", what
+
+
+def _scan_notes(report: ScanReport, iterations: IterationLog | None) -> list[str]:
+    notes = []
+    if iterations and iterations.duplicates:
+        notes.append(f"{iterations.duplicates} repeated iteration lines (the last of each was kept)")
+    if iterations and iterations.dropped:
+        notes.append(f"{iterations.dropped} iteration lines beyond {len(iterations.samples)} distinct ones ignored")
+    if report.long_lines:
+        notes.append(f"{report.long_lines} lines longer than 1 MiB skipped")
+    for name, error in sorted(report.errors.items()):
+        notes.append(f"parser {name} failed and was skipped: {error}")
+    return notes

@@ -1,0 +1,100 @@
+"""Comparing results with the seeds' published figures and with a baseline.
+
+A run *passes* when its throughput is at least ``threshold`` (0.95: the
+cluster-acceptance rule of the tool llmb replaces) of the reference's, i.e.
+``reference step time / run step time >= threshold``. A run that did not
+succeed cannot pass. Proxy runs are never compared with the published
+figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llmb.errors import UsageError
+from llmb.results.records import RunResult
+
+DEFAULT_THRESHOLD = 0.95
+KEY_FIELDS = ("workload", "size", "gpu", "dtype", "gpus", "scaling")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One baseline measurement: the configuration and its step time."""
+
+    key: tuple
+    time_mean_ms: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    against: str  # "published" | "baseline" | "run" (the run itself failed)
+    outcome: str  # pass | regress | failed | skipped
+    ratio: float | None  # reference step time / run step time
+    reference_ms: float | None
+    detail: str
+
+
+def key_of(result: RunResult) -> tuple:
+    c = result.context
+    return (c.workload, c.size, c.gpu, c.dtype, c.gpus, c.scaling)
+
+
+def _key_from_row(row: dict[str, Any]) -> tuple:
+    return tuple(row.get(k) if k != "gpus" or row.get(k) is None else int(row[k]) for k in KEY_FIELDS)
+
+
+def load_baselines(path: str) -> list[Baseline]:
+    """A JSON file written by ``llmb results --format json`` (a list of rows,
+    or one row). Only successful rows with a step time count."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read the baseline {path}: {exc.strerror}.") from None
+    except ValueError as exc:
+        raise UsageError(f"the baseline {path} is not valid JSON ({exc}); write one with "
+                         f"llmb results --format json > {path}.") from None
+    rows = data if isinstance(data, list) else [data]
+    out = []
+    for index, item in enumerate(rows):
+        if not isinstance(item, dict) or "time_mean_ms" not in item:
+            raise UsageError(f"the baseline {path} entry {index + 1} is not a result row "
+                             f"(expected the output of llmb results --format json).")
+        if item.get("status") == "success" and item.get("time_mean_ms"):
+            out.append(Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"{path}: {item.get('filename')}"))
+    return out
+
+
+def _judge(result: RunResult, against: str, reference_ms: float | None, source: str, threshold: float) -> Verdict:
+    if reference_ms is None:
+        return Verdict(against, "skipped", None, None, f"no {against} figure for this configuration")
+    ratio = reference_ms / result.stats.time_mean_ms
+    outcome = "pass" if ratio >= threshold or math.isclose(ratio, threshold) else "regress"
+    return Verdict(against, outcome, ratio, reference_ms,
+                   f"{ratio:.1%} of {against} throughput ({source}; pass at {threshold:.0%})")
+
+
+def compare(result: RunResult, baselines: list[Baseline] | None, threshold: float) -> list[Verdict]:
+    """One verdict per reference; a run without a step time fails outright."""
+    if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
+        return [Verdict("run", "failed", None, None, f"{result.status}: {result.reason or 'no step time'}")]
+    verdicts = []
+    if result.context.proxy:
+        verdicts.append(Verdict("published", "skipped", None, None, "proxy run: not compared with published figures"))
+    else:
+        verdicts.append(_judge(result, "published", result.reference_step_time_ms,
+                               result.reference_source or "", threshold))
+    if baselines is not None:
+        match = next((b for b in baselines if b.key == key_of(result)), None)
+        verdicts.append(_judge(result, "baseline", match.time_mean_ms if match else None,
+                               match.source if match else "", threshold))
+    return verdicts
+
+
+def regressed(verdicts: list[Verdict]) -> bool:
+    return any(v.outcome in ("regress", "failed") for v in verdicts)

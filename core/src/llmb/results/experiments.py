@@ -1,0 +1,177 @@
+"""Find the runs under experiment directories and what each run was.
+
+The seeds' layout is ``experiments/<exp>/<exp>_<timestamp>/<exp>/log-<exp>.out``.
+Every ``log-*.out`` is one run; a run directory ``<exp>/<exp>_<timestamp>``
+without any log is reported too (status ``no_log``).
+
+What a run was comes from ``recipe.json`` beside its log or in its run
+directory (llmb writes one for every run it starts), else from the
+experiment name the seeds' launchers give (``pretrain_llama3_8b_nvfp4_gpus8
+_tp1_..._mbs4_gbs128``, ``pretrain_llama3.1_8b_fp8_8``), matched against the
+installed workloads' ``experiment_prefixes``. Names carry no GPU type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from llmb.records import Workload
+from llmb.results.records import RunContext
+
+RECIPE_FILE = "recipe.json"
+_LOG = re.compile(r"^log-.*\.out$")
+_RUN_DIR = re.compile(r"^(?P<exp>.+)_(?P<stamp>\d{6,})$")
+_JOB_ID = re.compile(r"_(\d+)(?:_\d+)?\.out$")
+
+
+@dataclass(frozen=True)
+class RunLocation:
+    """A run found on disk: its log (None when missing), run directory and name."""
+
+    log: str | None
+    run_dir: str
+    experiment: str
+    short_name: str
+
+
+def _is_run_dir(path: str) -> bool:
+    m = _RUN_DIR.match(os.path.basename(path))
+    return bool(m) and os.path.basename(os.path.dirname(path)) == m.group("exp")
+
+
+def _location(log: str) -> RunLocation:
+    directory = os.path.dirname(os.path.abspath(log))
+    experiment = os.path.basename(log)[len("log-"):-len(".out")] if _LOG.match(os.path.basename(log)) \
+        else os.path.splitext(os.path.basename(log))[0]
+    run_dir = directory
+    for candidate in (directory, os.path.dirname(directory)):
+        if _is_run_dir(candidate):
+            run_dir = candidate
+            break
+    if _is_run_dir(run_dir):
+        experiment = _RUN_DIR.match(os.path.basename(run_dir)).group("exp")
+        short = os.path.basename(run_dir)
+    else:
+        short = os.path.splitext(os.path.basename(log))[0].removeprefix("log-")
+    return RunLocation(os.path.abspath(log), run_dir, experiment, short)
+
+
+def find_runs(paths: list[str]) -> list[RunLocation]:
+    """Every run under ``paths`` (directories are walked; a file is a log)."""
+    runs: dict[str, RunLocation] = {}
+    for path in paths:
+        if os.path.isfile(path):
+            location = _location(path)
+            runs[location.log] = location
+            continue
+        run_dirs_with_logs: set[str] = set()
+        candidate_run_dirs: set[str] = set()
+        for directory, subdirs, files in os.walk(path):
+            subdirs.sort()
+            if _is_run_dir(directory):
+                candidate_run_dirs.add(os.path.abspath(directory))
+            for name in sorted(files):
+                if _LOG.match(name):
+                    location = _location(os.path.join(directory, name))
+                    runs[location.log] = location
+                    run_dirs_with_logs.add(location.run_dir)
+        for run_dir in sorted(candidate_run_dirs - run_dirs_with_logs):
+            name = os.path.basename(run_dir)
+            runs[run_dir] = RunLocation(None, run_dir, _RUN_DIR.match(name).group("exp"), name)
+    return sorted(runs.values(), key=lambda r: (r.experiment, r.short_name, r.log or ""))
+
+
+def read_recipe(location: RunLocation) -> dict | None:
+    """The recipe llmb saved for the run, if any (beside the log, or in the run dir)."""
+    places = [location.run_dir]
+    if location.log:
+        places.insert(0, os.path.dirname(location.log))
+    for place in places:
+        path = os.path.join(place, RECIPE_FILE)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunContext:
+    job = _JOB_ID.search(location.log) if location.log else None
+    job_id = job.group(1) if job else None
+    recipe = read_recipe(location)
+    if recipe is not None:
+        return RunContext(
+            experiment=location.experiment,
+            source="recipe",
+            workload=_text(recipe.get("workload")),
+            variant=_text(recipe.get("variant")),
+            size=_text(recipe.get("size")),
+            gpu=_text(recipe.get("gpu")),
+            dtype=_text(recipe.get("dtype")),
+            gpus=_number(recipe.get("gpus")),
+            gbs=_number(recipe.get("gbs")),
+            seq_len=_number(recipe.get("seq_len")),
+            layers=_number(recipe.get("layers")),
+            scaling=_text(recipe.get("scaling")) or "weak",
+            proxy=bool(recipe.get("proxy", False)),
+            job_id=_text(recipe.get("job_id")) or job_id,
+        )
+    return infer_from_name(location.experiment, workloads, job_id)
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value).lower()
+
+
+def _number(value) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_DTYPE = re.compile(r"(?:^|_)(bf16|fp8|nvfp4)(?:_|$)")
+_GPUS = re.compile(r"(?:^|_)gpus(\d+)(?:_|$)")
+_TRAILING = re.compile(r"_(\d+)$")
+_GBS = re.compile(r"(?:^|_)(?:gbs(\d+)|(\d+)gbs)(?:_|$)")
+
+
+def infer_from_name(name: str, workloads: dict[str, Workload], job_id: str | None = None) -> RunContext:
+    """What the seeds' experiment names say: workload (by prefix), size,
+    dtype, GPU count and GBS where present. Unknown parts stay None."""
+    lowered = name.lower()
+    matches = [
+        (len(prefix), workload)
+        for workload in workloads.values()
+        for prefix in workload.experiment_prefixes
+        if lowered.startswith(prefix.lower())
+    ]
+    if not matches:
+        return RunContext(experiment=name, source="none", job_id=job_id)
+    prefix_len, workload = max(matches, key=lambda m: m[0])
+    rest = lowered[prefix_len:]
+    sizes = workload.sizes()
+    size = next((s for s in sorted(sizes, key=len, reverse=True) if rest.startswith(s + "_") or rest == s), None)
+    if size is None and len(sizes) == 1:
+        size = sizes[0]  # e.g. Llama 4's e128 names one size only
+    dtype = _DTYPE.search(lowered)
+    gpus = _GPUS.search(lowered) or _TRAILING.search(lowered)
+    gbs = _GBS.search(lowered)
+    seq_len = next((s.seq_len for v in workload.variants for s in v.series if s.size == size), None)
+    return RunContext(
+        experiment=name,
+        source="name",
+        workload=workload.name,
+        size=size,
+        dtype=dtype.group(1) if dtype else None,
+        gpus=int(gpus.group(1)) if gpus else None,
+        gbs=int(gbs.group(1) or gbs.group(2)) if gbs else None,
+        seq_len=seq_len,
+        job_id=job_id,
+    )

@@ -1,0 +1,95 @@
+"""Results as rows: the columns of the tool llmb replaces, then llmb's own.
+
+The first seven CSV columns are ``parse_train_timing_mbridge.sh``'s header
+(field-facts §2), in its order and units, so scripts reading them keep
+working. CSV is written with the csv module and JSON with json, so both stay
+valid whatever a log contained (a reason with commas, quotes or newlines).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from llmb.results.records import RunResult
+
+LEGACY_COLUMNS = (
+    "filename", "status", "time_mean_ms", "time_std_dev_ms", "tflops_per_gpu_mean", "tflops_per_gpu_std_dev",
+    "max_iteration",
+)
+COLUMNS = LEGACY_COLUMNS + (
+    "workload", "variant", "size", "gpu", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
+    "tflops_source", "tokens_per_s", "mfu_pct", "days_to_train_1t", "checkpoint_save_s", "checkpoint_load_s",
+    "reference_step_time_ms", "reference_delta_pct", "failure_reason", "failure_hint", "run_id", "log",
+)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, digits)
+
+
+def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str, Any]:
+    s, c = result.stats, result.context
+    return {
+        "filename": name,
+        "status": result.status,
+        "time_mean_ms": _round(s.time_mean_ms, 3) if s else None,
+        "time_std_dev_ms": _round(s.time_std_ms, 3) if s else None,
+        "tflops_per_gpu_mean": _round(s.tflops_mean, 2) if s else None,
+        "tflops_per_gpu_std_dev": _round(s.tflops_std, 2) if s else None,
+        "max_iteration": result.max_iteration,
+        "workload": c.workload,
+        "variant": c.variant,
+        "size": c.size,
+        "gpu": c.gpu,
+        "dtype": c.dtype,
+        "gpus": c.gpus,
+        "scaling": c.scaling,
+        "proxy": c.proxy,
+        "window": f"{result.window[0]}-{result.window[1]}",
+        "samples_in_window": s.count if s else 0,
+        "tflops_source": s.tflops_source if s else None,
+        "tokens_per_s": _round(result.tokens_per_s, 1),
+        "mfu_pct": _round(result.mfu_pct, 2),
+        "days_to_train_1t": _round(result.days_1t, 2),
+        "checkpoint_save_s": _round(result.checkpoint.save_s, 3),
+        "checkpoint_load_s": _round(result.checkpoint.load_s, 3),
+        "reference_step_time_ms": _round(result.reference_step_time_ms, 3),
+        "reference_delta_pct": _round(result.reference_delta_pct, 2),
+        "failure_reason": result.reason,
+        "failure_hint": result.failure.hint if result.failure else None,
+        "run_id": run_id,
+        "log": result.log,
+    }
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buffer.getvalue()
+
+
+def to_json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, indent=2, allow_nan=False)
+
+
+def nccl_rows(result: RunResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "collective": c.name,
+            "calls": c.calls,
+            "elements": c.elements,
+            "bytes": c.bytes,
+            "communicator_sizes": {str(k): v for k, v in c.communicator_sizes.items()},
+            "unknown_datatypes": c.unknown_datatypes,
+        }
+        for c in result.nccl
+    ]

@@ -1,0 +1,152 @@
+"""What a log says, as typed records that round-trip through JSON.
+
+``RunResult`` is the record DESIGN.md names: status, per-iteration samples,
+window statistics, checkpoint timings, failure reason, derived metrics. The
+smaller records are what the individual log parsers find.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# The statuses of the tool being replaced (field-facts §2), plus ``failed``.
+STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training iteration as logged (step time in milliseconds)."""
+
+    iteration: int
+    step_time_ms: float | None
+    tflops_per_gpu: float | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    global_batch_size: int | None = None
+
+
+@dataclass
+class IterationLog:
+    """The iteration lines one log format found, keyed by printed iteration.
+
+    ``last`` is the denominator of ``iteration i/N`` (the final iteration's
+    number in that format). A repeated iteration keeps its last occurrence
+    (a restarted run appends to its log) and is counted in ``duplicates``.
+    """
+
+    format: str
+    samples: dict[int, Sample] = field(default_factory=dict)
+    last: int | None = None
+    duplicates: int = 0
+    nan_grad_norm: list[int] = field(default_factory=list)
+    dropped: int = 0  # samples not kept because the log had implausibly many
+
+
+@dataclass(frozen=True)
+class CheckpointTimings:
+    save_s: float | None = None
+    load_s: float | None = None
+    save_iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One NCCL collective type over the traced steps."""
+
+    name: str
+    calls: int
+    elements: int
+    bytes: int
+    communicator_sizes: dict[int, int]  # nranks -> calls
+    unknown_datatypes: int = 0  # calls whose datatype code llmb does not know (no bytes counted)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run failed, from its log: a kind and the line that says so."""
+
+    kind: str  # cuda_oom | nccl_timeout | node_failure | python_exception
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What is known about the run besides its log: from the recipe llmb
+    saved beside it, else from the experiment's name, else nothing."""
+
+    experiment: str
+    source: str  # "recipe" | "name" | "none"
+    workload: str | None = None
+    variant: str | None = None
+    size: str | None = None
+    gpu: str | None = None
+    dtype: str | None = None
+    gpus: int | None = None
+    gbs: int | None = None
+    seq_len: int | None = None
+    layers: int | None = None  # fewer than the model's for a proxy run
+    scaling: str = "weak"
+    proxy: bool = False
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    first: int
+    last: int
+    count: int
+    time_mean_ms: float | None
+    time_std_ms: float | None
+    tflops_mean: float | None
+    tflops_std: float | None
+    tflops_source: str | None  # "log" | "computed" | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A parsed run: status, statistics over the window, derived metrics."""
+
+    log: str | None
+    context: RunContext
+    status: str
+    reason: str | None
+    format: str | None
+    window: tuple[int, int]
+    stats: WindowStats | None
+    max_iteration: int | None
+    last_iteration: int | None
+    samples: tuple[Sample, ...] = ()
+    tokens_per_s: float | None = None
+    mfu_pct: float | None = None
+    days_1t: float | None = None
+    checkpoint: CheckpointTimings = CheckpointTimings()
+    failure: Failure | None = None
+    nccl: tuple[Collective, ...] = ()
+    reference_step_time_ms: float | None = None
+    reference_delta_pct: float | None = None
+    reference_source: str | None = None
+    notes: tuple[str, ...] = ()
+    bytes_read: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        values = dict(data)
+        values["context"] = RunContext(**values["context"])
+        values["window"] = tuple(values["window"])
+        values["stats"] = WindowStats(**values["stats"]) if values.get("stats") else None
+        values["samples"] = tuple(Sample(**s) for s in values.get("samples", ()))
+        values["checkpoint"] = CheckpointTimings(**values.get("checkpoint") or {})
+        values["failure"] = Failure(**values["failure"]) if values.get("failure") else None
+        values["nccl"] = tuple(
+            Collective(**{**c, "communicator_sizes": {int(k): v for k, v in c["communicator_sizes"].items()}})
+            for c in values.get("nccl", ())
+        )
+        values["notes"] = tuple(values.get("notes", ()))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})

@@ -1,0 +1,154 @@
+"""Each built-in parser on the line formats of field-facts §2 and the seeds."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import loggen  # noqa: E402
+from llmb.results.parsers import BUILTIN_PARSERS, NCCL_DATATYPE_BYTES  # noqa: E402
+from llmb.results.scan import scan  # noqa: E402
+
+
+def scan_text(tmp_path, text: str, chunk_size: int = 8 << 20, name: str = "log.out"):
+    path = tmp_path / name
+    path.write_text(text)
+    return scan(str(path), list(BUILTIN_PARSERS), chunk_size=chunk_size)
+
+
+def test_megatron_bridge_field_facts_example(tmp_path):
+    text = (
+        "Step Time : 1.00s GPU utilization: 939.5MODEL_TFLOP/s/GPU\n"
+        " [2026-11-21 10:00:00] iteration       35/      50 | consumed samples: 4480 | elapsed time per iteration "
+        "(ms): 1004.9 | learning rate: 3.0E-05 | global batch size:   128 | lm loss: 1.2E+01 | loss scale: 1.0 | "
+        "grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    log = scan_text(tmp_path, text).findings["megatron_bridge"]
+    sample = log.samples[35]
+    assert (sample.step_time_ms, sample.tflops_per_gpu, sample.loss, sample.grad_norm, sample.global_batch_size) == (
+        1004.9, 939.5, 12.0, 1.234, 128)
+    assert log.last == 50
+
+
+def test_tflops_pair_with_their_own_iteration_not_by_position(tmp_path):
+    lines = list(loggen.megatron_bridge_lines(range(30, 41), tflops={i: 100.0 + i for i in range(30, 41)}))
+    del lines[2 * (36 - 30)]  # iteration 36 lost its Step Time line
+    log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["megatron_bridge"]
+    assert log.samples[36].tflops_per_gpu is None
+    assert [log.samples[i].tflops_per_gpu for i in (35, 37, 40)] == [135.0, 137.0, 140.0]
+
+
+def test_throughput_field_in_the_iteration_line_wins(tmp_path):
+    text = (
+        "Step Time : 1.00s GPU utilization: 1.0MODEL_TFLOP/s/GPU\n"
+        "iteration 7/50 | elapsed time per iteration (ms): 1000.0 | throughput per GPU (TFLOP/s/GPU): 555.5 |\n"
+        "iteration 8/50 | elapsed time per iteration (ms): 2000.0 | 300.0 MODEL_TFLOP/s/GPU |\n"
+    )
+    log = scan_text(tmp_path, text).findings["megatron_bridge"]
+    assert (log.samples[7].tflops_per_gpu, log.samples[8].tflops_per_gpu) == (555.5, 300.0)
+
+
+def test_ranks_interleaving_keep_their_own_step_time(tmp_path):
+    text = (
+        "job/0 Step Time : 1.00s GPU utilization: 111.0MODEL_TFLOP/s/GPU\n"
+        "job/7 Step Time : 1.00s GPU utilization: 777.0MODEL_TFLOP/s/GPU\n"
+        "job/0  [2026-11-21] iteration 5/50 | elapsed time per iteration (ms): 1000.0 |\n"
+    )
+    log = scan_text(tmp_path, text).findings["megatron_bridge"]
+    assert log.samples[5].tflops_per_gpu == 111.0
+
+
+def test_nan_grad_norm_and_duplicates(tmp_path):
+    lines = list(loggen.megatron_bridge_lines(range(1, 6), nan_at=[3], step_ms={2: 500.0}))
+    lines += list(loggen.megatron_bridge_lines([2], step_ms={2: 700.0}))  # a restarted run logs 2 again
+    log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["megatron_bridge"]
+    assert log.nan_grad_norm == [3] and math.isnan(log.samples[3].grad_norm)
+    assert log.duplicates == 1 and log.samples[2].step_time_ms == 700.0
+
+
+def test_nemo2_lines_are_zero_based(tmp_path):
+    text = (
+        "Training epoch 0, iteration 45/99 | lr: 6.897e-06 | global_batch_size: 128 | global_step: 45 | "
+        "reduced_train_loss: 11.96 | train_step_timing in s: 6.08 | TFLOPS_per_GPU: 1.249e+03 | consumed_samples: 5888\n"
+        "Training epoch 0, iteration 49/49 | lr: 7.496e-06 | global_batch_size: 128 | global_step: 49 | "
+        "peak_memory_usage: 70833405952 | memory_allocated: 44271689728 | reduced_train_loss: 11.96 | "
+        "train_step_timing in s: 12.39 | consumed_samples: 6400\n"
+    )
+    log = scan_text(tmp_path, text).findings["nemo2"]
+    assert log.samples[45].step_time_ms == pytest.approx(6080.0)
+    assert log.samples[45].tflops_per_gpu == 1249.0
+    assert log.samples[49].step_time_ms == pytest.approx(12390.0) and log.last == 99
+    assert scan_text(tmp_path, text).findings.get("megatron_bridge") is None  # not Megatron's format
+
+
+@pytest.mark.parametrize(("lines", "save", "load", "iteration"), [
+    ([loggen.CHECKPOINT_MEGATRON], 24.89513, None, 50),
+    ([loggen.CHECKPOINT_NEMO_SAVE, loggen.CHECKPOINT_NEMO_LOAD], 4.389, 9.712, 50),
+    (["successfully saved checkpoint from iteration 50 to /x", "(min, max) time across ranks (ms):",
+      "    save-checkpoint ................................: (100.0, 2500.5)",
+      "    load-checkpoint ................................: (700.25, 900.75)"], 2.5005, 0.90075, 50),
+])
+def test_checkpoint_timings_both_formats(tmp_path, lines, save, load, iteration):
+    timings = scan_text(tmp_path, "\n".join(lines) + "\n").findings["checkpoint"]
+    assert timings.save_s == pytest.approx(save) if save else timings.save_s is None
+    assert timings.load_s == pytest.approx(load) if load else timings.load_s is None
+    assert timings.save_iteration == iteration
+
+
+def test_nccl_trace_summary_matches_an_independent_count(tmp_path):
+    lines = list(loggen.nccl_lines(3000, seed=5))
+    lines.insert(100, "[7] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x1 count 1 datatype 1 op 0 root 0 "
+                      "comm 0x55556b100660 [nranks=128] stream 0x5555630c58b0")  # field-facts' example
+    lines.insert(200, "node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3")  # not a collective
+    found = scan_text(tmp_path, "\n".join(lines) + "\n", chunk_size=4096).findings["nccl"]
+    expected: dict[str, dict] = {}
+    for line in lines:
+        words = line.split()
+        if "opCount" not in words:
+            continue
+        name = words[words.index("opCount") - 1].rstrip(":")
+        count, dtype = int(words[words.index("count") + 1]), int(words[words.index("datatype") + 1])
+        nranks = int(line.split("[nranks=")[1].split("]")[0])
+        e = expected.setdefault(name, {"calls": 0, "elements": 0, "bytes": 0, "sizes": Counter()})
+        e["calls"] += 1
+        e["elements"] += count
+        e["bytes"] += count * NCCL_DATATYPE_BYTES[dtype]
+        e["sizes"][nranks] += 1
+    assert {c.name: (c.calls, c.elements, c.bytes, c.communicator_sizes) for c in found} == {
+        n: (e["calls"], e["elements"], e["bytes"], dict(e["sizes"])) for n, e in expected.items()}
+
+
+def test_failures(tmp_path):
+    text = "\n".join([loggen.NODE_FAILURE, loggen.WATCHDOG, loggen.OOM, *loggen.TRACEBACK]) + "\n"
+    found = {f.kind: f.message for f in scan_text(tmp_path, text).findings["failures"]}
+    assert found["cuda_oom"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5" in found["nccl_timeout"]
+    assert "DUE TO NODE FAILURE" in found["node_failure"]
+    assert found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)"
+
+
+def test_traceback_with_interleaved_ranks_and_across_chunks(tmp_path):
+    other = "[rank5]:   File \"elsewhere.py\", line 1, in f"
+    lines = list(loggen.TRACEBACK)
+    lines.insert(3, other)
+    lines.insert(2, "[rank5]: some unrelated log line from another rank")
+    text = "noise\n" * 50 + "\n".join(lines) + "\n"
+    for chunk_size in (64, 97, 1 << 20):  # tiny chunks split the traceback
+        found = {f.kind: f.message for f in scan_text(tmp_path, text, chunk_size=chunk_size).findings["failures"]}
+        assert found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)", chunk_size
+
+
+def test_chained_tracebacks_report_the_first_exception(tmp_path):
+    text = "\n".join([
+        "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "KeyError: 'tp'", "",
+        "During handling of the above exception, another exception occurred:", "",
+        "Traceback (most recent call last):", '  File "b.py", line 2, in <module>',
+        "RuntimeError: config incomplete",
+    ]) + "\n"
+    found = {f.kind: f.message for f in scan_text(tmp_path, text).findings["failures"]}
+    assert found["python_exception"] == "KeyError: 'tp'"
