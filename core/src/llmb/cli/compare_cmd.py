@@ -10,6 +10,10 @@ from llmb.cli.results_cmd import display_name, open_store, select, selection_opt
 from llmb.errors import UsageError
 
 
+def _fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
 def _baselines(ctx, spec: str | None, db_path: str | None):
     """``--baseline RUN`` (a run id in the results database) or ``FILE``."""
     from llmb.results.compare import Baseline, key_of, load_baselines
@@ -61,6 +65,11 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
             {
                 "filename": name, "run_id": run_id, "status": result.status,
                 "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
+                "tokens_per_s": result.tokens_per_s, "mfu_pct": result.mfu_pct,
+                "published": None if result.reference_step_time_ms is None else {
+                    "step_time_ms": result.reference_step_time_ms, "tokens_per_s": result.reference_tokens_per_s,
+                    "mfu_pct": result.reference_mfu_pct, "source": result.reference_source,
+                },
                 "verdicts": [
                     {"against": v.against, "outcome": v.outcome, "ratio": v.ratio, "reference_ms": v.reference_ms,
                      "detail": v.detail}
@@ -84,6 +93,13 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
                 ])
         click.echo(render_table(["EXPERIMENT", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
                                  "DETAIL"], rows))
+        for name, result, _, _ in report:
+            if result.reference_step_time_ms is not None and result.stats and result.stats.time_mean_ms:
+                click.echo(
+                    f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, MFU {_fmt(result.mfu_pct, 2)}%; "
+                    f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
+                    f"MFU {_fmt(result.reference_mfu_pct, 2)}% ({result.reference_source})"
+                )
         total = sum(len(v) for *_, v in report)
         bad = sum(1 for *_, vs in report for v in vs if v.outcome in ("regress", "failed"))
         click.echo(f"\n{bad} of {total} comparisons regressed or failed (threshold {threshold:.0%}).")

@@ -172,6 +172,8 @@ def analyze(
         failure=failure,
         nccl=tuple(findings.get("nccl") or ()),
         reference_step_time_ms=ref_ms,
+        reference_tokens_per_s=reference.tokens_per_s if reference else None,
+        reference_mfu_pct=reference.mfu_pct if reference else None,
         reference_delta_pct=delta,
         reference_source=reference.provenance.describe() if reference else None,
         notes=tuple(notes),

@@ -23,7 +23,8 @@ LEGACY_COLUMNS = (
 COLUMNS = LEGACY_COLUMNS + (
     "workload", "variant", "size", "gpu", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
     "tflops_source", "tokens_per_s", "mfu_pct", "days_to_train_1t", "checkpoint_save_s", "checkpoint_load_s",
-    "reference_step_time_ms", "reference_delta_pct", "failure_reason", "failure_hint", "run_id", "log",
+    "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct", "reference_delta_pct",
+    "failure_reason", "failure_hint", "run_id", "log",
 )
 
 
@@ -60,6 +61,8 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "checkpoint_save_s": _round(result.checkpoint.save_s, 3),
         "checkpoint_load_s": _round(result.checkpoint.load_s, 3),
         "reference_step_time_ms": _round(result.reference_step_time_ms, 3),
+        "reference_tokens_per_s": _round(result.reference_tokens_per_s, 1),
+        "reference_mfu_pct": _round(result.reference_mfu_pct, 2),
         "reference_delta_pct": _round(result.reference_delta_pct, 2),
         "failure_reason": result.reason,
         "failure_hint": result.failure.hint if result.failure else None,

@@ -125,6 +125,8 @@ class RunResult:
     failure: Failure | None = None
     nccl: tuple[Collective, ...] = ()
     reference_step_time_ms: float | None = None
+    reference_tokens_per_s: float | None = None
+    reference_mfu_pct: float | None = None
     reference_delta_pct: float | None = None
     reference_source: str | None = None
     notes: tuple[str, ...] = ()
