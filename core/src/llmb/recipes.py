@@ -124,13 +124,23 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
 
     hardware = gpu_type(gpu)
     per_node = request.gpus_per_node or hardware.gpus_per_node
-    chosen, validated, warnings = _choose_series(series, gpus, label, per_node)
-    if gpus % per_node:
-        raise RecipeError(
-            f"{label}: {gpus} GPUs is not a whole number of {per_node}-GPU nodes; "
-            f"use a multiple of {per_node} ({_valid_counts(chosen, per_node)})."
-        )
-    return build_recipe(workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label)
+    try:
+        chosen, validated, warnings = _choose_series(series, gpus, label, per_node)
+        if gpus % per_node:
+            raise RecipeError(
+                f"{label}: {gpus} GPUs is not a whole number of {per_node}-GPU nodes; "
+                f"use a multiple of {per_node} ({_valid_counts(chosen, per_node)})."
+            )
+        return build_recipe(workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label)
+    except RecipeError:
+        if not request.any_scale:
+            raise
+    smallest = min(series, key=lambda s: s.min_gpus)
+    warnings = [
+        f"the proxy runs on {gpus} rank{'s' if gpus != 1 else ''}; the seed's recipe (MBS, GA, layout) is taken at "
+        f"its smallest tested scale, {smallest.min_gpus} GPUs."
+    ]
+    return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, warnings, label)
 
 
 def _scales(series: list[RecipeSeries]) -> str:

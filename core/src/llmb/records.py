@@ -330,6 +330,9 @@ class RecipeRequest:
     strong_scaling: bool = False
     gpus_per_node: int | None = None
     overrides: Mapping[str, object] = field(default_factory=dict)
+    # Proxies: when ``gpus`` is not a scale the seed accepts, take the recipe at
+    # its smallest tested scale (the proxy itself runs on ``gpus`` ranks).
+    any_scale: bool = False
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared

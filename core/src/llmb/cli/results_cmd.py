@@ -64,17 +64,14 @@ def selection_options(func):
 
 
 def open_store(db_path: str | None, required: bool):
-    from llmb.results.store import ResultStore
+    from llmb.results.store import ResultStore, open_or_none
 
+    if not required:
+        return open_or_none(db_path)
     try:
         return ResultStore(db_path)
-    except Exception as exc:  # noqa: BLE001 - an unusable database must not stop a scan
-        if required:
-            raise UsageError(f"cannot open the results database {db_path or '(default)'}: {exc}") from None
-        from llmb.log import get_logger
-
-        get_logger("llmb.results").warning("results database unavailable; results are not stored", error=str(exc))
-        return None
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"cannot open the results database {db_path or '(default)'}: {exc}") from None
 
 
 def _progress(index: int, total: int, location) -> None:

@@ -70,14 +70,15 @@ class Collector:
         if context.gpu is None and assume_gpu:
             context = replace(context, gpu=assume_gpu.lower())
         workload = workloads.get(context.workload) if context.workload else None
-        flops = peak = None
-        if workload is not None and context.size in workload.architectures and context.seq_len:
+        flops = context.flops_per_sample
+        peak = None
+        if flops is None and workload is not None and context.size in workload.architectures and context.seq_len:
             arch = workload.architecture(context.size)
             if context.layers:
                 arch = arch.with_layers(min(context.layers, arch.layers))
             model = self.host.model_flops(workload, arch, context.seq_len)
             flops = model.per_sample if model else None
-        if context.gpu in catalogue() and context.dtype:
+        if context.gpu in catalogue() and context.dtype and context.device != "cpu":  # no GPU peak for a CPU run
             peak = catalogue()[context.gpu].peak(context.dtype)
         report = scan(location.log, self.parsers) if location.log else None
         return analyze(

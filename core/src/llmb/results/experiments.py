@@ -13,15 +13,14 @@ installed workloads' ``experiment_prefixes``. Names carry no GPU type.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 
+from llmb.experiment import RECIPE_FILE, read_json
 from llmb.records import Workload
 from llmb.results.records import RunContext
 
-RECIPE_FILE = "recipe.json"
 _LOG = re.compile(r"^log-.*\.out$")
 _RUN_DIR = re.compile(r"^(?P<exp>.+)_(?P<stamp>\d{6,})$")
 _JOB_ID = re.compile(r"_(\d+)(?:_\d+)?\.out$")
@@ -90,13 +89,8 @@ def read_recipe(location: RunLocation) -> dict | None:
     if location.log:
         places.insert(0, os.path.dirname(location.log))
     for place in places:
-        path = os.path.join(place, RECIPE_FILE)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
+        data = read_json(os.path.join(place, RECIPE_FILE))
+        if data is not None:
             return data
     return None
 
@@ -121,12 +115,21 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
             scaling=_text(recipe.get("scaling")) or "weak",
             proxy=bool(recipe.get("proxy", False)),
             job_id=_text(recipe.get("job_id")) or job_id,
+            device=_text(recipe.get("device")),
+            flops_per_sample=_float(recipe.get("model_flops_per_sample")),
         )
     return infer_from_name(location.experiment, workloads, job_id)
 
 
 def _text(value) -> str | None:
     return None if value is None else str(value).lower()
+
+
+def _float(value) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _number(value) -> int | None:

@@ -29,8 +29,12 @@ COLUMNS = LEGACY_COLUMNS + (
 
 
 def _round(value: float | None, digits: int) -> float | None:
+    """``digits`` decimals, or four significant digits below 1 (a CPU proxy's
+    TFLOP/s would otherwise round to 0)."""
     if value is None or not math.isfinite(value):
         return None
+    if 0 < abs(value) < 1:
+        return float(f"{value:.4g}")
     return round(value, digits)
 
 

@@ -90,6 +90,8 @@ class RunContext:
     scaling: str = "weak"
     proxy: bool = False
     job_id: str | None = None
+    device: str | None = None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
+    flops_per_sample: float | None = None  # of the model that ran (proxies differ from the full size)
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,16 @@ class ResultStore:
 
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def open_or_none(path: str | None = None) -> ResultStore | None:
+    """The store, or None (with a warning) when it cannot be opened: storing a
+    result must never cost the result itself."""
+    try:
+        return ResultStore(path)
+    except Exception as exc:  # noqa: BLE001
+        from llmb.log import get_logger
+
+        get_logger("llmb.results").warning("results database unavailable; results are not stored",
+                                           path=path or default_path(), error=str(exc))
+        return None

@@ -1,0 +1,79 @@
+"""Experiment names and directories in the seeds' layout:
+
+    <install>/workloads/<workload>/experiments/<name>/<name>_<timestamp>/<name>/log-<name>.out
+
+with ``recipe.json`` (what was asked for and what ran) in the
+``<name>_<timestamp>`` run directory. Names follow Megatron-Bridge's
+(``pretrain_llama3_8b_nvfp4_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs4_gbs128``) with
+``_proxy-<kind>`` appended for proxy runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from llmb.paths import workload_dir
+from llmb.records import Recipe
+
+RECIPE_FILE = "recipe.json"
+
+
+def experiment_name(recipe: Recipe, proxy: str | None = None) -> str:
+    def value(v: object) -> str:
+        return "None" if v is None else str(v)
+
+    name = (
+        f"pretrain_{recipe.workload}_{recipe.size}_{recipe.dtype}_gpus{recipe.gpus}_tp{recipe.tp}_pp{recipe.pp}"
+        f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
+    )
+    return f"{name}_proxy-{proxy}" if proxy else name
+
+
+@dataclass(frozen=True)
+class ExperimentDir:
+    name: str
+    run_dir: str  # <name>_<timestamp>
+    inner: str  # <name>_<timestamp>/<name>
+    log: str
+
+    @property
+    def recipe_file(self) -> str:
+        return os.path.join(self.run_dir, RECIPE_FILE)
+
+
+def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
+    """A fresh run directory; the timestamp moves on until the name is free."""
+    base = os.path.join(root or os.path.join(workload_dir(workload), "experiments"), name)
+    os.makedirs(base, exist_ok=True)
+    stamp = int(time.time())
+    while True:
+        run_dir = os.path.join(base, f"{name}_{stamp}")
+        try:
+            os.mkdir(run_dir)
+            break
+        except FileExistsError:
+            stamp += 1
+    inner = os.path.join(run_dir, name)
+    os.makedirs(inner)
+    return ExperimentDir(name, run_dir, inner, os.path.join(inner, f"log-{name}.out"))
+
+
+def write_json(path: str, data: dict) -> None:
+    """Atomically: readers see the old file or the new one, never half."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
