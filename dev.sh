@@ -20,12 +20,15 @@ setup() {
     "$PYTHON" -m venv "$VENV"
   fi
   local stamp="$VENV/.llmb-installed" want
-  want=$(cat pyproject.toml "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -c1-16)
+  want=$(cat dev.sh pyproject.toml "${PACKAGES[@]/%//pyproject.toml}" | sha256sum | cut -c1-16)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     return
   fi
   echo "dev.sh: installing llmb and its plugins (editable) into $VENV" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1"
+  # The torch engine and its tests (numpy for distributed checkpoints).
+  # torch is pinned exactly so that no resolver pulls another (CUDA) build.
+  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy
   "$VENV/bin/python" -m pip install --quiet --group dev
   local editable=()
   for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done

@@ -90,7 +90,7 @@ def test_bad_input_exits_2_with_one_paragraph_and_no_traceback(llmb_proc, args, 
     assert "Traceback" not in result.err and result.out == ""
 
 
-def test_help_list_and_plan_import_no_framework(llmb_proc, tmp_path):
+def test_light_commands_import_no_framework(llmb_proc, tmp_path):
     """Tripwire packages that kill the process if anything imports them."""
     for name in ("torch", "megatron", "nemo", "transformer_engine", "nemo_run", "lightning"):
         package = tmp_path / name
@@ -101,7 +101,9 @@ def test_help_list_and_plan_import_no_framework(llmb_proc, tmp_path):
             os._exit(97)
         """))
     env = {"PYTHONPATH": str(tmp_path)}
-    for args in (["--help"], ["list"], ["plugins"], ["plan", "nemotronh", "--gpus", "64"]):
+    env["LLMB_INSTALL"] = str(tmp_path / "install")
+    for args in (["--help"], ["list"], ["plugins"], ["plan", "nemotronh", "--gpus", "64"], ["run", "--help"],
+                 ["status"], ["results"]):
         result = llmb_proc(*args, env=env)
         assert result.code == 0, (args, result.err)
         assert "TRIPWIRE" not in result.err

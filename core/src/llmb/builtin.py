@@ -24,3 +24,15 @@ def llmb_log_parsers() -> list:
     from llmb.results.parsers import BUILTIN_PARSERS
 
     return list(BUILTIN_PARSERS)
+
+
+@hookimpl
+def llmb_backends() -> list:
+    from llmb.backends import Backend
+
+    def load():
+        from llmb.backends.local import LocalBackend
+
+        return LocalBackend()
+
+    return [Backend("local", "this machine: one process per rank, state on disk", load)]

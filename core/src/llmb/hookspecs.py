@@ -16,7 +16,7 @@ workload it is and no answer depends on registration order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -83,3 +83,41 @@ def llmb_log_parsers() -> list[LogParser]:
     appear in ``RunResult.extra`` under its parser's name. A parser that
     raises is switched off for that log and the error is noted in the result.
     """
+
+
+@hookspec(firstresult=True)
+def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
+    """The workload's model for ``arch`` as a ``torch.nn.Module`` (the torch engine).
+
+    Called only on the plugin that registered ``workload`` (and site-plugin
+    wrappers). Import torch inside the implementation, never at module level:
+    the CLI must not import torch. Compose the family from
+    ``llmb.engine.blocks``; parameters are created on the current default
+    device (the engine uses ``torch.device("meta")`` to count them without
+    memory). ``model(input_ids)`` takes int64 ``[batch, seq]`` token ids and
+    returns float ``[batch, seq, vocab]`` logits. The parameter count must
+    equal ``llmb.params.count_params(arch)``.
+    """
+
+
+@hookspec
+def llmb_profile(request: Any) -> Any:
+    """Contribute to a run's profiling (1:N; every plugin may answer).
+
+    ``request`` is an ``llmb.profiling.ProfileRequest`` (what the user asked:
+    profile, GPU metrics, NCCL trace, the step window, the device, where the
+    run writes). Return an ``llmb.profiling.ProfileContribution`` (an argv
+    prefix for every rank, environment variables, a step limit, what the
+    training loop must do at the window's edges) or None when not concerned.
+    The core contributes nsys (when installed, on GPU), the torch.profiler
+    fallback, and the NCCL trace variables.
+    """
+
+
+@hookspec
+def llmb_backends() -> list:
+    """Register backends (1:N): ``llmb.backends.Backend`` records whose
+    ``load()`` returns the implementation (imported lazily): ``submit``,
+    ``status`` (batched over jobs), ``cancel`` (returns once the job really
+    ended) and ``log_path``; see ``llmb.backends.BackendImpl``. The core
+    registers ``local``."""

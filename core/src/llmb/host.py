@@ -14,13 +14,14 @@ from typing import Any
 
 import pluggy
 
-from llmb import builtin, hookspecs
+from llmb import builtin, hookspecs, profiling
 from llmb.entrypoints import entry_points
 from llmb.errors import PluginError, UsageError
 from llmb.log import get_logger
 from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
 
 GROUP = "llmb"
+CORE_PLUGINS = ("llmb.builtin", "llmb.profiling")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class PluginHost:
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
         self.pm.register(builtin, name="llmb.builtin")
+        self.pm.register(profiling, name="llmb.profiling")
         self._infos: dict[str, PluginInfo] = {}
         self._workloads: dict[str, Workload] | None = None
         self._owner: dict[str, str] = {}  # workload name -> plugin name
@@ -181,7 +183,7 @@ class PluginHost:
         remove = {key for key in owners if key != owner}
         for impl in getattr(self.pm.hook, hook).get_hookimpls():
             key = impl.plugin_name
-            if key in owners or key == "llmb.builtin" or impl.wrapper or impl.hookwrapper:
+            if key in owners or key in CORE_PLUGINS or impl.wrapper or impl.hookwrapper:
                 continue
             remove.add(key)
             if (key, hook) not in self._ignored:
@@ -201,7 +203,42 @@ class PluginHost:
     def model_flops(self, workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
         return self._for_workload("llmb_model_flops", workload)(workload=workload, arch=arch, seq_len=seq_len)
 
+    def build_model(self, workload: Workload, arch: ModelArch) -> Any:
+        """The torch module of ``workload`` at ``arch`` (imports torch)."""
+        model = self._for_workload("llmb_build_model", workload)(workload=workload, arch=arch)
+        if model is None:
+            raise PluginError(f"the {workload.name} plugin provides no model for the torch engine "
+                              f"(it implements no llmb_build_model).")
+        return model
+
     # ------------------------------------------------------------ 1:N contributions
+
+    def profile(self, request) -> list:
+        """Every profiler's contribution to a run (None answers dropped)."""
+        return [c for c in self.pm.hook.llmb_profile(request=request) if c is not None]
+
+    def backends(self) -> dict:
+        """Registered backends by name."""
+        found: dict[str, object] = {}
+        for impl in self.pm.hook.llmb_backends.get_hookimpls():
+            try:
+                records = list(impl.function() or ())
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("plugin's backends failed; skipped", plugin=impl.plugin_name, error=_describe(exc))
+                continue
+            for record in records:
+                if record.name in found:
+                    self.log.warning("duplicate backend refused", backend=record.name, plugin=impl.plugin_name)
+                    continue
+                found[record.name] = record
+        return found
+
+    def backend(self, name: str):
+        backends = self.backends()
+        if name not in backends:
+            raise UsageError(f"unknown backend {name!r}; installed backends: {', '.join(backends)} "
+                             f"(cluster backends come with llmb-backend-slurm and llmb-backend-runai).")
+        return backends[name]
 
     def log_parsers(self) -> list:
         """Every registered ``LogParser``, the core's first; a duplicate name is refused."""

@@ -20,6 +20,10 @@ from llmb.errors import LlmbError
 COMMANDS = {
     "list": ("llmb.cli.list_cmd", "list_command", "Show the support matrix: sizes, GPU types, dtypes, GPU counts."),
     "plan": ("llmb.cli.plan_cmd", "plan_command", "Resolve a recipe and show what a run would do."),
+    "run": ("llmb.cli.jobs_cmd", "run_command", "Run a recipe (local torch engine or a cluster) and follow it."),
+    "status": ("llmb.cli.jobs_cmd", "status_command", "Show a job's state, or list jobs."),
+    "logs": ("llmb.cli.jobs_cmd", "logs_command", "Print a job's log, or follow its progress."),
+    "cancel": ("llmb.cli.jobs_cmd", "cancel_command", "Stop a job and wait until it has ended."),
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
@@ -57,6 +61,8 @@ def cli() -> None:
     Examples:
       llmb list
       llmb plan llama31 --size 8b --gpu b200 --dtype nvfp4 --gpus 8
+      llmb run llama31 --size 8b --gpu h100 --dtype bf16 --gpus 2 --proxy tiny
+      llmb results
     """
 
 

@@ -1,6 +1,9 @@
-"""Llama 3.1 for llmb: the recipe data and the seed's FLOPs formula."""
+"""Llama 3.1 for llmb: the recipe data, the seed's FLOPs formula and the
+torch engine's model."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmb import hookimpl
 from llmb.flops import dense_transformer
@@ -18,3 +21,11 @@ def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> Model
     # seeds/llama31-nemo2.md Notes: seq * (attention + mlp + embedding), with
     # mlp = 18 L ffn h (SwiGLU's three matrices): 4.74e14 for 8b at 8192.
     return dense_transformer(arch, seq_len, formula="seeds/llama31-nemo2.md Notes")
+
+
+@hookimpl
+def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
+    # torch is imported here, never at module level: the CLI must not import it.
+    from .model import build
+
+    return build(arch)

@@ -1,6 +1,9 @@
-"""Llama 4 Maverick for llmb: the recipe data and the seed's FLOPs formula."""
+"""Llama 4 Maverick for llmb: the recipe data, the seed's FLOPs formula and the
+torch engine's model."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmb import hookimpl
 from llmb.records import ModelArch, ModelFlops, Workload
@@ -33,3 +36,11 @@ def maverick_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
 @hookimpl
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
     return maverick_flops(arch, seq_len)
+
+
+@hookimpl
+def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
+    # torch is imported here, never at module level: the CLI must not import it.
+    from .model import build
+
+    return build(arch)

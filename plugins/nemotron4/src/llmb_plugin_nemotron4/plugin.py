@@ -1,6 +1,9 @@
-"""Nemotron-4 for llmb: the recipe data and the seed's FLOPs formula."""
+"""Nemotron-4 for llmb: the recipe data, the seed's FLOPs formula and the
+torch engine's model."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmb import hookimpl
 from llmb.flops import dense_transformer
@@ -18,3 +21,11 @@ def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> Model
     # seeds/nemotron4-340b.md Notes: seq * (attention + mlp + embedding), with
     # mlp = 12 L h ffn (squared ReLU, two matrices): 8.62124e15 for 340b at 4096.
     return dense_transformer(arch, seq_len, formula="seeds/nemotron4-340b.md Notes")
+
+
+@hookimpl
+def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
+    # torch is imported here, never at module level: the CLI must not import it.
+    from .model import build
+
+    return build(arch)

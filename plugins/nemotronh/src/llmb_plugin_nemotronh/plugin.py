@@ -1,6 +1,9 @@
-"""Nemotron-H for llmb: the recipe data and the seed's FLOPs formula."""
+"""Nemotron-H for llmb: the recipe data, the seed's FLOPs formula and the
+torch engine's model."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmb import hookimpl
 from llmb.params import mamba_d_inner
@@ -38,3 +41,11 @@ def nemotronh_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
 @hookimpl
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
     return nemotronh_flops(arch, seq_len)
+
+
+@hookimpl
+def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
+    # torch is imported here, never at module level: the CLI must not import it.
+    from .model import build
+
+    return build(arch)

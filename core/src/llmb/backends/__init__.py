@@ -1,0 +1,33 @@
+"""Backends: where runs go. ``local`` (this machine) lives here; cluster
+backends are their own distributions (``llmb-backend-slurm``, ...), all
+registered through ``llmb_backends``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from llmb.jobs import Job, JobStatus
+from llmb.runspec import RunSpec
+
+
+class BackendImpl(Protocol):
+    def submit(self, spec: RunSpec, job: Job) -> Job:
+        """Start ``spec`` as ``job`` (its directory exists); return the job with any details added."""
+
+    def status(self, jobs: list[Job]) -> list[JobStatus]:
+        """The state of every job, in one go (a cluster backend makes one query for all)."""
+
+    def cancel(self, job: Job) -> JobStatus:
+        """Stop the job and return once it has really ended (or say that it has not)."""
+
+    def log_path(self, job: Job) -> str | None:
+        """Where the job's main log can be read from here, if anywhere."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    description: str
+    load: Callable[[], BackendImpl]

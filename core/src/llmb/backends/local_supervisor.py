@@ -1,0 +1,173 @@
+"""The local job's supervisor: ``python -m llmb.backends.local_supervisor JOB_DIR``.
+
+Runs in a session of its own (its process group is the job). It starts one
+worker per rank with the usual rendezvous variables (MASTER_ADDR,
+MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), all appending
+to the run's log. When a rank fails, the others are stopped; on SIGTERM
+(``llmb cancel``) all are. At the end it parses the log, stores the result
+in the results database and writes ``exit.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+from llmb.backends.local import CANCEL_FILE, RANKS_FILE, RUN_FILE, SUPERVISOR_FILE
+from llmb.experiment import read_json, write_json
+from llmb.jobs import JOB_FILE, Job, now, process_start_time, write_exit
+from llmb.runspec import RunSpec
+
+STOP_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Supervisor:
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.job = Job(**read_json(os.path.join(directory, JOB_FILE)))
+        self.spec = RunSpec.from_dict(read_json(os.path.join(directory, RUN_FILE)))
+        self.procs: list[subprocess.Popen] = []
+        self.cancelled = False
+        self.first_failure: tuple[int, int] | None = None  # (rank, exit code) of the first rank seen failing
+
+    def note(self, text: str) -> None:
+        """A line in the run's log, from llmb itself."""
+        with open(self.spec.log, "a", encoding="utf-8") as handle:
+            handle.write(f"[llmb] {text}\n")
+
+    def on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
+        self.cancelled = True
+        self.stop(signal.SIGTERM)
+
+    def stop(self, sig: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(sig)
+                except OSError:
+                    pass
+
+    def start_ranks(self) -> None:
+        spec = self.spec
+        port = free_port()
+        log = open(spec.log, "ab")
+        for rank in range(spec.ranks):
+            env = dict(os.environ)
+            env.update(spec.env)
+            env.update({
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(spec.ranks),
+                "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(spec.ranks),
+                "GROUP_RANK": "0", "LLMB_JOB_ID": spec.job_id, "PYTHONUNBUFFERED": "1",
+            })
+            wrapper = [part.replace("{rank}", str(rank)) for part in spec.wrapper]
+            argv = [*wrapper, sys.executable, "-m", "llmb.worker", os.path.join(self.directory, RUN_FILE)]
+            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
+        log.close()
+        write_json(os.path.join(self.directory, RANKS_FILE), {"ranks": [
+            {"rank": r, "pid": p.pid, "start_time": process_start_time(p.pid)} for r, p in enumerate(self.procs)
+        ]})
+
+    def wait(self) -> dict[int, int]:
+        """Exit codes by rank. The first rank to fail stops the others."""
+        failed_at = None
+        while True:
+            codes = {r: p.poll() for r, p in enumerate(self.procs)}
+            bad = [r for r, c in codes.items() if c not in (None, 0)]
+            if bad and self.first_failure is None:
+                self.first_failure = (bad[0], codes[bad[0]])
+            if all(c is not None for c in codes.values()):
+                return codes
+            if bad and failed_at is None and not self.cancelled:
+                failed_at = time.monotonic()
+                rank = bad[0]
+                self.note(f"rank {rank} (pid {self.procs[rank].pid}) {describe_exit(codes[rank])}; "
+                          f"stopping the other ranks")
+                self.stop(signal.SIGTERM)
+            if failed_at is not None and time.monotonic() - failed_at > STOP_GRACE_S:
+                self.stop(signal.SIGKILL)
+            time.sleep(0.1)
+
+    def finish(self, codes: dict[int, int]) -> None:
+        cancelled = self.cancelled or os.path.exists(os.path.join(self.directory, CANCEL_FILE))
+        failed = {r: c for r, c in codes.items() if c != 0}
+        state = "CANCELLED" if cancelled else ("FAILED" if failed else "SUCCEEDED")
+        if cancelled:
+            self.note("cancelled; every rank was stopped")
+        # The rank that failed first is the cause; the others were stopped because of it.
+        first = self.first_failure or (min(failed.items()) if failed else None)
+        reason = "cancelled" if cancelled else None
+        if state == "FAILED" and first is not None:
+            reason = f"rank {first[0]} {describe_exit(first[1])}"
+        summary, run_id = self.record_result()
+        # A rank that raised says why in the log; a rank killed by a signal could not, and what the
+        # stopped ranks printed afterwards would only mislead.
+        killed = first is not None and first[1] < 0
+        if state == "FAILED" and not killed and summary and summary.get("status") == "failed" \
+                and summary.get("failure_reason"):
+            reason = summary["failure_reason"]
+        write_exit(self.job.id, {
+            "state": state, "reason": reason, "ended_at": now(),
+            "exit_codes": {str(r): c for r, c in codes.items()}, "result": summary, "run_id": run_id,
+        })
+
+    def record_result(self) -> tuple[dict | None, int | None]:
+        """Parse the log and store the result (``llmb results`` reads it back)."""
+        try:
+            from llmb.host import PluginHost
+            from llmb.results.collect import Collector
+            from llmb.results.experiments import find_runs
+            from llmb.results.export import row
+            from llmb.results.store import open_or_none
+
+            location = find_runs([self.spec.log])[0]
+            collected = Collector(PluginHost(), open_or_none).collect_one(location)
+            return row(collected.result, name=location.short_name, run_id=collected.run_id), collected.run_id
+        except Exception as exc:  # noqa: BLE001 - a parse problem must not lose the job's state
+            self.note(f"could not parse or store the result: {type(exc).__name__}: {exc}")
+            return None, None
+
+    def run(self) -> None:
+        write_json(os.path.join(self.directory, SUPERVISOR_FILE), {
+            "pid": os.getpid(), "pgid": os.getpgid(0), "start_time": process_start_time(os.getpid()),
+            "started_at": now(),
+        })
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        try:
+            self.start_ranks()
+            codes = self.wait()
+        except Exception:  # noqa: BLE001
+            self.stop(signal.SIGKILL)
+            self.note("supervisor error:\n" + traceback.format_exc())
+            write_exit(self.job.id, {"state": "FAILED", "reason": "the supervisor failed (see the log)",
+                                     "ended_at": now(), "exit_codes": {}})
+            return
+        self.finish(codes)
+
+
+def main() -> None:
+    Supervisor(sys.argv[1]).run()
+
+
+if __name__ == "__main__":
+    main()

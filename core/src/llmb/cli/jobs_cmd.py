@@ -1,0 +1,203 @@
+"""``llmb run``, ``status``, ``logs`` and ``cancel``: jobs from any shell."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from llmb.cli import get_host
+from llmb.cli.output import emit_json, render_table
+from llmb.cli.plan_cmd import build_request, recipe_options
+from llmb.errors import UsageError
+
+
+def _backend_of(ctx, job):
+    return get_host(ctx).backend(job.backend).load()
+
+
+def _status_of(ctx, job):
+    return _backend_of(ctx, job).status([job])[0]
+
+
+def _env_pairs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"malformed --env {item!r}: expected NAME=VALUE, e.g. --env TP_COMM_OVERLAP=False.")
+        pairs.append((name.strip(), value))
+    return tuple(pairs)
+
+
+def _follow_and_report(ctx, job, as_json: bool) -> None:
+    from llmb.follow import follow, summary
+
+    try:
+        final = follow(job, lambda: _status_of(ctx, job), lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        click.echo(f"\ndetached from {job.id}; it keeps running. Follow it again with llmb logs {job.id} --follow, "
+                   f"stop it with llmb cancel {job.id}.", err=True)
+        ctx.exit(130)
+    if as_json:
+        emit_json({"job_id": job.id, "state": final.state, "reason": final.reason,
+                   "result": (final.exit or {}).get("result"), "experiment_dir": job.run_dir, "log": job.log})
+    else:
+        click.echo(summary(final))
+    ctx.exit(0 if final.state == "SUCCEEDED" else 1)
+
+
+@click.command("run")
+@click.argument("workload")
+@recipe_options
+@click.option("--backend", envvar="LLMB_BACKEND", default="local", show_default=True,
+              help="Where to run: local (this machine) or a cluster backend. [env: LLMB_BACKEND]")
+@click.option("--proxy", metavar="NAME", help="Run a CPU-sized model with the workload's structure (tiny).")
+@click.option("--layers", type=click.IntRange(min=1), help="Run the full-width model with N layers (the seeds' proxy).")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps (default 50, as in the seeds).")
+@click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the weights and synthetic data.")
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model (torch engine).")
+@click.option("--profile", is_flag=True, envvar="ENABLE_PROFILE",
+              help="Profile the window steps with nsys, or torch.profiler without it. [env: ENABLE_PROFILE]")
+@click.option("--profile-start", type=click.IntRange(min=1),
+              help="First profiled step (default 45). [env: PROFILE_START_STEP, RUN_CONF_PROFILE_START_STEP]")
+@click.option("--profile-stop", type=click.IntRange(min=1),
+              help="Last profiled step (default 50). [env: PROFILE_STOP_STEP, RUN_CONF_PROFILE_STOP_STEP]")
+@click.option("--gpu-metrics", is_flag=True, envvar="ENABLE_GPU_METRICS",
+              help="Add GPU metrics to an nsys profile. [env: ENABLE_GPU_METRICS]")
+@click.option("--nccl-trace", is_flag=True, envvar="ENABLE_NCCLTRACE",
+              help="Trace NCCL collectives over the first 5 steps. [env: ENABLE_NCCLTRACE]")
+@click.option("--checkpoint-save", is_flag=True, envvar="ENABLE_CHECKPOINT",
+              help="Save a distributed checkpoint at the end. [env: ENABLE_CHECKPOINT]")
+@click.option("--checkpoint-dir", envvar="CHECKPOINT_DIR", type=click.Path(file_okay=False),
+              help="Where checkpoints go (default: the seeds' layout). [env: CHECKPOINT_DIR]")
+@click.option("--checkpoint-load", envvar="LOAD_CHECKPOINT_PATH", type=click.Path(),
+              help="Load this checkpoint and train one step. [env: LOAD_CHECKPOINT_PATH]")
+@click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE", help="Set a variable for every rank.")
+@click.option("--detach", is_flag=True, help="Return at once with the job id.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, backend,
+                proxy, layers, steps, seed, compile_, profile, profile_start, profile_stop, gpu_metrics, nccl_trace,
+                checkpoint_save, checkpoint_dir, checkpoint_load, env_items, detach, as_json):
+    """Run WORKLOAD's recipe: resolve it as llmb plan does, create the
+    experiment directory in the seeds' layout, start the job and follow it
+    (step, step time, ETA) to its summary. With --detach, print the job id
+    and return; llmb status, logs and cancel take it from any shell."""
+    from llmb.launch import submit_run
+    from llmb.profiling import profile_window
+    from llmb.proxies import PROXIES
+    from llmb.runspec import RunOptions
+
+    if proxy is not None and proxy not in PROXIES:
+        raise UsageError(f"unknown --proxy {proxy!r}; valid: {', '.join(PROXIES)}.")
+    start, stop = profile_window(profile_start, profile_stop)
+    options = RunOptions(
+        proxy=proxy, layers=layers, steps=steps, seed=seed, compile=compile_, profile=profile,
+        gpu_metrics=gpu_metrics, nccl_trace=nccl_trace, profile_start=start, profile_stop=stop,
+        checkpoint_save=checkpoint_save, checkpoint_dir=checkpoint_dir, checkpoint_load=checkpoint_load,
+        env=_env_pairs(env_items),
+    )
+    request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
+    submitted = submit_run(get_host(ctx), request, options, backend)
+    job = submitted.job
+    for warning in submitted.warnings:
+        click.echo(f"llmb: warning: {warning}", err=True)
+    if detach:
+        if as_json:
+            emit_json({"job_id": job.id, "experiment_dir": job.run_dir, "log": job.log, "backend": job.backend})
+        else:
+            click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow")
+        return
+    click.echo(f"{job.id}: {job.experiment} ({job.ranks} rank(s), {job.backend}); log {job.log}", err=True)
+    _follow_and_report(ctx, job, as_json)
+
+
+@click.command("status")
+@click.argument("job_id", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Every job, not only the latest 20.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status_command(ctx, job_id, show_all, as_json):
+    """Show one job's state (and its summary once it ended), or list jobs."""
+    from llmb.follow import summary
+    from llmb.jobs import list_job_ids, load_job
+
+    if job_id:
+        status = _status_of(ctx, load_job(job_id))
+        if as_json:
+            emit_json({"job_id": status.job.id, "backend": status.job.backend, "state": status.state,
+                       "reason": status.reason, "progress": status.progress, "experiment_dir": status.job.run_dir,
+                       "log": status.job.log, "result": (status.exit or {}).get("result")})
+        else:
+            click.echo(summary(status) if status.exit else
+                       f"{status.job.id}: {status.state}" + (f" ({status.progress})" if status.progress else "")
+                       + (f" - {status.reason}" if status.reason else "") + f"\n  log {status.job.log}")
+        return
+    ids = list_job_ids()
+    ids = ids if show_all else ids[:20]
+    jobs = [load_job(i) for i in ids]
+    by_backend: dict[str, list] = {}
+    for job in jobs:
+        by_backend.setdefault(job.backend, []).append(job)
+    statuses = {}
+    for name, members in by_backend.items():  # one batched query per backend
+        for status in get_host(ctx).backend(name).load().status(members):
+            statuses[status.job.id] = status
+    ordered = [statuses[j.id] for j in jobs]
+    if as_json:
+        emit_json([{"job_id": s.job.id, "backend": s.job.backend, "state": s.state, "reason": s.reason,
+                    "progress": s.progress, "workload": s.job.workload, "experiment": s.job.experiment,
+                    "submitted_at": s.job.submitted_at} for s in ordered])
+        return
+    if not ordered:
+        click.echo("No jobs yet. Start one with llmb run WORKLOAD ...")
+        return
+    click.echo(render_table(
+        ["JOB", "BACKEND", "STATE", "PROGRESS", "WORKLOAD", "SUBMITTED", "EXPERIMENT"],
+        [[s.job.id, s.job.backend, s.state, s.progress or "-", s.job.workload, s.job.submitted_at, s.job.experiment]
+         for s in ordered]))
+
+
+@click.command("logs")
+@click.argument("job_id")
+@click.option("--follow", "-f", "follow_", is_flag=True, help="Show live progress until the job ends, then its summary.")
+@click.option("--tail", type=click.IntRange(min=1), help="Only the last N lines.")
+@click.pass_context
+def logs_command(ctx, job_id, follow_, tail):
+    """Print a job's log; with --follow, its live progress and summary."""
+    from llmb.jobs import load_job
+
+    job = load_job(job_id)
+    path = _backend_of(ctx, job).log_path(job)
+    if follow_:
+        _follow_and_report(ctx, job, False)
+        return
+    if not path:
+        raise UsageError(f"the log of {job_id} cannot be read from here ({job.backend} backend).")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.readlines()
+    except FileNotFoundError:
+        click.echo(f"{job_id} has written no log yet ({path}).", err=True)
+        return
+    sys.stdout.writelines(lines[-tail:] if tail else lines)
+
+
+@click.command("cancel")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def cancel_command(ctx, job_id, as_json):
+    """Stop a job (its whole process group, for the local backend) and
+    report its state once it has really ended."""
+    from llmb.jobs import TERMINAL, load_job
+
+    job = load_job(job_id)
+    status = _backend_of(ctx, job).cancel(job)
+    ended = status.state in TERMINAL and not (status.reason or "").startswith("processes still alive")
+    if as_json:
+        emit_json({"job_id": job.id, "state": status.state, "reason": status.reason, "ended": ended})
+    else:
+        click.echo(f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else ""))
+    ctx.exit(0 if ended else 1)

@@ -1,0 +1,317 @@
+"""The torch engine's training loop (one process per rank).
+
+Synthetic tokens (seeded per rank), AdamW with the benchmarks' schedule
+(linear warm-up over 10 steps, cosine decay to step 50), gradient
+accumulation over the recipe's GA with DDP's gradient sync on the last
+micro-batch only, gradient clipping at 1.0, bf16 autocast on GPU. Rank 0
+writes Megatron-Bridge's log lines (``engine/logfmt.py``). NVTX ranges mark
+step, forward, backward and optimizer on GPU; the profiling window opens
+and closes nsys's capture or a torch.profiler trace. Checkpoints are
+``torch.distributed.checkpoint`` (``.distcp``) with the save/load timing
+lines of the workload's framework.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import resource
+import sys
+import time
+from datetime import timedelta
+
+from llmb.engine import logfmt
+from llmb.runspec import RunSpec
+
+MAX_LR, MIN_LR, WARMUP_STEPS, DECAY_STEPS = 3e-4, 3e-5, 10, 50
+CLIP_NORM = 1.0
+# Fault injection, to test how backends report a failing rank: "STEP" or
+# "STEP:RANK" makes that rank (default: every rank) raise at that step.
+FAIL_AT_STEP = "LLMB_FAIL_AT_STEP"
+
+
+def injected_failure(step: int, rank: int) -> bool:
+    value = os.environ.get(FAIL_AT_STEP)
+    if not value:
+        return False
+    at, _, who = value.partition(":")
+    return int(at) == step and (not who or int(who) == rank)
+
+
+def learning_rate(step: int) -> float:
+    """Linear warm-up to MAX_LR over WARMUP_STEPS, cosine decay to MIN_LR at step DECAY_STEPS."""
+    if step <= WARMUP_STEPS:
+        return MAX_LR * step / WARMUP_STEPS
+    if step >= DECAY_STEPS:
+        return MIN_LR
+    progress = (step - WARMUP_STEPS) / (DECAY_STEPS - WARMUP_STEPS)
+    return MIN_LR + 0.5 * (MAX_LR - MIN_LR) * (1 + math.cos(math.pi * progress))
+
+
+def _nvtx(enabled: bool):
+    """A ``range(name)`` context factory: NVTX on GPU, nothing on CPU."""
+    if not enabled:
+        return lambda name: contextlib.nullcontext()
+    try:
+        import nvtx  # the nvtx package, when installed
+
+        return lambda name: nvtx.annotate(name)
+    except ImportError:
+        import torch
+
+        return torch.cuda.nvtx.range
+
+
+class Engine:
+    def __init__(self, spec: RunSpec, rank: int, world: int, local_rank: int):
+        import torch
+
+        self.torch = torch
+        self.spec, self.rank, self.world = spec, rank, world
+        self.cuda = spec.device == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+        else:
+            self.device = torch.device("cpu")
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        self.distributed = world > 1
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world,
+                                    timeout=timedelta(minutes=10))
+        self.range = _nvtx(self.cuda)
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda and spec.compute_dtype == "bfloat16"
+                         else contextlib.nullcontext())
+
+    def say(self, *lines: str) -> None:
+        if self.rank == 0:
+            for line in lines:
+                print(line, flush=True)
+
+    # ------------------------------------------------------------ set-up
+
+    def build(self) -> None:
+        torch, spec = self.torch, self.spec
+        from llmb.engine import blocks
+        from llmb.host import PluginHost
+
+        host = PluginHost()
+        workload = host.workload(spec.workload)
+        arch = spec.model_arch()
+        # Built on the meta device (no memory, no wasted init), then materialised where it runs
+        # and initialised there; the seed makes every rank start from the same weights.
+        with torch.device("meta"):
+            model = host.build_model(workload, arch)
+        torch.manual_seed(spec.seed)
+        self.model = blocks.initialize(model.to_empty(device=self.device))
+        total = sum(p.numel() for p in self.model.parameters())
+        embedding = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
+        label = f" ({spec.proxy} proxy)" if spec.proxy else ""
+        self.say(
+            f"[llmb] torch engine: {spec.workload} {spec.size}{label}, {spec.ranks} rank(s) on {spec.device}, "
+            f"computing in {spec.compute_dtype} (recipe {spec.dtype}), MBS {spec.mbs} x GA {spec.ga} x DP "
+            f"{spec.ranks} = GBS {spec.gbs}, sequence {spec.seq_len}, {spec.steps} steps",
+            *logfmt.parameters(total - embedding, embedding, total),
+        )
+        module = torch.compile(self.model) if spec.compile else self.model
+        if self.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            module = DistributedDataParallel(module, device_ids=[self.device.index] if self.cuda else None)
+        self.module = module
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate(1), betas=(0.9, 0.95),
+                                           weight_decay=0.1, eps=1e-8)
+        self.generator = torch.Generator().manual_seed(spec.seed * 1000 + self.rank)
+        self.vocab = arch.vocab
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _reduce(self, value: float, op: str) -> float:
+        if not self.distributed:
+            return value
+        import torch.distributed as dist
+
+        tensor = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
+        return float(tensor.item())
+
+    def _state(self):
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.module, self.optimizer)
+        return {"model": model_state, "optim": optim_state}
+
+    def digest(self) -> str:
+        """sha256 over the model's weights, in name order (rank 0's copy)."""
+        sha = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            sha.update(name.encode())
+            sha.update(tensor.detach().to("cpu").contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
+        return sha.hexdigest()
+
+    def save(self, step: int) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        path = self.spec.checkpoint_save_dir
+        os.makedirs(path, exist_ok=True)
+        started = time.time()
+        begin = time.perf_counter()
+        dcp.save(self._state(), checkpoint_id=path)
+        ms = (time.perf_counter() - begin) * 1000
+        low, high = self._reduce(ms, "min"), self._reduce(ms, "max")
+        self.say(*logfmt.checkpoint_saved(self.spec.checkpoint_format, step, path, low, high, started),
+                 f"[llmb] weights sha256 after save: {self.digest()}")
+
+    def load(self) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        path = self.spec.checkpoint_load_dir
+        started = time.time()
+        begin = time.perf_counter()
+        state = self._state()
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        ms = (time.perf_counter() - begin) * 1000
+        low, high = self._reduce(ms, "min"), self._reduce(ms, "max")
+        self.say(*logfmt.checkpoint_loaded(self.spec.checkpoint_format, path, low, high, started),
+                 f"[llmb] weights sha256 after load: {self.digest()}")
+
+    # ------------------------------------------------------------ training
+
+    def memory_line(self, step: int) -> str:
+        torch = self.torch
+        gib = 2**30
+        if self.cuda:
+            fields = {
+                "mem-allocated-gigabytes": torch.cuda.memory_allocated() / gib,
+                "mem-max-allocated-gigabytes": torch.cuda.max_memory_allocated() / gib,
+                "mem-reserved-gigabytes": torch.cuda.memory_reserved() / gib,
+                "mem-max-reserved-gigabytes": torch.cuda.max_memory_reserved() / gib,
+            }
+        else:
+            fields = {"max-rss-gigabytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+        return logfmt.memory(step, self.rank, fields)
+
+    def micro_batch(self):
+        torch, spec = self.torch, self.spec
+        tokens = torch.randint(0, self.vocab, (spec.mbs, spec.seq_len + 1), generator=self.generator)
+        tokens = tokens.to(self.device, non_blocking=True)
+        return tokens[:, :-1], tokens[:, 1:]
+
+    def step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step over GA micro-batches: (loss, grad norm, seconds)."""
+        torch, spec = self.torch, self.spec
+        import torch.nn.functional as F
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(step)
+        begin = time.perf_counter()
+        loss_sum = torch.zeros((), device=self.device)
+        with self.range("step"):
+            for micro in range(spec.ga):
+                inputs, labels = self.micro_batch()
+                last = micro == spec.ga - 1
+                sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
+                with sync:
+                    with self.range("forward"), self.autocast:
+                        logits = self.module(inputs)
+                        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+                        loss = loss / spec.ga
+                    with self.range("backward"):
+                        loss.backward()
+                loss_sum += loss.detach()
+            with self.range("optimizer"):
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            if self.cuda:
+                torch.cuda.synchronize()
+        seconds = time.perf_counter() - begin
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+            loss_sum /= self.world
+        return float(loss_sum.item()), float(grad_norm.item()), self._reduce(seconds, "max")
+
+    def profiler(self):
+        """(start(step), stop(step)) for the profiling window."""
+        profile = self.spec.profile
+        if not profile:
+            return (lambda step: None), (lambda step: None)
+        first, last = profile["start"], profile["stop"]
+        torch = self.torch
+        if profile["kind"] == "nsys":
+            def start(step):
+                if step == first:
+                    torch.cuda.profiler.start()
+
+            def stop(step):
+                if step == last:
+                    torch.cuda.profiler.stop()
+
+            return start, stop
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        state = {}
+
+        def start(step):
+            if step == first:
+                state["profiler"] = torch.profiler.profile(activities=activities)
+                state["profiler"].__enter__()
+
+        def stop(step):
+            if step == last and "profiler" in state:
+                state["profiler"].__exit__(None, None, None)
+                os.makedirs(profile["dir"], exist_ok=True)
+                trace = os.path.join(profile["dir"], f"rank{self.rank}_trace.json")
+                state.pop("profiler").export_chrome_trace(trace)
+                self.say(f"[llmb] torch.profiler trace of steps {first}-{last}: {trace}")
+
+        return start, stop
+
+    def run(self) -> None:
+        spec = self.spec
+        self.build()
+        if spec.checkpoint_load_dir:
+            self.load()
+        start_profile, stop_profile = self.profiler()
+        consumed = 0
+        for step in range(1, spec.steps + 1):
+            if injected_failure(step, self.rank):
+                raise RuntimeError(f"injected failure at step {step} on rank {self.rank} ({FAIL_AT_STEP})")
+            start_profile(step)
+            loss, grad_norm, seconds = self.step(step)
+            stop_profile(step)
+            consumed += spec.gbs
+            tflops = spec.gbs * spec.flops_per_sample / seconds / spec.ranks / 1e12 if seconds > 0 else 0.0
+            self.say(
+                logfmt.step_time(seconds, tflops),
+                logfmt.iteration(step, spec.steps, consumed=consumed, elapsed_ms=seconds * 1000, tflops=tflops,
+                                 lr=learning_rate(step), gbs=spec.gbs, loss=loss, grad_norm=grad_norm),
+            )
+            if step == 1:
+                self.say(self.memory_line(step))
+        if spec.checkpoint_save_dir:
+            self.save(spec.steps)
+        self.say(self.memory_line(spec.steps), f"[llmb] training finished after {spec.steps} steps")
+
+    def close(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def train(spec: RunSpec, rank: int, world: int, local_rank: int) -> None:
+    sys.stdout.reconfigure(line_buffering=True)
+    engine = Engine(spec, rank, world, local_rank)
+    engine.run()
+    engine.close()  # not on failure: a barrier would wait forever for the rank that failed

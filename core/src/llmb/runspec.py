@@ -1,0 +1,193 @@
+"""What a run is: the seed's recipe, and what the worker actually runs.
+
+``RunSpec`` is the worker's whole input (written as ``run.json`` in the job
+directory). The torch engine runs data parallel on every rank, so the
+recipe's TP, PP, CP and EP are recorded but not emulated; it keeps the
+recipe's micro-batch size and gradient accumulation, so its global batch is
+``MBS * GA * ranks``. Proxies (``--proxy tiny``, ``--layers N``) take the
+recipe at the seed's smallest tested scale of the chosen configuration when
+the requested GPU count is not one the seed tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from llmb.capability import Machine
+from llmb.errors import UsageError
+from llmb.records import ModelArch, Recipe, Workload
+
+ENGINES = ("torch",)
+LOW_PRECISION = ("fp8", "nvfp4")
+NCCL_TRACE_STEPS = 5  # the seeds trace only the first five steps: the logs grow past a gigabyte
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run, beyond the recipe (``llmb run``'s flags)."""
+
+    proxy: str | None = None
+    layers: int | None = None
+    steps: int | None = None
+    seed: int = 1234
+    compile: bool = False
+    profile: bool = False
+    gpu_metrics: bool = False
+    nccl_trace: bool = False
+    profile_start: int = 45
+    profile_stop: int = 50
+    checkpoint_save: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_load: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.proxy is not None or self.layers is not None
+
+    @property
+    def proxy_label(self) -> str | None:
+        if self.proxy:
+            return self.proxy
+        return f"layers{self.layers}" if self.layers else None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs; JSON-serialisable."""
+
+    job_id: str
+    workload: str
+    variant: str
+    framework: str
+    engine: str
+    size: str
+    arch: dict
+    proxy: str | None
+    gpu: str
+    dtype: str  # the recipe's precision
+    compute_dtype: str  # what the engine computes in: float32 | bfloat16
+    device: str  # cpu | cuda
+    ranks: int
+    mbs: int
+    ga: int
+    gbs: int
+    seq_len: int
+    steps: int
+    seed: int
+    compile: bool
+    flops_per_sample: float
+    experiment: str
+    run_dir: str
+    inner_dir: str
+    log: str
+    checkpoint_save_dir: str | None = None
+    checkpoint_load_dir: str | None = None
+    checkpoint_format: str = "megatron"  # megatron | nemo: which log lines the timings use
+    profile: dict | None = None  # {"kind": "nsys"|"torch", "start": 45, "stop": 50, "dir": ...}
+    env: dict = field(default_factory=dict)
+    wrapper: tuple[str, ...] = ()  # argv prefix for every rank (e.g. nsys)
+
+    def model_arch(self) -> ModelArch:
+        return ModelArch(**self.arch)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunSpec:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["wrapper"] = tuple(values.get("wrapper", ()))
+        return cls(**values)
+
+
+def engine_layout(recipe: Recipe, ranks: int) -> tuple[int, int, int]:
+    """(MBS, GA, GBS) of the torch engine: the recipe's MBS and GA, data parallel over ``ranks``."""
+    return recipe.mbs, recipe.ga, recipe.mbs * recipe.ga * ranks
+
+
+def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: int) -> tuple[str, list[str]]:
+    """The device to run on, and warnings; UsageError when this machine cannot run it."""
+    warnings: list[str] = []
+    if not options.is_proxy:
+        if machine.gpus == 0:
+            raise UsageError(
+                f"{recipe.workload} {recipe.size} at full size needs {ranks} GPUs and this machine has none. "
+                f"Run a proxy here (add --proxy tiny, a CPU-sized model with the same structure, or "
+                f"--layers N), or submit to a cluster backend (--backend slurm)."
+            )
+        if ranks > machine.gpus:
+            raise UsageError(
+                f"--gpus {ranks} but this machine has {machine.gpus} GPU{'s' if machine.gpus != 1 else ''}; "
+                f"use --gpus {machine.gpus} or fewer, a proxy (--proxy tiny, --layers N), or a cluster backend."
+            )
+        if recipe.dtype in LOW_PRECISION:
+            raise UsageError(
+                f"{recipe.dtype} at full size needs the production engine (Transformer Engine); the torch "
+                f"engine computes in bf16. Submit to a cluster backend, or add --proxy tiny / --layers N to run "
+                f"this recipe's model in bf16 here."
+            )
+        return "cuda", warnings
+    if machine.gpus >= ranks:
+        device = "cuda"
+    else:
+        device = "cpu"
+        limit = 2 * machine.cpus
+        if ranks > limit:
+            raise UsageError(
+                f"a CPU proxy runs one process per requested GPU; --gpus {ranks} is more than this machine's "
+                f"{machine.cpus} cores can carry (at most {limit}). Use --gpus {min(2, limit)}, or a cluster backend."
+            )
+    return device, warnings
+
+
+def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
+    """bf16 autocast on GPU, float32 on CPU; a warning when the recipe asked for more."""
+    actual = "bfloat16" if device == "cuda" else "float32"
+    warnings = []
+    if requested in LOW_PRECISION or (device == "cpu" and requested == "bf16"):
+        warnings.append(
+            f"the recipe's {requested} is computed in {actual} by the torch engine on {device} "
+            f"(both are recorded with the run)."
+        )
+    return actual, warnings
+
+
+def proxy_arch(workload: Workload, recipe: Recipe, options: RunOptions) -> tuple[ModelArch, int]:
+    """The model to build and its sequence length."""
+    from llmb.proxies import PROXIES, shrink
+
+    arch = workload.architecture(recipe.size).with_layers(recipe.layers)
+    if options.proxy and options.layers:
+        raise UsageError("use --proxy or --layers, not both: --layers N keeps the full width, --proxy shrinks it.")
+    if options.layers is not None:
+        if not 1 <= options.layers <= arch.layers:
+            raise UsageError(f"--layers {options.layers}: the {recipe.size} model has {arch.layers} layers; "
+                             f"use 1 to {arch.layers}.")
+        return replace(arch.with_layers(options.layers), size=f"{arch.size}-layers{options.layers}"), recipe.seq_len
+    if options.proxy:
+        return shrink(arch, options.proxy), PROXIES[options.proxy].seq_len
+    return arch, recipe.seq_len
+
+
+def checkpoint_dirs(options: RunOptions, framework: str, inner_dir: str, steps: int, gbs: int) -> tuple[str | None, str]:
+    """Where ``--checkpoint-save`` writes, in the seeds' layout (or under CHECKPOINT_DIR)."""
+    fmt = "megatron" if framework == "megatron_bridge" else "nemo"
+    if not options.checkpoint_save:
+        return None, fmt
+    base = options.checkpoint_dir or os.path.join(inner_dir, "code", "nemo_experiments", "default", "checkpoints")
+    if fmt == "megatron":
+        return os.path.join(base, f"iter_{steps:07d}"), fmt
+    samples = float(steps * gbs)
+    return os.path.join(base, f"default--None=0.0000-epoch=0-consumed_samples={samples}", "weights"), fmt
+
+
+def find_checkpoint(path: str) -> str:
+    """The directory holding ``.distcp`` files: ``path`` itself, or its ``weights/``
+    (the NeMo seeds point LOAD_CHECKPOINT_PATH at the parent of weights/)."""
+    for candidate in (path, os.path.join(path, "weights")):
+        if os.path.isdir(candidate) and any(name.endswith(".distcp") for name in os.listdir(candidate)):
+            return os.path.abspath(candidate)
+    raise UsageError(f"--checkpoint-load {path}: no .distcp files there or in its weights/ directory.")

@@ -1,0 +1,118 @@
+"""Planning a run without running it: machine limits, precision, proxies,
+profiling windows, checkpoint paths."""
+
+from __future__ import annotations
+
+import pytest
+from llmb.capability import Machine
+from llmb.errors import UsageError
+from llmb.params import count_params
+from llmb.profiling import ProfileRequest, llmb_profile, nccl_trace, profile_window
+from llmb.proxies import shrink
+from llmb.records import RecipeRequest
+from llmb.runspec import RunOptions, check_machine, checkpoint_dirs, compute_dtype, engine_layout, proxy_arch
+
+GPU_BOX = Machine(gpus=8, gpu_names=("NVIDIA H100 80GB HBM3",) * 8, cpus=64)
+LAPTOP = Machine(gpus=0, gpu_names=(), cpus=2)
+
+
+def recipe(host, *args, **kw):
+    return host.resolve(RecipeRequest(*args, **kw))
+
+
+def test_full_size_needs_the_gpus_and_a_precision_the_engine_has(host):
+    bf16 = recipe(host, "llama31", "8b", "h100", "bf16", 8)
+    assert check_machine(bf16, RunOptions(), GPU_BOX, 8) == ("cuda", [])
+    with pytest.raises(UsageError, match="this machine has 8 GPUs; use --gpus 8 or fewer"):
+        check_machine(recipe(host, "llama31", "8b", "h100", "bf16", 16), RunOptions(), GPU_BOX, 16)
+    with pytest.raises(UsageError, match="fp8 at full size needs the production engine"):
+        check_machine(recipe(host, "llama31", "8b", "h100", "fp8", 8), RunOptions(), GPU_BOX, 8)
+    with pytest.raises(UsageError, match="this machine has none"):
+        check_machine(bf16, RunOptions(), LAPTOP, 8)
+
+
+def test_proxies_run_where_they_can(host):
+    fp8 = recipe(host, "llama31", "8b", "h100", "fp8", 2, any_scale=True)
+    assert check_machine(fp8, RunOptions(proxy="tiny"), LAPTOP, 2)[0] == "cpu"
+    assert check_machine(fp8, RunOptions(layers=2), GPU_BOX, 2)[0] == "cuda"
+    with pytest.raises(UsageError, match="at most 4"):
+        check_machine(fp8, RunOptions(proxy="tiny"), LAPTOP, 5)
+
+
+def test_precision_actually_computed_is_recorded_with_a_warning():
+    assert compute_dtype("cuda", "bf16") == ("bfloat16", [])
+    dtype, warnings = compute_dtype("cuda", "nvfp4")
+    assert dtype == "bfloat16" and "nvfp4 is computed in bfloat16" in warnings[0]
+    assert compute_dtype("cpu", "fp8")[0] == "float32"
+
+
+def test_proxy_takes_the_seed_recipe_at_its_smallest_scale(host):
+    r = recipe(host, "nemotron4", None, "gb200", "bf16", 2, any_scale=True, strong_scaling=True)
+    assert (r.gpus, r.gbs, r.ga) == (128, 512, 128)
+    assert engine_layout(r, 2) == (1, 128, 256)  # the engine keeps MBS and GA, data parallel over 2 ranks
+    with pytest.raises(UsageError):
+        recipe(host, "nemotron4", None, "gb200", "bf16", 2, strong_scaling=True)  # not a proxy: refused
+
+
+def test_layers_proxy_keeps_the_width_and_cuts_the_depth(host):
+    r = recipe(host, "nemotronh", None, "h100", "fp8", 2, any_scale=True)
+    full = host.workload("nemotronh").architecture(r.size)
+    arch, seq_len = proxy_arch(host.workload("nemotronh"), r, RunOptions(layers=4))
+    assert (arch.hidden, arch.ffn, arch.heads, arch.vocab) == (full.hidden, full.ffn, full.heads, full.vocab)
+    assert arch.layers == 4 and arch.layer_pattern == full.layer_pattern[:4] and seq_len == r.seq_len
+    assert arch.size == f"{r.size}-layers4"  # labelled as a proxy wherever it is reported
+    with pytest.raises(UsageError, match=f"use 1 to {full.layers}"):
+        proxy_arch(host.workload("nemotronh"), r, RunOptions(layers=full.layers + 1))
+    with pytest.raises(UsageError, match="not both"):
+        proxy_arch(host.workload("nemotronh"), r, RunOptions(layers=2, proxy="tiny"))
+
+
+def test_tiny_keeps_each_familys_structure(host):
+    for workload in host.workloads().values():
+        for arch in workload.architectures.values():
+            tiny = shrink(arch, "tiny")
+            assert tiny.heads // tiny.query_groups == arch.heads // arch.query_groups  # GQA ratio
+            assert tiny.gated == arch.gated and tiny.norm == arch.norm
+            assert (tiny.topk, bool(tiny.shared_expert_ffn), tiny.moe_layer_step) == (
+                arch.topk, bool(arch.shared_expert_ffn), arch.moe_layer_step)
+            assert count_params(tiny).total < 5e6
+            if arch.layer_pattern:
+                assert set(tiny.layer_pattern) == set(arch.layer_pattern)
+                assert arch.layer_pattern.startswith(tiny.layer_pattern)
+            if arch.moe_layer_step:
+                assert {"A", "E"} <= set(tiny.layer_kinds())
+    with pytest.raises(UsageError, match="unknown --proxy 'huge'; valid: tiny"):
+        shrink(host.workload("llama31").architecture("8b"), "huge")
+
+
+def test_profile_window_flags_then_launch_script_then_readme_spellings():
+    assert profile_window(None, None, {}) == (45, 50)
+    assert profile_window(None, None, {"RUN_CONF_PROFILE_START_STEP": "20", "RUN_CONF_PROFILE_STOP_STEP": "25"}) == (20, 25)
+    env = {"PROFILE_START_STEP": "30", "RUN_CONF_PROFILE_START_STEP": "20"}
+    assert profile_window(None, 40, env) == (30, 40)
+    assert profile_window(5, None, env) == (5, 50)
+    with pytest.raises(UsageError):
+        profile_window(None, None, {"PROFILE_START_STEP": "soon"})
+    with pytest.raises(UsageError):
+        profile_window(9, 3, {})
+
+
+def test_profilers_contribute(monkeypatch, tmp_path):
+    base = dict(profile=True, gpu_metrics=True, nccl_trace=False, start=45, stop=50, job_id="local-1",
+                inner_dir=str(tmp_path))
+    monkeypatch.setattr("shutil.which", lambda name: "/opt/nsys/bin/nsys" if name == "nsys" else None)
+    gpu = llmb_profile(ProfileRequest(device="cuda", **base))
+    assert gpu.name == "nsys" and gpu.wrapper[:2] == ("/opt/nsys/bin/nsys", "profile")
+    assert "--gpu-metrics-devices=all" in gpu.wrapper and gpu.wrapper[-2].endswith("profile_local-1_0_{rank}")
+    cpu = llmb_profile(ProfileRequest(device="cpu", **base))
+    assert cpu.engine["kind"] == "torch" and "ignored" in cpu.note
+    trace = nccl_trace(ProfileRequest(device="cuda", **{**base, "profile": False, "nccl_trace": True}))
+    assert trace.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"} and trace.max_steps == 5
+
+
+def test_checkpoints_go_where_the_seeds_put_them(tmp_path):
+    mb, fmt = checkpoint_dirs(RunOptions(checkpoint_save=True), "megatron_bridge", "/x/exp", 50, 128)
+    assert (mb, fmt) == ("/x/exp/code/nemo_experiments/default/checkpoints/iter_0000050", "megatron")
+    nemo, fmt = checkpoint_dirs(RunOptions(checkpoint_save=True, checkpoint_dir="/ckpt"), "nemo2", "/x", 50, 128)
+    assert (nemo, fmt) == ("/ckpt/default--None=0.0000-epoch=0-consumed_samples=6400.0/weights", "nemo")
+    assert checkpoint_dirs(RunOptions(), "nemo2", "/x", 50, 1) == (None, "nemo")
