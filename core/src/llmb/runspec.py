@@ -18,7 +18,8 @@ from llmb.capability import Machine
 from llmb.errors import UsageError
 from llmb.records import ModelArch, Recipe, Workload
 
-ENGINES = ("torch",)
+# The torch engine (embedded) and the production frameworks (inside NVIDIA's container).
+ENGINES = ("torch", "megatron_bridge", "nemo2")
 LOW_PRECISION = ("fp8", "nvfp4")
 NCCL_TRACE_STEPS = 5  # the seeds trace only the first five steps: the logs grow past a gigabyte
 
@@ -88,6 +89,8 @@ class RunSpec:
     profile: dict | None = None  # {"kind": "nsys"|"torch", "start": 45, "stop": 50, "dir": ...}
     env: dict = field(default_factory=dict)
     wrapper: tuple[str, ...] = ()  # argv prefix for every rank (e.g. nsys)
+    # The production framework's configuration (``llmb.frameworks``), when ``engine`` is one.
+    framework_config: dict | None = None
 
     def model_arch(self) -> ModelArch:
         return ModelArch(**self.arch)

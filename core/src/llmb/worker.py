@@ -1,8 +1,12 @@
 """The worker every rank runs: ``python -m llmb.worker RUN_JSON``.
 
-It reads the ``RunSpec`` and runs its engine. An exception is printed with
-a ``[rankN]:`` prefix on every line (as torchrun does), so that the failure
-reason can be told from the run's log, and the process exits 1.
+It reads the ``RunSpec`` and runs its engine: the torch engine, or the
+production framework (``llmb.frameworks``) inside NVIDIA's container. The
+rank comes from the launcher: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (the local
+backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
+``SLURM_LOCALID`` (``srun``). An exception is printed with a ``[rankN]:``
+prefix on every line (as torchrun does), so that the failure reason can be
+told from the run's log, and the process exits 1.
 """
 
 from __future__ import annotations
@@ -13,20 +17,36 @@ import sys
 import traceback
 
 
+def placement(env=os.environ) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from the launcher's variables."""
+    def first(*names: str, default: str) -> int:
+        for name in names:
+            if env.get(name, "").strip():
+                return int(env[name])
+        return int(default)
+
+    rank = first("RANK", "SLURM_PROCID", default="0")
+    world = first("WORLD_SIZE", "SLURM_NTASKS", default="1")
+    local = first("LOCAL_RANK", "SLURM_LOCALID", default=str(rank))
+    return rank, world, local
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rank = int(os.environ.get("RANK", "0"))
+    rank = 0
     try:
+        rank, world, local_rank = placement()
         with open(argv[0], encoding="utf-8") as handle:
-            from llmb.runspec import RunSpec
+            from llmb.runspec import ENGINES, RunSpec
 
             spec = RunSpec.from_dict(json.load(handle))
-        if spec.engine != "torch":
-            raise ValueError(f"unknown engine {spec.engine!r}")
-        from llmb.engine.train import train
-
-        train(spec, rank=rank, world=int(os.environ.get("WORLD_SIZE", "1")),
-              local_rank=int(os.environ.get("LOCAL_RANK", str(rank))))
+        if spec.engine not in ENGINES:
+            raise ValueError(f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}")
+        if spec.engine == "torch":
+            from llmb.engine.train import train
+        else:
+            from llmb.frameworks import train  # imports the framework lazily, inside the container
+        train(spec, rank=rank, world=world, local_rank=local_rank)
     except BaseException as exc:  # noqa: BLE001 - report everything, including KeyboardInterrupt
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
