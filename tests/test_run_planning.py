@@ -7,7 +7,7 @@ import pytest
 from llmb.capability import Machine
 from llmb.errors import UsageError
 from llmb.params import count_params
-from llmb.profiling import ProfileRequest, llmb_profile, nccl_trace, profile_window
+from llmb.profiling import ProfileRequest, asked_window, llmb_profile, nccl_trace, profile_window
 from llmb.proxies import shrink
 from llmb.records import RecipeRequest
 from llmb.runspec import RunOptions, check_machine, checkpoint_dirs, compute_dtype, engine_layout, proxy_arch
@@ -87,6 +87,9 @@ def test_tiny_keeps_each_familys_structure(host):
 
 def test_profile_window_flags_then_launch_script_then_readme_spellings():
     assert profile_window(None, None, {}) == (45, 50)
+    # Nothing asked: each workload profiles its seed's window; asking for 45-50 is asking.
+    assert asked_window(None, None, {}) is None and asked_window(45, 50, {}) == (45, 50)
+    assert asked_window(None, None, {"PROFILE_STOP_STEP": "48"}) == (45, 48)
     assert profile_window(None, None, {"RUN_CONF_PROFILE_START_STEP": "20", "RUN_CONF_PROFILE_STOP_STEP": "25"}) == (20, 25)
     env = {"PROFILE_START_STEP": "30", "RUN_CONF_PROFILE_START_STEP": "20"}
     assert profile_window(None, 40, env) == (30, 40)

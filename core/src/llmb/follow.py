@@ -74,6 +74,9 @@ def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None
     while True:
         progress.poll()
         current = status()
+        if current.job.log != progress.log:  # a retry writes to a fresh run directory
+            progress = Progress(current.job.log)
+            progress.poll()
         line = progress.describe()
         if line and line != shown:
             if tty:

@@ -35,6 +35,7 @@ class PluginInfo:
     status: str  # "loaded" | "failed"
     error: str | None = None
     workloads: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
 
     def provider(self) -> str:
         if self.distribution:
@@ -50,6 +51,7 @@ class PluginInfo:
             "status": self.status,
             "error": self.error,
             "workloads": list(self.workloads),
+            "backends": list(self.backends),
         }
 
 
@@ -67,6 +69,7 @@ class PluginHost:
         self.pm.register(profiling, name="llmb.profiling")
         self._infos: dict[str, PluginInfo] = {}
         self._workloads: dict[str, Workload] | None = None
+        self._backends: dict[str, Any] | None = None
         self._owner: dict[str, str] = {}  # workload name -> plugin name
         self._broken_workloads: dict[str, str] = {}  # workload name -> reason
         self._ignored: set[tuple[str, str]] = set()  # (plugin, hook) plain impls from non-owners
@@ -110,6 +113,7 @@ class PluginHost:
 
     def plugins(self) -> list[PluginInfo]:
         self.workloads()  # fills in which plugin registered which workload
+        self.backends()  # ... and which backend
         return sorted(self._infos.values(), key=lambda i: (i.status != "loaded", i.name))
 
     # ------------------------------------------------------------ workloads
@@ -219,6 +223,8 @@ class PluginHost:
 
     def backends(self) -> dict:
         """Registered backends by name."""
+        if self._backends is not None:
+            return self._backends
         found: dict[str, object] = {}
         for impl in self.pm.hook.llmb_backends.get_hookimpls():
             try:
@@ -231,6 +237,10 @@ class PluginHost:
                     self.log.warning("duplicate backend refused", backend=record.name, plugin=impl.plugin_name)
                     continue
                 found[record.name] = record
+                info = self._infos.get(impl.plugin_name)
+                if info is not None:
+                    self._infos[impl.plugin_name] = PluginInfo(**{**info.__dict__, "backends": info.backends + (record.name,)})
+        self._backends = found
         return found
 
     def backend(self, name: str):

@@ -8,6 +8,7 @@ pids, a cancel marker and the final ``exit.json`` there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -75,6 +76,20 @@ def new_job_dir(backend: str) -> tuple[str, str]:
             continue
 
 
+@contextlib.contextmanager
+def job_lock(job_id: str):
+    """Exclusive, across processes: one shell at a time ends or retries a job
+    (two shells following the same job must not both resubmit it)."""
+    import fcntl
+
+    with open(os.path.join(job_dir(job_id), "lock"), "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -109,6 +124,22 @@ def read_exit(job_id: str) -> dict | None:
 
 def write_exit(job_id: str, data: dict) -> None:
     write_json(os.path.join(job_dir(job_id), EXIT_FILE), data)
+
+
+def last_iteration(log: str, tail: int = 65536) -> str | None:
+    """``iteration i/N`` of the last iteration line in the log's tail (a job's progress)."""
+    import re
+
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - tail))
+            data = handle.read()
+    except OSError:
+        return None
+    found = re.findall(rb"iteration\s+(\d+)\s*/\s*(\d+)", data)
+    return f"iteration {int(found[-1][0])}/{int(found[-1][1])}" if found else None
 
 
 # ---------------------------------------------------------------- processes

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, replace
 
@@ -20,10 +21,11 @@ from llmb.errors import UsageError
 from llmb.host import PluginHost
 from llmb.jobs import Job, new_job_dir, now, save_job
 from llmb.planning import Plan, make_plan
-from llmb.profiling import ProfileRequest
+from llmb.profiling import DEFAULT_WINDOW, ProfileRequest
 from llmb.records import RecipeRequest
 from llmb.runspec import (
     NCCL_TRACE_STEPS,
+    SECRET_VARIABLES,
     RunOptions,
     RunSpec,
     check_machine,
@@ -43,11 +45,40 @@ class Submitted:
     warnings: tuple[str, ...]
 
 
+def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str:
+    """``torch`` for proxies of a CPU-sized shrink and on this machine, the
+    recipe's production framework on a cluster (``--engine`` decides when given)."""
+    if options.engine == "torch":
+        return "torch"
+    if options.engine == "production":
+        if options.proxy:
+            raise UsageError(f"--proxy {options.proxy} is a torch-engine model; the production engine runs the "
+                             f"seed's architecture (use --layers N for a shallower one).")
+        return framework
+    if options.engine is not None:
+        raise UsageError(f"unknown --engine {options.engine!r}; valid: torch, production.")
+    return "torch" if backend_name == "local" or options.proxy else framework
+
+
+def placement(ranks: int, per_node: int) -> tuple[int, int]:
+    """(nodes, ranks per node): whole nodes, or one partly used node."""
+    if ranks <= per_node:
+        return 1, ranks
+    if ranks % per_node:
+        raise UsageError(f"{ranks} ranks do not fill whole {per_node}-rank nodes; use a multiple of {per_node} "
+                         f"or set --gpus-per-node.")
+    return ranks // per_node, per_node
+
+
 def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local") -> Submitted:
     backend_record = host.backend(backend_name)
     if options.nccl_trace and options.profile:
         raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately: "
                          "a profile of a traced run is not valid for comparison).")
+    secret = sorted({name for name, _ in options.env} & {*SECRET_VARIABLES, *options.submit.secrets})
+    if secret:
+        raise UsageError(f"--env {secret[0]}=...: a secret would be written into the job's files; export it in this "
+                         f"shell instead (HF_TOKEN always travels that way; others with --secret NAME).")
     ranks = request.gpus
     if options.is_proxy:
         request = replace(request, any_scale=True)
@@ -55,18 +86,36 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     recipe = plan.recipe
     workload = plan.workload
     warnings = list(plan.warnings)
-    if ranks is None:
-        ranks = recipe.gpus
+    engine = choose_engine(options, backend_name, recipe.framework)
+    torch_engine = engine == "torch"
+    if ranks is None or not torch_engine:
+        ranks = recipe.gpus  # the production engine runs the recipe's own layout
 
-    device = "cuda"
     if backend_name == "local":
+        given = options.submit.given()
+        if given:
+            warnings.append(f"the local backend ignores {', '.join(given)} (cluster options).")
         device, machine_warnings = check_machine(recipe, options, detect(), ranks)
         warnings += machine_warnings
+        if not torch_engine and importlib.util.find_spec("megatron") is None and importlib.util.find_spec("nemo") is None:
+            raise UsageError(f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
+                             f"({workload.variant(recipe.variant).container}); it is not installed here. "
+                             f"Use a cluster backend, or the torch engine (--engine torch).")
+    else:
+        # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
+        device = "auto" if torch_engine else "cuda"
     dtype, dtype_warnings = compute_dtype(device, recipe.dtype)
     warnings += dtype_warnings
+    nodes, per_node = placement(ranks, recipe.gpus_per_node)
 
     arch, seq_len = proxy_arch(workload, recipe, options)
-    mbs, ga, gbs = engine_layout(recipe, ranks)
+    if torch_engine:
+        mbs, ga, gbs = engine_layout(recipe, ranks)
+        # Named after what runs: the torch engine is data parallel over the ranks.
+        ran = replace(recipe, gpus=ranks, tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, mbs=mbs, gbs=gbs)
+    else:
+        mbs, ga, gbs = recipe.mbs, recipe.ga, recipe.gbs
+        ran = recipe
     steps = options.steps or recipe.steps
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
     if load_dir:
@@ -74,15 +123,14 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     flops = host.model_flops(workload, arch, seq_len)
 
     job_id, _ = new_job_dir(backend_name)
-    # Named after what runs: the torch engine is data parallel over the ranks.
-    ran = replace(recipe, gpus=ranks, tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, mbs=mbs, gbs=gbs)
     name = experiment.experiment_name(ran, options.proxy_label)
     where = experiment.create(recipe.workload, name)
 
     profile = host.profile(ProfileRequest(
         profile=options.profile, gpu_metrics=options.gpu_metrics, nccl_trace=options.nccl_trace,
-        start=options.profile_start, stop=options.profile_stop, device=device, job_id=job_id, inner_dir=where.inner,
-    ))
+        start=(options.profile_window or DEFAULT_WINDOW)[0], stop=(options.profile_window or DEFAULT_WINDOW)[1],
+        device=device, job_id=job_id, inner_dir=where.inner,
+    )) if torch_engine else []  # the production framework profiles itself (its nsys options)
     env = dict(recipe.env)
     env.update(dict(options.env))
     wrapper: tuple[str, ...] = ()
@@ -97,31 +145,48 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         if contribution.note:
             warnings.append(contribution.note)
     if options.nccl_trace:
+        steps = min(steps, NCCL_TRACE_STEPS)
         warnings.append(f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the seeds' traced runs do.")
     if engine_profile and steps < engine_profile["stop"]:
         warnings.append(f"the profile window {engine_profile['start']}-{engine_profile['stop']} ends after the run's "
                         f"last step ({steps}).")
+    save_dir, ckpt_format = checkpoint_dirs(options, recipe.framework, where.inner, steps, gbs)
+
+    framework_config = None
+    if not torch_engine:
+        from llmb.frameworks import build_config
+
+        framework_config = build_config(
+            workload, recipe, replace(options, steps=steps), experiment=name, inner_dir=where.inner,
+            checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir,
+        )
+        # The framework's own decisions: how many steps (a profiled NeMo 2 run stops at its window's
+        # end), and the whole environment (it has dropped anything that must not be written down).
+        steps = framework_config["training"]["train_iters"]
+        env = dict(framework_config["env"])
+
     window_end = max(v.window[1] for v in workload.variants if v.name == recipe.variant)
     if steps < window_end and not load_dir and not options.nccl_trace:
         warnings.append(f"{steps} steps do not reach the end of the statistics window ({window_end}): "
                         f"the result will be incomplete.")
-    save_dir, ckpt_format = checkpoint_dirs(options, recipe.framework, where.inner, steps, gbs)
 
     spec = RunSpec(
-        job_id=job_id, workload=recipe.workload, variant=recipe.variant, framework=recipe.framework, engine="torch",
+        job_id=job_id, workload=recipe.workload, variant=recipe.variant, framework=recipe.framework, engine=engine,
         size=recipe.size, arch=arch.__dict__.copy(), proxy=options.proxy_label, gpu=recipe.gpu, dtype=recipe.dtype,
-        compute_dtype=dtype, device=device, ranks=ranks, mbs=mbs, ga=ga, gbs=gbs, seq_len=seq_len, steps=steps,
-        seed=options.seed, compile=options.compile, flops_per_sample=flops.per_sample if flops else 0.0,
-        experiment=name, run_dir=where.run_dir, inner_dir=where.inner, log=where.log,
-        checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir, checkpoint_format=ckpt_format,
-        profile=engine_profile, env=env, wrapper=wrapper,
+        compute_dtype=dtype, device=device, ranks=ranks, nodes=nodes, ranks_per_node=per_node, mbs=mbs, ga=ga,
+        gbs=gbs, seq_len=seq_len, steps=steps, seed=options.seed, compile=options.compile,
+        flops_per_sample=flops.per_sample if flops else 0.0, experiment=name, run_dir=where.run_dir,
+        inner_dir=where.inner, log=where.log, checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir,
+        checkpoint_format=ckpt_format, profile=engine_profile, env=env, wrapper=wrapper,
+        framework_config=framework_config,
     )
     recipe_record = plan.as_dict()
     recipe_record.update({
-        "job_id": job_id, "backend": backend_name, "engine": "torch", "proxy": spec.proxy is not None,
+        "job_id": job_id, "backend": backend_name, "engine": engine, "proxy": spec.proxy is not None,
         "proxy_kind": spec.proxy, "seed_recipe": {k: recipe_record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
-        "gpus": ranks, "mbs": mbs, "ga": ga, "gbs": gbs, "dp": ranks, "seq_len": seq_len, "layers": arch.layers,
-        "steps": steps, "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,
+        "gpus": ranks, "nodes": nodes, "gpus_per_node": per_node, "mbs": mbs, "ga": ga, "gbs": gbs,
+        "dp": ranks if torch_engine else recipe.dp, "seq_len": seq_len, "layers": arch.layers, "steps": steps,
+        "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,
         "arch": spec.arch, "warnings": warnings, "submitted_at": now(),
     })
     experiment.write_json(where.recipe_file, recipe_record)
@@ -132,7 +197,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     job = Job(id=job_id, backend=backend_name, workload=recipe.workload, experiment=name, run_dir=where.run_dir,
               log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy)
     save_job(job)
-    job = backend_record.load().submit(spec, job)
+    job = backend_record.load().submit(spec, job, options.submit)
     save_job(job)
     return Submitted(job, spec, plan, tuple(warnings))
 

@@ -48,6 +48,16 @@ class ProfileContribution:
     note: str | None = None
 
 
+def asked_window(start: int | None, stop: int | None, environ: dict | None = None) -> tuple[int, int] | None:
+    """The window the user asked for (flags, then variables), or None when nothing was
+    asked: each workload then profiles its seed's default window."""
+    env = os.environ if environ is None else environ
+    names = ("PROFILE_START_STEP", "RUN_CONF_PROFILE_START_STEP", "PROFILE_STOP_STEP", "RUN_CONF_PROFILE_STOP_STEP")
+    if start is None and stop is None and not any(env.get(n) for n in names):
+        return None
+    return profile_window(start, stop, env)
+
+
 def profile_window(start: int | None, stop: int | None, environ: dict | None = None) -> tuple[int, int]:
     env = os.environ if environ is None else environ
 

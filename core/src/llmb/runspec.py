@@ -21,7 +21,32 @@ from llmb.records import ModelArch, Recipe, Workload
 # The torch engine (embedded) and the production frameworks (inside NVIDIA's container).
 ENGINES = ("torch", "megatron_bridge", "nemo2")
 LOW_PRECISION = ("fp8", "nvfp4")
-NCCL_TRACE_STEPS = 5  # the seeds trace only the first five steps: the logs grow past a gigabyte
+NCCL_TRACE_STEPS = 5
+# Never written into a job's files: they travel in the submission environment only.
+SECRET_VARIABLES = ("HF_TOKEN",)  # the seeds trace only the first five steps: the logs grow past a gigabyte
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """How a cluster backend submits (``llmb run``'s cluster flags). Each
+    backend reads what applies to it and says what it ignores."""
+
+    account: str | None = None
+    partition: str | None = None
+    time_limit: str | None = None  # Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH:MM
+    retries: int = 0  # fresh resubmissions after infrastructure failures
+    requeue: bool = False  # let the scheduler requeue in place (off: benchmark jobs cannot resume)
+    image: str | None = None  # container image, registry#repo:tag or a .sqsh file
+    mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
+    bare: bool = False  # run the worker from the nodes' Python environment, without a container
+    secrets: tuple[str, ...] = ()  # variables passed only through the submission environment
+    additional: str | None = None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
+
+    def given(self) -> list[str]:
+        """The options set away from their defaults, by flag name."""
+        defaults = SubmitOptions()
+        return [f"--{f.name.replace('_', '-')}" for f in fields(self)
+                if getattr(self, f.name) != getattr(defaults, f.name) and f.name != "secrets"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +61,13 @@ class RunOptions:
     profile: bool = False
     gpu_metrics: bool = False
     nccl_trace: bool = False
-    profile_start: int = 45
-    profile_stop: int = 50
+    profile_window: tuple[int, int] | None = None  # steps asked for; None: the workload's default
     checkpoint_save: bool = False
     checkpoint_dir: str | None = None
     checkpoint_load: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    engine: str | None = None  # torch | production; None: torch for proxies and on this machine
+    submit: SubmitOptions = field(default_factory=SubmitOptions)
 
     @property
     def is_proxy(self) -> bool:
@@ -69,7 +95,7 @@ class RunSpec:
     gpu: str
     dtype: str  # the recipe's precision
     compute_dtype: str  # what the engine computes in: float32 | bfloat16
-    device: str  # cpu | cuda
+    device: str  # cpu | cuda | auto (the torch engine on a cluster: the nodes' GPUs if it finds any)
     ranks: int
     mbs: int
     ga: int
@@ -91,6 +117,8 @@ class RunSpec:
     wrapper: tuple[str, ...] = ()  # argv prefix for every rank (e.g. nsys)
     # The production framework's configuration (``llmb.frameworks``), when ``engine`` is one.
     framework_config: dict | None = None
+    nodes: int = 1
+    ranks_per_node: int | None = None  # None: all ranks on one node
 
     def model_arch(self) -> ModelArch:
         return ModelArch(**self.arch)
@@ -147,7 +175,14 @@ def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: 
 
 
 def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
-    """bf16 autocast on GPU, float32 on CPU; a warning when the recipe asked for more."""
+    """bf16 autocast on GPU, float32 on CPU; a warning when the recipe asked for more.
+    ``auto``: decided where the job runs (recorded in ``recipe.json`` then)."""
+    if device == "auto":
+        warnings = []
+        if requested != "bf16":
+            warnings.append(f"the recipe's {requested} is computed in bfloat16 on GPU nodes, float32 on CPU nodes "
+                            f"(both are recorded with the run).")
+        return "auto", warnings
     actual = "bfloat16" if device == "cuda" else "float32"
     warnings = []
     if requested in LOW_PRECISION or (device == "cpu" and requested == "bf16"):

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from llmb.jobs import Job, JobStatus
-from llmb.runspec import RunSpec
+if TYPE_CHECKING:  # importing a backend's record must stay cheap: plugins register them at start-up
+    from llmb.jobs import Job, JobStatus
+    from llmb.runspec import RunSpec, SubmitOptions
 
 
 class BackendImpl(Protocol):
-    def submit(self, spec: RunSpec, job: Job) -> Job:
-        """Start ``spec`` as ``job`` (its directory exists); return the job with any details added."""
+    def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:
+        """Start ``spec`` as ``job`` (its directory exists); return the job with any details added.
+        A submission the cluster refuses raises ``UsageError`` with the cluster's reason."""
 
     def status(self, jobs: list[Job]) -> list[JobStatus]:
         """The state of every job, in one go (a cluster backend makes one query for all)."""

@@ -21,8 +21,8 @@ import sys
 import time
 
 from llmb.experiment import read_json, write_json
-from llmb.jobs import Job, JobStatus, alive, job_dir, now, read_exit, write_exit
-from llmb.runspec import RunSpec
+from llmb.jobs import Job, JobStatus, alive, job_dir, last_iteration, now, read_exit, write_exit
+from llmb.runspec import RunSpec, SubmitOptions
 
 SUPERVISOR_FILE = "supervisor.json"
 RANKS_FILE = "ranks.json"
@@ -35,26 +35,10 @@ def _path(job: Job, name: str) -> str:
     return os.path.join(job_dir(job.id), name)
 
 
-def _last_iteration(log: str, tail: int = 65536) -> str | None:
-    """``iteration i/N`` of the last iteration line in the log's tail."""
-    import re
-
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - tail))
-            data = handle.read()
-    except OSError:
-        return None
-    found = re.findall(rb"iteration\s+(\d+)\s*/\s*(\d+)", data)
-    return f"iteration {int(found[-1][0])}/{int(found[-1][1])}" if found else None
-
-
 class LocalBackend:
     name = "local"
 
-    def submit(self, spec: RunSpec, job: Job) -> Job:
+    def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:  # noqa: ARG002 - no cluster options here
         write_json(_path(job, RUN_FILE), spec.to_dict())
         output = open(_path(job, "supervisor.out"), "ab")  # the supervisor's own errors, if any
         env = dict(os.environ)
@@ -74,16 +58,16 @@ class LocalBackend:
         ended = read_exit(job.id)
         if ended is not None:
             return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"),
-                             _last_iteration(job.log), ended)
+                             last_iteration(job.log), ended)
         supervisor = read_json(_path(job, SUPERVISOR_FILE))
         if supervisor is None:
             return JobStatus(job, "QUEUED", "the supervisor is starting")
         if alive(supervisor.get("pid"), supervisor.get("start_time")):
-            return JobStatus(job, "RUNNING", None, _last_iteration(job.log))
+            return JobStatus(job, "RUNNING", None, last_iteration(job.log))
         if os.path.exists(_path(job, CANCEL_FILE)):
-            return JobStatus(job, "CANCELLED", "cancelled", _last_iteration(job.log))
+            return JobStatus(job, "CANCELLED", "cancelled", last_iteration(job.log))
         return JobStatus(job, "FAILED", "the job's supervisor ended without recording an exit (was it killed?)",
-                         _last_iteration(job.log))
+                         last_iteration(job.log))
 
     def status(self, jobs: list[Job]) -> list[JobStatus]:
         return [self._status(job) for job in jobs]

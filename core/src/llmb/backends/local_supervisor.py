@@ -21,6 +21,7 @@ import traceback
 from llmb.backends.local import CANCEL_FILE, RANKS_FILE, RUN_FILE, SUPERVISOR_FILE
 from llmb.experiment import read_json, write_json
 from llmb.jobs import JOB_FILE, Job, now, process_start_time, write_exit
+from llmb.outcome import finish
 from llmb.runspec import RunSpec
 
 STOP_GRACE_S = 10.0
@@ -118,33 +119,10 @@ class Supervisor:
         reason = "cancelled" if cancelled else None
         if state == "FAILED" and first is not None:
             reason = f"rank {first[0]} {describe_exit(first[1])}"
-        summary, run_id = self.record_result()
-        # A rank that raised says why in the log; a rank killed by a signal could not, and what the
-        # stopped ranks printed afterwards would only mislead.
-        killed = first is not None and first[1] < 0
-        if state == "FAILED" and not killed and summary and summary.get("status") == "failed" \
-                and summary.get("failure_reason"):
-            reason = summary["failure_reason"]
-        write_exit(self.job.id, {
-            "state": state, "reason": reason, "ended_at": now(),
-            "exit_codes": {str(r): c for r, c in codes.items()}, "result": summary, "run_id": run_id,
-        })
-
-    def record_result(self) -> tuple[dict | None, int | None]:
-        """Parse the log and store the result (``llmb results`` reads it back)."""
-        try:
-            from llmb.host import PluginHost
-            from llmb.results.collect import Collector
-            from llmb.results.experiments import find_runs
-            from llmb.results.export import row
-            from llmb.results.store import open_or_none
-
-            location = find_runs([self.spec.log])[0]
-            collected = Collector(PluginHost(), open_or_none).collect_one(location)
-            return row(collected.result, name=location.short_name, run_id=collected.run_id), collected.run_id
-        except Exception as exc:  # noqa: BLE001 - a parse problem must not lose the job's state
-            self.note(f"could not parse or store the result: {type(exc).__name__}: {exc}")
-            return None, None
+        written = finish(self.job, state, reason, prefer_log_reason=first is not None and first[1] > 0,
+                         exit_codes={str(r): c for r, c in codes.items()})
+        if written.get("result_error"):
+            self.note(written["result_error"])
 
     def run(self) -> None:
         write_json(os.path.join(self.directory, SUPERVISOR_FILE), {

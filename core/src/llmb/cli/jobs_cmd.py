@@ -30,18 +30,35 @@ def _env_pairs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _secret_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Secret variables: named, and set here (their values travel only in the submission environment)."""
+    import os
+    import re
+
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"--secret {name!r}: give the variable's name (e.g. --secret WANDB_API_KEY), not its value.")
+        if name not in os.environ:
+            raise UsageError(f"--secret {name}: the variable is not set in this shell; export it first.")
+    return tuple(dict.fromkeys(names))
+
+
 def _follow_and_report(ctx, job, as_json: bool) -> None:
     from llmb.follow import follow, summary
 
     try:
-        final = follow(job, lambda: _status_of(ctx, job), lambda line: click.echo(line, err=True))
+        from llmb.jobs import load_job
+
+        # Reloaded every poll: a backend may have moved the job on (a retry is a new attempt).
+        final = follow(job, lambda: _status_of(ctx, load_job(job.id)), lambda line: click.echo(line, err=True))
     except KeyboardInterrupt:
         click.echo(f"\ndetached from {job.id}; it keeps running. Follow it again with llmb logs {job.id} --follow, "
                    f"stop it with llmb cancel {job.id}.", err=True)
         ctx.exit(130)
     if as_json:
-        emit_json({"job_id": job.id, "state": final.state, "reason": final.reason,
-                   "result": (final.exit or {}).get("result"), "experiment_dir": job.run_dir, "log": job.log})
+        emit_json({"job_id": job.id, "state": final.state, "reason": final.reason, "attempts": final.job.attempts,
+                   "result": (final.exit or {}).get("result"), "experiment_dir": final.job.run_dir,
+                   "log": final.job.log})
     else:
         click.echo(summary(final))
     ctx.exit(0 if final.state == "SUCCEEDED" else 1)
@@ -74,29 +91,52 @@ def _follow_and_report(ctx, job, as_json: bool) -> None:
 @click.option("--checkpoint-load", envvar="LOAD_CHECKPOINT_PATH", type=click.Path(),
               help="Load this checkpoint and train one step. [env: LOAD_CHECKPOINT_PATH]")
 @click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE", help="Set a variable for every rank.")
+@click.option("--engine", type=click.Choice(["torch", "production"]),
+              help="torch (llmb's own) or production (the recipe's framework in NVIDIA's container). "
+                   "Default: torch on this machine and for --proxy, production on a cluster.")
+@click.option("--account", envvar="SBATCH_ACCOUNT", help="Cluster account. [env: SBATCH_ACCOUNT]")
+@click.option("--partition", envvar="SBATCH_PARTITION", help="Cluster partition (queue). [env: SBATCH_PARTITION]")
+@click.option("--time-limit", envvar="SBATCH_TIMELIMIT",
+              help="Job time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM. [env: SBATCH_TIMELIMIT]")
+@click.option("--retries", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Resubmit a fresh job, away from the failed nodes, after an infrastructure failure.")
+@click.option("--requeue", is_flag=True, help="Let the scheduler requeue the job in place (off by default).")
+@click.option("--image", help="Container image (registry#repo:tag or a .sqsh file); default: the recipe's.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro]", help="Container mount. Repeatable.")
+@click.option("--bare", is_flag=True, help="Run the worker from the nodes' Python environment, without a container.")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME",
+              help="Pass variable NAME to the job only through the submission environment (HF_TOKEN always is).")
+@click.option("--additional-slurm-params", envvar="ADDITIONAL_SLURM_PARAMS", metavar="K=V;FLAG",
+              help="Extra sbatch parameters, semicolon-separated. [env: ADDITIONAL_SLURM_PARAMS]")
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, backend,
                 proxy, layers, steps, seed, compile_, profile, profile_start, profile_stop, gpu_metrics, nccl_trace,
-                checkpoint_save, checkpoint_dir, checkpoint_load, env_items, detach, as_json):
+                checkpoint_save, checkpoint_dir, checkpoint_load, env_items, engine, account, partition, time_limit,
+                retries, requeue, image, mounts, bare, secrets, additional_slurm_params, detach, as_json):
     """Run WORKLOAD's recipe: resolve it as llmb plan does, create the
     experiment directory in the seeds' layout, start the job and follow it
     (step, step time, ETA) to its summary. With --detach, print the job id
     and return; llmb status, logs and cancel take it from any shell."""
     from llmb.launch import submit_run
-    from llmb.profiling import profile_window
+    from llmb.profiling import asked_window
     from llmb.proxies import PROXIES
-    from llmb.runspec import RunOptions
+    from llmb.runspec import RunOptions, SubmitOptions
 
     if proxy is not None and proxy not in PROXIES:
         raise UsageError(f"unknown --proxy {proxy!r}; valid: {', '.join(PROXIES)}.")
-    start, stop = profile_window(profile_start, profile_stop)
+    window = asked_window(profile_start, profile_stop)
     options = RunOptions(
         proxy=proxy, layers=layers, steps=steps, seed=seed, compile=compile_, profile=profile,
-        gpu_metrics=gpu_metrics, nccl_trace=nccl_trace, profile_start=start, profile_stop=stop,
+        gpu_metrics=gpu_metrics, nccl_trace=nccl_trace, profile_window=window,
         checkpoint_save=checkpoint_save, checkpoint_dir=checkpoint_dir, checkpoint_load=checkpoint_load,
-        env=_env_pairs(env_items),
+        env=_env_pairs(env_items), engine=engine,
+        submit=SubmitOptions(
+            account=account or None, partition=partition or None, time_limit=time_limit or None, retries=retries,
+            requeue=requeue, image=image, mounts=tuple(mounts), bare=bare, secrets=_secret_names(secrets),
+            additional=additional_slurm_params or None,
+        ),
     )
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
     submitted = submit_run(get_host(ctx), request, options, backend)

@@ -21,10 +21,11 @@ def plugins_command(ctx: click.Context, as_json: bool) -> None:
         emit_json([i.as_dict() for i in infos])
         return
     rows = [
-        [i.name, i.distribution or "-", i.version or "-", i.status, ",".join(i.workloads) or "-", i.module]
+        [i.name, i.distribution or "-", i.version or "-", i.status, ",".join(i.workloads) or "-",
+         ",".join(i.backends) or "-", i.module]
         for i in infos
     ]
-    click.echo(render_table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "WORKLOADS", "MODULE"], rows))
+    click.echo(render_table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "WORKLOADS", "BACKENDS", "MODULE"], rows))
     for i in infos:
         if i.error:
             click.echo(f"\n{i.name}: {i.error}")

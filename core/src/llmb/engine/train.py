@@ -64,11 +64,29 @@ def _nvtx(enabled: bool):
         return torch.cuda.nvtx.range
 
 
+def resolve_device(spec: RunSpec, cuda: bool, record: bool) -> RunSpec:
+    """An ``auto`` device decided where the job runs; rank 0 records it in ``recipe.json``."""
+    from dataclasses import replace
+
+    from llmb import experiment
+
+    device, dtype = ("cuda", "bfloat16") if cuda else ("cpu", "float32")
+    if record:
+        path = os.path.join(spec.run_dir, experiment.RECIPE_FILE)
+        data = experiment.read_json(path)
+        if data is not None:
+            data.update({"device": device, "compute_dtype": dtype})
+            experiment.write_json(path, data)
+    return replace(spec, device=device, compute_dtype=dtype)
+
+
 class Engine:
     def __init__(self, spec: RunSpec, rank: int, world: int, local_rank: int):
         import torch
 
         self.torch = torch
+        if spec.device == "auto":
+            spec = resolve_device(spec, torch.cuda.is_available(), record=rank == 0)
         self.spec, self.rank, self.world = spec, rank, world
         self.cuda = spec.device == "cuda"
         if self.cuda:
@@ -76,7 +94,8 @@ class Engine:
             self.device = torch.device("cuda", local_rank)
         else:
             self.device = torch.device("cpu")
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+            on_this_node = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE") or world)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // on_this_node))
         self.distributed = world > 1
         if self.distributed:
             import torch.distributed as dist
