@@ -22,6 +22,7 @@ def catalogue() -> dict[str, GpuType]:
             memory_gb=None if spec.get("memory_gb") is None else float(spec["memory_gb"]),
             peak_tflops={k: float(v) for k, v in (spec.get("peak_tflops") or {}).items()},
             source="field-facts §1, §5",
+            sm=None if spec.get("sm") is None else int(spec["sm"]),
         )
         for name, spec in raw.items()
     }

@@ -25,6 +25,7 @@ class GpuType:
     memory_gb: float | None  # GiB, as nvidia-smi and torch report it
     peak_tflops: Mapping[str, float]  # dtype -> dense peak TFLOP/s
     source: str = ""
+    sm: int | None = None  # architecture (SM version): 90 Hopper, 100 and 103 Blackwell
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s used for MFU at ``dtype``; None when unknown."""
@@ -230,6 +231,48 @@ class RecipeSeries(RecipeLayout):
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class ProductionRule:
+    """A setting the production launcher applies to some recipes only, e.g.
+    MXFP8 instead of FP8 current scaling for Llama 3.1 70b on B200 from 128
+    GPUs. ``match`` maps ``size``/``gpu``/``dtype``/``scaling`` to the values
+    it accepts; ``min_gpus`` is the smallest GPU count it applies to."""
+
+    match: Mapping[str, tuple[str, ...]]
+    why: str
+    min_gpus: int = 0
+    precision: str | None = None  # the framework's mixed-precision preset to use instead of its default
+    env: Mapping[str, str] = field(default_factory=dict)  # production environment variables to add
+
+    def applies(self, size: str, gpu: str, dtype: str, scaling: str, gpus: int) -> bool:
+        have = {"size": size, "gpu": gpu, "dtype": dtype, "scaling": scaling}
+        return gpus >= self.min_gpus and all(have[key] in values for key, values in self.match.items())
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class HuggingFaceFiles:
+    """What ``llmb install`` downloads from Hugging Face for a variant: the
+    repository of each size and which of its files (``config``, ``tokenizer``)."""
+
+    repos: Mapping[str, str]  # size -> repository id, e.g. 8b -> meta-llama/Meta-Llama-3-8B
+    assets: tuple[str, ...]
+    gated: bool  # the repositories need an access token (HF_TOKEN)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Production:
+    """How the variant's production framework is driven (``llmb.frameworks``):
+    the framework's recipe per size, the seed's profiling defaults, the
+    launcher's per-recipe rules and the Hugging Face files it needs."""
+
+    recipes: Mapping[str, str]  # size -> the framework's recipe name, e.g. 8b -> llama3_8b
+    profile_window: tuple[int, int]  # the seed's default profiled steps
+    profile_ranks: tuple[int, int] | None = None  # ranks [first, last) the seed profiles; None: every rank
+    flops_callback: str | None = None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
+    rules: tuple[ProductionRule, ...] = ()
+    huggingface: HuggingFaceFiles | None = None
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Variant:
     """One recipe family of a workload (Llama 3.1 has two: Megatron-Bridge
     and NeMo 2), with the production framework that runs it."""
@@ -246,6 +289,7 @@ class Variant:
     errata: tuple[Erratum, ...]
     log_tflops_valid: bool = True  # False: the framework logs no usable TFLOPS (compute them)
     mfu_from: str = "formula"  # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
+    production: Production | None = None  # None: the torch engine only
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared

@@ -19,6 +19,7 @@ from typing import Any
 
 from llmb.errors import DataError
 from llmb.gpus import DTYPES, catalogue
+from llmb.production_file import production_from_dict
 from llmb.records import (
     Erratum,
     FailureHint,
@@ -208,6 +209,10 @@ def _variant(raw: dict[str, Any]) -> Variant:
     amendments += [(a, None) for a in raw.get("adjustments") or ()]
     series = _series(seed_rows, amendments)
     window = tuple(int(x) for x in raw.get("window", (35, 44)))
+    production = None
+    if raw.get("production") is not None:
+        with _context("production"):
+            production = production_from_dict(raw["production"], series)
     return Variant(
         name=name,
         framework=framework,
@@ -221,6 +226,7 @@ def _variant(raw: dict[str, Any]) -> Variant:
         errata=errata,
         log_tflops_valid=_cell_bool(raw.get("log_tflops_valid", True)),
         mfu_from=_one_of(raw.get("mfu_from", "formula"), MFU_METHODS, "MFU method"),
+        production=production,
     )
 
 
