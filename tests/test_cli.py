@@ -103,7 +103,7 @@ def test_light_commands_import_no_framework(llmb_proc, tmp_path):
     env = {"PYTHONPATH": str(tmp_path)}
     env["LLMB_INSTALL"] = str(tmp_path / "install")
     for args in (["--help"], ["list"], ["plugins"], ["plan", "nemotronh", "--gpus", "64"], ["run", "--help"],
-                 ["status"], ["results"]):
+                 ["status"], ["results"], ["install", "--help"]):
         result = llmb_proc(*args, env=env)
         assert result.code == 0, (args, result.err)
         assert "TRIPWIRE" not in result.err

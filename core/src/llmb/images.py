@@ -38,3 +38,8 @@ def sqsh_name(reference: str) -> str:
 
 def image_path(reference: str) -> str:
     return os.path.join(install_dir(), "images", sqsh_name(reference))
+
+
+def import_command(reference: str, output: str) -> list[str]:
+    """The seeds' import of ``reference`` to ``output``: ``enroot import -o OUTPUT docker://REF``."""
+    return ["enroot", "import", "-o", output, f"docker://{check_reference(reference)}"]

@@ -27,6 +27,7 @@ COMMANDS = {
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
+    "install": ("llmb.cli.install_cmd", "install_command", "Import container images and fetch Hugging Face files."),
 }
 
 EXIT_INTERNAL = 70

@@ -1,0 +1,169 @@
+"""Hugging Face files the production frameworks read: where they live, how they are fetched.
+
+They live in a Hugging Face hub cache under the install directory,
+``<install>/.cache/huggingface`` (``HF_HOME``), laid out as the
+``huggingface_hub`` library lays it out, so that the frameworks find them
+with ``HF_HUB_OFFLINE=1`` and no token::
+
+    hub/models--{owner}--{name}/refs/main                    the commit id
+    hub/models--{owner}--{name}/snapshots/{commit}/{file}    the file
+    hub/models--{owner}--{name}/.no_exist/{commit}/{file}    an optional file the repository lacks
+
+They are fetched with the Hugging Face wire format, plain ``urllib``:
+``GET {endpoint}/{repo}/resolve/{revision}/{file}`` with the header
+``Authorization: Bearer <token>``; the response's ``X-Repo-Commit`` header
+names the commit. ``HF_ENDPOINT`` replaces ``https://huggingface.co``. A
+redirect that leaves the endpoint's host (large files live on a CDN) is
+followed without the token. The token is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+
+from llmb.errors import LlmbError
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+REVISION = "main"
+# What each asset of a workload's `production.huggingface` section is: (file, required).
+ASSET_FILES = {
+    "config": (("config.json", True),),
+    "tokenizer": (("tokenizer.json", True), ("tokenizer_config.json", True), ("special_tokens_map.json", False)),
+}
+CHUNK = 1 << 20
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class DownloadError(LlmbError):
+    """A Hugging Face file could not be fetched; the message never holds the token."""
+
+
+def hf_home(install: str) -> str:
+    """``HF_HOME`` of an install: the seeds' ``$LLMB_INSTALL/.cache/huggingface``."""
+    return os.path.join(install, ".cache", "huggingface")
+
+
+def endpoint(environ: dict | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def files_of(assets: tuple[str, ...] | list[str]) -> list[tuple[str, bool]]:
+    """The (file, required) pairs of ``assets``, each file once."""
+    seen: dict[str, bool] = {}
+    for asset in assets:
+        for name, required in ASSET_FILES[asset]:
+            seen[name] = seen.get(name, False) or required
+    return list(seen.items())
+
+
+def repo_dir(home: str, repo: str) -> str:
+    return os.path.join(home, "hub", "models--" + repo.replace("/", "--"))
+
+
+def _commit_of(home: str, repo: str) -> str | None:
+    try:
+        with open(os.path.join(repo_dir(home, repo), "refs", REVISION), encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def cached_file(home: str, repo: str, filename: str) -> str | None:
+    """The cached copy of ``filename`` from ``repo``, or None."""
+    commit = _commit_of(home, repo)
+    path = os.path.join(repo_dir(home, repo), "snapshots", commit or "", filename)
+    return path if commit and os.path.isfile(path) else None
+
+
+def known_absent(home: str, repo: str, filename: str) -> bool:
+    """Whether an earlier download found that ``repo`` has no ``filename``."""
+    commit = _commit_of(home, repo)
+    return bool(commit) and os.path.isfile(os.path.join(repo_dir(home, repo), ".no_exist", commit, filename))
+
+
+def _record(home: str, repo: str, commit: str, absent: str | None = None) -> None:
+    base = repo_dir(home, repo)
+    os.makedirs(os.path.join(base, "refs"), exist_ok=True)
+    with open(os.path.join(base, "refs", REVISION), "w", encoding="utf-8") as handle:
+        handle.write(commit)
+    if absent:
+        marker = os.path.join(base, ".no_exist", commit, absent)
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        open(marker, "wb").close()
+
+
+def url_of(repo: str, filename: str, environ: dict | None = None) -> str:
+    return f"{endpoint(environ)}/{repo}/resolve/{REVISION}/{urllib.parse.quote(filename)}"
+
+
+class _KeepTokenOnHost(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, dropping the Authorization header when one leaves the
+    original host; keep the commit id the redirecting response names (the CDN's has none)."""
+
+    commit = ""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        self.commit = self.commit or (headers.get("X-Repo-Commit") or "").strip().lower()
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+def _refused(repo: str, code: int) -> str:
+    return (f"Hugging Face refused {repo} (HTTP {code}): the repository is gated; request access on its page "
+            f"and check that HF_TOKEN is a token of the account that has it")
+
+
+def download(repo: str, filename: str, home: str, token: str | None, *, required: bool = True,
+             progress: Callable[[int, int | None], None] | None = None, timeout: float = 60) -> str | None:
+    """Fetch ``filename`` of ``repo`` into the cache under ``home``; its path, or
+    None for an optional file the repository does not have."""
+    request = urllib.request.Request(url_of(repo, filename))
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    redirects = _KeepTokenOnHost()
+    opener = urllib.request.build_opener(redirects)
+    try:
+        response = opener.open(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404 and not required:
+            commit = (exc.headers.get("X-Repo-Commit") or "").strip().lower() if exc.headers else ""
+            if _COMMIT.match(commit):
+                _record(home, repo, commit, absent=filename)
+            return None
+        if exc.code in (401, 403):
+            raise DownloadError(_refused(repo, exc.code)) from None
+        raise DownloadError(f"{url_of(repo, filename)} answered HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DownloadError(f"cannot reach {endpoint()} for {repo}/{filename}: {reason} "
+                            f"(set HF_ENDPOINT for a mirror)") from None
+    with response:
+        commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() or redirects.commit
+        commit = commit if _COMMIT.match(commit) else REVISION
+        size = response.headers.get("Content-Length")
+        total = int(size) if size and size.isdigit() else None
+        target = os.path.join(repo_dir(home, repo), "snapshots", commit, filename)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{target}.{os.getpid()}.part"
+        done = 0
+        try:
+            with open(partial, "wb") as out:
+                while chunk := response.read(CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+            os.replace(partial, target)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+    _record(home, repo, commit)
+    return target

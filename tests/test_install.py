@@ -1,0 +1,282 @@
+"""``llmb install`` as a user runs it: the real CLI in a subprocess, a real
+HTTP server speaking Hugging Face's wire format, and a fake ``enroot`` on
+PATH (enroot cannot run here) that records its arguments and writes the
+image file it is asked for."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+TOKEN = "hf_test_token_5f3a9c"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+# What the server holds: repository -> file -> content. Gated repositories need the token.
+TOKENIZER = {"tokenizer.json": b'{"version": "1.0"}', "tokenizer_config.json": b'{"bos_token": "<|begin_of_text|>"}',
+             "special_tokens_map.json": b"{}"}
+REPOS = {
+    "meta-llama/Meta-Llama-3-8B": {"config.json": b'{"hidden_size": 4096}', **TOKENIZER},
+    "meta-llama/Meta-Llama-3-70B": {"config.json": b'{"hidden_size": 8192}', **TOKENIZER},
+    "meta-llama/Meta-Llama-3.1-405B": {"config.json": b'{"hidden_size": 16384}'},
+    "meta-llama/Llama-3.1-405B": {"config.json": b'{"hidden_size": 16384}', **TOKENIZER},
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": {
+        "config.json": b'{"model_type": "llama4"}',
+        "tokenizer.json": b'{"version": "1.0"}' * 1000,  # served from "the CDN": another host
+        "tokenizer_config.json": b'{"tokenizer_class": "PreTrainedTokenizerFast"}',
+        # no special_tokens_map.json: optional, answered 404
+    },
+}
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    seen: list[dict] = []  # every request: path, Host header, Authorization header
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
+        self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        auth = self.headers.get("Authorization")
+        HubHandler.seen.append({"path": self.path, "host": self.headers.get("Host"), "auth": auth})
+        if self.path.startswith("/cdn/"):
+            repo, _, name = self.path[len("/cdn/"):].rpartition("/")
+            self._send(200, REPOS[repo][name])
+            return
+        repo, sep, rest = self.path.lstrip("/").partition("/resolve/main/")
+        if not sep or repo not in REPOS:
+            self._send(404, b"Repository not found")
+            return
+        if auth != f"Bearer {TOKEN}":
+            self._send(401, b"gated")
+            return
+        if rest not in REPOS[repo]:
+            self._send(404, b"Entry not found", {"X-Repo-Commit": COMMIT})
+            return
+        if rest == "tokenizer.json":  # large files redirect to a CDN on another host
+            port = self.server.server_address[1]
+            self._send(302, headers={"Location": f"http://localhost:{port}/cdn/{repo}/{rest}", "X-Repo-Commit": COMMIT})
+            return
+        self._send(200, REPOS[repo][rest], {"X-Repo-Commit": COMMIT})
+
+
+@pytest.fixture
+def hub():
+    HubHandler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+FAKE_ENROOT = """#!{python}
+# Test double for enroot: records argv, writes the -o file (or fails for FAKE_ENROOT_FAIL).
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_ENROOT_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+output = args[args.index("-o") + 1]
+fail = os.environ.get("FAKE_ENROOT_FAIL")
+if fail and fail in args[-1]:
+    open(output, "w").write("half an image")
+    sys.stderr.write("[ERROR] fake enroot: unauthorized\\n")
+    sys.exit(3)
+print("[INFO] Fetching image manifest list", flush=True)
+open(output, "w").write("squashfs of " + args[-1])
+"""
+
+
+@pytest.fixture
+def enroot(tmp_path):
+    """A bin directory holding only the fake enroot, and the file its calls are logged to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "enroot"
+    script.write_text(FAKE_ENROOT.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return bin_dir, tmp_path / "enroot.log"
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def every_file(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def run_env(install: Path, enroot=None, hub: str | None = None, token: str | None = TOKEN, **extra) -> dict:
+    env = {"LLMB_INSTALL": str(install), "PATH": str(enroot[0]) if enroot else str(install.parent / "empty-path"),
+           "HF_TOKEN": token or "", **extra}
+    if enroot:
+        env["FAKE_ENROOT_LOG"] = str(enroot[1])
+    if hub:
+        env["HF_ENDPOINT"] = hub
+    return env
+
+
+def test_install_imports_images_fetches_files_and_keeps_the_token_secret(llmb_proc, tmp_path, enroot, hub):
+    install = tmp_path / "install"
+    result = llmb_proc("install", "llama31", "llama4", "--gpu", "gb200", "--json",
+                       env=run_env(install, enroot, hub))
+    assert result.code == 0, result.err
+    report = result.json()
+    assert report["workloads"] == ["llama31", "llama4"] and report["failed"] == 0
+
+    # The images: the seeds' enroot import, one per container, to images/<sqsh_name>.
+    images = install / "images"
+    assert calls(enroot[1]) == [
+        ["import", "-o", str(images / "nvidia+nemo+26.04.01.sqsh"), "docker://nvcr.io#nvidia/nemo:26.04.01"],
+        ["import", "-o", str(images / "nvidia+nemo+25.04.01.sqsh"), "docker://nvcr.io#nvidia/nemo:25.04.01"],
+    ]
+    assert (images / "nvidia+nemo+26.04.01.sqsh").read_text() == "squashfs of docker://nvcr.io#nvidia/nemo:26.04.01"
+    assert "Fetching image manifest list" in result.err  # enroot's progress reaches the user
+    assert (install / "workloads" / "llama4" / "experiments").is_dir()
+
+    # The Hugging Face files, in the hub cache layout the frameworks read offline.
+    hub_dir = install / ".cache" / "huggingface" / "hub"
+    for repo, files in REPOS.items():  # GB200 runs the Megatron-Bridge recipes: configs only for Llama 3.1
+        if repo == "meta-llama/Llama-3.1-405B":
+            assert not (hub_dir / "models--meta-llama--Llama-3.1-405B").exists()
+            continue
+        if repo.startswith("meta-llama/Meta-Llama-3"):
+            files = {"config.json": files["config.json"]}
+        base = hub_dir / ("models--" + repo.replace("/", "--"))
+        assert (base / "refs" / "main").read_text() == COMMIT
+        for name, content in files.items():
+            assert (base / "snapshots" / COMMIT / name).read_bytes() == content
+    maverick = hub_dir / "models--meta-llama--Llama-4-Maverick-17B-128E-Instruct" / "snapshots" / COMMIT
+    assert not (maverick / "special_tokens_map.json").exists()
+    assert any(s["what"].endswith("special_tokens_map.json") and s["status"] == "absent" for s in report["steps"])
+
+    # The token went as a header to the hub, never to the CDN host, and nowhere else.
+    to_hub = [s for s in HubHandler.seen if s["path"].startswith("/meta-llama/")]
+    assert to_hub and all(s["auth"] == f"Bearer {TOKEN}" for s in to_hub)
+    to_cdn = [s for s in HubHandler.seen if s["path"].startswith("/cdn/")]
+    assert to_cdn and all(s["auth"] is None for s in to_cdn)
+    assert TOKEN not in result.out + result.err
+    for path in every_file(tmp_path):
+        assert TOKEN.encode() not in path.read_bytes(), path
+
+    # A second run finds everything there (or known absent) and does nothing.
+    requests = len(HubHandler.seen)
+    again = llmb_proc("install", "llama31", "llama4", "--gpu", "gb200", "--json", env=run_env(install, enroot, hub))
+    assert again.code == 0 and {s["status"] for s in again.json()["steps"]} == {"present", "absent"}
+    assert len(calls(enroot[1])) == 2 and len(HubHandler.seen) == requests
+
+
+def test_missing_prerequisites_are_listed_together_before_anything_is_done(llmb_proc, tmp_path):
+    install = tmp_path / "install"
+    result = llmb_proc("install", "llama4", env=run_env(install, token=None))
+    assert result.code == 2 and result.out == ""
+    assert "nothing was done" in result.err and "Traceback" not in result.err
+    assert "enroot is not on PATH" in result.err and "nvcr.io#nvidia/nemo:25.04.01" in result.err
+    assert "HF_TOKEN is not set" in result.err and "meta-llama/Llama-4-Maverick-17B-128E-Instruct" in result.err
+    assert not install.exists()
+    # Nemotron-H needs no token: only enroot is missing.
+    alone = llmb_proc("install", "nemotronh", env=run_env(install, token=None))
+    assert alone.code == 2 and "enroot" in alone.err and "HF_TOKEN" not in alone.err
+
+
+def test_dry_run_prints_every_step_and_masks_the_token(llmb_proc, tmp_path, hub):
+    install = tmp_path / "install"
+    result = llmb_proc("install", "llama31", "--gpu", "b200", "--dry-run", env=run_env(install, hub=hub))
+    assert result.code == 0, result.err
+    assert "enroot import -o " + str(install / "images" / "nvidia+nemo+26.04.01.sqsh") + \
+        " docker://nvcr.io#nvidia/nemo:26.04.01" in result.out
+    for repo in ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3.1-405B"):
+        assert f"GET {hub}/{repo}/resolve/main/config.json (Authorization: Bearer ***)" in result.out
+    assert "mkdir -p " + str(install / "workloads" / "llama31" / "experiments") in result.out
+    assert "enroot is not on PATH" in result.err  # a warning only: nothing runs
+    assert TOKEN not in result.out + result.err
+    assert not install.exists() and HubHandler.seen == []
+
+
+def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enroot, hub):
+    install = tmp_path / "install"
+    env = run_env(install, enroot, hub, FAKE_ENROOT_FAIL="nemo:26.04.01")
+    result = llmb_proc("install", "llama31", env=env)
+    assert result.code == 1
+    assert "enroot import of nvcr.io#nvidia/nemo:26.04.01 exited with code 3" in result.out
+    assert "fake enroot: unauthorized" in result.err
+    assert not (install / "images" / "nvidia+nemo+26.04.01.sqsh").exists()  # no half image taken as done later
+    assert (install / "images" / "nvidia+nemo+25.04.01.sqsh").exists()  # the NeMo 2 variant's image
+    config = install / ".cache/huggingface/hub/models--meta-llama--Meta-Llama-3-8B/snapshots" / COMMIT / "config.json"
+    assert config.exists()
+    retry = llmb_proc("install", "llama31", "--json", env={**env, "FAKE_ENROOT_FAIL": ""})
+    assert retry.code == 0
+    done = [s for s in retry.json()["steps"] if s["status"] == "done"]
+    assert [s["what"] for s in done] == ["nvcr.io#nvidia/nemo:26.04.01"]
+
+
+def test_a_refused_repository_fails_with_a_reason(llmb_proc, tmp_path, enroot, hub):
+    install = tmp_path / "install"
+    result = llmb_proc("install", "llama4", "--no-images", "--json", env=run_env(install, enroot, hub, token="hf_wrong"))
+    assert result.code == 1
+    failed = [s for s in result.json()["steps"] if s["status"] == "failed"]
+    assert failed and all("Hugging Face refused meta-llama/Llama-4-Maverick-17B-128E-Instruct (HTTP 401)" in s["error"]
+                          for s in failed)
+    assert "hf_wrong" not in result.out + result.err
+    assert calls(enroot[1]) == []  # --no-images
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["install", "llama4", "--gpu", "b200"], "llama4 has no recipes for b200; its GPU types: gb200, h100"),
+    (["install", "llama4", "--gpu", "tpu"], "unknown GPU type 'tpu'"),
+    (["install", "nosuch"], "unknown workload 'nosuch'"),
+    (["install", "nemotronh", "--variant", "megatron-bridge"], "nemotronh has no variant 'megatron-bridge'"),
+])
+def test_bad_requests_exit_2(llmb_proc, tmp_path, args, needle):
+    result = llmb_proc(*args, env=run_env(tmp_path / "install"))
+    assert result.code == 2 and needle in result.err and "Traceback" not in result.err
+
+
+def test_gpu_type_comes_from_the_seed_variable(llmb_proc, tmp_path, enroot):
+    result = llmb_proc("install", "--dry-run", "--json", env=run_env(tmp_path / "install", enroot, GPU_TYPE="b200"))
+    report = result.json()
+    assert report["gpu"] == "b200" and report["workloads"] == ["llama31", "nemotron4"]
+    images = [s["what"] for s in report["steps"] if s["kind"] == "image"]
+    assert images == ["nvcr.io#nvidia/nemo:26.04.01", "nvcr.io#nvidia/nemo:25.04.01"]
+
+
+def test_install_help_imports_no_framework(llmb_proc, tmp_path):
+    for name in ("torch", "megatron", "nemo"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("import os, sys\nsys.stderr.write('TRIPWIRE')\nos._exit(97)\n")
+    for args in (["install", "--help"], ["install", "--dry-run"]):
+        result = llmb_proc(*args, env={"PYTHONPATH": str(tmp_path), "LLMB_INSTALL": str(tmp_path / "i"),
+                                       "PATH": os.environ.get("PATH", "")})
+        assert result.code == 0 and "TRIPWIRE" not in result.err, result.err
+
+
+def test_the_worker_library_lets_a_bare_python_find_every_plugin(llmb_proc, tmp_path):
+    """What a container job imports: llmb and its plugins from <install>/python, nothing else."""
+    install = tmp_path / "install"
+    result = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
+    assert result.code == 0, result.err
+    (library,) = [s for s in result.json()["steps"] if s["kind"] == "library"]
+    assert library["status"] == "done" and library["target"] == str(install / "python")
+    probe = ("from llmb.host import PluginHost; h = PluginHost(); "
+             "print(sorted(h.workloads()), sorted(h.backends()), h.workload('llama31').architecture('8b').hidden)")
+    # -S: no site-packages, so only the library (and the standard library) can be imported.
+    shown = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
+                           env={"PYTHONPATH": str(install / "python"), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"})
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split("\n")[0] == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'slurm'] 4096"
+    again = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
+    assert [s["status"] for s in again.json()["steps"] if s["kind"] == "library"] == ["present"]
