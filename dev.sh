@@ -2,17 +2,19 @@
 # One entry point for the two things a newcomer does on a fresh machine:
 #
 #   ./dev.sh demo    set up .venv and run the main job
-#   ./dev.sh test    set up .venv, lint, and run the test suite (pytest args pass through)
+#   ./dev.sh test    set up .venv (and Slurm's Debian packages when root), lint, and run the
+#                    test suite (pytest args pass through)
 #   ./dev.sh setup   only set up .venv (idempotent)
 #
-# Everything lands in .venv inside the checkout; nothing is installed
-# system-wide. PYTHON picks the interpreter (default: python3, 3.10+).
+# Python packages land in .venv inside the checkout; only the test suite's
+# Slurm (Debian packages) is installed system-wide. PYTHON picks the
+# interpreter (default: python3, 3.10+).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh)
+PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm)
 
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -36,11 +38,41 @@ setup() {
   echo "$want" > "$stamp"
 }
 
+# The real Slurm the tests start (tests/private_slurm.py): Debian's packages.
+# Installed when this user may (root, or passwordless sudo); otherwise the
+# Slurm tests skip and say why.
+SLURM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server)
+SLURM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd)
+
+setup_slurm() {
+  local missing=() c
+  for c in "${SLURM_COMMANDS[@]}"; do
+    PATH="$PATH:/usr/sbin:/sbin" command -v "$c" >/dev/null || missing+=("$c")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo -n"; else
+      echo "dev.sh: ${missing[*]} missing and no root: the Slurm tests will be skipped" \
+           "(apt-get install ${SLURM_PACKAGES[*]})" >&2
+      return
+    fi
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "dev.sh: ${missing[*]} missing and no apt-get: the Slurm tests will be skipped" >&2
+    return
+  fi
+  echo "dev.sh: installing ${SLURM_PACKAGES[*]} for the Slurm tests (no service is started)" >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${SLURM_PACKAGES[@]}" >/dev/null
+}
+
 case "${1:-}" in
   setup) setup ;;
   test)
     shift
     setup
+    setup_slurm
     "$VENV/bin/ruff" check .
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
@@ -51,7 +83,7 @@ case "${1:-}" in
     exec "$VENV/bin/llmb" run llama31 --size 8b --gpu h100 --dtype bf16 --gpus 2 --proxy tiny "$@"
     ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -71,7 +71,41 @@ def llmb_proc(tmp_path_factory):
     return run
 
 
-_SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE")
+# Variables a developer's shell may hold that would change what a test asks for.
+_SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE",
+              "SBATCH_ACCOUNT", "SBATCH_PARTITION", "SBATCH_TIMELIMIT", "SBATCH_GPUS_PER_NODE",
+              "ADDITIONAL_SLURM_PARAMS", "LLMB_BACKEND", "HF_TOKEN", "ENABLE_PROFILE", "ENABLE_NCCLTRACE",
+              "ENABLE_CHECKPOINT", "ENABLE_GPU_METRICS", "LOAD_CHECKPOINT_PATH", "CHECKPOINT_DIR")
+
+
+def _private_slurm(tmp_path_factory, accounting: bool):
+    from private_slurm import PrivateSlurm, missing_daemons
+
+    missing = missing_daemons(accounting)
+    packages = "slurm-wlm munge" + (" mariadb-server slurmdbd" if accounting else "")
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests, but {', '.join(missing)} is not installed (.ci/run installs "
+                        f"{packages})")
+        pytest.skip(f"not installed here: {', '.join(missing)} (apt-get install {packages})")
+    cluster = PrivateSlurm(tmp_path_factory.mktemp("slurm-accounting" if accounting else "slurm"), accounting)
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A private Slurm (two nodes on 127.0.0.1) for the session; see tests/private_slurm.py."""
+    yield from _private_slurm(tmp_path_factory, accounting=False)
+
+
+@pytest.fixture(scope="session")
+def slurm_accounting(tmp_path_factory):
+    """Another, keeping accounting in slurmdbd (MariaDB), associations enforced."""
+    yield from _private_slurm(tmp_path_factory, accounting=True)
 
 
 @pytest.fixture

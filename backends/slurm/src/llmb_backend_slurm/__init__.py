@@ -1,0 +1,1 @@
+"""llmb's Slurm backend: ``llmb run ... --backend slurm``."""

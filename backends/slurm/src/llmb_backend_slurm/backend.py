@@ -1,0 +1,352 @@
+"""The Slurm backend: submit, track, cancel, retry.
+
+A job is one or more attempts, each a Slurm job of its own with its own
+experiment run directory (a retry never overwrites what the failed attempt
+left). ``job.details["slurm"]`` holds what every attempt is rendered from;
+``job.details["attempts"]`` the Slurm job id, run directory and log of each.
+
+Tracking, for any number of jobs: one ``squeue`` for the attempts Slurm
+still holds, one ``sacct`` for those it has forgotten (when the cluster keeps
+accounting), then the exit marker the batch script wrote. A job that has
+ended is finished once (result parsed and stored, ``exit.json`` written)
+and costs no Slurm call afterwards. A failed query leaves every state as it
+was: a job is never cancelled or failed because Slurm did not answer.
+
+Retries (``--retries N``) resubmit a fresh job, excluding the nodes that
+failed, only for infrastructure failures: NODE_FAIL, BOOT_FAIL, PREEMPTED,
+or a launch that never started the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import asdict, replace
+
+from llmb import experiment
+from llmb.errors import UsageError
+from llmb.images import check_reference, image_path
+from llmb.jobs import TERMINAL, Job, JobStatus, job_dir, job_lock, last_iteration, load_job, now, read_exit, save_job
+from llmb.outcome import finish
+from llmb.paths import install_dir
+from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
+
+from llmb_backend_slurm import params
+from llmb_backend_slurm.commands import QueryFailed, Row, SlurmCommands, submission_env
+from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, render
+from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
+
+RUN_FILE = "run.json"
+CANCEL_FILE = "cancel-requested"
+CANCEL_WAIT_S = 60.0
+_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
+_HEALTHY = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "plnd", "planned", "resv", "reserved")
+
+
+def worker_pythonpath() -> str:
+    """Where ``llmb install`` puts llmb's pure-Python packages for the container's Python."""
+    return os.path.join(install_dir(), "python")
+
+
+def _check_time_limit(value: str | None) -> str | None:
+    if value and not _TIME.match(value.strip()):
+        raise UsageError(f"--time-limit {value!r}: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+                         f"(Slurm's forms), e.g. --time-limit 30 or --time-limit 2:00:00.")
+    return value.strip() if value else None
+
+
+def secret_names(submit: SubmitOptions) -> tuple[str, ...]:
+    """Variables passed only through sbatch's environment: HF_TOKEN when set, and those named."""
+    return tuple(dict.fromkeys([*(n for n in SECRET_VARIABLES if n in os.environ), *submit.secrets]))
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, commands: SlurmCommands | None = None):
+        self.slurm = commands or SlurmCommands()
+
+    # ------------------------------------------------------------ submit
+
+    def settings(self, spec: RunSpec, submit: SubmitOptions) -> dict:
+        """Everything every attempt is rendered from (JSON, kept in the job record; no secret values)."""
+        secrets = secret_names(submit)
+        run_file = os.path.join(job_dir(spec.job_id), RUN_FILE)
+        if submit.bare:
+            python = os.environ.get("LLMB_SLURM_PYTHON") or sys.executable
+            worker = [*spec.wrapper, python, "-m", "llmb.worker", run_file]
+            container = None
+        else:
+            reference = submit.image or spec.framework_config and spec.framework_config.get("container") or None
+            if reference is None:
+                from llmb.host import PluginHost
+
+                reference = PluginHost().workload(spec.workload).variant(spec.variant).container
+            if reference.endswith(".sqsh"):
+                image = reference
+            else:
+                check_reference(reference)
+                imported = image_path(reference)
+                image = imported if os.path.exists(imported) else reference
+            library = worker_pythonpath()
+            if not os.path.isdir(library):
+                raise UsageError(f"container mode runs llmb's worker from {library}, which does not exist: run "
+                                 f"llmb install first, or use --bare to run from the nodes' Python environment.")
+            install = install_dir()
+            mounts = [f"{install}:{install}", *submit.mounts]
+            for mount in submit.mounts:
+                if mount.count(":") not in (1, 2) or mount.startswith(":"):
+                    raise UsageError(f"--mount {mount!r}: expected SRC:DST or SRC:DST:ro.")
+            container = {"image": image, "mounts": mounts, "env_names": [*secrets, "PYTHONPATH"]}
+            worker = [*spec.wrapper, "python3", "-m", "llmb.worker", run_file]
+        gres = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres
+        return {
+            "account": submit.account, "partition": submit.partition,
+            "time_limit": _check_time_limit(submit.time_limit), "gpus_per_node": gres,
+            "requeue": submit.requeue, "exclusive": True,
+            "additional": [list(item) for item in params.parse(submit.additional)],
+            "container": container, "worker": worker, "retries": submit.retries, "secrets": list(secrets),
+            "pythonpath": None if submit.bare else worker_pythonpath(), "exclude": [],
+        }
+
+    def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:
+        try:
+            settings = self.settings(spec, submit)
+        except UsageError:
+            shutil.rmtree(job_dir(job.id), ignore_errors=True)
+            raise
+        job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
+        return self._submit_attempt(job, spec, first=True)
+
+    def _script(self, job: Job, spec: RunSpec, attempt: int) -> BatchScript:
+        s = job.details["slurm"]
+        env = dict(spec.env)
+        if s.get("pythonpath"):
+            env["PYTHONPATH"] = s["pythonpath"]
+        container = Container(s["container"]["image"], tuple(s["container"]["mounts"]),
+                              tuple(s["container"]["env_names"])) if s.get("container") else None
+        return BatchScript(
+            job_id=job.id, attempt=attempt, experiment=spec.experiment, nodes=spec.nodes,
+            tasks_per_node=spec.ranks_per_node or spec.ranks,
+            output=os.path.join(spec.inner_dir, f"sbatch_{spec.experiment}.out"), log=spec.log,
+            job_dir=job_dir(job.id), worker=tuple(s["worker"]), env=env, account=s.get("account"),
+            partition=s.get("partition"), time_limit=s.get("time_limit"), gpus_per_node=s.get("gpus_per_node"),
+            exclusive=s.get("exclusive", True), requeue=s.get("requeue", False), exclude=tuple(s.get("exclude", ())),
+            additional=tuple((k, v) for k, v in s.get("additional", ())), container=container,
+        )
+
+    def _submit_attempt(self, job: Job, spec: RunSpec, first: bool) -> Job:
+        attempt = job.attempts + 1
+        experiment.write_json(os.path.join(job_dir(job.id), RUN_FILE), spec.to_dict())
+        script_path = os.path.join(spec.run_dir, f"sbatch_{spec.experiment}.sh")
+        try:
+            text = render(self._script(job, spec, attempt))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        with open(script_path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        try:
+            slurm_id = self.slurm.sbatch(script_path, submission_env(tuple(job.details["slurm"]["secrets"])))
+        except UsageError as exc:
+            if first:
+                shutil.rmtree(job_dir(job.id), ignore_errors=True)
+            raise UsageError(f"{exc} (the script is kept: {script_path})") from None
+        record = {"attempt": attempt, "slurm_id": slurm_id, "run_dir": spec.run_dir, "log": spec.log,
+                  "submitted_at": now(), "exclude": list(job.details["slurm"].get("exclude", []))}
+        details = {**job.details, "attempts": [*job.details["attempts"], record]}
+        return replace(job, attempts=attempt, details=details, run_dir=spec.run_dir, log=spec.log)
+
+    # ------------------------------------------------------------ tracking
+
+    def status(self, jobs: list[Job]) -> list[JobStatus]:
+        out: dict[str, JobStatus] = {}
+        live = []
+        for job in jobs:
+            ended = read_exit(job.id)
+            if ended is not None:
+                out[job.id] = JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"),
+                                        last_iteration(job.log), ended)
+            elif not job.details.get("attempts"):
+                out[job.id] = JobStatus(job, "UNKNOWN", "no Slurm job was recorded for it")
+            else:
+                live.append(job)
+        if live:
+            ids = [self._current(job)["slurm_id"] for job in live]
+            try:
+                rows = self.slurm.squeue(ids)
+                gone = [i for i in ids if i not in rows]
+                accounting = self.slurm.sacct(gone) if gone else {}
+            except QueryFailed as exc:
+                for job in live:
+                    out[job.id] = JobStatus(job, "UNKNOWN", f"{exc}; the job is left alone", last_iteration(job.log))
+            else:
+                for job in live:
+                    out[job.id] = self._decide(job, rows, accounting)
+        return [out[job.id] for job in jobs]
+
+    @staticmethod
+    def _current(job: Job) -> dict:
+        return job.details["attempts"][-1]
+
+    def _decide(self, job: Job, rows: dict[str, Row], accounting: dict[str, Row] | None) -> JobStatus:
+        attempt = self._current(job)
+        slurm_id = attempt["slurm_id"]
+        row = rows.get(slurm_id) or (accounting or {}).get(slurm_id)
+        if row is not None:
+            slurm_state = normalise(row.state)
+            state = llmb_state(slurm_state)
+            nodes = row.nodes
+            reason = None if row.reason in ("", "None") else row.reason
+            if row.exit_code not in (None, "", "0:0"):
+                reason = f"exit code {row.exit_code}"  # sacct's ExitCode, code:signal
+        else:
+            slurm_state, state, reason, nodes = self._from_marker(job, attempt, accounting is None)
+        progress = last_iteration(job.log)
+        if state not in TERMINAL:
+            if state == "QUEUED" and reason:
+                reason = f"Slurm: {reason}"
+            return JobStatus(job, state, reason, progress)
+        with job_lock(job.id):
+            fresh = load_job(job.id)
+            ended = read_exit(job.id)
+            if ended is not None:  # another shell finished it meanwhile
+                return JobStatus(fresh, ended.get("state", "UNKNOWN"), ended.get("reason"), progress, ended)
+            if fresh.attempts != job.attempts:  # ... or resubmitted it
+                return JobStatus(fresh, "QUEUED", f"resubmitted (attempt {fresh.attempts})", None)
+            return self._ended(job, attempt, slurm_state, state, reason, nodes)
+
+    def _from_marker(self, job: Job, attempt: dict, no_accounting: bool) -> tuple[str, str, str | None, str]:
+        """The batch script's own record, when Slurm has forgotten the job."""
+        directory = job_dir(job.id)
+        started = experiment.read_json(os.path.join(directory, STARTED.format(attempt=attempt["attempt"])))
+        exited = experiment.read_json(os.path.join(directory, EXITED.format(attempt=attempt["attempt"])))
+        nodes = (started or {}).get("nodes", "")
+        why = "Slurm no longer knows the job" + (" and keeps no accounting" if no_accounting else "")
+        if exited is None:
+            return "", "UNKNOWN", f"{why}, and it left no exit marker", nodes
+        if exited.get("exit_code") == 0:
+            return "COMPLETED", "SUCCEEDED", None, nodes
+        if exited.get("signal"):
+            if os.path.exists(os.path.join(directory, CANCEL_FILE)):
+                return "CANCELLED", "CANCELLED", "cancelled", nodes
+            return "", "FAILED", f"stopped by SIG{exited['signal']} ({why}: cancelled outside llmb, or its time " \
+                                 f"limit)", nodes
+        return "FAILED", "FAILED", f"exit code {exited.get('exit_code')}", nodes
+
+    def _ended(self, job: Job, attempt: dict, slurm_state: str, state: str, reason: str | None,
+               nodes: str) -> JobStatus:
+        infrastructure = slurm_state in INFRASTRUCTURE or (state == "FAILED" and not worker_started(job.log))
+        if infrastructure:
+            why = slurm_state if slurm_state in INFRASTRUCTURE else "the launch never started the worker"
+            retries = job.details["slurm"].get("retries", 0)
+            if job.attempts <= retries:
+                return self._retry(job, attempt, why, nodes)
+            state, reason = "INFRA_FAILED", f"{why} on {nodes or 'unknown nodes'}" + (
+                f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})" if job.attempts > 1 else "")
+        elif state == "CANCELLED":
+            requested = os.path.exists(os.path.join(job_dir(job.id), CANCEL_FILE))
+            reason = "cancelled" if requested else "cancelled outside llmb (scancel)"
+        elif state == "TIMEOUT":
+            limit = job.details["slurm"].get("time_limit")
+            reason = f"time limit reached ({limit})" if limit else "time limit reached"
+        elif state == "FAILED":
+            reason = f"Slurm: {slurm_state or 'the job failed'}" + (f", {reason}" if reason else "")
+        written = finish(job, state, reason, prefer_log_reason=True, slurm_state=slurm_state,
+                         slurm_id=attempt["slurm_id"], nodes=nodes, attempts=job.attempts)
+        return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
+
+    # ------------------------------------------------------------ retries
+
+    def _retry(self, job: Job, attempt: dict, why: str, nodes: str) -> JobStatus:
+        bad = self._failed_nodes(nodes)
+        slurm = dict(job.details["slurm"])
+        slurm["exclude"] = sorted({*slurm.get("exclude", []), *bad})
+        job = replace(job, details={**job.details, "slurm": slurm})
+        old = RunSpec.from_dict(experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)))
+        fresh = experiment.create(old.workload, old.experiment)
+        spec = _moved(old, old.run_dir, fresh.run_dir)
+        recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}
+        recipe.update({"attempt": job.attempts + 1, "retry_of": attempt["slurm_id"], "submitted_at": now()})
+        experiment.write_json(fresh.recipe_file, recipe)
+        excluded = f", excluding {','.join(slurm['exclude'])}" if slurm["exclude"] else ""
+        _note(old.log, f"attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}) ended: {why} on "
+                       f"{nodes or 'unknown nodes'}; resubmitting as a fresh job{excluded}: {spec.log}")
+        _note(spec.log, f"retry of attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}, {why}); its log: "
+                        f"{old.log}")
+        job = self._submit_attempt(job, spec, first=False)
+        save_job(job)
+        return JobStatus(job, "QUEUED", f"retrying after {why} (attempt {job.attempts})")
+
+    def _failed_nodes(self, nodelist: str) -> list[str]:
+        """The allocation's nodes Slurm now reports unhealthy (down, drained, failing)."""
+        try:
+            names = self.slurm.hostnames(nodelist)
+            if not names:
+                return []
+            result = self.slurm.run(["sinfo", "--noheader", "--Node", f"--nodes={','.join(names)}", "--format=%N %t"])
+        except QueryFailed:
+            return []
+        bad = set()
+        for line in result.stdout.splitlines():
+            name, _, node_state = line.partition(" ")
+            if node_state.strip().rstrip("*~#!%$@^-").lower() not in _HEALTHY:
+                bad.add(name.strip())
+        return sorted(bad)
+
+    # ------------------------------------------------------------ cancel, logs
+
+    def cancel(self, job: Job) -> JobStatus:
+        current = self.status([job])[0]
+        if current.state in TERMINAL:
+            return current
+        with open(os.path.join(job_dir(job.id), CANCEL_FILE), "w", encoding="utf-8") as handle:
+            handle.write(now() + "\n")
+        self.slurm.scancel([self._current(job)["slurm_id"]])
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            current = self.status([job])[0]
+            if current.state in TERMINAL:
+                return current
+            time.sleep(0.5)
+        return JobStatus(job, current.state, f"still {current.state} {CANCEL_WAIT_S:.0f} s after scancel",
+                         current.progress)
+
+    def log_path(self, job: Job) -> str | None:
+        return job.log
+
+
+def worker_started(log: str) -> bool:
+    """Whether the log holds anything from the worker (beyond llmb's own notes and the errors of
+    srun and slurmstepd, e.g. ``slurmstepd-node1: error: execve(): ...``)."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.strip() and not line.startswith(("[llmb] warning:", "[llmb] job ", "[llmb] retry ",
+                                                         "[llmb] attempt ", "srun: ", "slurmstepd",
+                                                         'Try "srun --help"')):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def _note(log: str, text: str) -> None:
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write(f"[llmb] {text}\n")
+
+
+def _moved(spec: RunSpec, old: str, new: str) -> RunSpec:
+    """``spec`` with every path under the old run directory moved under the new one."""
+    def move(value):
+        if isinstance(value, str) and (value == old or value.startswith(old + os.sep)):
+            return new + value[len(old):]
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(move(v) for v in value)
+        return value
+
+    return RunSpec.from_dict(move(asdict(spec)))

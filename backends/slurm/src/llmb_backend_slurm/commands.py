@@ -1,0 +1,134 @@
+"""Slurm's client commands, each call a subprocess with a timeout.
+
+Nothing here decides anything about a job: it runs ``sbatch``, ``squeue``,
+``sacct``, ``scancel`` and ``scontrol``, parses what they print, and says
+when they failed. A failed query is reported as such (``QueryFailed``),
+never as a job state: a job is never cancelled or failed because Slurm did
+not answer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+from llmb.errors import UsageError
+
+TIMEOUT_S = 60.0
+SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
+
+
+class QueryFailed(Exception):
+    """A Slurm command failed or timed out (the jobs' states are unknown, not changed)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    slurm_id: str
+    state: str
+    reason: str
+    nodes: str
+    exit_code: str | None = None
+
+
+class SlurmCommands:
+    """Runs Slurm's commands; ``calls`` counts them (the tracking benchmark reads it)."""
+
+    def __init__(self, env: dict[str, str] | None = None, timeout: float | None = None):
+        self.env = env
+        self.timeout = timeout or float(os.environ.get("LLMB_SLURM_TIMEOUT") or TIMEOUT_S)
+        self.calls = 0
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        self.calls += 1
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                                  env=env if env is not None else self.env, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise UsageError(f"{argv[0]} not found: the slurm backend needs Slurm's client commands on PATH "
+                             f"(run llmb on a login node of the cluster).") from None
+        except subprocess.TimeoutExpired:
+            raise QueryFailed(f"{argv[0]} did not answer within {self.timeout:.0f} s") from None
+
+    # ------------------------------------------------------------ submit / cancel
+
+    def sbatch(self, script_path: str, env: dict[str, str]) -> str:
+        """The Slurm job id; UsageError with Slurm's reason when it refuses the job."""
+        result = self.run(["sbatch", "--parsable", script_path], env=env)
+        if result.returncode != 0:
+            reason = _reason(result.stderr) or f"sbatch exited with {result.returncode}"
+            raise UsageError(f"Slurm refused the job: {reason}")
+        job_id = result.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise UsageError(f"sbatch answered {result.stdout.strip()!r}, not a job id")
+        return job_id
+
+    def scancel(self, slurm_ids: list[str]) -> None:
+        result = self.run(["scancel", *slurm_ids])
+        if result.returncode != 0:
+            raise QueryFailed(f"scancel failed: {_reason(result.stderr)}")
+
+    # ------------------------------------------------------------ queries (one call for any number of jobs)
+
+    def squeue(self, slurm_ids: list[str]) -> dict[str, Row]:
+        """Jobs Slurm still holds (live, or finished less than MinJobAge ago)."""
+        if not slurm_ids:
+            return {}
+        result = self.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(slurm_ids)}",
+                           f"--format={SQUEUE_FORMAT}"])
+        if result.returncode != 0:
+            if "Invalid job id" in result.stderr:
+                return {}  # none of them is known any more (squeue refuses a list of only unknown ids)
+            raise QueryFailed(f"squeue failed: {_reason(result.stderr)}")
+        rows = {}
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 4 and parts[0].strip():
+                row = Row(parts[0].strip(), parts[1].strip(), parts[2].strip(), parts[3].strip())
+                rows[row.slurm_id] = row
+        return rows
+
+    def sacct(self, slurm_ids: list[str]) -> dict[str, Row] | None:
+        """Finished jobs from accounting; None when the cluster keeps none."""
+        if not slurm_ids:
+            return {}
+        result = self.run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(slurm_ids)}",
+                           f"--format={SACCT_FIELDS}"])
+        if result.returncode != 0:
+            if "accounting storage is disabled" in result.stderr.lower():
+                return None
+            raise QueryFailed(f"sacct failed: {_reason(result.stderr)}")
+        rows = {}
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 4 and parts[0].strip().isdigit():
+                rows[parts[0]] = Row(parts[0], parts[1], "", parts[3], exit_code=parts[2])
+        return rows
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """``node[1-2]`` -> ``["node1", "node2"]``."""
+        if not nodelist or nodelist in ("(null)", "None assigned"):
+            return []
+        result = self.run(["scontrol", "show", "hostnames", nodelist])
+        if result.returncode != 0:
+            raise QueryFailed(f"scontrol show hostnames failed: {_reason(result.stderr)}")
+        return result.stdout.split()
+
+
+def _reason(stderr: str) -> str:
+    """Slurm's own words: its ``error:`` lines, without the command's prefix."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+    return "; ".join(dict.fromkeys(errors)) if errors else (lines[-1] if lines else "")
+
+
+def submission_env(secrets: tuple[str, ...]) -> dict[str, str]:
+    """sbatch's environment: this shell's (sbatch exports it to the job), which is
+    how secrets travel; nothing else carries them."""
+    env = dict(os.environ)
+    missing = [name for name in secrets if name not in env]
+    if missing:
+        raise UsageError(f"secret variable(s) {', '.join(missing)} not set in this shell.")
+    return env

@@ -1,0 +1,148 @@
+"""The sbatch script of one attempt of a job.
+
+    #SBATCH lines     nodes, tasks per node, GPUs per node when the cluster uses
+                      gres, account, partition, time limit, the experiment name
+                      as job name, output in the seeds' layout, exclusive nodes,
+                      no in-place requeue, ADDITIONAL_SLURM_PARAMS
+    set-up            MASTER_ADDR = the address of the allocation's first host,
+                      MASTER_PORT, the run's variables (every value shell-quoted)
+    srun              the worker on every rank: in NVIDIA's container through
+                      pyxis, or bare from the nodes' Python environment
+    markers           started/exit files in the job directory: the state of
+                      last resort when Slurm no longer knows the job
+
+Secrets never appear here: they reach the job through the submission
+environment (sbatch exports it), and only their names are listed for pyxis.
+No ``set -x``: a traced script would print every exported value.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+STARTED = "attempt-{attempt}.started"
+EXITED = "attempt-{attempt}.exit"
+_SAFE_DIRECTIVE = re.compile(r"^[A-Za-z0-9_.,:/@%+=&|\[\]-]*$")
+
+
+@dataclass(frozen=True)
+class Container:
+    image: str  # registry#repo:tag, or an imported .sqsh file
+    mounts: tuple[str, ...]
+    env_names: tuple[str, ...]  # variables that must override the image's ENV (names only)
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    job_id: str
+    attempt: int
+    experiment: str
+    nodes: int
+    tasks_per_node: int
+    output: str  # sbatch_<experiment>.out
+    log: str  # log-<experiment>.out: every rank's output
+    job_dir: str  # where the markers go
+    worker: tuple[str, ...]  # argv of one rank (after the profiler's wrapper)
+    env: dict[str, str] = field(default_factory=dict)
+    account: str | None = None
+    partition: str | None = None
+    time_limit: str | None = None
+    gpus_per_node: str | None = None  # gres, when the cluster uses it (SBATCH_GPUS_PER_NODE)
+    exclusive: bool = True
+    requeue: bool = False
+    exclude: tuple[str, ...] = ()
+    additional: tuple[tuple[str, str | None], ...] = ()
+    container: Container | None = None
+    generator: str = "llmb"
+
+
+def directive(key: str, value: str | None = None) -> str:
+    """One ``#SBATCH`` line; sbatch reads these itself (not the shell), so a
+    value with spaces or quotes is double-quoted the way sbatch accepts."""
+    if value is None:
+        return f"#SBATCH --{key}"
+    if any(c in value for c in "\n\r\0"):
+        raise ValueError(f"sbatch option {key}: a value cannot contain a line break")
+    if _SAFE_DIRECTIVE.match(value):
+        return f"#SBATCH --{key}={value}"
+    if '"' in value:
+        raise ValueError(f"sbatch option {key}: a value cannot contain a double quote in a #SBATCH line")
+    return f'#SBATCH --{key}="{value}"'
+
+
+def render(script: BatchScript) -> str:
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# {script.generator}: job {script.job_id}, attempt {script.attempt}. Resubmit by hand with: sbatch <this file>",
+        directive("job-name", script.experiment),
+        directive("nodes", str(script.nodes)),
+        directive("ntasks-per-node", str(script.tasks_per_node)),
+        directive("output", script.output),
+        directive("open-mode", "append"),
+    ]
+    if script.exclusive:
+        lines.append(directive("exclusive"))
+    lines.append(directive("requeue" if script.requeue else "no-requeue"))
+    for key, value in (("account", script.account), ("partition", script.partition), ("time", script.time_limit),
+                       ("gpus-per-node", script.gpus_per_node)):
+        if value:
+            lines.append(directive(key, value))
+    if script.exclude:
+        lines.append(directive("exclude", ",".join(script.exclude)))
+    lines += [directive(key, value) for key, value in script.additional]
+
+    started = f"{script.job_dir}/{STARTED.format(attempt=script.attempt)}"
+    exited = f"{script.job_dir}/{EXITED.format(attempt=script.attempt)}"
+    lines += [
+        "",
+        "set -uo pipefail  # never -x: it would print every exported value",
+        f"log_file={q(script.log)}",
+        f"started_file={q(started)}",
+        f"exit_file={q(exited)}",
+        "printf '{\"slurm_job_id\": \"%s\", \"nodes\": \"%s\", \"started_at\": %s}\\n' \\",
+        "  \"$SLURM_JOB_ID\" \"$SLURM_JOB_NODELIST\" \"$(date +%s)\" > \"$started_file\"",
+        "",
+        "# The rendezvous host: the first host of the allocation, by the address Slurm reaches it at.",
+        "first_host=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
+        "master_addr=$(scontrol show node \"$first_host\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
+        "export MASTER_ADDR=\"${master_addr:-$first_host}\"",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        f"export LLMB_JOB_ID={q(script.job_id)}",
+        "export PYTHONUNBUFFERED=1",
+    ]
+    for name, value in sorted(script.env.items()):
+        lines.append(f"export {name}={q(str(value))}")
+
+    srun = ["srun", "--kill-on-bad-exit=1", "--wait=60", f"--ntasks-per-node={script.tasks_per_node}"]
+    if script.container:
+        c = script.container
+        srun += [f"--container-image={c.image}", "--no-container-mount-home", "--container-writable"]
+        if c.mounts:
+            srun.append(f"--container-mounts={','.join(c.mounts)}")
+        names = sorted({*c.env_names, *script.env, "MASTER_ADDR", "MASTER_PORT", "LLMB_JOB_ID", "PYTHONUNBUFFERED"})
+        srun.append(f"--container-env={','.join(names)}")
+    command = " ".join(q(part) for part in (*srun, *script.worker))
+    lines += [
+        "",
+        f"echo \"[llmb] job {script.job_id} attempt {script.attempt}: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, "
+        f"MASTER_ADDR=$MASTER_ADDR ($first_host)\" >> \"$log_file\"",
+        "on_signal() {",
+        "  printf '{\"exit_code\": null, \"signal\": \"%s\", \"ended_at\": %s}\\n' \"$1\" \"$(date +%s)\" > \"$exit_file\"",
+        "  [ -n \"${srun_pid:-}\" ] && kill -TERM \"$srun_pid\" 2>/dev/null",
+        "  wait",
+        "  exit 143",
+        "}",
+        "trap 'on_signal TERM' TERM",
+        "trap 'on_signal INT' INT",
+        f"{command} >> \"$log_file\" 2>&1 &",
+        "srun_pid=$!",
+        "wait \"$srun_pid\"",
+        "code=$?",
+        "printf '{\"exit_code\": %d, \"signal\": null, \"ended_at\": %s}\\n' \"$code\" \"$(date +%s)\" > \"$exit_file\"",
+        "exit \"$code\"",
+        "",
+    ]
+    return "\n".join(lines)
