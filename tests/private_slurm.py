@@ -290,6 +290,36 @@ StorageLoc=slurm_acct_db
             time.sleep(0.1)
         for pid in pids:
             _signal(pid, signal.SIGKILL)
+        # What the daemons started and may have left behind (slurmstepd, a job's ranks)
+        # carries this cluster's SLURM_CONF in its environment.
+        for pid in _processes_with(f"SLURM_CONF={self.conf}".encode()):
+            _signal(pid, signal.SIGKILL)
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents (a shell that exported SLURM_CONF must survive ``down``)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def _processes_with(variable: bytes) -> list[int]:
+    found, spared = [], _ancestors()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in spared:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if variable in handle.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 def _signal(pid: int, sig: int) -> None:
