@@ -32,19 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo")
+from private_slurm import PrivateSlurm, counting_shims  # noqa: E402
+
 RUN = ["run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--proxy", "tiny", "--gpus", "1",
        "--backend", "slurm", "--bare", "--detach", "--json"]
-
-
-def shims(directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    log = directory / "calls"
-    for command in COMMANDS:
-        real = subprocess.run(["bash", "-c", f"command -v {command}"], capture_output=True, text=True).stdout.strip()
-        (directory / command).write_text(f"#!/bin/sh\necho {command} >> {log}\nexec {real} \"$@\"\n")
-        (directory / command).chmod(0o755)
-    return log
 
 
 def llmb(*args: str, env: dict[str, str]) -> str:
@@ -68,7 +59,7 @@ def poll(env: dict[str, str], log: Path, polls: int) -> tuple[Counter, float]:
 
 def measure(jobs: int, polls: int, base_env: dict[str, str], work: Path) -> dict:
     install = work / f"install-{jobs}"
-    log = shims(work / f"shims-{jobs}")
+    log = counting_shims(work / f"shims-{jobs}")
     env = {**base_env, "LLMB_INSTALL": str(install), "PATH": f"{log.parent}:{base_env['PATH']}",
            "ADDITIONAL_SLURM_PARAMS": "hold", "LLMB_LOG_FORMAT": "json"}
     start = time.perf_counter()
@@ -99,7 +90,6 @@ def main() -> None:
     cluster = None
     env = {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_") and k != "LLMB_BACKEND"}
     if "SLURM_CONF" not in env:
-        from private_slurm import PrivateSlurm
 
         cluster = PrivateSlurm(work / "slurm").up()
         env.update(cluster.env())

@@ -322,6 +322,19 @@ def _processes_with(variable: bytes) -> list[int]:
     return found
 
 
+def counting_shims(directory: Path) -> Path:
+    """Wrappers in front of Slurm's client commands that log each call to the
+    returned file (put ``directory`` first on PATH); the real commands still run."""
+    directory.mkdir(parents=True)
+    calls = directory / "calls"
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    for command in ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo"):
+        shim = directory / command
+        shim.write_text(f"#!/bin/sh\necho {command} >> {calls}\nexec {shutil.which(command, path=search)} \"$@\"\n")
+        shim.chmod(0o755)
+    return calls
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
 
@@ -31,16 +31,6 @@ def install(tmp_path):
 def run_json(llmb_proc, *args, env, timeout=600):
     result = llmb_proc(*args, "--json", env=env, timeout=timeout)
     return result, (json.loads(result.out) if result.out.strip() else None)
-
-
-def wait_for(predicate, timeout=120, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")
 
 
 def status(llmb_proc, job_id, env):

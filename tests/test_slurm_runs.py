@@ -10,10 +10,11 @@ import json
 import os
 import secrets
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from private_slurm import counting_shims
+from waiting import wait_for
 
 pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
 pytestmark = pytest.mark.slurm
@@ -36,19 +37,10 @@ def status(llmb_proc, job_id, env):
     return json.loads(llmb_proc("status", job_id, "--json", env=env).out)
 
 
-def wait_for(predicate, timeout=180, interval=0.5, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def running_with_progress(llmb_proc, job_id, env):
     return wait_for(lambda: (s := status(llmb_proc, job_id, env))["state"] == "RUNNING"
-                    and (s["progress"] or "").startswith("iteration") and s, what=f"{job_id} to train")
+                    and (s["progress"] or "").startswith("iteration") and s, timeout=180, interval=0.5,
+                    what=f"{job_id} to train")
 
 
 def job_record(env, job_id) -> dict:
@@ -229,18 +221,6 @@ def test_an_unanswering_controller_leaves_the_job_alone(llmb_proc, env, slurm, t
     assert lost["state"] == "UNKNOWN" and "did not answer within 3 s; the job is left alone" in lost["reason"]
     assert status(llmb_proc, job, env)["state"] == "RUNNING"
     assert json.loads(llmb_proc("cancel", job, "--json", env=env).out)["state"] == "CANCELLED"
-
-
-def counting_shims(directory: Path) -> Path:
-    """Wrappers in front of the real Slurm commands that count each call."""
-    directory.mkdir()
-    calls = directory / "calls"
-    for command in ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo"):
-        real = subprocess.run(["bash", "-c", f"command -v {command}"], capture_output=True, text=True).stdout.strip()
-        shim = directory / command
-        shim.write_text(f"#!/bin/sh\necho {command} >> {calls}\nexec {real} \"$@\"\n")
-        shim.chmod(0o755)
-    return calls
 
 
 def test_sixty_four_jobs_are_tracked_with_a_constant_number_of_slurm_calls(llmb_proc, env, tmp_path):
