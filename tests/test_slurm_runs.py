@@ -67,10 +67,10 @@ def worker_pids(run_json_path: str) -> list[int]:
 
 
 def test_a_two_node_proxy_run_completes_and_its_result_is_shown(llmb_proc, env):
-    gres = {**env, "SBATCH_GPUS_PER_NODE": "2"}
+    # The seeds' GPUS_PER_NODE makes the 4 ranks 2 nodes x 2; SBATCH_GPUS_PER_NODE asks for gres.
+    two_per_node = {**env, "GPUS_PER_NODE": "2", "SBATCH_GPUS_PER_NODE": "2"}
     result, summary = run_json(llmb_proc, "run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16",
-                               "--gpus", "4", "--gpus-per-node", "2", "--proxy", "tiny", "--backend", "slurm",
-                               "--bare", env=gres)
+                               "--gpus", "4", "--proxy", "tiny", "--backend", "slurm", "--bare", env=two_per_node)
     assert result.code == 0 and summary["state"] == "SUCCEEDED", result.err[-3000:]
     row = summary["result"]
     assert (row["status"], row["window"], row["samples_in_window"], row["gpus"]) == ("success", "35-44", 10, 4)
