@@ -44,6 +44,17 @@ class ExperimentDir:
         return os.path.join(self.run_dir, RECIPE_FILE)
 
 
+def _layout(run_dir: str, name: str) -> ExperimentDir:
+    inner = os.path.join(run_dir, name)
+    return ExperimentDir(name, run_dir, inner, os.path.join(inner, f"log-{name}.out"))
+
+
+def locate(workload: str, name: str, root: str | None = None) -> ExperimentDir:
+    """Where ``create`` would put a run now, creating nothing (a dry run)."""
+    base = os.path.join(root or os.path.join(workload_dir(workload), "experiments"), name)
+    return _layout(os.path.join(base, f"{name}_{int(time.time())}"), name)
+
+
 def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
     """A fresh run directory; the timestamp moves on until the name is free."""
     base = os.path.join(root or os.path.join(workload_dir(workload), "experiments"), name)
@@ -56,9 +67,9 @@ def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
             break
         except FileExistsError:
             stamp += 1
-    inner = os.path.join(run_dir, name)
-    os.makedirs(inner)
-    return ExperimentDir(name, run_dir, inner, os.path.join(inner, f"log-{name}.out"))
+    where = _layout(run_dir, name)
+    os.makedirs(where.inner)
+    return where
 
 
 def write_json(path: str, data: dict) -> None:

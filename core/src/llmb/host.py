@@ -70,6 +70,7 @@ class PluginHost:
         self._infos: dict[str, PluginInfo] = {}
         self._workloads: dict[str, Workload] | None = None
         self._backends: dict[str, Any] | None = None
+        self._impls: dict[str, Any] = {}
         self._owner: dict[str, str] = {}  # workload name -> plugin name
         self._broken_workloads: dict[str, str] = {}  # workload name -> reason
         self._ignored: set[tuple[str, str]] = set()  # (plugin, hook) plain impls from non-owners
@@ -242,6 +243,13 @@ class PluginHost:
                     self._infos[impl.plugin_name] = PluginInfo(**{**info.__dict__, "backends": info.backends + (record.name,)})
         self._backends = found
         return found
+
+    def backend_impl(self, name: str):
+        """The loaded implementation of backend ``name``, one per host: a backend keeps
+        what it may reuse between calls (a cluster's access token, a connection)."""
+        if name not in self._impls:
+            self._impls[name] = self.backend(name).load()
+        return self._impls[name]
 
     def backend(self, name: str):
         backends = self.backends()

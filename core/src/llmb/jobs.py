@@ -24,6 +24,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED")
 
 JOB_FILE = "job.json"
 EXIT_FILE = "exit.json"
+CANCEL_FILE = "cancel-requested"  # llmb asked for the job to stop (so its end is a cancel, not a failure)
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,16 @@ def job_dir(job_id: str) -> str:
     return os.path.join(jobs_root(), job_id)
 
 
+def new_job_id(backend: str) -> str:
+    """A job id for a job that will not be created (a dry run)."""
+    return f"{backend}-{secrets.token_hex(3)}"
+
+
 def new_job_dir(backend: str) -> tuple[str, str]:
     """A fresh (job id, directory): ``<backend>-<6 hex>``."""
     os.makedirs(jobs_root(), exist_ok=True)
     while True:
-        job_id = f"{backend}-{secrets.token_hex(3)}"
+        job_id = new_job_id(backend)
         path = job_dir(job_id)
         try:
             os.mkdir(path)
@@ -124,6 +130,31 @@ def read_exit(job_id: str) -> dict | None:
 
 def write_exit(job_id: str, data: dict) -> None:
     write_json(os.path.join(job_dir(job_id), EXIT_FILE), data)
+
+
+def request_cancel(job_id: str) -> None:
+    with open(os.path.join(job_dir(job_id), CANCEL_FILE), "w", encoding="utf-8") as handle:
+        handle.write(now() + "\n")
+
+
+def cancel_requested(job_id: str) -> bool:
+    return os.path.exists(os.path.join(job_dir(job_id), CANCEL_FILE))
+
+
+def wait_until_ended(status, timeout: float, interval: float, after: str) -> JobStatus:
+    """Poll ``status()`` until the job ended; if it has not within ``timeout`` seconds,
+    the last status with a reason saying so (``after``: what was done to end it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        current = status()
+        if current.state in TERMINAL:
+            return current
+        if time.monotonic() >= deadline:
+            return JobStatus(current.job, current.state, f"still {current.state} {timeout:.0f} s after {after}",
+                             current.progress)
+        time.sleep(interval)
 
 
 def last_iteration(log: str, tail: int = 65536) -> str | None:

@@ -19,7 +19,7 @@ from llmb import experiment
 from llmb.capability import detect
 from llmb.errors import UsageError
 from llmb.host import PluginHost
-from llmb.jobs import Job, new_job_dir, now, save_job
+from llmb.jobs import Job, new_job_dir, new_job_id, now, save_job
 from llmb.planning import Plan, make_plan
 from llmb.profiling import DEFAULT_WINDOW, ProfileRequest
 from llmb.records import RecipeRequest
@@ -43,6 +43,7 @@ class Submitted:
     spec: RunSpec
     plan: Plan
     warnings: tuple[str, ...]
+    description: dict | None = None  # a dry run: what the backend would do (nothing was written or sent)
 
 
 def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str:
@@ -70,8 +71,11 @@ def placement(ranks: int, per_node: int) -> tuple[int, int]:
     return ranks // per_node, per_node
 
 
-def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local") -> Submitted:
-    backend_record = host.backend(backend_name)
+def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local",
+               dry_run: bool = False) -> Submitted:
+    """Resolve, plan and submit; with ``dry_run``, plan everything and ask the backend what it
+    would do, writing and sending nothing."""
+    host.backend(backend_name)  # an unknown backend is refused before any work
     if options.nccl_trace and options.profile:
         raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately: "
                          "a profile of a traced run is not valid for comparison).")
@@ -104,8 +108,11 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     else:
         # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
         device = "auto" if torch_engine else "cuda"
-    dtype, dtype_warnings = compute_dtype(device, recipe.dtype)
-    warnings += dtype_warnings
+    if torch_engine:
+        dtype, dtype_warnings = compute_dtype(device, recipe.dtype)
+        warnings += dtype_warnings
+    else:
+        dtype = recipe.dtype  # the production framework computes in the recipe's precision
     nodes, per_node = placement(ranks, recipe.gpus_per_node)
 
     arch, seq_len = proxy_arch(workload, recipe, options)
@@ -122,9 +129,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         steps = 1  # the seeds: "Training will run for 1 step after checkpoint has been loaded"
     flops = host.model_flops(workload, arch, seq_len)
 
-    job_id, _ = new_job_dir(backend_name)
+    job_id = new_job_id(backend_name) if dry_run else new_job_dir(backend_name)[0]
     name = experiment.experiment_name(ran, options.proxy_label)
-    where = experiment.create(recipe.workload, name)
+    where = (experiment.locate if dry_run else experiment.create)(recipe.workload, name)
 
     profile = host.profile(ProfileRequest(
         profile=options.profile, gpu_metrics=options.gpu_metrics, nccl_trace=options.nccl_trace,
@@ -189,15 +196,18 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,
         "arch": spec.arch, "warnings": warnings, "submitted_at": now(),
     })
+    job = Job(id=job_id, backend=backend_name, workload=recipe.workload, experiment=name, run_dir=where.run_dir,
+              log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy)
+    if dry_run:
+        description = host.backend_impl(backend_name).describe(spec, job, options.submit)
+        return Submitted(job, spec, plan, tuple(warnings), description)
     experiment.write_json(where.recipe_file, recipe_record)
     with open(where.log, "a", encoding="utf-8") as handle:
         for warning in warnings:
             handle.write(f"[llmb] warning: {warning}\n")
 
-    job = Job(id=job_id, backend=backend_name, workload=recipe.workload, experiment=name, run_dir=where.run_dir,
-              log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy)
     save_job(job)
-    job = backend_record.load().submit(spec, job, options.submit)
+    job = host.backend_impl(backend_name).submit(spec, job, options.submit)
     save_job(job)
     return Submitted(job, spec, plan, tuple(warnings))
 

@@ -41,6 +41,7 @@ class SubmitOptions:
     bare: bool = False  # run the worker from the nodes' Python environment, without a container
     secrets: tuple[str, ...] = ()  # variables passed only through the submission environment
     additional: str | None = None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
+    extra: tuple[tuple[str, str], ...] = ()  # --backend-opt KEY=VALUE: a backend's own settings
 
     def given(self) -> list[str]:
         """The options set away from their defaults, by flag name."""
@@ -119,6 +120,20 @@ class RunSpec:
     framework_config: dict | None = None
     nodes: int = 1
     ranks_per_node: int | None = None  # None: all ranks on one node
+
+    def relocated(self, old_root: str, new_root: str) -> RunSpec:
+        """This spec with every path under ``old_root`` moved under ``new_root`` (a retry's fresh
+        run directory; the install directory as a cluster's pods see it)."""
+        def move(value):
+            if isinstance(value, str) and (value == old_root or value.startswith(old_root + os.sep)):
+                return new_root + value[len(old_root):]
+            if isinstance(value, dict):
+                return {k: move(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return type(value)(move(v) for v in value)
+            return value
+
+        return RunSpec.from_dict(move(self.to_dict()))
 
     def model_arch(self) -> ModelArch:
         return ModelArch(**self.arch)

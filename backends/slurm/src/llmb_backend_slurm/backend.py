@@ -23,13 +23,26 @@ import os
 import re
 import shutil
 import sys
-import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from llmb import experiment
 from llmb.errors import UsageError
 from llmb.images import check_reference, image_path
-from llmb.jobs import TERMINAL, Job, JobStatus, job_dir, job_lock, last_iteration, load_job, now, read_exit, save_job
+from llmb.jobs import (
+    TERMINAL,
+    Job,
+    JobStatus,
+    cancel_requested,
+    job_dir,
+    job_lock,
+    last_iteration,
+    load_job,
+    now,
+    read_exit,
+    request_cancel,
+    save_job,
+    wait_until_ended,
+)
 from llmb.outcome import finish
 from llmb.paths import install_dir
 from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
@@ -40,7 +53,6 @@ from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, r
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
 RUN_FILE = "run.json"
-CANCEL_FILE = "cancel-requested"
 CANCEL_WAIT_S = 60.0
 _TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
 _HEALTHY = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "plnd", "planned", "resv", "reserved")
@@ -71,8 +83,9 @@ class SlurmBackend:
 
     # ------------------------------------------------------------ submit
 
-    def settings(self, spec: RunSpec, submit: SubmitOptions) -> dict:
-        """Everything every attempt is rendered from (JSON, kept in the job record; no secret values)."""
+    def settings(self, spec: RunSpec, submit: SubmitOptions, problems: list[str] | None = None) -> dict:
+        """Everything every attempt is rendered from (JSON, kept in the job record; no secret values).
+        With ``problems`` (a dry run), what would stop a submission is listed there instead of raised."""
         secrets = secret_names(submit)
         run_file = os.path.join(job_dir(spec.job_id), RUN_FILE)
         if submit.bare:
@@ -93,8 +106,11 @@ class SlurmBackend:
                 image = imported if os.path.exists(imported) else reference
             library = worker_pythonpath()
             if not os.path.isdir(library):
-                raise UsageError(f"container mode runs llmb's worker from {library}, which does not exist: run "
-                                 f"llmb install first, or use --bare to run from the nodes' Python environment.")
+                problem = (f"container mode runs llmb's worker from {library}, which does not exist: run "
+                           f"llmb install first, or use --bare to run from the nodes' Python environment.")
+                if problems is None:
+                    raise UsageError(problem)
+                problems.append(problem)
             install = install_dir()
             mounts = [f"{install}:{install}", *submit.mounts]
             for mount in submit.mounts:
@@ -137,6 +153,18 @@ class SlurmBackend:
             exclusive=s.get("exclusive", True), requeue=s.get("requeue", False), exclude=tuple(s.get("exclude", ())),
             additional=tuple((k, v) for k, v in s.get("additional", ())), container=container,
         )
+
+    def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:
+        problems: list[str] = []
+        job = replace(job, attempts=0, details={"slurm": self.settings(spec, submit, problems), "attempts": []})
+        script_path = os.path.join(spec.run_dir, f"sbatch_{spec.experiment}.sh")
+        try:
+            text = render(self._script(job, spec, 1))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return {"backend": self.name, "script_path": script_path, "script": text,
+                "command": ["sbatch", "--parsable", script_path], "secrets": job.details["slurm"]["secrets"],
+                "run_spec": spec.to_dict(), "problems": problems, "text": text}
 
     def _submit_attempt(self, job: Job, spec: RunSpec, first: bool) -> Job:
         attempt = job.attempts + 1
@@ -230,7 +258,7 @@ class SlurmBackend:
         if exited.get("exit_code") == 0:
             return "COMPLETED", "SUCCEEDED", None, nodes
         if exited.get("signal"):
-            if os.path.exists(os.path.join(directory, CANCEL_FILE)):
+            if cancel_requested(job.id):
                 return "CANCELLED", "CANCELLED", "cancelled", nodes
             return "", "FAILED", f"stopped by SIG{exited['signal']} ({why}: cancelled outside llmb, or its time " \
                                  f"limit)", nodes
@@ -247,7 +275,7 @@ class SlurmBackend:
             state, reason = "INFRA_FAILED", f"{why} on {nodes or 'unknown nodes'}" + (
                 f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})" if job.attempts > 1 else "")
         elif state == "CANCELLED":
-            requested = os.path.exists(os.path.join(job_dir(job.id), CANCEL_FILE))
+            requested = cancel_requested(job.id)
             reason = "cancelled" if requested else "cancelled outside llmb (scancel)"
         elif state == "TIMEOUT":
             limit = job.details["slurm"].get("time_limit")
@@ -267,7 +295,7 @@ class SlurmBackend:
         job = replace(job, details={**job.details, "slurm": slurm})
         old = RunSpec.from_dict(experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)))
         fresh = experiment.create(old.workload, old.experiment)
-        spec = _moved(old, old.run_dir, fresh.run_dir)
+        spec = old.relocated(old.run_dir, fresh.run_dir)
         recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}
         recipe.update({"attempt": job.attempts + 1, "retry_of": attempt["slurm_id"], "submitted_at": now()})
         experiment.write_json(fresh.recipe_file, recipe)
@@ -302,17 +330,9 @@ class SlurmBackend:
         current = self.status([job])[0]
         if current.state in TERMINAL:
             return current
-        with open(os.path.join(job_dir(job.id), CANCEL_FILE), "w", encoding="utf-8") as handle:
-            handle.write(now() + "\n")
+        request_cancel(job.id)
         self.slurm.scancel([self._current(job)["slurm_id"]])
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while time.monotonic() < deadline:
-            current = self.status([job])[0]
-            if current.state in TERMINAL:
-                return current
-            time.sleep(0.5)
-        return JobStatus(job, current.state, f"still {current.state} {CANCEL_WAIT_S:.0f} s after scancel",
-                         current.progress)
+        return wait_until_ended(lambda: self.status([job])[0], CANCEL_WAIT_S, 0.5, "scancel")
 
     def log_path(self, job: Job) -> str | None:
         return job.log
@@ -336,17 +356,3 @@ def worker_started(log: str) -> bool:
 def _note(log: str, text: str) -> None:
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"[llmb] {text}\n")
-
-
-def _moved(spec: RunSpec, old: str, new: str) -> RunSpec:
-    """``spec`` with every path under the old run directory moved under the new one."""
-    def move(value):
-        if isinstance(value, str) and (value == old or value.startswith(old + os.sep)):
-            return new + value[len(old):]
-        if isinstance(value, dict):
-            return {k: move(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return type(value)(move(v) for v in value)
-        return value
-
-    return RunSpec.from_dict(move(asdict(spec)))

@@ -24,6 +24,10 @@ class BackendImpl(Protocol):
     def cancel(self, job: Job) -> JobStatus:
         """Stop the job and return once it has really ended (or say that it has not)."""
 
+    def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:
+        """What ``submit`` would do, as JSON (``llmb run --dry-run``): the script, the
+        requests, the commands. Writes nothing, sends nothing, and shows no secret."""
+
     def log_path(self, job: Job) -> str | None:
         """Where the job's main log can be read from here, if anywhere."""
 

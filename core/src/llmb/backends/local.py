@@ -21,12 +21,22 @@ import sys
 import time
 
 from llmb.experiment import read_json, write_json
-from llmb.jobs import Job, JobStatus, alive, job_dir, last_iteration, now, read_exit, write_exit
+from llmb.jobs import (
+    Job,
+    JobStatus,
+    alive,
+    cancel_requested,
+    job_dir,
+    last_iteration,
+    now,
+    read_exit,
+    request_cancel,
+    write_exit,
+)
 from llmb.runspec import RunSpec, SubmitOptions
 
 SUPERVISOR_FILE = "supervisor.json"
 RANKS_FILE = "ranks.json"
-CANCEL_FILE = "cancel-requested"
 RUN_FILE = "run.json"
 CANCEL_GRACE_S = 10.0
 
@@ -54,6 +64,12 @@ class LocalBackend:
             time.sleep(0.02)  # the supervisor writes its pid first thing
         return job
 
+    def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:  # noqa: ARG002
+        argv = [*spec.wrapper, sys.executable, "-m", "llmb.worker", _path(job, RUN_FILE)]
+        lines = [f"RANK={r} WORLD_SIZE={spec.ranks} " + " ".join(argv) for r in range(spec.ranks)]
+        return {"backend": "local", "ranks": [[*argv] for _ in range(spec.ranks)], "env": spec.env,
+                "run_spec": spec.to_dict(), "text": "\n".join(lines)}
+
     def _status(self, job: Job) -> JobStatus:
         ended = read_exit(job.id)
         if ended is not None:
@@ -64,7 +80,7 @@ class LocalBackend:
             return JobStatus(job, "QUEUED", "the supervisor is starting")
         if alive(supervisor.get("pid"), supervisor.get("start_time")):
             return JobStatus(job, "RUNNING", None, last_iteration(job.log))
-        if os.path.exists(_path(job, CANCEL_FILE)):
+        if cancel_requested(job.id):
             return JobStatus(job, "CANCELLED", "cancelled", last_iteration(job.log))
         return JobStatus(job, "FAILED", "the job's supervisor ended without recording an exit (was it killed?)",
                          last_iteration(job.log))
@@ -85,8 +101,7 @@ class LocalBackend:
         current = self._status(job)
         if current.state not in ("QUEUED", "RUNNING"):
             return current
-        with open(_path(job, CANCEL_FILE), "w", encoding="utf-8") as handle:
-            handle.write(now() + "\n")
+        request_cancel(job.id)
         supervisor = read_json(_path(job, SUPERVISOR_FILE)) or {}
         pgid = supervisor.get("pgid")
         self._signal_group(pgid, signal.SIGTERM)

@@ -18,9 +18,9 @@ import sys
 import time
 import traceback
 
-from llmb.backends.local import CANCEL_FILE, RANKS_FILE, RUN_FILE, SUPERVISOR_FILE
+from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE
 from llmb.experiment import read_json, write_json
-from llmb.jobs import JOB_FILE, Job, now, process_start_time, write_exit
+from llmb.jobs import JOB_FILE, Job, cancel_requested, now, process_start_time, write_exit
 from llmb.outcome import finish
 from llmb.runspec import RunSpec
 
@@ -109,7 +109,7 @@ class Supervisor:
             time.sleep(0.1)
 
     def finish(self, codes: dict[int, int]) -> None:
-        cancelled = self.cancelled or os.path.exists(os.path.join(self.directory, CANCEL_FILE))
+        cancelled = self.cancelled or cancel_requested(self.job.id)
         failed = {r: c for r, c in codes.items() if c != 0}
         state = "CANCELLED" if cancelled else ("FAILED" if failed else "SUCCEEDED")
         if cancelled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -13,19 +14,20 @@ from llmb.errors import UsageError
 
 
 def _backend_of(ctx, job):
-    return get_host(ctx).backend(job.backend).load()
+    return get_host(ctx).backend_impl(job.backend)
 
 
 def _status_of(ctx, job):
     return _backend_of(ctx, job).status([job])[0]
 
 
-def _env_pairs(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise UsageError(f"malformed --env {item!r}: expected NAME=VALUE, e.g. --env TP_COMM_OVERLAP=False.")
+            example = "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
+            raise UsageError(f"malformed {flag} {item!r}: expected NAME=VALUE, e.g. {example}.")
         pairs.append((name.strip(), value))
     return tuple(pairs)
 
@@ -108,13 +110,17 @@ def _follow_and_report(ctx, job, as_json: bool) -> None:
               help="Pass variable NAME to the job only through the submission environment (HF_TOKEN always is).")
 @click.option("--additional-slurm-params", envvar="ADDITIONAL_SLURM_PARAMS", metavar="K=V;FLAG",
               help="Extra sbatch parameters, semicolon-separated. [env: ADDITIONAL_SLURM_PARAMS]")
+@click.option("--backend-opt", "backend_opts", multiple=True, metavar="KEY=VALUE",
+              help="A backend's own setting (e.g. project=NAME for runai). Repeatable.")
+@click.option("--dry-run", is_flag=True, help="Show what would be submitted (script, requests); write and send nothing.")
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, backend,
                 proxy, layers, steps, seed, compile_, profile, profile_start, profile_stop, gpu_metrics, nccl_trace,
                 checkpoint_save, checkpoint_dir, checkpoint_load, env_items, engine, account, partition, time_limit,
-                retries, requeue, image, mounts, bare, secrets, additional_slurm_params, detach, as_json):
+                retries, requeue, image, mounts, bare, secrets, additional_slurm_params, backend_opts, dry_run, detach,
+                as_json):
     """Run WORKLOAD's recipe: resolve it as llmb plan does, create the
     experiment directory in the seeds' layout, start the job and follow it
     (step, step time, ETA) to its summary. With --detach, print the job id
@@ -135,14 +141,25 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
         submit=SubmitOptions(
             account=account or None, partition=partition or None, time_limit=time_limit or None, retries=retries,
             requeue=requeue, image=image, mounts=tuple(mounts), bare=bare, secrets=_secret_names(secrets),
-            additional=additional_slurm_params or None,
+            additional=additional_slurm_params or None, extra=_env_pairs(backend_opts, "--backend-opt"),
         ),
     )
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
-    submitted = submit_run(get_host(ctx), request, options, backend)
+    submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)
     job = submitted.job
     for warning in submitted.warnings:
         click.echo(f"llmb: warning: {warning}", err=True)
+    if dry_run:
+        described = submitted.description or {}
+        for problem in described.get("problems", ()):
+            click.echo(f"llmb: warning: a real submission would stop here: {problem}", err=True)
+        if as_json:
+            emit_json({k: v for k, v in described.items() if k != "text"})
+        else:
+            click.echo(f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
+                       f"nothing was written or sent", err=True)
+            click.echo(described.get("text") or json.dumps(described, indent=2))
+        return
     if detach:
         if as_json:
             emit_json({"job_id": job.id, "experiment_dir": job.run_dir, "log": job.log, "backend": job.backend})
@@ -182,7 +199,7 @@ def status_command(ctx, job_id, show_all, as_json):
         by_backend.setdefault(job.backend, []).append(job)
     statuses = {}
     for name, members in by_backend.items():  # one batched query per backend
-        for status in get_host(ctx).backend(name).load().status(members):
+        for status in get_host(ctx).backend_impl(name).status(members):
             statuses[status.job.id] = status
     ordered = [statuses[j.id] for j in jobs]
     if as_json:
@@ -214,7 +231,8 @@ def logs_command(ctx, job_id, follow_, tail):
         _follow_and_report(ctx, job, False)
         return
     if not path:
-        raise UsageError(f"the log of {job_id} cannot be read from here ({job.backend} backend).")
+        raise UsageError(f"the log of {job_id} is at {job.log} ({job.backend} backend), which is not reachable from "
+                         f"here; read it where that path is mounted.")
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             lines = handle.readlines()
