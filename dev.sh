@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm)
+PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm backends/runai)
 
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then

@@ -277,6 +277,6 @@ def test_the_worker_library_lets_a_bare_python_find_every_plugin(llmb_proc, tmp_
     shown = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
                            env={"PYTHONPATH": str(install / "python"), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"})
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.split("\n")[0] == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'slurm'] 4096"
+    assert shown.stdout.split("\n")[0] == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'runai', 'slurm'] 4096"
     again = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
     assert [s["status"] for s in again.json()["steps"] if s["kind"] == "library"] == ["present"]

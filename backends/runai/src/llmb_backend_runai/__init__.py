@@ -1,0 +1,1 @@
+"""llmb's Run:ai backend: ``llmb run ... --backend runai``."""
