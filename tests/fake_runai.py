@@ -7,7 +7,8 @@ Endpoints served (all JSON; errors are ``{"code": <status>, "message": ...}`` li
   ``app_token`` (``appID``/``appSecret``) and ``refresh_token``. 200 ``{accessToken, idToken,
   refreshToken, expiresIn}``; an older cluster (``app_token_only``) leaves ``expiresIn`` out, as the
   pre-v3 ``TokenResponse`` did (the token is a JWT whose ``exp`` claim still tells the expiry).
-- ``GET /api/v1/org-unit/projects`` (``filterBy``, ``search``, ``offset``, ``limit``).
+- ``GET /api/v1/org-unit/projects`` (``filterBy``, ``search``, ``offset``, ``limit``), and
+  ``GET /api/v1/clusters`` (a JSON array of ``{uuid, name, ...}``).
 - ``POST /api/v1/workloads/{distributed|trainings}`` (strictly validated), ``GET``/``DELETE
   .../{id}``, ``POST .../{id}/suspend``, ``GET /api/v1/workloads/{id}`` (the generic view, which
   carries ``phase`` and ``phaseMessage``) and ``GET /api/v1/workloads/{id}/events`` (``offset``,
@@ -47,6 +48,11 @@ PHASES = (
 DEFAULT_PHASES = ["Creating", "Pending", "Running", "Completed"]
 CLUSTER_ID = "0b4c9e3a-58f1-4d0e-9a57-2c61f0d7e8a4"
 OTHER_CLUSTER_ID = "7d2e6f15-93ab-4c8e-b1d0-4f5a6e7c8d90"
+# GET /api/v1/clusters answers a JSON array of clusters (uuid, name, ...), as documented.
+DEFAULT_CLUSTERS = [
+    {"uuid": "0b4c9e3a-58f1-4d0e-9a57-2c61f0d7e8a4", "name": "dgx-cloud", "tenantId": 1},
+    {"uuid": "7d2e6f15-93ab-4c8e-b1d0-4f5a6e7c8d90", "name": "lab", "tenantId": 1},
+]
 DEFAULT_PROJECTS = [
     {"id": "2", "name": "llmb-qa", "clusterId": CLUSTER_ID},
     {"id": "5", "name": "other-team", "clusterId": OTHER_CLUSTER_ID},
@@ -290,6 +296,9 @@ class FakeRunai:
             if route == "/org-unit/projects":
                 _allow(method, "GET")
                 return 200, self._list_projects(req.query)
+            if route == "/clusters":
+                _allow(method, "GET")
+                return 200, [dict(c) for c in DEFAULT_CLUSTERS]
             if m := re.fullmatch(r"/workloads/(distributed|trainings)", route):
                 _allow(method, "POST")
                 return 202, self._create(m[1], req.body)

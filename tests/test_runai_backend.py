@@ -270,3 +270,16 @@ def test_logs_say_where_the_log_is_when_the_pvc_is_not_mounted_here(llmb_proc, e
     shown = llmb_proc("logs", job, env=env)
     assert shown.code == 2 and f"is at {env['PVC_DIR']}/workloads/nemotron4/experiments/" in shown.err
     assert "not reachable from here" in shown.err and not os.path.exists(env["PVC_DIR"])
+
+
+def test_a_cluster_is_found_by_name(llmb_proc, env, fake):
+    from fake_runai import OTHER_CLUSTER_ID
+
+    fake.projects.append({"id": "9", "name": "llmb-qa", "clusterId": OTHER_CLUSTER_ID})  # the same name twice
+    ambiguous = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
+    assert ambiguous.code == 2 and "exists on several clusters" in ambiguous.err
+    assert llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_CLUSTER": "lab"}).code == 0
+    assert [r.path for r in fake.requests if r.method == "GET"][-2:] == ["/api/v1/clusters", "/api/v1/org-unit/projects"]
+    assert workload_requests(fake, "POST")[-1].body["projectId"] == "9"
+    unknown = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_CLUSTER": "nosuch"})
+    assert unknown.code == 2 and "the clusters it can see: dgx-cloud" in unknown.err and ", lab (" in unknown.err

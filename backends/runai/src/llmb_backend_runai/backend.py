@@ -10,6 +10,7 @@ from the PVC, where the pods write it, when ``PVC_DIR`` is reachable here.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 
 from llmb.errors import LlmbError, UsageError
@@ -35,6 +36,7 @@ from llmb_backend_runai import workload
 from llmb_backend_runai.client import RunaiClient, RunaiError
 
 CANCEL_WAIT_S = 120.0
+UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 # actualPhase -> llmb state. Unknown is what Run:ai shows while pods start: not a failure.
 PHASES = {
@@ -63,12 +65,26 @@ class RunaiBackend:
 
     # ------------------------------------------------------------ submit
 
+    def _cluster(self, client: RunaiClient) -> str | None:
+        """The cluster's id: RUNAI_CLUSTER as given when it is one, else looked up by name."""
+        wanted = client.settings.cluster
+        if wanted is None or UUID.match(wanted):
+            return wanted
+        clusters = client.clusters()
+        for cluster in clusters:
+            if cluster.get("name") == wanted:
+                return str(cluster.get("uuid"))
+        seen = ", ".join(f"{c.get('name')} ({c.get('uuid')})" for c in clusters) or "none"
+        raise UsageError(f"Run:ai cluster {wanted!r} is not visible to application {client.settings.app_id!r}; the "
+                         f"clusters it can see: {seen}. Set RUNAI_CLUSTER to a name or id from these.")
+
     def _project(self, client: RunaiClient) -> tuple[str, str]:
         """(projectId, clusterId) of the named project; the error lists the projects the credentials see."""
         s = client.settings
+        cluster = self._cluster(client)
         projects = client.projects()
-        found = [p for p in projects if p.get("name") == s.project and (s.cluster is None or
-                                                                       str(p.get("clusterId")) == s.cluster)]
+        found = [p for p in projects if p.get("name") == s.project and (cluster is None or
+                                                                       str(p.get("clusterId")) == cluster)]
         if len(found) == 1:
             return str(found[0]["id"]), str(found[0]["clusterId"])
         seen = ", ".join(f"{p.get('name')} (cluster {p.get('clusterId')})" for p in projects) or "none"
@@ -77,7 +93,7 @@ class RunaiBackend:
                              + f" is not visible to application {s.app_id!r}; the projects it can see: {seen}. "
                              f"Set PROJECT_NAME (or --backend-opt project=NAME).")
         raise UsageError(f"Run:ai project {s.project!r} exists on several clusters ({seen}); choose one with "
-                         f"RUNAI_CLUSTER=<clusterId> (or --backend-opt cluster=ID).")
+                         f"RUNAI_CLUSTER=<name or id> (or --backend-opt cluster=...).")
 
     def _image(self, spec: RunSpec, submit: SubmitOptions) -> str:
         if submit.image:

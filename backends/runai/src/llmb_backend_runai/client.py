@@ -105,8 +105,11 @@ class RunaiClient:
                 return Answer(status, {"message": shown}, headers)
             raise RunaiError(f"{method} {path}: Run:ai answered {status} with a body that is not JSON: {shown!r}",
                              status) from None
+        if isinstance(body, list):
+            body = {"items": body}  # a listing answered as a bare array (GET /clusters)
         if not isinstance(body, dict):
-            raise RunaiError(f"{method} {path}: Run:ai answered {status} with JSON that is not an object", status)
+            raise RunaiError(f"{method} {path}: Run:ai answered {status} with JSON that is neither an object nor a "
+                             f"list", status)
         return Answer(status, body, headers)
 
     # ------------------------------------------------------------ authentication
@@ -153,6 +156,9 @@ class RunaiClient:
         if not isinstance(projects, list):
             raise RunaiError("GET /org-unit/projects: Run:ai's answer has no projects list")
         return projects
+
+    def clusters(self) -> list[dict]:
+        return [c for c in self.call("GET", "/clusters").body.get("items", []) if isinstance(c, dict)]
 
     def create(self, kind: str, body: dict) -> dict:
         return self.call("POST", f"/workloads/{kind}", body).body

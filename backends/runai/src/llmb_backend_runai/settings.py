@@ -11,7 +11,7 @@ the seed's environment variable, the config file (``LLMB_RUNAI_CONFIG``, else
     project     PROJECT_NAME      the Run:ai project to run in
     pvc_dir     PVC_DIR           llmb's directory on the mounted PVC, as the pods see it
     mounts      RUN_CONF_MOUNTS   PVCs to mount: name:path:claimName[,...]
-    cluster     RUNAI_CLUSTER     the cluster id, when the project name exists on several
+    cluster     RUNAI_CLUSTER     the cluster (name or id), when the project name exists on several
     grant       RUNAI_GRANT       client_credentials, app_token, or auto (try both; default)
     python      RUNAI_PYTHON      the pods' Python (default python3)
     cancel      RUNAI_CANCEL      suspend (default) or delete
