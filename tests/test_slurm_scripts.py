@@ -99,3 +99,18 @@ def test_every_value_reaches_the_job_exactly_and_nothing_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == env
     assert not canary.exists()
+
+
+def test_a_node_lost_under_a_step_is_an_infrastructure_failure_even_when_slurm_says_failed(tmp_path):
+    """The batch script may exit before slurmctld records NODE_FAIL; srun's words at the log's end decide."""
+    from llmb_backend_slurm.backend import node_failure, worker_started
+
+    log = tmp_path / "log.out"
+    training = "Step Time : 0.75s GPU utilization: 0.01MODEL_TFLOP/s/GPU\n" * 5000  # past the tail read
+    log.write_text(training + "slurmstepd-node1: error: *** STEP 1.0 ON node1 CANCELLED AT 2026-11-21T23:01:03 DUE TO "
+                   "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\nsrun: error: Node failure on node1\n"
+                   "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n")
+    assert worker_started(str(log)) and node_failure(str(log)) == "node failure (reported by srun)"
+    log.write_text(training + "Traceback (most recent call last):\nRuntimeError: Node failure on node1 (the model's own words)\n")
+    assert node_failure(str(log)) is None  # only srun's and slurmstepd's lines count
+    assert node_failure(str(tmp_path / "missing.out")) is None

@@ -266,9 +266,10 @@ class SlurmBackend:
 
     def _ended(self, job: Job, attempt: dict, slurm_state: str, state: str, reason: str | None,
                nodes: str) -> JobStatus:
-        infrastructure = slurm_state in INFRASTRUCTURE or (state == "FAILED" and not worker_started(job.log))
-        if infrastructure:
-            why = slurm_state if slurm_state in INFRASTRUCTURE else "the launch never started the worker"
+        why = slurm_state if slurm_state in INFRASTRUCTURE else None
+        if why is None and state == "FAILED":
+            why = node_failure(job.log) or (None if worker_started(job.log) else "the launch never started the worker")
+        if why:
             retries = job.details["slurm"].get("retries", 0)
             if job.attempts <= retries:
                 return self._retry(job, attempt, why, nodes)
@@ -351,6 +352,26 @@ def worker_started(log: str) -> bool:
     except OSError:
         return False
     return False
+
+
+NODE_FAILURE_LINES = ("srun: error: Node failure on ", "DUE TO NODE FAILURE")
+NODE_FAILURE_TAIL = 64 * 1024  # srun's last words are at the end of the log
+
+
+def node_failure(log: str) -> str | None:
+    """Whether srun or slurmstepd wrote, at the end of the log, that a node was
+    lost under the job step: the batch script can exit (FAILED) before
+    slurmctld records NODE_FAIL, and it is the same infrastructure failure."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - NODE_FAILURE_TAIL))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in tail.splitlines():
+        if line.startswith(("srun: ", "slurmstepd")) and any(words in line for words in NODE_FAILURE_LINES):
+            return "node failure (reported by srun)"
+    return None
 
 
 def _note(log: str, text: str) -> None:
