@@ -106,12 +106,10 @@ def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
 
 def find_reference(workload: Workload, recipe: Recipe) -> ReferenceResult | None:
     """The published figures for exactly this configuration, if the seed has them."""
-    for ref in workload.references:
-        if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
-            recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.gpus, recipe.scaling
-        ) and not recipe.overrides:
-            return ref
-    return None
+    if recipe.overrides:
+        return None
+    found = workload.published(recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus)
+    return found[0] if found else None
 
 
 def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:

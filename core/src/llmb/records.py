@@ -356,6 +356,20 @@ class Workload:
     def architecture(self, size: str) -> ModelArch:
         return self.architectures[size]
 
+    def published(
+        self, variant: str | None, size: str | None, gpu: str | None, dtype: str | None, scaling: str,
+        gpus: int | None = None,
+    ) -> tuple[ReferenceResult, ...]:
+        """The published figures for one configuration: at ``gpus`` GPUs, or at
+        every GPU count the seed published (ordered by GPU count, the seed's
+        first row winning where a count appears twice)."""
+        by_gpus: dict[int, ReferenceResult] = {}
+        for ref in self.references:
+            if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling) == (variant, size, gpu, dtype, scaling) \
+                    and (gpus is None or ref.gpus == gpus):
+                by_gpus.setdefault(ref.gpus, ref)
+        return tuple(by_gpus[n] for n in sorted(by_gpus))
+
 
 # --------------------------------------------------------------------------
 # Resolved runs

@@ -54,11 +54,17 @@ def _ranges(numbers: list[int]) -> str:
     return ", ".join(parts)
 
 
-def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and *sample* standard deviation of the finite values (no std for one value)."""
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def delta_pct(step_time_ms: float, published_ms: float) -> float:
+    """How far a step time is off the published one, in percent (positive: slower)."""
+    return 100.0 * (step_time_ms - published_ms) / published_ms
 
 
 def choose_iterations(findings: dict) -> tuple[IterationLog | None, list[str]]:
@@ -86,14 +92,10 @@ def variant_for(workload: Workload | None, context: RunContext, fmt: str | None)
 
 
 def find_reference(workload: Workload | None, context: RunContext, variant: Variant | None) -> ReferenceResult | None:
-    if workload is None or variant is None or context.proxy:
+    if workload is None or variant is None or context.proxy or context.gpus is None:
         return None
-    for ref in workload.references:
-        if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
-            variant.name, context.size, context.gpu, context.dtype, context.gpus, context.scaling
-        ):
-            return ref
-    return None
+    found = workload.published(variant.name, context.size, context.gpu, context.dtype, context.scaling, context.gpus)
+    return found[0] if found else None
 
 
 def analyze(
@@ -150,7 +152,7 @@ def analyze(
     if reference is not None:
         ref_ms = reference.step_time_s * 1000.0
         if stats and stats.time_mean_ms:
-            delta = 100.0 * (stats.time_mean_ms - ref_ms) / ref_ms
+            delta = delta_pct(stats.time_mean_ms, ref_ms)
     if context.proxy:
         notes.append("proxy run: not compared with the published figures")
 
@@ -207,7 +209,7 @@ def _window_stats(
     inside = [s for s in samples if first <= s.iteration <= last]
     if not inside:
         return None
-    time_mean, time_std = _mean_std([s.step_time_ms for s in inside])
+    time_mean, time_std = mean_std([s.step_time_ms for s in inside])
     source = None
     tflops: list[float] = []
     if compute_tflops:
@@ -217,7 +219,7 @@ def _window_stats(
     else:
         tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
         source = "log" if tflops else None
-    tf_mean, tf_std = _mean_std(tflops)
+    tf_mean, tf_std = mean_std(tflops)
     return WindowStats(first, last, len(inside), time_mean, time_std, tf_mean, tf_std, source if tflops else None)
 
 

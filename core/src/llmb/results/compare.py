@@ -9,12 +9,11 @@ figures.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmb.errors import UsageError
+from llmb.results.export import read_rows
 from llmb.results.records import RunResult
 
 DEFAULT_THRESHOLD = 0.95
@@ -51,23 +50,11 @@ def _key_from_row(row: dict[str, Any]) -> tuple:
 def load_baselines(path: str) -> list[Baseline]:
     """A JSON file written by ``llmb results --format json`` (a list of rows,
     or one row). Only successful rows with a step time count."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise UsageError(f"cannot read the baseline {path}: {exc.strerror}.") from None
-    except ValueError as exc:
-        raise UsageError(f"the baseline {path} is not valid JSON ({exc}); write one with "
-                         f"llmb results --format json > {path}.") from None
-    rows = data if isinstance(data, list) else [data]
-    out = []
-    for index, item in enumerate(rows):
-        if not isinstance(item, dict) or "time_mean_ms" not in item:
-            raise UsageError(f"the baseline {path} entry {index + 1} is not a result row "
-                             f"(expected the output of llmb results --format json).")
-        if item.get("status") == "success" and item.get("time_mean_ms"):
-            out.append(Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"{path}: {item.get('filename')}"))
-    return out
+    return [
+        Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"{path}: {item.get('filename')}")
+        for item in read_rows(path, "the baseline")
+        if item.get("status") == "success" and item.get("time_mean_ms")
+    ]
 
 
 def _judge(result: RunResult, against: str, reference_ms: float | None, source: str, threshold: float) -> Verdict:

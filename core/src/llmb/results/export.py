@@ -88,6 +88,27 @@ def to_json(rows: list[dict[str, Any]]) -> str:
     return json.dumps(rows, indent=2, allow_nan=False)
 
 
+def read_rows(path: str, what: str) -> list[dict[str, Any]]:
+    """The rows of a file written by ``llmb results --format json`` (a list of
+    rows, or one row); ``what`` names the file in errors ("the baseline")."""
+    from llmb.errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}.") from None
+    except ValueError as exc:
+        raise UsageError(f"{what} {path} is not valid JSON ({exc}); write one with "
+                         f"llmb results --format json > {path}.") from None
+    rows = data if isinstance(data, list) else [data]
+    for index, item in enumerate(rows):
+        if not isinstance(item, dict) or "time_mean_ms" not in item:
+            raise UsageError(f"{what} {path} entry {index + 1} is not a result row "
+                             f"(expected the output of llmb results --format json).")
+    return rows
+
+
 def nccl_rows(result: RunResult) -> list[dict[str, Any]]:
     return [
         {
