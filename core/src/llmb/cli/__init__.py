@@ -24,6 +24,7 @@ COMMANDS = {
     "status": ("llmb.cli.jobs_cmd", "status_command", "Show a job's state, or list jobs."),
     "logs": ("llmb.cli.jobs_cmd", "logs_command", "Print a job's log, or follow its progress."),
     "cancel": ("llmb.cli.jobs_cmd", "cancel_command", "Stop a job and wait until it has ended."),
+    "sweep": ("llmb.cli.sweep_cmd", "sweep_command", "Run every combination of sizes, dtypes and GPU counts."),
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),

@@ -1,0 +1,249 @@
+"""Sweeps: many runs submitted together, kept together.
+
+A sweep lives in ``<install>/sweeps/<sweep id>/sweep.json``: when it was made,
+its tasks (each a workload, size, GPU type, dtype, GPU count, repeat and run
+options) and, once submitted, the job id of each task. ``llmb report --sweep``
+reads the runs back through the jobs' experiment directories.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+
+from llmb.errors import UsageError
+from llmb.experiment import read_json, write_json
+from llmb.paths import install_dir
+
+SWEEP_FILE = "sweep.json"
+LAST = "last"  # --sweep last: the most recent sweep
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run of a sweep."""
+
+    workload: str
+    size: str | None
+    gpu: str | None
+    dtype: str | None
+    gpus: int
+    repeat: int = 1
+    repeats: int = 1  # of this configuration
+    strong_scaling: bool = False
+    variant: str | None = None
+    gpus_per_node: int | None = None
+    options: dict = field(default_factory=dict)  # llmb run's options for this task (proxy, steps, profile, ...)
+    overrides: dict = field(default_factory=dict)  # --set key=value
+    source: str = ""  # where it came from: "command line" or "<file>: <header>"
+
+    @property
+    def label(self) -> str:
+        parts = [self.workload, self.size or "-", self.dtype or "-", f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"]
+        if self.gpu:
+            parts.insert(2, self.gpu)
+        return " ".join(parts) + (f" #{self.repeat}" if self.repeats > 1 else "")
+
+
+@dataclass
+class Sweep:
+    id: str
+    created_at: str
+    backend: str
+    tasks: list[Task]
+    jobs: list[str | None] = field(default_factory=list)  # job id per task (None: not submitted)
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [j for j in self.jobs if j]
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "created_at": self.created_at, "backend": self.backend,
+                "tasks": [asdict(t) for t in self.tasks], "jobs": self.jobs}
+
+
+def sweeps_root() -> str:
+    return os.path.join(install_dir(), "sweeps")
+
+
+def new_sweep_id() -> str:
+    return f"sweep-{secrets.token_hex(3)}"
+
+
+def save_sweep(sweep: Sweep) -> None:
+    directory = os.path.join(sweeps_root(), sweep.id)
+    os.makedirs(directory, exist_ok=True)
+    write_json(os.path.join(directory, SWEEP_FILE), sweep.to_dict())
+
+
+def list_sweep_ids() -> list[str]:
+    """Sweep ids, most recent first."""
+    try:
+        entries = [e for e in os.scandir(sweeps_root()) if os.path.exists(os.path.join(e.path, SWEEP_FILE))]
+    except OSError:
+        return []
+    entries.sort(key=lambda e: os.stat(os.path.join(e.path, SWEEP_FILE)).st_mtime, reverse=True)
+    return [e.name for e in entries]
+
+
+def load_sweep(sweep_id: str) -> Sweep:
+    """The sweep ``sweep_id`` (or ``last``); UsageError naming the known ones."""
+    known = list_sweep_ids()
+    if sweep_id == LAST:
+        if not known:
+            raise UsageError(f"there are no sweeps in {sweeps_root()} yet; start one with llmb sweep.")
+        sweep_id = known[0]
+    data = read_json(os.path.join(sweeps_root(), sweep_id, SWEEP_FILE))
+    if data is None:
+        hint = f"known sweeps: {', '.join(known[:5])}" if known else "there are no sweeps yet"
+        raise UsageError(f"no sweep {sweep_id!r} in {sweeps_root()} ({hint}; 'last' is the most recent).")
+    return Sweep(id=data["id"], created_at=data["created_at"], backend=data["backend"],
+                 tasks=[Task(**t) for t in data["tasks"]], jobs=list(data.get("jobs") or []))
+
+
+# ------------------------------------------------------------------ building the tasks
+
+FILE_KEYS = ("dtypes", "scales", "repeats", "profile", "gpu", "variant", "strong_scaling", "gpus_per_node", "set", "tasks",
+             "size")
+# Keys of llmb run's options a sweep file may set (flag names, '-' as '_'), and their parameter names.
+OPTION_KEYS = {
+    "backend": "backend", "proxy": "proxy", "layers": "layers", "steps": "steps", "seed": "seed", "compile": "compile_",
+    "profile": "profile", "profile_start": "profile_start", "profile_stop": "profile_stop", "gpu_metrics": "gpu_metrics",
+    "nccl_trace": "nccl_trace", "checkpoint_save": "checkpoint_save", "checkpoint_dir": "checkpoint_dir",
+    "env": "env_items", "engine": "engine", "account": "account", "partition": "partition", "time_limit": "time_limit",
+    "retries": "retries", "requeue": "requeue", "image": "image", "mount": "mounts", "bare": "bare",
+    "secret": "secrets", "additional_slurm_params": "additional_slurm_params", "backend_opt": "backend_opts",
+}
+MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
+
+
+def expand(workload: str, sizes, dtypes, scales, repeats: int, *, gpu=None, variant=None, strong_scaling=False,
+           gpus_per_node=None, options: dict | None = None, overrides: dict | None = None,
+           source: str = "command line") -> list[Task]:
+    """The cartesian product sizes x dtypes x GPU counts x repeats."""
+    tasks = []
+    for size in sizes or [None]:
+        for dtype in dtypes or [None]:
+            for gpus in scales:
+                for repeat in range(1, repeats + 1):
+                    tasks.append(Task(workload=workload, size=size, gpu=gpu, dtype=dtype, gpus=int(gpus), repeat=repeat,
+                                      repeats=repeats,
+                                      strong_scaling=strong_scaling, variant=variant, gpus_per_node=gpus_per_node,
+                                      options=dict(options or {}),
+                                      overrides=dict(overrides or {}), source=source))
+    return tasks
+
+
+def _list(value, what: str, where: str, cast=str) -> list:
+    items = value if isinstance(value, list) else [value]
+    try:
+        return [cast(v) for v in items]
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: {what} must be a list of {cast.__name__}s, got {value!r}.") from None
+
+
+def _options(raw: dict, where: str) -> dict:
+    """A file's llmb run options, as run option parameters."""
+    out = {}
+    for key, value in raw.items():
+        name = OPTION_KEYS[key]
+        if key in ("env", "backend_opt"):
+            if not isinstance(value, dict):
+                raise UsageError(f"{where}: {key} must be a mapping NAME: value.")
+            value = tuple(f"{k}={v}" for k, v in value.items())
+        elif key in ("mount", "secret"):
+            value = tuple(_list(value, key, where))
+        out[name] = value
+    return out
+
+
+def _split(header: str, workloads: dict) -> tuple[str, str | None]:
+    """``llama31_8b`` -> (llama31, 8b); ``nemotronh`` -> (nemotronh, None)."""
+    if header in workloads:
+        return header, None
+    name, sep, size = header.partition("_")
+    if sep and name in workloads:
+        return name, size
+    raise UsageError(f"sweep header {header!r}: expected <workload>_<size> or <workload>, with a workload among "
+                     f"{', '.join(workloads)} (e.g. llama31_8b).")
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read the sweep file {path}: {exc.strerror}.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise UsageError(f"the sweep file {path} is not valid YAML{at}: {getattr(exc, 'problem', exc)}.") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"the sweep file {path} must be a mapping of sections such as llama31_8b: {{...}}.")
+    return data
+
+
+def tasks_from_file(path: str, workloads: dict) -> list[Task]:
+    """The tasks of a sweep file (format: docs/sweeps.md)."""
+    data = _read_yaml(path)
+    defaults = data.pop("defaults", {}) or {}
+    if not isinstance(defaults, dict):
+        raise UsageError(f"{path}: defaults must be a mapping.")
+    tasks: list[Task] = []
+    for header, section in data.items():
+        where = f"{path}: {header}"
+        if not isinstance(section, dict):
+            raise UsageError(f"{where}: expected a mapping with dtypes, scales, repeats, ...")
+        merged = {**defaults, **section}
+        unknown = sorted(set(merged) - set(FILE_KEYS) - set(OPTION_KEYS))
+        if unknown:
+            raise UsageError(f"{where}: unknown keys {', '.join(unknown)}; valid: "
+                             f"{', '.join(FILE_KEYS + tuple(OPTION_KEYS))}.")
+        workload, size = _split(str(header), workloads)
+        if "scales" not in merged:
+            raise UsageError(f"{where}: scales (the GPU counts) is required, e.g. scales: [8, 16].")
+        repeats = merged.get("repeats", 1)
+        if not isinstance(repeats, int) or repeats < 1:
+            raise UsageError(f"{where}: repeats must be a whole number >= 1, got {repeats!r}.")
+        options = _options({k: v for k, v in merged.items() if k in OPTION_KEYS}, where)
+        overrides = merged.get("set") or {}
+        if not isinstance(overrides, dict):
+            raise UsageError(f"{where}: set must be a mapping of recipe fields, e.g. set: {{mbs: 2}}.")
+        base = expand(workload, [merged.get("size", size)] if merged.get("size", size) else None,
+                      _list(merged["dtypes"], "dtypes", where) if "dtypes" in merged else None,
+                      _list(merged["scales"], "scales", where, int), repeats, gpu=merged.get("gpu"),
+                      variant=merged.get("variant"), strong_scaling=bool(merged.get("strong_scaling", False)),
+                      gpus_per_node=merged.get("gpus_per_node"), options=options, overrides=overrides, source=where)
+        tasks += [_apply_task_overrides(t, merged.get("tasks") or [], where) for t in base]
+    if not tasks:
+        raise UsageError(f"{path} describes no task: add a section such as llama31_8b: {{dtypes: [bf16], scales: [8]}}.")
+    return tasks
+
+
+def _apply_task_overrides(task: Task, entries: list, where: str) -> Task:
+    """Per-task overrides: each entry's dtype/scale (or lists) selects tasks; its other keys
+    (run options, ``set``) apply to them."""
+    from dataclasses import replace
+
+    if not isinstance(entries, list):
+        raise UsageError(f"{where}: tasks must be a list of overrides, e.g. tasks: [{{scale: 16, set: {{mbs: 1}}}}].")
+    for number, entry in enumerate(entries, start=1):
+        at = f"{where}: tasks[{number}]"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{at}: expected a mapping.")
+        unknown = sorted(set(entry) - set(MATCH_KEYS) - {"set"} - set(OPTION_KEYS))
+        if unknown:
+            raise UsageError(f"{at}: unknown keys {', '.join(unknown)}.")
+        dtypes = scales = None
+        if "dtype" in entry or "dtypes" in entry:
+            dtypes = _list(entry.get("dtypes", entry.get("dtype")), "dtype", at)
+        if "scale" in entry or "scales" in entry:
+            scales = _list(entry.get("scales", entry.get("scale")), "scale", at, int)
+        if (dtypes is not None and task.dtype not in dtypes) or (scales is not None and task.gpus not in scales):
+            continue
+        options = {**task.options, **_options({k: v for k, v in entry.items() if k in OPTION_KEYS}, at)}
+        task = replace(task, options=options, overrides={**task.overrides, **(entry.get("set") or {})})
+    return task

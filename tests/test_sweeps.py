@@ -1,0 +1,150 @@
+"""``llmb sweep``: the tasks of a command line or a sweep file, every invalid
+task reported before anything is submitted, --dry-run, and real sweeps on
+the local backend (one job at a time, progress, the final table) and on the
+private Slurm (every job submitted at once, one failing)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from llmb.errors import UsageError
+from llmb.sweeps import expand, load_sweep, tasks_from_file
+
+SWEEP_FILE = """\
+defaults:
+  gpu: h100
+  proxy: tiny
+llama31_8b:
+  dtypes: [bf16, fp8]
+  scales: [1, 2]
+  repeats: 2
+  set: {mbs: 1}
+  tasks:
+    - {dtype: fp8, scale: 2, steps: 30, env: {NCCL_DEBUG: INFO}}
+nemotronh:
+  scales: [2]
+  proxy: null
+  layers: 2
+  steps: 3
+"""
+
+
+@pytest.fixture
+def install(tmp_path):
+    return {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1"}
+
+
+def test_the_command_line_is_a_cartesian_product():
+    tasks = expand("llama31", ["8b", "70b"], ["bf16", "fp8"], [8, 16, 32], 2, gpu="h100")
+    assert len(tasks) == 2 * 2 * 3 * 2
+    assert [t.label for t in tasks[:3]] == ["llama31 8b h100 bf16 8 GPUs #1", "llama31 8b h100 bf16 8 GPUs #2",
+                                            "llama31 8b h100 bf16 16 GPUs #1"]
+    assert expand("nemotronh", None, None, [1], 1)[0].label == "nemotronh - - 1 GPU"
+
+
+def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP_FILE)
+    tasks = tasks_from_file(str(path), host.workloads())
+    assert len(tasks) == 2 * 2 * 2 + 1
+    fp8_two = [t for t in tasks if t.dtype == "fp8" and t.gpus == 2]
+    assert {t.repeat for t in fp8_two} == {1, 2}
+    assert all(t.options == {"proxy": "tiny", "steps": 30, "env_items": ("NCCL_DEBUG=INFO",)} for t in fp8_two)
+    bf16_one = next(t for t in tasks if t.dtype == "bf16" and t.gpus == 1)
+    assert (bf16_one.gpu, bf16_one.size, bf16_one.overrides, bf16_one.options) == ("h100", "8b", {"mbs": 1},
+                                                                                  {"proxy": "tiny"})
+    hybrid = tasks[-1]
+    # A section's keys win over the defaults: no proxy here, the seeds' --layers instead.
+    assert (hybrid.workload, hybrid.size, hybrid.gpu) == ("nemotronh", None, "h100")
+    assert hybrid.options == {"proxy": None, "layers": 2, "steps": 3}
+    assert hybrid.source == f"{path}: nemotronh"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("llama99_8b: {scales: [8]}", "sweep header 'llama99_8b': expected <workload>_<size>"),
+    ("llama31_8b: {dtypes: [bf16]}", "llama31_8b: scales (the GPU counts) is required"),
+    ("llama31_8b: {scales: [8], repeat: 2}", "llama31_8b: unknown keys repeat"),
+    ("llama31_8b: {scales: [eight]}", "llama31_8b: scales must be a list of ints"),
+    ("llama31_8b: {scales: [8], tasks: [{scale: 8, color: red}]}", "llama31_8b: tasks[1]: unknown keys color"),
+    ("llama31_8b: [8, 16]", "llama31_8b: expected a mapping"),
+    ("llama31_8b: {scales: [8]\n", "is not valid YAML (line"),
+])
+def test_sweep_file_mistakes_name_the_file_the_section_and_the_entry(host, tmp_path, text, needle):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        tasks_from_file(str(path), host.workloads())
+
+
+def test_every_invalid_task_is_reported_and_nothing_is_submitted(llmb_proc, install):
+    result = llmb_proc("sweep", "llama31", "--size", "8b,70b", "--gpu", "h100", "--dtype", "bf16,nvfp4",
+                       "--gpus", "8", "--proxy", "tiny", env={**install, "LLMB_FORCE_CPU": "1"})
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "8 of 8 sweep tasks cannot run" not in result.err  # some are fine: only the bad ones are listed
+    lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
+    assert len(lines) == 4 and all("nvfp4" in line or "8 GPUs" in line for line in lines)
+    assert any("has no dtype 'nvfp4'; valid dtypes: bf16, fp8" in line for line in lines)
+    assert any("more than this machine's" in line for line in lines)
+    assert not Path(install["LLMB_INSTALL"]).exists()
+
+
+def test_dry_run_lists_the_jobs_and_writes_nothing(llmb_proc, install, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP_FILE)
+    result = llmb_proc("sweep", "--file", str(path), "--dry-run", "--json", env=install)
+    assert result.code == 0, result.err
+    listed = json.loads(result.out)
+    assert len(listed) == 9 and {j["backend"] for j in listed} == {"local"}
+    assert listed[-1]["experiment"].startswith("pretrain_nemotronh_56b_") and listed[-1]["experiment"].endswith(
+        "_proxy-layers2") and listed[0]["ranks"] == 1
+    assert not Path(install["LLMB_INSTALL"]).exists()
+
+
+def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(llmb_proc, install, monkeypatch):
+    pytest.importorskip("torch", reason="the torch engine needs torch")
+    result = llmb_proc("sweep", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "1,2",
+                       "--proxy", "tiny", "--steps", "3", "--json", env=install, timeout=600)
+    assert result.code == 0, result.err
+    shown = json.loads(result.out)
+    assert [(j["task"], j["state"]) for j in shown["jobs"]] == [("llama31 8b h100 bf16 1 GPU", "SUCCEEDED"),
+                                                                ("llama31 8b h100 bf16 2 GPUs", "SUCCEEDED")]
+    progress = [line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")]
+    assert progress[-1] == f"{shown['sweep_id']}: 0 queued, 0 running, 2 done, 0 failed (of 2)"
+    assert any("1 queued" in line for line in progress)  # the second waited for the first
+    monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])
+    sweep = load_sweep("last")
+    assert sweep.id == shown["sweep_id"] and sweep.job_ids == [j["job_id"] for j in shown["jobs"]]
+    jobs = Path(install["LLMB_INSTALL"]) / "jobs"
+    first_end = json.loads((jobs / sweep.job_ids[0] / "exit.json").read_text())["ended_at"]
+    second_start = json.loads((jobs / sweep.job_ids[1] / "job.json").read_text())["submitted_at"]
+    assert first_end <= second_start  # never two local jobs at once
+
+
+@pytest.mark.slurm
+def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc, slurm, tmp_path):
+    pytest.importorskip("torch", reason="the torch engine needs torch")
+    env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env()}
+    sweep_file = tmp_path / "acceptance.yaml"
+    sweep_file.write_text(
+        "defaults: {gpu: h100, proxy: tiny, bare: true, steps: 3}\n"
+        "llama31_8b:\n"
+        "  dtypes: [bf16]\n"
+        "  scales: [1, 2]\n"
+        "  tasks:\n"
+        "    - {scale: 2, env: {LLMB_FAIL_AT_STEP: '2'}}\n"  # the engine raises at step 2: the job fails
+    )
+    result = llmb_proc("sweep", "--file", str(sweep_file), "--backend", "slurm", "--json", env=env, timeout=600)
+    assert result.code == 1, result.err[-3000:]
+    shown = json.loads(result.out)
+    assert [j["state"] for j in shown["jobs"]] == ["SUCCEEDED", "FAILED"]
+    progress = [line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")]
+    assert progress[-1] == f"{shown['sweep_id']}: 0 queued, 0 running, 1 done, 1 failed (of 2)"
+    assert not any("1 queued" in line for line in progress)  # a cluster takes the whole sweep at once
+    jobs = Path(env["LLMB_INSTALL"]) / "jobs"
+    ids = [j["job_id"] for j in shown["jobs"]]
+    submitted = [json.loads((jobs / i / "job.json").read_text())["submitted_at"] for i in ids]
+    ended = [json.loads((jobs / i / "exit.json").read_text())["ended_at"] for i in ids]
+    assert max(submitted) < min(ended)
