@@ -29,6 +29,7 @@ COMMANDS = {
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
     "install": ("llmb.cli.install_cmd", "install_command", "Import container images and fetch Hugging Face files."),
+    "archive": ("llmb.cli.archive_cmd", "archive_command", "Pack the experiments (without profiles, traces, checkpoints)."),
 }
 
 EXIT_INTERNAL = 70

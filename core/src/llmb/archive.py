@@ -1,0 +1,82 @@
+"""``llmb archive``: the experiments in one compressed file, without what is
+big and not needed to read the results again.
+
+Left out, as the tool we replace leaves them out: profiles and traces
+(``*.nsys-rep``, ``*_trace.json``), archives (``*.tar.*``) and the folders
+``code``, ``checkpoints`` and ``nsys_profile`` (llmb's own torch-profiler
+traces, ``torch_profile``, too). Paths inside the archive start at the
+install directory (``workloads/<workload>/experiments/...``) so that
+unpacking it into an empty directory and pointing ``llmb results`` there
+reads the runs back.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+EXCLUDED_FILES = ("*.nsys-rep", "*_trace.json", "*.tar.*")
+EXCLUDED_DIRS = ("code", "checkpoints", "nsys_profile", "torch_profile")
+
+
+@dataclass
+class Packed:
+    output: str
+    files: int = 0
+    bytes_in: int = 0
+    excluded_files: int = 0
+    excluded_dirs: int = 0
+    bytes_out: int = 0
+
+
+def excluded(name: str, is_dir: bool) -> bool:
+    if is_dir:
+        return name in EXCLUDED_DIRS
+    return any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDED_FILES)
+
+
+def walk(root: str, packed: Packed):
+    """(path, size) of every file kept under ``root``; counts what is left out."""
+    for directory, dirs, files in os.walk(root):
+        kept = []
+        for name in sorted(dirs):
+            if excluded(name, True):
+                packed.excluded_dirs += 1
+            else:
+                kept.append(name)
+        dirs[:] = kept
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if excluded(name, False) or not os.path.isfile(path) or os.path.islink(path):
+                packed.excluded_files += 1
+                continue
+            yield path, os.path.getsize(path)
+
+
+def pack(roots: list[tuple[str, str]], output: str, progress: Callable[[int, int], None] | None = None) -> Packed:
+    """Write ``output`` (.tar.gz) from ``roots``: (directory, name it has in the archive).
+    Written to a temporary file first: an interrupted archive never looks complete."""
+    packed = Packed(output=os.path.abspath(output))
+    directory = os.path.dirname(packed.output) or "."
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".llmb-archive-", suffix=".tar.gz", dir=directory)
+    os.close(handle)
+    try:
+        with tarfile.open(temporary, "w:gz", compresslevel=6) as tar:
+            for root, arcroot in roots:
+                for path, size in walk(root, packed):
+                    tar.add(path, arcname=os.path.join(arcroot, os.path.relpath(path, root)), recursive=False)
+                    packed.files += 1
+                    packed.bytes_in += size
+                    if progress:
+                        progress(packed.files, packed.bytes_in)
+        os.replace(temporary, packed.output)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    packed.bytes_out = os.path.getsize(packed.output)
+    return packed
