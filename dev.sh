@@ -2,12 +2,12 @@
 # One entry point for the two things a newcomer does on a fresh machine:
 #
 #   ./dev.sh demo    set up .venv and run the main job
-#   ./dev.sh test    set up .venv (and Slurm's Debian packages when root), lint, and run the
+#   ./dev.sh test    set up .venv (and the tests' Debian packages when root), lint, and run the
 #                    test suite (pytest args pass through)
 #   ./dev.sh setup   only set up .venv (idempotent)
 #
 # Python packages land in .venv inside the checkout; only the test suite's
-# Slurm (Debian packages) is installed system-wide. PYTHON picks the
+# Slurm and Chromium (Debian packages) are installed system-wide. PYTHON picks the
 # interpreter (default: python3, 3.10+).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,9 +28,9 @@ setup() {
   fi
   echo "dev.sh: installing llmb and its plugins (editable) into $VENV" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1"
-  # The torch engine and its tests (numpy for distributed checkpoints).
+  # The torch engine and its tests (numpy for distributed checkpoints), matplotlib for reports.
   # torch is pinned exactly so that no resolver pulls another (CUDA) build.
-  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy
+  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy matplotlib
   "$VENV/bin/python" -m pip install --quiet --group dev
   local editable=()
   for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done
@@ -38,33 +38,33 @@ setup() {
   echo "$want" > "$stamp"
 }
 
-# The real Slurm the tests start (tests/private_slurm.py): Debian's packages.
-# Installed when this user may (root, or passwordless sudo); otherwise the
-# Slurm tests skip and say why.
-SLURM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server)
-SLURM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd)
+# What the tests need from Debian: the real Slurm they start (tests/private_slurm.py)
+# and a headless Chromium that renders llmb report's page. Installed when this
+# user may (root, or passwordless sudo); otherwise those tests skip and say why.
+SYSTEM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server chromium)
+SYSTEM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd chromium)
 
-setup_slurm() {
+setup_system() {
   local missing=() c
-  for c in "${SLURM_COMMANDS[@]}"; do
+  for c in "${SYSTEM_COMMANDS[@]}"; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$c" >/dev/null || missing+=("$c")
   done
   [ ${#missing[@]} -eq 0 ] && return
   local sudo=""
   if [ "$(id -u)" != 0 ]; then
     if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo -n"; else
-      echo "dev.sh: ${missing[*]} missing and no root: the Slurm tests will be skipped" \
-           "(apt-get install ${SLURM_PACKAGES[*]})" >&2
+      echo "dev.sh: ${missing[*]} missing and no root: the tests that need them will be skipped" \
+           "(apt-get install ${SYSTEM_PACKAGES[*]})" >&2
       return
     fi
   fi
   if ! command -v apt-get >/dev/null; then
-    echo "dev.sh: ${missing[*]} missing and no apt-get: the Slurm tests will be skipped" >&2
+    echo "dev.sh: ${missing[*]} missing and no apt-get: the tests that need them will be skipped" >&2
     return
   fi
-  echo "dev.sh: installing ${SLURM_PACKAGES[*]} for the Slurm tests (no service is started)" >&2
+  echo "dev.sh: installing ${SYSTEM_PACKAGES[*]} for the tests (no service is started)" >&2
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${SLURM_PACKAGES[@]}" >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${SYSTEM_PACKAGES[@]}" >/dev/null
 }
 
 case "${1:-}" in
@@ -72,7 +72,7 @@ case "${1:-}" in
   test)
     shift
     setup
-    setup_slurm
+    setup_system
     "$VENV/bin/ruff" check .
     exec "$VENV/bin/python" -m pytest "$@"
     ;;

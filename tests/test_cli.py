@@ -92,7 +92,7 @@ def test_bad_input_exits_2_with_one_paragraph_and_no_traceback(llmb_proc, args, 
 
 def test_light_commands_import_no_framework(llmb_proc, tmp_path):
     """Tripwire packages that kill the process if anything imports them."""
-    for name in ("torch", "megatron", "nemo", "transformer_engine", "nemo_run", "lightning"):
+    for name in ("torch", "megatron", "nemo", "transformer_engine", "nemo_run", "lightning", "matplotlib"):
         package = tmp_path / name
         package.mkdir()
         (package / "__init__.py").write_text(textwrap.dedent(f"""
@@ -103,7 +103,8 @@ def test_light_commands_import_no_framework(llmb_proc, tmp_path):
     env = {"PYTHONPATH": str(tmp_path)}
     env["LLMB_INSTALL"] = str(tmp_path / "install")
     for args in (["--help"], ["list"], ["plugins"], ["plan", "nemotronh", "--gpus", "64"], ["run", "--help"],
-                 ["status"], ["results"], ["install", "--help"]):
+                 ["status"], ["results"], ["install", "--help"], ["sweep", "--help"], ["report", "--help"],
+                 ["archive", "--help"]):
         result = llmb_proc(*args, env=env)
         assert result.code == 0, (args, result.err)
         assert "TRIPWIRE" not in result.err

@@ -27,6 +27,7 @@ COMMANDS = {
     "sweep": ("llmb.cli.sweep_cmd", "sweep_command", "Run every combination of sizes, dtypes and GPU counts."),
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
+    "report": ("llmb.cli.report_cmd", "report_command", "Plot runs against GPU count and write an HTML/Markdown report."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
     "install": ("llmb.cli.install_cmd", "install_command", "Import container images and fetch Hugging Face files."),
     "archive": ("llmb.cli.archive_cmd", "archive_command", "Pack the experiments (without profiles, traces, checkpoints)."),

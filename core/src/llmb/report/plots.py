@@ -1,0 +1,167 @@
+"""The report's plots, drawn with matplotlib's Agg canvas into PNG bytes.
+
+matplotlib is imported inside the functions that draw, so importing this
+module (and ``llmb report --help``) costs nothing; ``require_matplotlib``
+says how to install it when it is missing.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmb.errors import UsageError
+from llmb.records import ReferenceResult
+from llmb.report.series import EFFICIENCY_FORMULAS, Point, ReportData, Spread
+
+INSTALL_HINT = "pip install 'llmb[report]'"
+EFFICIENCY_TITLE = "Scaling efficiency vs GPU count"
+EFFICIENCY_SUBTITLE = "weak scaling: T(n0) / T(n)    strong scaling: T(n0)·n0 / (T(n)·n)    n0: smallest GPU count"
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str  # the PNG's file stem
+    title: str
+    description: str
+    png: bytes
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.png"
+
+
+@dataclass(frozen=True)
+class MetricPlot:
+    """A metric against GPU count: measured means with std error bars, published dashed."""
+
+    name: str
+    title: str
+    y_label: str
+    measured: Callable[[Point], Spread]
+    published: Callable[[ReferenceResult], float | None]
+    missing: str  # why no run has this metric
+    log_y: bool = False
+
+
+STEP_TIME = MetricPlot("step_time", "Step time vs GPU count", "step time (ms)", lambda p: p.step_time_ms,
+                       lambda r: r.step_time_s * 1000.0, "no run has a step time")
+TOKENS_PER_S = MetricPlot("tokens_per_s", "Tokens/s vs GPU count", "tokens/s", lambda p: p.tokens_per_s,
+                          lambda r: r.tokens_per_s, "no run has tokens/s (it needs the sequence length and GBS)",
+                          log_y=True)
+MFU = MetricPlot("mfu", "MFU vs GPU count", "MFU (%)", lambda p: p.mfu_pct, lambda r: r.mfu_pct,
+                 "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)")
+EFFICIENCY = "scaling_efficiency"
+PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, EFFICIENCY, MFU.name)  # in the report's order
+NO_EFFICIENCY = "every series has one GPU count only, so there is no efficiency curve"
+MEASURED_HOW = ("Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
+                "dashed with open markers: the seeds' published figures.")
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(f"llmb report draws its plots with matplotlib, which is not installed here: "
+                         f"{INSTALL_HINT}.") from None
+
+
+def _axes():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 5.5), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots()
+
+
+def _gpu_axis(axes, counts: set[int]) -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ticks = sorted(counts)
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_locator(FixedLocator(ticks))
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.set_xticklabels([str(n) for n in ticks])
+    axes.set_xlabel("GPUs")
+    axes.grid(True, alpha=0.3)
+
+
+def _finish(figure, axes, title: str, y_label: str, subtitle: str | None = None) -> bytes:
+    axes.set_title(title if subtitle is None else f"{title}\n{subtitle}", fontsize="medium")
+    axes.set_ylabel(y_label)
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _style(index: int) -> dict:
+    return {"color": f"C{index % 10}", "marker": "osD^v<>ph*"[index // 10 % 10]}
+
+
+def _published_line(axes, points: list[tuple[int, float | None]], label: str, style: dict, counts: set[int]) -> None:
+    points = [(n, v) for n, v in points if v is not None]
+    if points:
+        counts.update(n for n, _ in points)
+        axes.plot([n for n, _ in points], [v for _, v in points], linestyle="--", marker="s", markerfacecolor="none",
+                  color=style["color"], label=f"{label} (published)")
+
+
+def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
+    figure, axes = _axes()
+    counts: set[int] = set()
+    drawn = False
+    for index, series in enumerate(data.series):
+        measured = [(p.gpus, spec.measured(p)) for p in series.points if spec.measured(p).mean is not None]
+        if not measured:
+            continue
+        drawn = True
+        style = _style(index)
+        counts.update(n for n, _ in measured)
+        axes.errorbar([n for n, _ in measured], [s.mean for _, s in measured],
+                      yerr=[s.std or 0.0 for _, s in measured], capsize=3, label=series.label, **style)
+        _published_line(axes, [(r.gpus, spec.published(r)) for r in series.published], series.label, style, counts)
+    if not drawn:
+        return None
+    _gpu_axis(axes, counts)
+    if spec.log_y:
+        axes.set_yscale("log")
+    return Plot(spec.name, spec.title, MEASURED_HOW, _finish(figure, axes, spec.title, spec.y_label))
+
+
+def _efficiency_plot(data: ReportData) -> Plot | None:
+    curves = [(i, s) for i, s in enumerate(data.series) if s.has_efficiency]
+    if not curves:
+        return None
+    from matplotlib.ticker import PercentFormatter
+
+    figure, axes = _axes()
+    counts: set[int] = set()
+    for index, series in curves:
+        style = _style(index)
+        points = [(p.gpus, p.efficiency) for p in series.points]
+        counts.update(n for n, _ in points)
+        axes.plot([n for n, _ in points], [e for _, e in points], label=series.label, **style)
+        _published_line(axes, list(series.published_efficiency), series.label, style, counts)
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.yaxis.set_major_formatter(PercentFormatter(1.0))
+    _gpu_axis(axes, counts)
+    single = [s.label for s in data.series if not s.has_efficiency]
+    if single:
+        figure.text(0.01, -0.02, "Not drawn (one GPU count only): " + "; ".join(single), fontsize="small",
+                    va="top", wrap=True)
+    return Plot(EFFICIENCY, EFFICIENCY_TITLE, EFFICIENCY_FORMULAS,
+                _finish(figure, axes, EFFICIENCY_TITLE, "scaling efficiency", EFFICIENCY_SUBTITLE))
+
+
+def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
+    """The plots there is data for, and a sentence for each one left out."""
+    candidates = (
+        (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
+        (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
+        (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
+        (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
+    )
+    return [plot for plot, _ in candidates if plot], [why for plot, why in candidates if plot is None]

@@ -1,0 +1,249 @@
+"""Result rows grouped into series and aggregated per GPU count, as plain data.
+
+A *series* is one configuration measured at one or more GPU counts:
+workload, variant, size, GPU type, dtype, scaling, and whether it ran as a
+proxy. The runs of a series at one GPU count (its repeats) make one
+*point*: the mean of their step times, tokens/s, TFLOP/s/GPU and MFU, with
+the sample standard deviation across the runs. Only successful runs with a
+step time and a GPU count are plotted; every other run is listed with why.
+
+Scaling efficiency is relative to the series' smallest GPU count n0:
+
+    weak scaling    E(n) = T(n0) / T(n)
+    strong scaling  E(n) = T(n0) * n0 / (T(n) * n)
+
+Published figures are the workload's references for the series'
+configuration at every GPU count the seed published; proxies have none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmb.records import ReferenceResult, Workload
+from llmb.results.analyze import delta_pct, mean_std
+
+STRONG = "strong"
+EFFICIENCY_FORMULAS = ("Scaling efficiency is relative to the series' smallest GPU count n0 (for the published curve, "
+                       "the smallest published count): weak scaling T(n0) / T(n), strong scaling "
+                       "T(n0)·n0 / (T(n)·n), where T is the mean step time.")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as a results row has it (``llmb.results.export.row``)."""
+
+    name: str
+    status: str
+    reason: str | None
+    workload: str | None
+    variant: str | None
+    size: str | None
+    gpu: str | None
+    dtype: str | None
+    gpus: int | None
+    scaling: str
+    proxy: bool
+    step_time_ms: float | None
+    tokens_per_s: float | None
+    tflops_per_gpu: float | None
+    mfu_pct: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Run:
+        return cls(
+            name=str(row.get("filename") or row.get("log") or "?"),
+            status=str(row.get("status") or "unknown"),
+            reason=row.get("failure_reason"),
+            workload=row.get("workload"),
+            variant=row.get("variant"),
+            size=row.get("size"),
+            gpu=row.get("gpu"),
+            dtype=row.get("dtype"),
+            gpus=_count(row.get("gpus")),
+            scaling=row.get("scaling") or "weak",
+            proxy=bool(row.get("proxy")),
+            step_time_ms=row.get("time_mean_ms"),
+            tokens_per_s=row.get("tokens_per_s"),
+            tflops_per_gpu=row.get("tflops_per_gpu_mean"),
+            mfu_pct=row.get("mfu_pct"),
+        )
+
+    @property
+    def series_key(self) -> SeriesKey:
+        return SeriesKey(self.workload, self.variant, self.size, self.gpu, self.dtype, self.scaling, self.proxy)
+
+
+def _count(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    workload: str | None
+    variant: str | None
+    size: str | None
+    gpu: str | None
+    dtype: str | None
+    scaling: str
+    proxy: bool
+
+    @property
+    def label(self) -> str:
+        parts = [p or "?" for p in (self.workload, self.variant, self.size, self.gpu, self.dtype)]
+        return " ".join(parts) + f", {self.scaling} scaling" + (", proxy" if self.proxy else "")
+
+    def sort_key(self) -> tuple:
+        return tuple("" if v is None else v for v in (self.workload, self.variant, self.size, self.gpu, self.dtype)) \
+            + (self.scaling, self.proxy)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean and sample standard deviation over a point's runs (no std for one run)."""
+
+    mean: float | None
+    std: float | None
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> Spread:
+        return cls(*mean_std(values))
+
+
+@dataclass(frozen=True)
+class Point:
+    gpus: int
+    runs: tuple[str, ...]
+    step_time_ms: Spread
+    tokens_per_s: Spread
+    tflops_per_gpu: Spread
+    mfu_pct: Spread
+    efficiency: float | None  # None at the smallest GPU count of a one-point series
+    published: ReferenceResult | None
+
+    @property
+    def published_step_time_ms(self) -> float | None:
+        return None if self.published is None else self.published.step_time_s * 1000.0
+
+    @property
+    def published_delta_pct(self) -> float | None:
+        published = self.published_step_time_ms
+        if published is None or self.step_time_ms.mean is None:
+            return None
+        return delta_pct(self.step_time_ms.mean, published)
+
+
+@dataclass(frozen=True)
+class Series:
+    key: SeriesKey
+    points: tuple[Point, ...]  # by GPU count
+    published: tuple[ReferenceResult, ...]  # every GPU count the seed published; none for a proxy
+    published_efficiency: tuple[tuple[int, float], ...]  # the published step times' own efficiency
+    notes: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return self.key.label
+
+    @property
+    def has_efficiency(self) -> bool:
+        return len(self.points) > 1
+
+
+@dataclass(frozen=True)
+class Unplotted:
+    """A run that is not in any series, and why."""
+
+    run: Run
+    why: str
+
+
+@dataclass(frozen=True)
+class ReportData:
+    series: tuple[Series, ...]
+    unplotted: tuple[Unplotted, ...]
+    runs: int
+
+
+def scaling_efficiency(scaling: str, base_gpus: int, base_step_ms: float, gpus: int, step_ms: float) -> float:
+    """Efficiency at ``gpus`` relative to ``base_gpus`` (see the module's formulas)."""
+    if scaling == STRONG:
+        return (base_step_ms * base_gpus) / (step_ms * gpus)
+    return base_step_ms / step_ms
+
+
+def efficiency_curve(scaling: str, step_times: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    """(GPUs, efficiency) relative to the smallest GPU count; empty for fewer than two counts."""
+    if len(step_times) < 2:
+        return ()
+    ordered = sorted(step_times)
+    base_gpus, base_ms = ordered[0]
+    return tuple((n, scaling_efficiency(scaling, base_gpus, base_ms, n, ms)) for n, ms in ordered)
+
+
+def _why_unplotted(run: Run) -> str | None:
+    if run.status != "success":
+        return run.reason or run.status
+    if run.step_time_ms is None:
+        return "no step time in the window"
+    if run.gpus is None:
+        return "GPU count unknown (no recipe.json, and the experiment name does not say)"
+    return None
+
+
+def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[ReferenceResult, ...]:
+    workload = workloads.get(key.workload) if key.workload else None
+    if key.proxy or workload is None:
+        return ()
+    return workload.published(key.variant, key.size, key.gpu, key.dtype, key.scaling)
+
+
+def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) -> Series:
+    published = _published(key, workloads)
+    published_at = {ref.gpus: ref for ref in published}
+    by_gpus: dict[int, list[Run]] = {}
+    for run in runs:
+        by_gpus.setdefault(run.gpus, []).append(run)
+    step_means = {n: Spread.of([r.step_time_ms for r in group]).mean for n, group in by_gpus.items()}
+    efficiency = dict(efficiency_curve(key.scaling, list(step_means.items())))
+    points = tuple(
+        Point(
+            gpus=n,
+            runs=tuple(r.name for r in group),
+            step_time_ms=Spread.of([r.step_time_ms for r in group]),
+            tokens_per_s=Spread.of([r.tokens_per_s for r in group]),
+            tflops_per_gpu=Spread.of([r.tflops_per_gpu for r in group]),
+            mfu_pct=Spread.of([r.mfu_pct for r in group]),
+            efficiency=efficiency.get(n),
+            published=published_at.get(n),
+        )
+        for n, group in sorted(by_gpus.items())
+    )
+    notes = []
+    if key.proxy:
+        notes.append("proxy run: not compared with the published figures")
+    elif not published:
+        notes.append("no published figures for this configuration")
+    if len(points) == 1:
+        notes.append(f"one GPU count only ({points[0].gpus}): no scaling-efficiency curve")
+    published_efficiency = efficiency_curve(key.scaling, [(r.gpus, r.step_time_s * 1000.0) for r in published])
+    return Series(key, points, published, published_efficiency, tuple(notes))
+
+
+def build_report(rows: list[Mapping[str, Any]], workloads: Mapping[str, Workload]) -> ReportData:
+    """Series (ordered by configuration) and the runs left out of them."""
+    grouped: dict[SeriesKey, list[Run]] = {}
+    unplotted = []
+    for run in map(Run.from_row, rows):
+        why = _why_unplotted(run)
+        if why is None:
+            grouped.setdefault(run.series_key, []).append(run)
+        else:
+            unplotted.append(Unplotted(run, why))
+    series = tuple(_series(key, grouped[key], workloads) for key in sorted(grouped, key=SeriesKey.sort_key))
+    return ReportData(series, tuple(unplotted), len(rows))

@@ -1,0 +1,188 @@
+"""``llmb report``: series, efficiency, published figures, and the page as a browser shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from experiment_dirs import make_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import loggen  # noqa: E402
+from llmb.report.series import build_report, efficiency_curve  # noqa: E402
+
+pytest.importorskip("matplotlib", reason="llmb report draws with matplotlib (./dev.sh installs it)")
+
+EXP = "pretrain_llama3_8b_bf16_gpus{n}_tp1_pp1_cp2_vpNone_mbs1_gbs{gbs}"
+STEP_S = {8: (12.40, 12.60), 16: (12.50, 12.70), 32: (12.90, 13.10)}  # two repeats per GPU count
+
+
+def _recipe(n: int) -> dict:
+    return {"workload": "llama31", "variant": "nemo2", "size": "8b", "gpu": "h100", "dtype": "bf16", "gpus": n,
+            "gbs": 16 * n, "seq_len": 8192}
+
+
+@pytest.fixture
+def experiments(tmp_path):
+    """Llama 3.1 8B NeMo 2 H100 BF16 (the seed publishes 8 … 128 GPUs) at 8, 16
+    and 32 GPUs, twice each, plus one run that ran out of memory."""
+    root = tmp_path / "install" / "workloads" / "llama31" / "experiments"
+    for n, repeats in STEP_S.items():
+        for index, seconds in enumerate(repeats):
+            make_run(root, EXP.format(n=n, gbs=16 * n),
+                     loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), seconds), gbs=16 * n),
+                     stamp=f"17661{n:03d}{index}", recipe=_recipe(n))
+    make_run(root, EXP.format(n=64, gbs=1024), [*loggen.nemo2_lines(range(0, 12), gbs=1024), loggen.OOM],
+             stamp="1766199999", recipe=_recipe(64))
+    return tmp_path / "install"
+
+
+# ------------------------------------------------------------------ series
+
+
+def test_efficiency_formulas():
+    weak = dict(efficiency_curve("weak", [(4, 110.0), (1, 100.0), (2, 125.0)]))
+    assert weak == {1: 1.0, 2: 100.0 / 125.0, 4: 100.0 / 110.0}
+    strong = dict(efficiency_curve("strong", [(8, 400.0), (16, 250.0)]))
+    assert strong == {8: 1.0, 16: (400.0 * 8) / (250.0 * 16)}
+    assert efficiency_curve("weak", [(8, 1.0)]) == ()
+
+
+def test_series_group_repeats_and_carry_the_published_figures(cli, experiments, monkeypatch, host):
+    monkeypatch.setenv("LLMB_INSTALL", str(experiments))
+    rows = cli("results", "--format", "json").json()
+    data = build_report(rows, host.workloads())
+    assert data.runs == 7
+    [series] = data.series
+    assert series.label == "llama31 nemo2 8b h100 bf16, weak scaling"
+    assert [p.gpus for p in series.points] == [8, 16, 32]
+    base = statistics.fmean(STEP_S[8]) * 1000
+    for point in series.points:
+        times = [s * 1000 for s in STEP_S[point.gpus]]
+        assert point.step_time_ms.mean == pytest.approx(statistics.fmean(times))
+        assert point.step_time_ms.std == pytest.approx(statistics.stdev(times))
+        assert point.efficiency == pytest.approx(base / statistics.fmean(times))
+        assert len(point.runs) == 2
+        # the seed's row for this GPU count, and the run's MFU from the seed's formula
+        assert point.published.gpus == point.gpus and point.published.variant == "nemo2"
+        assert point.mfu_pct.mean is not None
+    seed = [(r.gpus, r.step_time_s) for r in series.published]
+    assert seed == [(8, 12.27), (16, 12.3), (32, 12.32), (64, 12.33), (128, 12.33)]
+    assert dict(series.published_efficiency)[128] == pytest.approx(12.27 / 12.33)
+    [failed] = data.unplotted
+    assert failed.run.gpus == 64 and "out of memory" in failed.why.lower()
+
+
+# ------------------------------------------------------------------ the command and the page
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must render the report, but chromium is not installed (./dev.sh installs it)")
+        pytest.skip("chromium is not installed here (apt-get install chromium)")
+    return found
+
+
+def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
+    """The DOM after load, and the console messages, as headless Chromium sees the file."""
+    proc = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+def _images(dom: str) -> list[dict[str, str]]:
+    return [dict(re.findall(r'([\w-]+)="([^"]*)"', tag)) for tag in re.findall(r"<img\b[^>]*>", dom)]
+
+
+def test_render_check_catches_a_broken_page(tmp_path):
+    """The browser check below can fail: a console error and an undecodable image are seen."""
+    from llmb.report.html import MARK_LOADED
+
+    page = tmp_path / "broken.html"
+    page.write_text(f'<!DOCTYPE html><html><head><script>{MARK_LOADED}</script></head><body>'
+                    f'<img src="data:image/png;base64,AAAA" alt="x"><script>console.error("boom")</script>'
+                    f'</body></html>')
+    dom, console = render(page, tmp_path)
+    assert any("boom" in line for line in console)
+    assert [img.get("data-loaded") for img in _images(dom)] == ["no"]
+
+
+def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, tmp_path):
+    out = tmp_path / "report"
+    result = llmb_proc("report", "--out", str(out), "--json", env={"LLMB_INSTALL": str(experiments)}, timeout=120)
+    assert result.code == 0, result.err
+    written = result.json()
+    names = [Path(p).name for p in written["plots"]]
+    assert names == ["step_time.png", "tokens_per_s.png", "scaling_efficiency.png", "mfu.png"]
+    for path in written["plots"]:
+        assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (written["series"], written["runs"]) == (1, 7)
+
+    dom, console = render(out / "index.html", tmp_path)
+    assert console == []
+    images = _images(dom)
+    assert len(images) == len(names)
+    assert all(img.get("data-loaded") == "yes" for img in images), images
+    assert all(img["src"].startswith("data:image/png;base64,") for img in images)  # self-contained
+    for heading in ("Step time vs GPU count", "Tokens/s vs GPU count", "MFU vs GPU count",
+                    "Scaling efficiency vs GPU count", "Runs without a result"):
+        assert heading in dom
+    assert "12,270.0" in dom  # the seed's 8-GPU step time beside the measured one
+
+    summary = (out / "summary.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", summary)
+    assert linked == names and all((out / n).is_file() for n in linked)
+    assert "| 8 | 2 | 12,500.0 ± 141.4 |" in summary
+    assert "out of memory" in summary.lower()
+
+
+def test_report_from_a_results_file_and_a_proxy_without_published_figures(llmb_proc, tmp_path):
+    rows = [{"filename": f"r{n}", "status": "success", "time_mean_ms": 100.0 + n, "workload": "llama31",
+             "variant": "megatron-bridge", "size": "8b", "gpu": "h100", "dtype": "bf16", "gpus": n,
+             "scaling": "strong", "proxy": True, "tokens_per_s": 1000.0 * n, "mfu_pct": None} for n in (1, 2, 4)]
+    source = tmp_path / "rows.json"
+    source.write_text(json.dumps(rows))
+    out = tmp_path / "proxy-report"
+    result = llmb_proc("report", str(source), "--out", str(out))
+    assert result.code == 0, result.err
+    page = (out / "index.html").read_text()
+    assert "proxy run: not compared with the published figures" in page
+    assert "MFU vs GPU count: no run has an MFU" in page
+    assert not (out / "mfu.png").exists()
+    # strong scaling: T(1)·1 / (T(4)·4)
+    assert f"{101.0 / (104.0 * 4):.1%}" in page
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sweep", "last", "x.json"], "either --sweep ID or RESULTS"),
+    (["--sweep", "sweep-nope"], "sweep-nope"),
+    ([], "no runs found"),
+])
+def test_report_mistakes_are_usage_errors(llmb_proc, tmp_path, args, message):
+    result = llmb_proc("report", *args, "--out", str(tmp_path / "r"), env={"LLMB_INSTALL": str(tmp_path / "empty")})
+    assert result.code == 2, result
+    assert message in result.err and "Traceback" not in result.err
+
+
+def test_report_without_matplotlib_says_how_to_install_it(llmb_proc, tmp_path):
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    result = llmb_proc("report", "--out", str(tmp_path / "r"), env={"PYTHONPATH": str(shadow.parent)})
+    assert result.code == 2
+    assert "pip install 'llmb[report]'" in result.err and "Traceback" not in result.err
