@@ -1,0 +1,54 @@
+"""The README's "A scaling study" commands, run as written in a fresh directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("torch", reason="the walkthrough trains proxies (./dev.sh installs torch==2.13.0)")
+pytest.importorskip("matplotlib", reason="the walkthrough draws a report (./dev.sh installs matplotlib)")
+
+
+def walkthrough_commands() -> list[str]:
+    """The indented command block that follows the section's heading."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## A scaling study\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"\n\n((?:    \S.*\n)+)", section)
+    assert block, "the walkthrough's command block is missing"
+    return [line[4:] for line in block.group(1).splitlines()]
+
+
+def test_the_walkthrough_is_the_promised_study():
+    commands = walkthrough_commands()
+    assert [c.split()[1] for c in commands if c.startswith("llmb ")] == \
+        ["sweep", "sweep", "results", "report", "archive"]
+
+
+def test_readme_scaling_study_runs_as_written(tmp_path):
+    script = "set -euo pipefail\n" + "\n".join(walkthrough_commands()) + "\n"
+    env = {k: v for k, v in os.environ.items() if k != "LLMB_INSTALL"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    study = tmp_path / "scaling-study"
+    [sweep_file] = study.glob("sweeps/*/sweep.json")
+    sweep = json.loads(sweep_file.read_text())
+    assert len([j for j in sweep["jobs"] if j]) == 4  # the dry run saved no sweep
+    assert proc.stdout.count("SUCCEEDED") >= 4  # the sweep's final table
+    report = tmp_path / "scaling-report"
+    for name in ("index.html", "summary.md", "step_time.png", "tokens_per_s.png", "scaling_efficiency.png"):
+        assert (report / name).is_file(), name
+    assert "4 runs: 4 plotted in 1 series" in (report / "summary.md").read_text()
+    with tarfile.open(tmp_path / "scaling-study.tar.gz") as tar:
+        logs = [n for n in tar.getnames() if n.endswith(".out") and "/log-" in n]
+    assert len(logs) == 4
