@@ -40,7 +40,7 @@ def request_for(task: Task) -> RecipeRequest:
 
 def options_for(task: Task, base: dict):
     """(RunOptions, backend) of a task: the command line's run options, then the task's own."""
-    from llmb.cli.run_options import options_from
+    from llmb.run_option_values import options_from
 
     return options_from({**base, **task.options})
 

@@ -10,8 +10,9 @@ import click
 from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table
 from llmb.cli.plan_cmd import build_request, recipe_options
-from llmb.cli.run_options import options_from, run_options
+from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
+from llmb.run_option_values import options_from
 
 
 def _backend_of(ctx, job):

@@ -1,12 +1,9 @@
-"""``llmb run``'s options beyond the recipe, shared with ``llmb sweep`` (and a
-sweep file's keys, which are these options' names: ``proxy``, ``steps``,
-``profile``, ``env``, ...)."""
+"""``llmb run``'s options beyond the recipe as click options, shared with
+``llmb sweep``; ``llmb.run_option_values`` turns their values into RunOptions."""
 
 from __future__ import annotations
 
 import click
-
-from llmb.errors import UsageError
 
 _OPTIONS = [
     click.option("--backend", envvar="LLMB_BACKEND", default="local", show_default=True,
@@ -59,54 +56,3 @@ def run_options(func):
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
-
-
-def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            example = "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
-            raise UsageError(f"malformed {flag} {item!r}: expected NAME=VALUE, e.g. {example}.")
-        pairs.append((name.strip(), value))
-    return tuple(pairs)
-
-
-def _secret_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    """Secret variables: named, and set here (their values travel only in the submission environment)."""
-    import os
-    import re
-
-    for name in names:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UsageError(f"--secret {name!r}: give the variable's name (e.g. --secret WANDB_API_KEY), not its value.")
-        if name not in os.environ:
-            raise UsageError(f"--secret {name}: the variable is not set in this shell; export it first.")
-    return tuple(dict.fromkeys(names))
-
-
-def options_from(kw: dict):
-    """(RunOptions, backend name) from the run options' values, by parameter name."""
-    from llmb.profiling import asked_window
-    from llmb.proxies import PROXIES
-    from llmb.runspec import RunOptions, SubmitOptions
-
-    proxy = kw.get("proxy")
-    if proxy is not None and proxy not in PROXIES:
-        raise UsageError(f"unknown --proxy {proxy!r}; valid: {', '.join(PROXIES)}.")
-    options = RunOptions(
-        proxy=proxy, layers=kw.get("layers"), steps=kw.get("steps"), seed=kw.get("seed", 1234),
-        compile=bool(kw.get("compile_")), profile=bool(kw.get("profile")), gpu_metrics=bool(kw.get("gpu_metrics")),
-        nccl_trace=bool(kw.get("nccl_trace")), profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
-        checkpoint_save=bool(kw.get("checkpoint_save")), checkpoint_dir=kw.get("checkpoint_dir"),
-        checkpoint_load=kw.get("checkpoint_load"), env=_env_pairs(tuple(kw.get("env_items") or ())),
-        engine=kw.get("engine"),
-        submit=SubmitOptions(
-            account=kw.get("account") or None, partition=kw.get("partition") or None,
-            time_limit=kw.get("time_limit") or None, retries=kw.get("retries") or 0, requeue=bool(kw.get("requeue")),
-            image=kw.get("image"), mounts=tuple(kw.get("mounts") or ()), bare=bool(kw.get("bare")),
-            secrets=_secret_names(tuple(kw.get("secrets") or ())), additional=kw.get("additional_slurm_params") or None,
-            extra=_env_pairs(tuple(kw.get("backend_opts") or ()), "--backend-opt"),
-        ),
-    )
-    return options, kw.get("backend") or "local"
