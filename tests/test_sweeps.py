@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from llmb.cli.run_options import parameter_names
 from llmb.errors import UsageError
 from llmb.sweeps import expand, load_sweep, tasks_from_file
 
@@ -48,7 +49,7 @@ def test_the_command_line_is_a_cartesian_product():
 def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host, tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP_FILE)
-    tasks = tasks_from_file(str(path), host.workloads())
+    tasks = tasks_from_file(str(path), host.workloads(), parameter_names())
     assert len(tasks) == 2 * 2 * 2 + 1
     fp8_two = [t for t in tasks if t.dtype == "fp8" and t.gpus == 2]
     assert {t.repeat for t in fp8_two} == {1, 2}
@@ -61,6 +62,13 @@ def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host
     assert (hybrid.workload, hybrid.size, hybrid.gpu) == ("nemotronh", None, "h100")
     assert hybrid.options == {"proxy": None, "layers": 2, "steps": 3}
     assert hybrid.source == f"{path}: nemotronh"
+
+
+def test_a_sweep_file_takes_every_run_option_by_its_flag_name(host, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("llama31_8b: {scales: [8], checkpoint_load: /ckpt, time_limit: '30', backend_opt: {project: p}}\n")
+    [task] = tasks_from_file(str(path), host.workloads(), parameter_names())
+    assert task.options == {"checkpoint_load": "/ckpt", "time_limit": "30", "backend_opts": ("project=p",)}
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -76,7 +84,7 @@ def test_sweep_file_mistakes_name_the_file_the_section_and_the_entry(host, tmp_p
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
     with pytest.raises(UsageError, match=re.escape(needle)):
-        tasks_from_file(str(path), host.workloads())
+        tasks_from_file(str(path), host.workloads(), parameter_names())
 
 
 def test_every_invalid_task_is_reported_and_nothing_is_submitted(llmb_proc, install):

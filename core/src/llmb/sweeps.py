@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 from llmb.errors import UsageError
 from llmb.experiment import read_json, write_json
@@ -106,15 +107,6 @@ def load_sweep(sweep_id: str) -> Sweep:
 
 FILE_KEYS = ("dtypes", "scales", "repeats", "profile", "gpu", "variant", "strong_scaling", "gpus_per_node", "set", "tasks",
              "size")
-# Keys of llmb run's options a sweep file may set (flag names, '-' as '_'), and their parameter names.
-OPTION_KEYS = {
-    "backend": "backend", "proxy": "proxy", "layers": "layers", "steps": "steps", "seed": "seed", "compile": "compile_",
-    "profile": "profile", "profile_start": "profile_start", "profile_stop": "profile_stop", "gpu_metrics": "gpu_metrics",
-    "nccl_trace": "nccl_trace", "checkpoint_save": "checkpoint_save", "checkpoint_dir": "checkpoint_dir",
-    "env": "env_items", "engine": "engine", "account": "account", "partition": "partition", "time_limit": "time_limit",
-    "retries": "retries", "requeue": "requeue", "image": "image", "mount": "mounts", "bare": "bare",
-    "secret": "secrets", "additional_slurm_params": "additional_slurm_params", "backend_opt": "backend_opts",
-}
 MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
 
 
@@ -122,17 +114,15 @@ def expand(workload: str, sizes, dtypes, scales, repeats: int, *, gpu=None, vari
            gpus_per_node=None, options: dict | None = None, overrides: dict | None = None,
            source: str = "command line") -> list[Task]:
     """The cartesian product sizes x dtypes x GPU counts x repeats."""
-    tasks = []
-    for size in sizes or [None]:
-        for dtype in dtypes or [None]:
-            for gpus in scales:
-                for repeat in range(1, repeats + 1):
-                    tasks.append(Task(workload=workload, size=size, gpu=gpu, dtype=dtype, gpus=int(gpus), repeat=repeat,
-                                      repeats=repeats,
-                                      strong_scaling=strong_scaling, variant=variant, gpus_per_node=gpus_per_node,
-                                      options=dict(options or {}),
-                                      overrides=dict(overrides or {}), source=source))
-    return tasks
+    return [
+        Task(workload=workload, size=size, gpu=gpu, dtype=dtype, gpus=int(gpus), repeat=repeat, repeats=repeats,
+             strong_scaling=strong_scaling, variant=variant, gpus_per_node=gpus_per_node, options=dict(options or {}),
+             overrides=dict(overrides or {}), source=source)
+        for size in sizes or [None]
+        for dtype in dtypes or [None]
+        for gpus in scales
+        for repeat in range(1, repeats + 1)
+    ]
 
 
 def _list(value, what: str, where: str, cast=str) -> list:
@@ -143,11 +133,11 @@ def _list(value, what: str, where: str, cast=str) -> list:
         raise UsageError(f"{where}: {what} must be a list of {cast.__name__}s, got {value!r}.") from None
 
 
-def _options(raw: dict, where: str) -> dict:
+def _options(raw: dict, where: str, option_names: Mapping[str, str]) -> dict:
     """A file's llmb run options, as run option parameters."""
     out = {}
     for key, value in raw.items():
-        name = OPTION_KEYS[key]
+        name = option_names[key]
         if key in ("env", "backend_opt"):
             if not isinstance(value, dict):
                 raise UsageError(f"{where}: {key} must be a mapping NAME: value.")
@@ -186,8 +176,10 @@ def _read_yaml(path: str) -> dict:
     return data
 
 
-def tasks_from_file(path: str, workloads: dict) -> list[Task]:
-    """The tasks of a sweep file (format: docs/sweeps.md)."""
+def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str]) -> list[Task]:
+    """The tasks of a sweep file (format: docs/sweeps.md). ``option_names``: each
+    llmb run option a file may set, by its flag name with '_' for '-'
+    (``time_limit``), to its parameter name (``llmb.cli.run_options.parameter_names``)."""
     data = _read_yaml(path)
     defaults = data.pop("defaults", {}) or {}
     if not isinstance(defaults, dict):
@@ -198,17 +190,17 @@ def tasks_from_file(path: str, workloads: dict) -> list[Task]:
         if not isinstance(section, dict):
             raise UsageError(f"{where}: expected a mapping with dtypes, scales, repeats, ...")
         merged = {**defaults, **section}
-        unknown = sorted(set(merged) - set(FILE_KEYS) - set(OPTION_KEYS))
+        unknown = sorted(set(merged) - set(FILE_KEYS) - set(option_names))
         if unknown:
             raise UsageError(f"{where}: unknown keys {', '.join(unknown)}; valid: "
-                             f"{', '.join(FILE_KEYS + tuple(OPTION_KEYS))}.")
+                             f"{', '.join(dict.fromkeys(FILE_KEYS + tuple(option_names)))}.")
         workload, size = _split(str(header), workloads)
         if "scales" not in merged:
             raise UsageError(f"{where}: scales (the GPU counts) is required, e.g. scales: [8, 16].")
         repeats = merged.get("repeats", 1)
         if not isinstance(repeats, int) or repeats < 1:
             raise UsageError(f"{where}: repeats must be a whole number >= 1, got {repeats!r}.")
-        options = _options({k: v for k, v in merged.items() if k in OPTION_KEYS}, where)
+        options = _options({k: v for k, v in merged.items() if k in option_names}, where, option_names)
         overrides = merged.get("set") or {}
         if not isinstance(overrides, dict):
             raise UsageError(f"{where}: set must be a mapping of recipe fields, e.g. set: {{mbs: 2}}.")
@@ -217,24 +209,22 @@ def tasks_from_file(path: str, workloads: dict) -> list[Task]:
                       _list(merged["scales"], "scales", where, int), repeats, gpu=merged.get("gpu"),
                       variant=merged.get("variant"), strong_scaling=bool(merged.get("strong_scaling", False)),
                       gpus_per_node=merged.get("gpus_per_node"), options=options, overrides=overrides, source=where)
-        tasks += [_apply_task_overrides(t, merged.get("tasks") or [], where) for t in base]
+        tasks += [_apply_task_overrides(t, merged.get("tasks") or [], where, option_names) for t in base]
     if not tasks:
         raise UsageError(f"{path} describes no task: add a section such as llama31_8b: {{dtypes: [bf16], scales: [8]}}.")
     return tasks
 
 
-def _apply_task_overrides(task: Task, entries: list, where: str) -> Task:
+def _apply_task_overrides(task: Task, entries: list, where: str, option_names: Mapping[str, str]) -> Task:
     """Per-task overrides: each entry's dtype/scale (or lists) selects tasks; its other keys
     (run options, ``set``) apply to them."""
-    from dataclasses import replace
-
     if not isinstance(entries, list):
         raise UsageError(f"{where}: tasks must be a list of overrides, e.g. tasks: [{{scale: 16, set: {{mbs: 1}}}}].")
     for number, entry in enumerate(entries, start=1):
         at = f"{where}: tasks[{number}]"
         if not isinstance(entry, dict):
             raise UsageError(f"{at}: expected a mapping.")
-        unknown = sorted(set(entry) - set(MATCH_KEYS) - {"set"} - set(OPTION_KEYS))
+        unknown = sorted(set(entry) - set(MATCH_KEYS) - {"set"} - set(option_names))
         if unknown:
             raise UsageError(f"{at}: unknown keys {', '.join(unknown)}.")
         dtypes = scales = None
@@ -244,6 +234,6 @@ def _apply_task_overrides(task: Task, entries: list, where: str) -> Task:
             scales = _list(entry.get("scales", entry.get("scale")), "scale", at, int)
         if (dtypes is not None and task.dtype not in dtypes) or (scales is not None and task.gpus not in scales):
             continue
-        options = {**task.options, **_options({k: v for k, v in entry.items() if k in OPTION_KEYS}, at)}
+        options = {**task.options, **_options({k: v for k, v in entry.items() if k in option_names}, at, option_names)}
         task = replace(task, options=options, overrides={**task.overrides, **(entry.get("set") or {})})
     return task

@@ -56,3 +56,10 @@ def run_options(func):
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
+
+
+def parameter_names() -> dict[str, str]:
+    """Each option above by its flag name as a sweep file writes it ('--time-limit' -> 'time_limit'),
+    to the parameter click passes it as ('time_limit'; '--compile' -> 'compile_', '--env' -> 'env_items')."""
+    params = run_options(lambda: None).__click_params__
+    return {param.opts[0].removeprefix("--").replace("-", "_"): param.name for param in reversed(params)}

@@ -8,7 +8,7 @@ import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table
-from llmb.cli.run_options import run_options
+from llmb.cli.run_options import parameter_names, run_options
 from llmb.errors import UsageError
 
 
@@ -67,7 +67,7 @@ def sweep_command(ctx, workload, sweep_file, sizes, dtypes, scales, gpu, repeats
     if sweep_file and workload:
         raise UsageError("give a WORKLOAD with --size/--dtype/--gpus, or --file, not both.")
     if sweep_file:
-        tasks = sweeps.tasks_from_file(sweep_file, host.workloads())
+        tasks = sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names())
     elif workload:
         host.workload(workload)  # an unknown name is refused with the valid ones
         gpu_counts = _values(scales, int)
