@@ -6,8 +6,8 @@ row as the seed prints it (corrections only where an erratum or adjustment
 says so), the recipe and precision names of field-facts §3 and the seeds'
 launchers, the benchmark's fixed settings and the production environment.
 Golden files under tests/golden/frameworks/ pin the whole configuration;
-``LLMB_UPDATE_GOLDEN=1`` rewrites them. Contract tests build the real
-Megatron-Bridge / NeMo 2 objects where those import (NVIDIA's container).
+``LLMB_UPDATE_GOLDEN=1`` rewrites them. test_framework_contracts.py
+hands these configurations to the real Megatron-Bridge and NeMo 2.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import pytest
 from llmb.errors import UsageError
 from llmb.frameworks import build_config, nemo2
 from llmb.frameworks.overrides import OverrideError, apply, class_name
-from llmb.frameworks.runtime import build_recipe
 from llmb.records import RecipeRequest
 from llmb.runspec import RunOptions, RunSpec, checkpoint_dirs
 from llmb.workload_file import COLUMN_NAMES, workload_from_dict
@@ -142,7 +141,7 @@ def test_every_seed_row_becomes_the_seeds_configuration(host, seeds, fixed_insta
             (50, 0, 1, 10, 50), where
         assert t["check_for_nan_in_grad"] is False and t["mock_data"] is True, where
         assert config["profiling"] is None and config["nccl_trace"] is False, where
-        assert config["checkpoint"] == {"save_dir": None, "save_interval": None, "load_dir": None}, where
+        assert config["checkpoint"] == {"save_dir": None, "save_interval": None, "load_dir": None, "load_step": None}, where
 
         # The production environment.
         env = config["env"]
@@ -172,7 +171,7 @@ def test_framework_overrides_carry_the_configuration(host, fixed_install):
             assert o["model.context_parallel_size"] == p["cp"], where
             assert o["model.virtual_pipeline_model_parallel_size"] == p["vp"], where
             assert (o["train.micro_batch_size"], o["train.global_batch_size"]) == (b["mbs"], b["gbs"]), where
-            assert (o["train.train_iters"], o["train.eval_iters"], o["logger.log_interval"]) == (50, 0, 1), where
+            assert (o["train.train_iters"], o["validation.eval_iters"], o["logger.log_interval"]) == (50, 0, 1), where
             assert (o["scheduler.lr_warmup_iters"], o["scheduler.lr_decay_iters"]) == (10, 50), where
             assert o["ddp.check_for_nan_in_grad"] is False and o["dataset.blend"] is None, where
             assert o["model.num_layers"] == m["num_layers"] and o["model.seq_length"] == m["seq_len"], where
@@ -230,10 +229,10 @@ def _references(value) -> list[str]:
 
 def test_overrides_set_what_they_build_on_first(host, fixed_install):
     """An override of a.b.c comes after one that replaces a.b; a {"path": p} value after p is set."""
-    options = (RunOptions(), RunOptions(profile=True, checkpoint_save=True, checkpoint_load="/c/weights"))
     for workload, variant, series, dtype in seed_rows(host):
         recipe = resolve_smallest(host, workload, variant, series, dtype)
-        for option in options:
+        load = "/c/iter_0000050" if recipe.framework == "megatron_bridge" else "/c/weights"
+        for option in (RunOptions(), RunOptions(profile=True, checkpoint_save=True, checkpoint_load=load)):
             keys = list(config_of(host, workload, recipe, option, save="/c/iter_0000050",
                                   load=option.checkpoint_load)["overrides"].items())
             for index, (key, value) in enumerate(keys):
@@ -301,11 +300,18 @@ def test_checkpoints_map_to_each_frameworks_settings(host, tmp_path):
     save, _ = checkpoint_dirs(RunOptions(checkpoint_save=True), "megatron_bridge", INNER, 50, r.gbs)
     mb = config_of(host, w, r, RunOptions(checkpoint_save=True), save=save)
     base = f"{INNER}/code/nemo_experiments/default/checkpoints"  # the seed's layout
-    assert mb["checkpoint"] == {"save_dir": base, "save_interval": 50, "load_dir": None}
+    assert mb["checkpoint"] == {"save_dir": base, "save_interval": 50, "load_dir": None, "load_step": None}
     assert (mb["overrides"]["checkpoint.save"], mb["overrides"]["checkpoint.save_interval"]) == (base, 50)
+    # Never the recipe's own (working-directory relative) load directory: no silent resume.
+    assert "checkpoint.load" in mb["overrides"] and mb["overrides"]["checkpoint.load"] is None
     loaded = config_of(host, w, r, RunOptions(checkpoint_load=f"{base}/iter_0000050"), load=f"{base}/iter_0000050")
     assert loaded["overrides"]["checkpoint.load"] == f"{base}/iter_0000050"  # the seed's LOAD_CHECKPOINT_PATH
     assert loaded["training"]["train_iters"] == 1 and loaded["overrides"]["checkpoint.save"] is None
+    # Megatron resumes at the saved step (50): the loop runs one step beyond it.
+    assert loaded["checkpoint"]["load_step"] == 50
+    assert loaded["overrides"]["train.train_iters"] == 51 and loaded["overrides"]["scheduler.lr_decay_iters"] == 51
+    with pytest.raises(UsageError, match="loads the iter_NNNNNNN directory"):
+        config_of(host, w, r, RunOptions(checkpoint_load=base), load=base)
 
     r = resolve(host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2")
     save, _ = checkpoint_dirs(RunOptions(checkpoint_save=True, checkpoint_dir=str(tmp_path)), "nemo2", INNER, 50, r.gbs)
@@ -624,51 +630,4 @@ def test_profiled_ranks_run_their_worker_under_nsys(host, tmp_path):
     assert not (tmp_path / "nsys.json").exists()
 
 
-# ------------------------------------------------------------------ contracts with the real frameworks
-
-
-def _configs_of(host, framework: str):
-    for workload, variant, series, dtype in seed_rows(host):
-        if variant.framework == framework:
-            yield config_of(host, workload, resolve_smallest(host, workload, variant, series, dtype))
-
-
-def test_megatron_bridge_contract(host, monkeypatch):
-    pytest.importorskip("megatron.bridge", reason="Megatron-Bridge needs Python 3.12 and GPUs: this contract test "
-                                                  "runs inside NVIDIA's NeMo container (nvcr.io#nvidia/nemo:26.04.01)")
-    from llmb import hf
-    from llmb.frameworks.overrides import resolve_ref
-    from megatron.bridge.training.config import ConfigContainer
-    from megatron.bridge.training.mixed_precision import MIXED_PRECISION_RECIPES
-
-    for config in _configs_of(host, "megatron_bridge"):
-        assert callable(resolve_ref(config["recipe_function"])), config["recipe_function"]
-        assert config["precision"]["preset"] in MIXED_PRECISION_RECIPES
-        files = config["huggingface"]
-        if hf.cached_file(files["home"], files["repo"], "config.json") is None:
-            continue  # the recipe reads the model's Hugging Face config: llmb install fetches it
-        monkeypatch.setenv("HF_HOME", files["home"])
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-        container = build_recipe(config)
-        assert isinstance(container, ConfigContainer)
-        assert container.model.tensor_model_parallel_size == config["parallelism"]["tp"]
-        assert container.model.pipeline_model_parallel_size == config["parallelism"]["pp"]
-        assert container.train.global_batch_size == config["batch"]["gbs"]
-        assert container.train.train_iters == 50 and container.logger.log_interval == 1
-
-
-def test_nemo2_contract(host):
-    pytest.importorskip("nemo.collections.llm", reason="NeMo 2 needs Python 3.12 and GPUs: this contract test runs "
-                                                       "inside NVIDIA's NeMo container (nvcr.io#nvidia/nemo:25.04.01)")
-    import importlib
-
-    from llmb.frameworks.overrides import resolve_ref
-
-    for config in _configs_of(host, "nemo2"):
-        assert callable(getattr(importlib.import_module(nemo2.PRECISION), config["precision"]["preset"]))
-        recipe = build_recipe(config)
-        strategy = recipe.trainer.strategy
-        assert strategy.tensor_model_parallel_size == config["parallelism"]["tp"]
-        assert strategy.pipeline_model_parallel_size == config["parallelism"]["pp"]
-        assert recipe.trainer.max_steps == 50 and recipe.data.global_batch_size == config["batch"]["gbs"]
-        assert resolve_ref(nemo2.MOCK_DATA) is recipe.data.__fn_or_cls__
+# The contracts with the real frameworks: test_framework_contracts.py.

@@ -42,6 +42,7 @@ class Framework(Protocol):
     NAME: str
     TITLE: str
     PRESETS: dict[str, str]  # dtype -> its mixed-precision preset
+    PIPELINE_SPLIT_EXTRA_LAYERS: dict[str, int]  # recipe -> pipeline layers it adds (embedding, loss)
     PRECISION_NAMES: dict[str, str]  # preset -> the launcher's precision name (fp8_cs, ...)
     NSYS_REPORT: str  # nsys report name, with %q{VAR} for the launcher's variables
 
@@ -49,6 +50,7 @@ class Framework(Protocol):
     def recipe_function(self, recipe: str, family: str) -> str: ...
     def recipe_arguments(self, config: dict) -> dict[str, Any]: ...
     def checkpoint_paths(self, save_dir: str | None, load_dir: str | None) -> tuple[str | None, str | None]: ...
+    def loaded_step(self, load_dir: str) -> int | None: ...
     def production_env(self, config: dict) -> dict[str, str]: ...
     def overrides(self, config: dict) -> dict[str, Any]: ...
 
@@ -75,7 +77,27 @@ def production_of(workload: Workload, variant_name: str) -> Production:
     return variant.production
 
 
-def _layers(workload: Workload, recipe: Recipe, options: RunOptions) -> int:
+def valid_layers(framework: Framework, recipe: str, full: int, pp: int, vp: int | None) -> list[int] | None:
+    """The layer counts (up to ``full``) Megatron splits over this pipeline: the layers, plus
+    the embedding and loss where ``recipe`` counts them, in ``pp`` stages of ``vp`` chunks
+    each; None without pipeline parallelism, where any count splits."""
+    if pp == 1:
+        return None
+    extra = framework.PIPELINE_SPLIT_EXTRA_LAYERS.get(recipe, 0)
+    return [n for n in range(1, full + 1) if (n + extra) % (pp * (vp or 1)) == 0]
+
+
+def layers_rule(framework: Framework, recipe: str, pp: int, vp: int | None) -> str:
+    stages = f"{pp} pipeline stages" + (f" of {vp} virtual stages each" if vp else "")
+    extra = framework.PIPELINE_SPLIT_EXTRA_LAYERS.get(recipe, 0)
+    if extra:
+        return (f"{framework.TITLE}'s {recipe} recipe counts the embedding and the loss as pipeline layers, so the "
+                f"layers plus {extra} must split evenly into {stages}")
+    return f"the layers must split evenly into {stages}"
+
+
+def _layers(framework: Framework, production: Production, workload: Workload, recipe: Recipe,
+            options: RunOptions, vp: int | None) -> int:
     if options.proxy:
         raise UsageError(f"--proxy {options.proxy} shrinks the model's width, which the production frameworks "
                          f"do not do; use --layers N (the full width with N layers), or the torch engine "
@@ -85,6 +107,11 @@ def _layers(workload: Workload, recipe: Recipe, options: RunOptions) -> int:
     full = workload.architecture(recipe.size).layers
     if not 1 <= options.layers <= full:
         raise UsageError(f"--layers {options.layers}: the {recipe.size} model has {full} layers; use 1 to {full}.")
+    name = production.recipes[recipe.size]
+    valid = valid_layers(framework, name, full, recipe.pp, vp)
+    if valid is not None and options.layers not in valid:
+        raise UsageError(f"--layers {options.layers}: {layers_rule(framework, name, recipe.pp, vp)}; valid here: "
+                         f"{', '.join(map(str, valid))}.")
     return options.layers
 
 
@@ -137,8 +164,21 @@ def _parallelism(recipe: Recipe, notes: list[str]) -> dict:
             "dp": recipe.dp, "sequence_parallel": recipe.tp > 1, "fsdp": recipe.fsdp}
 
 
-def _model(workload: Workload, recipe: Recipe, layers: int) -> dict:
+def _memory_layers(recipe: Recipe, layers: int, notes: list[str]) -> tuple[int, int]:
+    """The recipe's recompute and CPU-offload layer counts, within a model cut to ``layers``:
+    recompute at most every layer, offload fewer than all (Megatron's limit)."""
+    recompute = min(recipe.recompute_layers, layers)
+    offload = min(recipe.offload_layers, layers - 1)
+    if (recompute, offload) != (recipe.recompute_layers, recipe.offload_layers):
+        notes.append(f"with {layers} layers the recipe's recompute of {recipe.recompute_layers} and CPU offload of "
+                     f"{recipe.offload_layers} layers become {recompute} and {offload} (offload must leave a layer "
+                     f"on the GPU)")
+    return recompute, offload
+
+
+def _model(workload: Workload, recipe: Recipe, layers: int, notes: list[str]) -> dict:
     arch = workload.architecture(recipe.size)
+    recompute, offload = _memory_layers(recipe, layers, notes)
     return {
         "num_layers": layers,
         "full_layers": arch.layers,
@@ -147,8 +187,8 @@ def _model(workload: Workload, recipe: Recipe, layers: int) -> dict:
         "seq_len": recipe.seq_len,
         "vocab_size": arch.vocab,
         "cuda_graphs": recipe.cuda_graphs,
-        "recompute_layers": recipe.recompute_layers,
-        "offload_layers": recipe.offload_layers,
+        "recompute_layers": recompute,
+        "offload_layers": offload,
     }
 
 
@@ -209,10 +249,11 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
     production = production_of(workload, recipe.variant)
     if options.profile and options.nccl_trace:
         raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately).")
-    layers = _layers(workload, recipe, options)
     arch = workload.architecture(recipe.size)
     window = _window(production, options)
     train_iters, notes = _train_iters(recipe, options, window, checkpoint_load_dir is not None)
+    parallelism = _parallelism(recipe, notes)
+    layers = _layers(framework, production, workload, recipe, options, parallelism["vp"])
     asked = dict(recipe.env) | dict(options.env)
     for secret in settings.SECRETS & set(asked):
         del asked[secret]
@@ -236,15 +277,16 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
         "gpus": recipe.gpus,
         "nodes": recipe.nodes,
         "gpus_per_node": recipe.gpus_per_node,
-        "parallelism": _parallelism(recipe, notes),
+        "parallelism": parallelism,
         "batch": {"mbs": recipe.mbs, "gbs": recipe.gbs, "ga": recipe.ga},
-        "model": _model(workload, recipe, layers),
+        "model": _model(workload, recipe, layers, notes),
         "training": _training(train_iters, options),
         "precision": _precision(framework, production, recipe),
         "tp_comm_overlap": None,
         "profiling": _profiling(framework, production, recipe, options, window, inner_dir),
         "nccl_trace": options.nccl_trace,
-        "checkpoint": {"save_dir": save_dir, "save_interval": train_iters if save_dir else None, "load_dir": load_dir},
+        "checkpoint": {"save_dir": save_dir, "save_interval": train_iters if save_dir else None, "load_dir": load_dir,
+                       "load_step": framework.loaded_step(load_dir) if load_dir else None},
         "huggingface": huggingface,
         "tokenizer": ({"library": "huggingface", "name": huggingface["repo"]}
                       if huggingface and "tokenizer" in huggingface["assets"]

@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any
 
+from llmb.errors import UsageError
 from llmb.frameworks.description import memory_settings
 
 NAME = "megatron_bridge"
@@ -45,7 +46,12 @@ LAUNCHER_ENV = {
     "NVTE_BWD_LAYERNORM_SM_MARGIN": "16",
 }
 MANUAL_GC_INTERVAL = 100
-_ITERATION_DIR = re.compile(r"^iter_\d+$")
+_ITERATION_DIR = re.compile(r"^iter_(\d+)$")
+# Recipes whose model counts the embedding and the loss as pipeline layers
+# (account_for_embedding/loss_in_pipeline_split).
+PIPELINE_SPLIT_EXTRA_LAYERS = {"llama31_405b": 2}
+# Megatron FSDP saves and loads only this checkpoint format.
+FSDP_CHECKPOINT_FORMAT = "fsdp_dtensor"
 
 
 def default_tp_comm_overlap(config: dict) -> bool:
@@ -66,7 +72,17 @@ def checkpoint_paths(save_dir: str | None, load_dir: str | None) -> tuple[str | 
     ``iter_NNNNNNN`` directory the seeds' LOAD_CHECKPOINT_PATH names."""
     if save_dir and _ITERATION_DIR.match(os.path.basename(save_dir.rstrip("/"))):
         save_dir = os.path.dirname(save_dir.rstrip("/"))
+    if load_dir and loaded_step(load_dir) is None:
+        raise UsageError(f"--checkpoint-load {load_dir}: {TITLE} loads the iter_NNNNNNN directory a run saved "
+                         f"(e.g. .../code/nemo_experiments/default/checkpoints/iter_0000050).")
     return save_dir, load_dir
+
+
+def loaded_step(load_dir: str) -> int | None:
+    """The step a checkpoint directory ``iter_NNNNNNN`` was saved at: Megatron
+    restores it (with the optimizer and RNG state) and goes on from there."""
+    match = _ITERATION_DIR.match(os.path.basename(load_dir.rstrip("/")))
+    return int(match[1]) if match else None
 
 
 def production_env(config: dict) -> dict[str, str]:
@@ -85,9 +101,12 @@ def production_env(config: dict) -> dict[str, str]:
 def overrides(config: dict) -> dict[str, Any]:
     """The ``ConfigContainer`` fields to set, in order (``llmb.frameworks.overrides``)."""
     p, b, m, t = config["parallelism"], config["batch"], config["model"], config["training"]
+    checkpoint = config["checkpoint"]
+    # A loaded checkpoint resumes at its step: run train_iters steps beyond it.
+    train_iters = t["train_iters"] + (checkpoint["load_step"] or 0)
     out: dict[str, Any] = {
-        "train.train_iters": t["train_iters"],
-        "train.eval_iters": t["eval_iters"],
+        "train.train_iters": train_iters,
+        "validation.eval_iters": t["eval_iters"],
         "train.micro_batch_size": b["mbs"],
         "train.global_batch_size": b["gbs"],
         "train.manual_gc": True,
@@ -95,11 +114,11 @@ def overrides(config: dict) -> dict[str, Any]:
         "logger.log_interval": t["log_interval"],
         "logger.tensorboard_dir": None,
         "scheduler.lr_warmup_iters": t["lr_warmup_iters"],
-        "scheduler.lr_decay_iters": t["lr_decay_iters"],
+        "scheduler.lr_decay_iters": max(t["lr_decay_iters"], train_iters),
         "ddp.check_for_nan_in_grad": t["check_for_nan_in_grad"],
         "rng.seed": t["seed"],
         "dataset.blend": None,  # no data path: mock data
-        "dataset.sequence_length": m["seq_len"],
+        "dataset.seq_length": m["seq_len"],
         "tokenizer.vocab_size": m["vocab_size"],
         "model.seq_length": m["seq_len"],
         "model.num_layers": m["num_layers"],
@@ -133,12 +152,14 @@ def overrides(config: dict) -> dict[str, Any]:
         out.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": profiling["start_step"],
                     "profiling.profile_step_end": profiling["stop_step"],
                     "profiling.profile_ranks": profiling["ranks"]})
-    checkpoint = config["checkpoint"]
+    # Both set, always: the recipe's own load directory (relative to the working
+    # directory) would otherwise resume silently from whatever lies there.
     out["checkpoint.save"] = checkpoint["save_dir"]
+    out["checkpoint.load"] = checkpoint["load_dir"]
     if checkpoint["save_dir"]:
         out["checkpoint.save_interval"] = checkpoint["save_interval"]
-    if checkpoint["load_dir"]:
-        out["checkpoint.load"] = checkpoint["load_dir"]
+    if p["fsdp"] and (checkpoint["save_dir"] or checkpoint["load_dir"]):
+        out["checkpoint.ckpt_format"] = FSDP_CHECKPOINT_FORMAT
     return out
 
 

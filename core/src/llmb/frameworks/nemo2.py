@@ -81,6 +81,16 @@ def checkpoint_paths(save_dir: str | None, load_dir: str | None) -> tuple[str | 
     return save_dir, load_dir
 
 
+def loaded_step(load_dir: str) -> int | None:
+    """None: NeMo restores the weights and optimizer (RestoreConfig) and counts steps from 0."""
+    return None
+
+
+# NeMo 2 recipes whose strategy counts the embedding and the loss as pipeline layers
+# (account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split).
+PIPELINE_SPLIT_EXTRA_LAYERS = {"llama31_405b": 2}
+
+
 def production_env(config: dict) -> dict[str, str]:
     env = dict(LAUNCHER_ENV)
     p = config["parallelism"]
