@@ -5,6 +5,8 @@
 #   ./dev.sh test    set up .venv (and the tests' Debian packages when root), lint, and run the
 #                    test suite (pytest args pass through)
 #   ./dev.sh setup   only set up .venv (idempotent)
+#   ./dev.sh frameworks  build the Python 3.12 environments with the real Megatron-Bridge and NeMo 2
+#                    that the framework contract tests use (cached outside the checkout, ~10 GB)
 #
 # Python packages land in .venv inside the checkout; only the test suite's
 # Slurm and Chromium (Debian packages) are installed system-wide. PYTHON picks the
@@ -69,6 +71,10 @@ setup_system() {
 
 case "${1:-}" in
   setup) setup ;;
+  frameworks)
+    shift
+    exec "$PYTHON" tests/frameworks/envs.py build "$@"
+    ;;
   test)
     shift
     setup
@@ -83,7 +89,7 @@ case "${1:-}" in
     exec "$VENV/bin/llmb" run llama31 --size 8b --gpu h100 --dtype bf16 --gpus 2 --proxy tiny "$@"
     ;;
   *)
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -131,3 +131,14 @@ def cli(host, monkeypatch, capsys, tmp_path_factory):
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The framework contract tests' counts (test_framework_contracts.py), one line per framework version."""
+    from test_framework_contracts import COUNTS
+
+    lines = config.stash.get(COUNTS, [])
+    if lines:
+        terminalreporter.section("framework contracts")
+        for line in lines:
+            terminalreporter.write_line(line)

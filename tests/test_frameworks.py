@@ -631,3 +631,17 @@ def test_profiled_ranks_run_their_worker_under_nsys(host, tmp_path):
 
 
 # The contracts with the real frameworks: test_framework_contracts.py.
+
+
+def test_a_run_records_the_framework_versions_it_ran_with(tmp_path, capsys):
+    from llmb.frameworks.runtime import VERSIONS_FILE, record_versions
+
+    config = {"framework": "megatron_bridge", "inner_dir": str(tmp_path / "inner")}
+    found = record_versions(config, 0, ("pluggy", "click", "no-such-distribution"))
+    from importlib.metadata import version
+
+    assert found == {"pluggy": version("pluggy"), "click": version("click"), "no-such-distribution": None}
+    assert json.loads((tmp_path / "inner" / VERSIONS_FILE).read_text()) == found
+    assert f"megatron_bridge runs with pluggy {version('pluggy')}" in capsys.readouterr().out
+    record_versions(dict(config, inner_dir=str(tmp_path / "other")), 3, ("pluggy",))
+    assert not (tmp_path / "other").exists()  # only rank 0 writes the file

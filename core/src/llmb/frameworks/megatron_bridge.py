@@ -45,6 +45,8 @@ LAUNCHER_ENV = {
     "NVTE_FWD_LAYERNORM_SM_MARGIN": "16",
     "NVTE_BWD_LAYERNORM_SM_MARGIN": "16",
 }
+# What a run records it ran with (framework_versions.json beside the run).
+DISTRIBUTIONS = ("megatron-bridge", "megatron-core", "transformer-engine", "torch")
 MANUAL_GC_INTERVAL = 100
 _ITERATION_DIR = re.compile(r"^iter_(\d+)$")
 # Recipes whose model counts the embedding and the loss as pipeline layers
@@ -166,7 +168,7 @@ def overrides(config: dict) -> dict[str, Any]:
 def train(config: dict, rank: int, world: int, local_rank: int) -> None:
     from llmb.frameworks.runtime import build_recipe, enter
 
-    enter(config, rank, world, local_rank, (PACKAGE, TITLE))
+    enter(config, rank, world, local_rank, DISTRIBUTIONS, (PACKAGE, TITLE))
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 

@@ -31,6 +31,8 @@ NSYS = "nemo.lightning.pytorch.callbacks:NsysCallback"
 FLOPS = "nemo.lightning.pytorch.callbacks.flops_callback:FLOPsMeasurementCallback"
 RESUME = "nemo.lightning:AutoResume"
 RESTORE = "nemo.lightning:RestoreConfig"
+# What a run records it ran with (framework_versions.json beside the run).
+DISTRIBUTIONS = ("nemo-toolkit", "nemo-run", "megatron-core", "transformer-engine", "torch", "lightning")
 # FP8 is per-tensor delayed scaling: the seeds' launchers' default FP8 recipe, and what
 # the Nemotron-4 seed says ("Per-tensor delayed scaling recipe is used for FP8 training").
 PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}
@@ -191,7 +193,7 @@ def _callbacks(config: dict) -> list[dict]:
 def train(config: dict, rank: int, world: int, local_rank: int) -> None:
     from llmb.frameworks.runtime import build_recipe, enter
 
-    enter(config, rank, world, local_rank, (PACKAGE, TITLE), ("nemo_run", "NeMo-Run"))
+    enter(config, rank, world, local_rank, DISTRIBUTIONS, (PACKAGE, TITLE), ("nemo_run", "NeMo-Run"))
     import fiddle as fdl
 
     fdl.build(build_recipe(config))()

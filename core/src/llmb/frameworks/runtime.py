@@ -6,6 +6,7 @@ where it runs."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -72,13 +73,47 @@ def run_under_nsys(config: dict, rank: int, local_rank: int) -> None:
     os.execv(nsys, [nsys, *profiling["nsys"][1:], *metrics, sys.executable, "-m", "llmb.worker", *sys.argv[1:]])
 
 
-def enter(config: dict, rank: int, world: int, local_rank: int, *packages: tuple[str, str]) -> None:
+VERSIONS_FILE = "framework_versions.json"
+
+
+def framework_versions(distributions: tuple[str, ...]) -> dict[str, str | None]:
+    """The installed version of each distribution (None where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in distributions:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def record_versions(config: dict, rank: int, distributions: tuple[str, ...]) -> dict[str, str | None]:
+    """Log the framework versions this rank runs with; rank 0 also writes them beside
+    the run (``<inner_dir>/framework_versions.json``)."""
+    found = framework_versions(distributions)
+    listed = ", ".join(f"{name} {found[name] or 'not installed'}" for name in distributions)
+    print(f"[llmb] rank {rank}: {config['framework']} runs with {listed}", flush=True)
+    if rank == 0:
+        os.makedirs(config["inner_dir"], exist_ok=True)
+        path = os.path.join(config["inner_dir"], VERSIONS_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(found, handle, indent=1)
+        os.replace(path + ".tmp", path)
+    return found
+
+
+def enter(config: dict, rank: int, world: int, local_rank: int, distributions: tuple[str, ...],
+          *packages: tuple[str, str]) -> None:
     """Everything before the framework runs: the environment and rank, nsys for a
-    profiled rank, then each ``(module, title)`` of ``packages`` imported."""
+    profiled rank, each ``(module, title)`` of ``packages`` imported, and the
+    versions of ``distributions`` recorded."""
     prepare_process(config, rank, world, local_rank)
     run_under_nsys(config, rank, local_rank)
     for module, title in packages:
         require(module, title, config)
+    record_versions(config, rank, distributions)
 
 
 def build_recipe(config: dict):

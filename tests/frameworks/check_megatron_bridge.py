@@ -1,0 +1,139 @@
+"""Run llmb's Megatron-Bridge configurations through the real Megatron-Bridge.
+
+    python check_megatron_bridge.py CONFIGS.json RESULTS.json
+
+runs in a Python 3.12 environment with Megatron-Bridge installed (see
+``tests/frameworks/envs.py``) and ``llmb`` importable (PYTHONPATH). For each
+``{"id", "config"}`` of CONFIGS.json it builds the recipe's
+``ConfigContainer`` exactly as the worker does (``llmb.frameworks.runtime.
+build_recipe``: the recipe function, then llmb's overrides), runs
+``ConfigContainer.validate()`` with WORLD_SIZE set to the run's GPU count,
+and reads back the values that decide what runs. RESULTS.json:
+``{"framework", "versions", "results": [{"id", "ok", "error", "observed"}]}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+
+
+def versions() -> dict[str, str | None]:
+    """What this environment runs, as the worker records it (``runtime.framework_versions``)."""
+    from llmb.frameworks import megatron_bridge
+    from llmb.frameworks.runtime import framework_versions
+
+    return framework_versions(megatron_bridge.DISTRIBUTIONS + ("transformers",))
+
+
+def _value(obj, path: str):
+    for part in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, part, None)
+    if hasattr(obj, "value") and type(obj).__module__ != "builtins" and not isinstance(obj, (int, float, str)):
+        return obj.value  # enums
+    if isinstance(obj, (list, tuple)):
+        return [getattr(v, "value", v) for v in obj]
+    return obj if isinstance(obj, (int, float, str, bool, type(None))) else repr(obj)
+
+
+OBSERVED = {
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "cp": "model.context_parallel_size",
+    "vp": "model.virtual_pipeline_model_parallel_size",
+    "ep": "model.expert_model_parallel_size",
+    "etp": "model.expert_tensor_parallel_size",
+    "sequence_parallel": "model.sequence_parallel",
+    "dp": "data_parallel_size",
+    "mbs": "train.micro_batch_size",
+    "gbs": "train.global_batch_size",
+    "train_iters": "train.train_iters",
+    "seq_length": "model.seq_length",
+    "dataset_seq_length": "dataset.seq_length",
+    "num_layers": "model.num_layers",
+    "log_interval": "logger.log_interval",
+    "lr_warmup_iters": "scheduler.lr_warmup_iters",
+    "lr_decay_iters": "scheduler.lr_decay_iters",
+    "check_for_nan_in_grad": "ddp.check_for_nan_in_grad",
+    "fsdp": "ddp.use_megatron_fsdp",
+    "fsdp_sharding": "ddp.data_parallel_sharding_strategy",
+    "recompute_granularity": "model.recompute_granularity",
+    "recompute_method": "model.recompute_method",
+    "recompute_num_layers": "model.recompute_num_layers",
+    "cpu_offloading": "model.cpu_offloading",
+    "cpu_offloading_num_layers": "model.cpu_offloading_num_layers",
+    "cuda_graph_impl": "model.cuda_graph_impl",
+    "fp8": "mixed_precision.fp8",
+    "fp8_recipe": "mixed_precision.fp8_recipe",
+    "fp4": "mixed_precision.fp4",
+    "fp4_recipe": "mixed_precision.fp4_recipe",
+    "bf16": "mixed_precision.bf16",
+    "first_last_layers_bf16": "mixed_precision.first_last_layers_bf16",
+    "tp_comm_overlap": "comm_overlap.tp_comm_overlap",
+    "dataset_blend": "dataset.blend",
+    "checkpoint_save": "checkpoint.save",
+    "checkpoint_save_interval": "checkpoint.save_interval",
+    "checkpoint_load": "checkpoint.load",
+    "checkpoint_format": "checkpoint.ckpt_format",
+    "checkpoint_step": "checkpoint.ckpt_step",
+    "finetune": "checkpoint.finetune",
+    "nsys": "profiling.use_nsys_profiler",
+    "profile_step_start": "profiling.profile_step_start",
+    "profile_step_end": "profiling.profile_step_end",
+    "profile_ranks": "profiling.profile_ranks",
+    "eval_iters": "validation.eval_iters",
+    "seed": "rng.seed",
+}
+
+
+def observe(container) -> dict:
+    observed = {key: _value(container, path) for key, path in OBSERVED.items()}
+    observed["dataset_type"] = type(container.dataset).__name__
+    if observed["dataset_seq_length"] is None:  # before Megatron-Bridge 0.6 the field was sequence_length
+        observed["dataset_seq_length"] = _value(container, "dataset.sequence_length")
+    if observed["eval_iters"] is None:
+        observed["eval_iters"] = _value(container, "train.eval_iters")
+    return observed
+
+
+def check(config: dict) -> dict:
+    from llmb.frameworks.runtime import build_recipe
+
+    os.environ["WORLD_SIZE"] = str(config["gpus"])
+    # The recipe and validate() print progress; only the outcome goes to RESULTS.json.
+    with contextlib.redirect_stdout(io.StringIO()):
+        container = build_recipe(config)
+        container.validate()
+    return observe(container)
+
+
+def main(argv: list[str]) -> int:
+    configs_path, results_path = argv[1], argv[2]
+    with open(configs_path, encoding="utf-8") as handle:
+        items = json.load(handle)
+    results = []
+    for item in items:
+        try:
+            results.append({"id": item["id"], "ok": True, "error": None, "observed": check(item["config"])})
+        except Exception as exc:  # every failure is a result, named with its configuration
+            last = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f"{os.path.basename(last.filename)}:{last.lineno}"
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())
+            results.append({"id": item["id"], "ok": False, "error": f"{message} ({where})", "observed": None})
+    found = versions()
+    with open(results_path, "w", encoding="utf-8") as handle:
+        json.dump({"framework": "megatron_bridge", "versions": found, "results": results}, handle, indent=1)
+    passed = sum(r["ok"] for r in results)
+    print(f"megatron-bridge {found['megatron-bridge']} (megatron-core {found['megatron-core']}): "
+          f"{passed}/{len(results)} configurations validated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

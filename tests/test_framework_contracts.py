@@ -1,0 +1,213 @@
+"""Contracts with the real production frameworks, on this CPU machine.
+
+Every seed row of every variant, in each run mode of
+``frameworks/contract_configs.MODES``, becomes llmb's framework configuration
+here (Python 3.10+); a Python 3.12 environment with the real framework
+(``frameworks/envs.py``: Megatron-Bridge 0.4.2 and 0.6.2, NeMo 2.3) builds
+the framework's own object from it exactly as the worker does and validates
+it: ``ConfigContainer.validate()`` for Megatron-Bridge; for NeMo 2 the
+recipe, with its trainer plugins, callbacks, data, logger, checkpointing and
+resume built. The values that decide what runs are read back and compared
+with what llmb asked for. Only what needs a GPU (the training loop itself)
+is out of reach.
+
+Outside CI a missing environment skips these tests, saying how to build it
+(``./dev.sh frameworks``); under CI (``CI`` set) it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "frameworks"))
+
+import envs  # noqa: E402
+from contract_configs import MODES, configurations  # noqa: E402
+from hf_cache import write_model_configs  # noqa: E402
+from llmb.errors import UsageError  # noqa: E402
+from llmb.frameworks import megatron_bridge  # noqa: E402
+from llmb.frameworks.description import valid_layers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK_TIMEOUT = 3600  # seconds for one leg's checker; a loaded 2-core machine is slow
+INSTALL = "/llmb-install"  # LLMB_INSTALL while building the configurations
+
+# What each Megatron-Bridge precision preset sets (fp8, fp8_recipe, fp4).
+MB_PRESETS = {
+    "bf16_mixed": (None, None),
+    "bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
+    "bf16_with_mxfp8_mixed": ("hybrid", "mxfp8"),
+    "bf16_with_nvfp4_mixed": (None, None),
+}
+
+
+def interpreter(leg: envs.Leg) -> Path:
+    python = envs.built(leg)
+    if python is None:
+        message = (f"the {leg.name} environment is not built: ./dev.sh frameworks (or python tests/frameworks/envs.py "
+                   f"build {leg.name}) builds it")
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI runs it before the tests")
+        pytest.skip(message)
+    return python
+
+
+def run_checker(leg: envs.Leg, configs: list[dict], hf_home: Path, tmp_path: Path) -> dict:
+    python = interpreter(leg)
+    configs_file, results_file = tmp_path / "configs.json", tmp_path / "results.json"
+    configs_file.write_text(json.dumps(configs), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))}
+    env.update(PYTHONPATH=str(ROOT / "core" / "src"), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(python), str(Path(envs.HERE) / leg.checker), str(configs_file), str(results_file)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
+    assert results_file.exists(), f"{leg.checker} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    return json.loads(results_file.read_text(encoding="utf-8"))
+
+
+def report(request, leg: envs.Leg, results: dict) -> None:
+    """The counts for the session's summary; the environment runs the leg's version."""
+    assert (results["versions"][leg.distribution] or "").startswith(leg.series + "."), results["versions"]
+    passed = sum(r["ok"] for r in results["results"])
+    versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
+    request.config.stash.setdefault(COUNTS, []).append(
+        f"{leg.name}: {passed}/{len(results['results'])} configurations validated ({versions})")
+
+
+COUNTS = pytest.StashKey[list]()
+
+
+def failures(results: dict) -> str:
+    return "\n".join(f"  {r['id']}: {r['error']}" for r in results["results"] if not r["ok"])
+
+
+@pytest.fixture(scope="module")
+def host():
+    from llmb.host import PluginHost
+
+    return PluginHost()
+
+
+@pytest.fixture
+def fixed_install(monkeypatch):
+    monkeypatch.setenv("LLMB_INSTALL", INSTALL)
+
+
+# ------------------------------------------------------------------ Megatron-Bridge
+
+
+def mb_expected(config: dict) -> dict:
+    """What the validated ConfigContainer must hold for ``config``."""
+    p, b, m, t, ckpt = (config[k] for k in ("parallelism", "batch", "model", "training", "checkpoint"))
+    fp8, fp8_recipe = MB_PRESETS[config["precision"]["preset"]]
+    expected = {
+        "tp": p["tp"], "pp": p["pp"], "cp": p["cp"], "vp": p["vp"], "ep": p["ep"], "etp": p["etp"],
+        "sequence_parallel": p["sequence_parallel"], "dp": p["dp"], "mbs": b["mbs"], "gbs": b["gbs"],
+        "train_iters": t["train_iters"] + (ckpt["load_step"] or 0), "seq_length": m["seq_len"],
+        "dataset_seq_length": m["seq_len"], "num_layers": m["num_layers"], "log_interval": 1, "eval_iters": 0,
+        "lr_warmup_iters": 10, "check_for_nan_in_grad": False, "fsdp": p["fsdp"],
+        "cuda_graph_impl": "transformer_engine" if m["cuda_graphs"] else "none",
+        "fp8": fp8, "fp4": "e2m1" if config["precision"]["preset"] == "bf16_with_nvfp4_mixed" else None,
+        "dataset_blend": None, "checkpoint_save": ckpt["save_dir"], "checkpoint_load": ckpt["load_dir"],
+        "nsys": bool(config["profiling"]), "seed": t["seed"],
+        "recompute_num_layers": m["recompute_layers"] or None,
+        "cpu_offloading_num_layers": m["offload_layers"] if m["offload_layers"] else None,
+    }
+    if fp8:
+        expected["fp8_recipe"] = fp8_recipe
+        expected["first_last_layers_bf16"] = False
+    if p["fsdp"]:
+        expected["fsdp_sharding"] = "optim_grads_params"
+        if ckpt["save_dir"] or ckpt["load_dir"]:
+            expected["checkpoint_format"] = megatron_bridge.FSDP_CHECKPOINT_FORMAT
+    if config["profiling"]:
+        expected.update(profile_step_start=config["profiling"]["start_step"],
+                        profile_step_end=config["profiling"]["stop_step"])
+    if ckpt["save_dir"]:
+        expected["checkpoint_save_interval"] = ckpt["save_interval"]
+    if config["tp_comm_overlap"] is not None and p["tp"] > 1:
+        expected["tp_comm_overlap"] = config["tp_comm_overlap"]
+    return expected
+
+
+def mismatches(observed: dict, expected: dict) -> list[str]:
+    wrong = []
+    for key, want in expected.items():
+        got = observed.get(key)
+        if key == "cpu_offloading_num_layers" and want is None:
+            if observed.get("cpu_offloading"):
+                wrong.append("cpu_offloading on, llmb asked for none")
+            continue
+        if got != want:
+            wrong.append(f"{key}: {got!r}, llmb asked for {want!r}")
+    return wrong
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("leg_name", ["megatron-bridge-0.4", "megatron-bridge-0.6"])
+def test_megatron_bridge_validates_every_configuration(request, host, fixed_install, tmp_path, leg_name):
+    leg = envs.LEGS[leg_name]
+    interpreter(leg)
+    items = [{"id": id_, "config": config} for id_, config in configurations(host, "megatron_bridge")]
+    assert len(items) == 22 * len(MODES)  # every Megatron-Bridge seed row in every mode
+    write_model_configs(str(tmp_path / "hf_home"), host)
+    results = run_checker(leg, items, tmp_path / "hf_home", tmp_path)
+    report(request, leg, results)
+    assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
+    assert all(r["ok"] for r in results["results"]), f"not validated by {leg_name}:\n{failures(results)}"
+    wrong = {}
+    for item, result in zip(items, results["results"], strict=True):
+        found = mismatches(result["observed"], mb_expected(item["config"]))
+        if found:
+            wrong[item["id"]] = found
+    assert not wrong, "values that did not survive:\n" + "\n".join(f"  {k}: {'; '.join(v)}" for k, v in wrong.items())
+
+
+def test_405b_pipeline_layouts_refuse_layer_counts_megatron_refuses(host, fixed_install):
+    from contract_configs import resolve_smallest, seed_rows
+
+    refused = 0
+    for workload, variant, series, dtype in seed_rows(host, "megatron_bridge"):
+        recipe = resolve_smallest(host, workload, variant, series, dtype)
+        if series.size != "405b" or recipe.pp == 1:
+            continue
+        valid = valid_layers(megatron_bridge, "llama31_405b", 126, recipe.pp, recipe.vp if recipe.pp > 1 else None)
+        assert 126 in valid  # the full model always splits
+        if 4 not in valid:
+            refused += 1
+            with pytest.raises(UsageError, match=r"--layers 4: .*embedding and the loss.*valid here: \d+"):
+                _build_with_layers(workload, recipe, 4)
+    assert refused >= 4
+
+
+def _build_with_layers(workload, recipe, layers):
+    from contract_configs import INNER
+    from llmb.frameworks import build_config
+    from llmb.runspec import RunOptions
+
+    return build_config(workload, recipe, RunOptions(layers=layers), experiment="x", inner_dir=INNER,
+                        checkpoint_save_dir=None, checkpoint_load_dir=None)
+
+
+# ------------------------------------------------------------------ NeMo 2
+
+
+@pytest.mark.frameworks
+def test_nemo2_builds_every_configuration(request, host, fixed_install, tmp_path):
+    import nemo2_inputs
+
+    leg = envs.LEGS["nemo-2.3"]
+    interpreter(leg)
+    items = [{"id": id_, "config": config} for id_, config in configurations(host, "nemo2")]
+    assert len(items) == 31 * len(MODES)  # every NeMo 2 seed row in every mode
+    nemo2_inputs.write_hf_stand_ins(str(tmp_path / "hf_home"), [item["config"] for item in items])
+    results = run_checker(leg, items, tmp_path / "hf_home", tmp_path)
+    report(request, leg, results)
+    assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
+    assert all(r["ok"] for r in results["results"]), f"not accepted by NeMo 2:\n{failures(results)}"
