@@ -28,6 +28,9 @@ from llmb.records import RecipeRequest
 from llmb.runspec import RunOptions, RunSpec, checkpoint_dirs
 from llmb.workload_file import COLUMN_NAMES, workload_from_dict
 from seed_tables import read_tables
+
+sys.path.insert(0, str(Path(__file__).parent / "frameworks"))
+from contract_configs import resolve_smallest, seed_rows  # noqa: E402
 from workload_dicts import minimal_workload
 
 GOLDEN = Path(__file__).parent / "golden" / "frameworks"
@@ -54,20 +57,6 @@ def expected_preset(framework: str, gpu: str, size: str, dtype: str, gpus: int) 
     if dtype == "fp8" and size == "70b" and gpu in ("b200", "b300") and gpus >= 128:
         return "bf16_with_mxfp8_mixed"
     return {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}[dtype]
-
-
-def seed_rows(host):
-    """(workload, variant, series, dtype) for every seed row and precision."""
-    for workload in host.workloads().values():
-        for variant in workload.variants:
-            for series in variant.series:
-                for dtype in series.dtypes:
-                    yield workload, variant, series, dtype
-
-
-def resolve_smallest(host, workload, variant, series, dtype):
-    return host.resolve(RecipeRequest(workload.name, series.size, series.gpu, dtype, series.min_gpus,
-                                      variant=variant.name, strong_scaling=series.scaling == "strong"))
 
 
 def config_of(host, workload, recipe, options=None, save=None, load=None):
