@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 from llmb import experiment
 from llmb.capability import detect
-from llmb.errors import UsageError
+from llmb.env_names import env_name_problem
+from llmb.errors import PluginError, UsageError
 from llmb.host import PluginHost
 from llmb.jobs import Job, new_job_dir, new_job_id, now, save_job
 from llmb.planning import Plan, make_plan
@@ -79,10 +80,12 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     if options.nccl_trace and options.profile:
         raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately: "
                          "a profile of a traced run is not valid for comparison).")
-    secret = sorted({name for name, _ in options.env} & {*SECRET_VARIABLES, *options.submit.secrets})
+    backend_secrets = {name for backend in host.backends().values() for name in backend.secrets}
+    secret = sorted({name for name, _ in options.env} & {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets})
     if secret:
         raise UsageError(f"--env {secret[0]}=...: a secret would be written into the job's files; export it in this "
-                         f"shell instead (HF_TOKEN always travels that way; others with --secret NAME).")
+                         f"shell instead (HF_TOKEN always travels that way, a backend's credentials stay on this "
+                         f"machine; others with --secret NAME).")
     ranks = request.gpus
     if options.is_proxy:
         request = replace(request, any_scale=True)
@@ -151,6 +154,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
             engine_profile = contribution.engine
         if contribution.note:
             warnings.append(contribution.note)
+    for name in env:  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
+        if problem := env_name_problem(name, "a plugin's environment variable"):
+            raise PluginError(problem)
     if options.nccl_trace:
         steps = min(steps, NCCL_TRACE_STEPS)
         warnings.append(f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the seeds' traced runs do.")

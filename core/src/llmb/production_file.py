@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmb.env_names import env_name_problem
 from llmb.gpus import DTYPES, catalogue
 from llmb.profiling import DEFAULT_WINDOW
 from llmb.records import HuggingFaceFiles, Production, ProductionRule, RecipeSeries
@@ -83,6 +84,9 @@ def _rule(raw: Any, series: Sequence[RecipeSeries]) -> ProductionRule:
     env = raw.get("env") or {}
     if not isinstance(env, Mapping):
         raise ValueError("rule env must map variable names to values")
+    for name in env:
+        if problem := env_name_problem(name, "rule env name"):
+            raise ValueError(problem)
     rule = ProductionRule(
         match=_match(raw.get("match") or {}, _sizes_of(series)),
         why=" ".join(str(raw["why"]).split()),

@@ -6,9 +6,9 @@ into RunOptions and a backend name. The command line gives them through
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 
+from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 
 if TYPE_CHECKING:
@@ -22,14 +22,17 @@ def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, 
         if not sep or not name.strip():
             example = "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
             raise UsageError(f"malformed {flag} {item!r}: expected NAME=VALUE, e.g. {example}.")
-        pairs.append((name.strip(), value))
+        name = name.strip()
+        if flag == "--env" and (problem := env_name_problem(name, flag)):
+            raise UsageError(problem)
+        pairs.append((name, value))
     return tuple(pairs)
 
 
 def _secret_names(names: tuple[str, ...]) -> tuple[str, ...]:
     """Secret variables: named, and set here (their values travel only in the submission environment)."""
     for name in names:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        if env_name_problem(name, "--secret"):
             raise UsageError(f"--secret {name!r}: give the variable's name (e.g. --secret WANDB_API_KEY), not its value.")
         if name not in os.environ:
             raise UsageError(f"--secret {name}: the variable is not set in this shell; export it first.")

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 from llmb.experiment import read_json, write_json
 from llmb.paths import install_dir
@@ -141,6 +142,9 @@ def _options(raw: dict, where: str, option_names: Mapping[str, str]) -> dict:
         if key in ("env", "backend_opt"):
             if not isinstance(value, dict):
                 raise UsageError(f"{where}: {key} must be a mapping NAME: value.")
+            for variable in value if key == "env" else ():
+                if problem := env_name_problem(variable, f"{where}: env key"):
+                    raise UsageError(problem)
             value = tuple(f"{k}={v}" for k, v in value.items())
         elif key in ("mount", "secret"):
             value = tuple(_list(value, key, where))

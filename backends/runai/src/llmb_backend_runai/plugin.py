@@ -17,4 +17,4 @@ def _load():
 @hookimpl
 def llmb_backends() -> list[Backend]:
     return [Backend(name="runai", description="Run:ai: distributed or training workloads through its REST API",
-                    load=_load)]
+                    load=_load, secrets=("APP_SECRET",))]

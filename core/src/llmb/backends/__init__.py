@@ -37,3 +37,6 @@ class Backend:
     name: str
     description: str
     load: Callable[[], BackendImpl]
+    # The environment variables that hold the backend's credentials: like HF_TOKEN, never accepted
+    # through --env (which writes values into the job's files), whichever backend a run goes to.
+    secrets: tuple[str, ...] = ()
