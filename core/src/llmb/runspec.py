@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from llmb.capability import Machine
+from llmb.checkpoint_metadata import check_metadata
 from llmb.errors import UsageError
 from llmb.records import ModelArch, Recipe, Workload
 
@@ -242,5 +243,6 @@ def find_checkpoint(path: str) -> str:
     (the NeMo seeds point LOAD_CHECKPOINT_PATH at the parent of weights/)."""
     for candidate in (path, os.path.join(path, "weights")):
         if os.path.isdir(candidate) and any(name.endswith(".distcp") for name in os.listdir(candidate)):
+            check_metadata(candidate)
             return os.path.abspath(candidate)
     raise UsageError(f"--checkpoint-load {path}: no .distcp files there or in its weights/ directory.")

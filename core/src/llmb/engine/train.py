@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import timedelta
 
+from llmb.checkpoint_metadata import safe_reader
 from llmb.engine import logfmt
 from llmb.runspec import RunSpec
 
@@ -203,7 +204,7 @@ class Engine:
         started = time.time()
         begin = time.perf_counter()
         state = self._state()
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, storage_reader=safe_reader(path))  # never pickle.load on the index (llmb.checkpoint_metadata)
         set_state_dict(self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         ms = (time.perf_counter() - begin) * 1000
         low, high = self._reduce(ms, "min"), self._reduce(ms, "max")
