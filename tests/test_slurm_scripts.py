@@ -27,7 +27,7 @@ def test_additional_params_take_the_seeds_form():
         ("nodelist", "node001,node002"), ("constraint", "gpu&memory"), ("exclusive", None)]
     assert params.parse(" reservation=my_reservation ; ") == [("reservation", "my_reservation")]
     assert params.parse(None) == [] and params.parse("  ") == []
-    with pytest.raises(UsageError, match="nodes.*derives from the recipe"):
+    with pytest.raises(UsageError, match="--nodes; llmb sets it from the recipe"):
         params.parse("nodes=4")
     with pytest.raises(UsageError, match="expected key=value or a flag name"):
         params.parse("constraint gpu")

@@ -4,6 +4,10 @@ Semicolon-separated items, each ``key=value`` or a bare flag; values may
 hold commas (``nodelist=node001,node002;constraint=gpu&memory;exclusive``),
 which is why the separator is a semicolon. Each item becomes one
 ``#SBATCH --key=value`` (or ``#SBATCH --flag``) line.
+
+sbatch takes any unambiguous abbreviation of an option (``outpu`` is
+``output``), so an item is refused when sbatch could read it as an option
+llmb sets itself, whatever its spelling.
 """
 
 from __future__ import annotations
@@ -12,10 +16,19 @@ import re
 
 from llmb.errors import UsageError
 
+from llmb_backend_slurm import sbatch_options
+
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
-# sbatch options llmb sets itself: giving them here would contradict the recipe or the job's bookkeeping.
-OWNED = frozenset({"job-name", "J", "output", "o", "error", "e", "nodes", "N", "ntasks", "n", "ntasks-per-node",
-                   "parsable", "wrap", "chdir", "D", "export"})
+_RECIPE = "llmb sets it from the recipe; change the recipe (--gpus, --gpus-per-node) instead"
+_LAYOUT = "llmb sets it: the job's name, output and directory follow the seeds' experiment layout"
+_SUBMISSION = "llmb sets it: its submission and tracking depend on it"
+# sbatch options llmb sets itself, and why: giving them here would contradict the recipe or the job's bookkeeping.
+OWNED = {
+    "nodes": _RECIPE, "ntasks": _RECIPE, "ntasks-per-node": _RECIPE,
+    "job-name": _LAYOUT, "output": _LAYOUT, "error": _LAYOUT, "chdir": _LAYOUT,
+    "parsable": _SUBMISSION, "wrap": _SUBMISSION, "export": _SUBMISSION,
+    "comment": "llmb sets it: it marks each submission, to find the job again when sbatch's answer is lost",
+}
 
 
 def parse(text: str | None) -> list[tuple[str, str | None]]:
@@ -32,10 +45,28 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
         if not _KEY.match(key):
             raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {item!r}: expected key=value or a flag name, "
                              f"e.g. \"nodelist=node001,node002;constraint=gpu;exclusive\".")
-        if key in OWNED:
-            raise UsageError(f"ADDITIONAL_SLURM_PARAMS sets {key!r}, which llmb derives from the recipe and the "
-                             f"experiment; change the recipe (--gpus, --gpus-per-node) instead.")
+        _refuse_owned(key)
         if sep and any(c in value for c in "\n\r\0"):
             raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r}: a value cannot contain a line break.")
         items.append((key, value.strip() if sep else None))
     return items
+
+
+def _refuse_owned(key: str) -> None:
+    """UsageError when sbatch could take ``--key`` for an option llmb sets."""
+    meanings = sbatch_options.resolve(key)
+    owned = [sbatch_options.canonical(name) for name in meanings if sbatch_options.canonical(name) in OWNED]
+    if not owned:
+        return
+    name = owned[0]
+    if len(meanings) > 1:
+        raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r} abbreviates several sbatch options "
+                         f"({', '.join('--' + m for m in meanings)}), among them --{name}; {OWNED[name]}. "
+                         f"Spell the option you mean in full.")
+    if key == name:
+        how = ""
+    elif key == meanings[0]:
+        how = " (another name sbatch has for it)"
+    else:
+        how = " (sbatch takes any unambiguous abbreviation of an option)"
+    raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r} is sbatch's --{name}{how}; {OWNED[name]}.")

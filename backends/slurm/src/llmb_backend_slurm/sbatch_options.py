@@ -1,0 +1,47 @@
+"""sbatch's long options (Slurm 22.05), as data, and how sbatch resolves a name.
+
+sbatch reads its options, on the command line and in ``#SBATCH`` lines, with
+getopt_long: a name that is exactly an option is that option; otherwise any
+prefix of exactly one option is that option (``--outpu`` is ``--output``);
+a prefix of several is ambiguous. ``resolve`` answers with the options a
+name can stand for; ``canonical`` names the option an alias sets.
+
+``LISTED``: every ``--name`` in ``sbatch --help`` and ``sbatch --usage`` of
+Slurm 22.05 (tests/test_slurm_options.py compares them with the installed
+sbatch). ``UNLISTED``: options sbatch 22.05 accepts that neither prints
+(most are in ``man sbatch``). ``ALIASES``: unlisted names that set a listed option.
+"""
+
+from __future__ import annotations
+
+LISTED = frozenset("""
+account array bb bbf begin chdir cluster-constraint clusters comment constraint container contiguous core-spec
+cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude
+exclusive export export-file extra-node-info get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket
+gpus-per-task gres gres-flags help hold ignore-pbs input job-name licenses mail-type mail-user mcs-label mem mem-bind
+mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist nodes ntasks ntasks-per-core
+ntasks-per-node ntasks-per-socket output overcommit oversubscribe parsable partition power priority profile propagate
+qos quiet reboot requeue reservation signal sockets-per-node spread-job switches thread-spec threads-per-core time
+time-min tmp uid usage use-min-nodes verbose version wait wckey wrap
+""".split())
+
+UNLISTED = frozenset("""
+acctg-freq batch cluster context hint kill-on-invalid-dep ntasks-per-gpu ntasks-per-tres open-mode prefer
+tasks-per-node test-only wait-all-nodes
+""".split())
+
+ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
+
+OPTIONS = LISTED | UNLISTED
+
+
+def canonical(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def resolve(name: str) -> list[str]:
+    """The options (sorted) sbatch may take ``--name`` for: one when it resolves, several when
+    it is ambiguous, none when sbatch 22.05 has no such option."""
+    if name in OPTIONS:
+        return [name]
+    return sorted(option for option in OPTIONS if option.startswith(name))
