@@ -3,13 +3,17 @@ statistics an independent computation gives, however the file is chunked."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from experiment_dirs import make_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -135,3 +139,32 @@ def test_interleaved_ranks_with_duplicate_iterations():
     _, result = parse_bytes(("\n".join(mixed) + "\n").encode())
     assert (result.status, result.stats.time_mean_ms, result.stats.tflops_mean) == ("success", 1000.0, 50.0)
     assert any("50 repeated iteration lines" in n for n in result.notes)
+
+
+MB8 = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
+
+
+def test_non_finite_step_times_in_the_window_make_the_run_invalid(cli, tmp_path):
+    """``inf`` and ``nan`` step times inside the window (35-44) make the run
+    invalid, naming the iterations; one outside the window does not count."""
+    step = {i: 1000.0 for i in range(1, 51)}
+    step.update({5: math.inf, 38: math.inf, 39: math.inf, 42: math.nan})
+    make_run(tmp_path, MB8, loggen.megatron_bridge_lines(range(1, 51), step_ms=step))
+    log = next(tmp_path.rglob("log-*.out")).read_text()
+    assert "elapsed time per iteration (ms): inf |" in log and "elapsed time per iteration (ms): nan |" in log
+    reason = "step time is not a finite number (inf, nan) at iteration 38-39, 42, inside the window 35-44"
+
+    rows = json.loads(cli("results", "--json", str(tmp_path)).out)
+    assert [(r["status"], r["failure_reason"]) for r in rows] == [("invalid_step_time", reason)]
+    table = cli("results", str(tmp_path))
+    assert table.code == 0 and f"{MB8}_1766132151: invalid_step_time: {reason}" in table.out
+    assert cli("compare", str(tmp_path)).code == 1  # an invalid run fails a gate
+
+
+def test_a_huge_exponent_is_an_infinite_step_time():
+    lines = list(loggen.megatron_bridge_lines(range(1, 51)))
+    at = next(i for i, line in enumerate(lines) if "iteration       40/" in line)
+    lines[at] = re.sub(r"elapsed time per iteration \(ms\): [^ ]+", "elapsed time per iteration (ms): 1e999", lines[at])
+    _, result = parse_bytes(("\n".join(lines) + "\n").encode())
+    assert (result.status, result.reason) == (
+        "invalid_step_time", "step time is not a finite number (inf) at iteration 40, inside the window 35-44")

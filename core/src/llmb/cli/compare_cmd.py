@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import emit_json, render_table, terminal_safe
 from llmb.cli.results_cmd import display_name, open_store, select, selection_options
 from llmb.errors import UsageError
 
@@ -81,26 +81,32 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     elif not report:
         click.echo("No runs found.")
     else:
-        rows = []
-        for name, result, _, verdicts in report:
-            for v in verdicts:
-                step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
-                rows.append([
-                    name, v.against, v.outcome.upper(),
-                    "-" if step is None else f"{step:,.1f}",
-                    "-" if v.reference_ms is None else f"{v.reference_ms:,.1f}",
-                    "-" if v.ratio is None else f"{v.ratio:.1%}", v.detail,
-                ])
-        click.echo(render_table(["EXPERIMENT", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
-                                 "DETAIL"], rows))
-        for name, result, _, _ in report:
-            if result.reference_step_time_ms is not None and result.stats and result.stats.time_mean_ms:
-                click.echo(
-                    f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, MFU {_fmt(result.mfu_pct, 2)}%; "
-                    f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
-                    f"MFU {_fmt(result.reference_mfu_pct, 2)}% ({result.reference_source})"
-                )
-        total = sum(len(v) for *_, v in report)
-        bad = sum(1 for *_, vs in report for v in vs if v.outcome in ("regress", "failed"))
-        click.echo(f"\n{bad} of {total} comparisons regressed or failed (threshold {threshold:.0%}).")
+        click.echo(terminal_safe(_render(report, threshold)))
     ctx.exit(1 if any_regression else 0)
+
+
+def _render(report: list, threshold: float) -> str:
+    """The comparison table, what was measured against what was published, and the tally."""
+    rows = []
+    for name, result, _, verdicts in report:
+        for v in verdicts:
+            step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
+            rows.append([
+                name, v.against, v.outcome.upper(),
+                "-" if step is None else f"{step:,.1f}",
+                "-" if v.reference_ms is None else f"{v.reference_ms:,.1f}",
+                "-" if v.ratio is None else f"{v.ratio:.1%}", v.detail,
+            ])
+    parts = [render_table(["EXPERIMENT", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
+                           "DETAIL"], rows)]
+    for name, result, _, _ in report:
+        if result.reference_step_time_ms is not None and result.stats and result.stats.time_mean_ms:
+            parts.append(
+                f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, MFU {_fmt(result.mfu_pct, 2)}%; "
+                f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
+                f"MFU {_fmt(result.reference_mfu_pct, 2)}% ({result.reference_source})"
+            )
+    total = sum(len(v) for *_, v in report)
+    bad = sum(1 for *_, vs in report for v in vs if v.outcome in ("regress", "failed"))
+    parts.append(f"\n{bad} of {total} comparisons regressed or failed (threshold {threshold:.0%}).")
+    return "\n".join(parts)

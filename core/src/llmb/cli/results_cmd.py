@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import render_table
+from llmb.cli.output import render_table, terminal_safe
 from llmb.errors import UsageError
 
 _RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
@@ -63,21 +63,24 @@ def selection_options(func):
     return func
 
 
+def warn(message: str) -> None:
+    click.echo(terminal_safe(f"llmb: warning: {message}"), err=True)
+
+
 def open_store(db_path: str | None, required: bool):
+    """The results database. ``required`` (--from-db, a baseline run id):
+    its failure is the command's (StoreError: the file and the cause);
+    otherwise a warning, and the results are computed from the logs."""
     from llmb.results.store import ResultStore, open_or_none
 
-    if not required:
-        return open_or_none(db_path)
-    try:
-        return ResultStore(db_path)
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"cannot open the results database {db_path or '(default)'}: {exc}") from None
+    return ResultStore(db_path) if required else open_or_none(db_path, warn)
 
 
 def _progress(index: int, total: int, location) -> None:
     if sys.stderr.isatty() and total > 1:
         size = os.path.getsize(location.log) if location.log and os.path.exists(location.log) else 0
-        click.echo(f"\rparsing {index + 1}/{total} {location.short_name[:60]} ({size / 1e6:.0f} MB)\x1b[K",
+        name = terminal_safe(location.short_name).replace("\n", " ")[:60]
+        click.echo(f"\rparsing {index + 1}/{total} {name} ({size / 1e6:.0f} MB)\x1b[K",
                    err=True, nl=False)
         if index + 1 == total:
             click.echo("\r\x1b[K", err=True, nl=False)
@@ -100,7 +103,7 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}.")
-    collector = Collector(get_host(ctx), lambda: open_store(db_path, required=False))
+    collector = Collector(get_host(ctx), lambda: open_store(db_path, required=False), warn)
     collected = collector.collect(paths, window=window, rescan=rescan, assume_gpu=gpu, progress=_progress)
     picked = []
     for item in collected:
@@ -187,7 +190,7 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     rows = [row(result, name=display_name(where, full_names), run_id=run_id) for where, result, run_id in picked]
     fmt = "json" if as_json else fmt
     if fmt == "csv":
-        click.echo(to_csv(rows), nl=False)
+        click.echo(terminal_safe(to_csv(rows)), nl=False)
     elif fmt == "json":
         for r, (_, result, _) in zip(rows, picked, strict=True):
             r["notes"] = list(result.notes)
@@ -197,4 +200,4 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
         from llmb.paths import experiments_dirs
 
         searched = list(dirs) or (None if from_db else experiments_dirs())
-        click.echo(render(rows, [result for _, result, _ in picked], searched))
+        click.echo(terminal_safe(render(rows, [result for _, result, _ in picked], searched)))

@@ -1,10 +1,15 @@
 """From what the parsers found to a ``RunResult``.
 
-Status (field-facts §2, the tool being replaced, plus ``failed``), first
-match wins:
+Status (the tool being replaced, plus ``failed``, ``unreadable`` and
+``invalid_step_time``), first match wins:
 
 * ``no_log``: there is no log;
+* ``unreadable``: the log is not a regular file (a FIFO, a device, a
+  directory), a symbolic link to it leads nowhere, or reading it failed;
 * ``invalid_grad_norm``: some iteration logged ``grad norm: nan``;
+* ``invalid_step_time``: an iteration of the window logged a step time that
+  is not a finite number (``inf``, ``nan``): its statistics would be
+  meaningless;
 * ``success``: the final iteration (``i/N`` with i = N) and every iteration
   of the window are in the log;
 * ``failed``: a failure was found (node failure, CUDA out of memory, NCCL
@@ -111,10 +116,7 @@ def analyze(
     """``flops_per_sample`` (the workload's formula) and ``peak_tflops`` (GPU
     type and dtype) are what the derived metrics need; either may be None."""
     if report is None:
-        variant = variant_for(workload, context, None)
-        return RunResult(log=None, context=context, status="no_log", reason=missing_log_reason,
-                         format=None, window=window or (variant.window if variant else DEFAULT_WINDOW),
-                         stats=None, max_iteration=None, last_iteration=None)
+        return _without_log(None, context, "no_log", missing_log_reason, workload, window)
 
     findings = report.findings
     iterations, notes = choose_iterations(findings)
@@ -184,6 +186,20 @@ def analyze(
     )
 
 
+def unreadable(log: str, context: RunContext, reason: str, *, workload: Workload | None = None,
+               window: tuple[int, int] | None = None) -> RunResult:
+    """The result of a run whose log could not be read (``reason`` says why)."""
+    return _without_log(log, context, "unreadable", reason, workload, window)
+
+
+def _without_log(log: str | None, context: RunContext, status: str, reason: str, workload: Workload | None,
+                 window: tuple[int, int] | None) -> RunResult:
+    variant = variant_for(workload, context, None)
+    return RunResult(log=log, context=context, status=status, reason=reason, format=None,
+                     window=window or (variant.window if variant else DEFAULT_WINDOW),
+                     stats=None, max_iteration=None, last_iteration=None)
+
+
 _CORE_FINDINGS = {"megatron_bridge", "nemo2", "checkpoint", "nccl", "failures"}
 
 
@@ -214,7 +230,8 @@ def _window_stats(
     tflops: list[float] = []
     if compute_tflops:
         if flops and gbs and gpus:
-            tflops = [gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12 for s in inside if s.step_time_ms]
+            tflops = [gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12 for s in inside
+                      if s.step_time_ms and math.isfinite(s.step_time_ms)]
             source = "computed"
     else:
         tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
@@ -229,6 +246,11 @@ def _status(
 ) -> tuple[str, str | None]:
     if iterations and iterations.nan_grad_norm:
         return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
+    if bad := _non_finite_step_times(samples, window):
+        values = ", ".join(sorted({repr(s.step_time_ms) for s in bad}))
+        return "invalid_step_time", (f"step time is not a finite number ({values}) at iteration "
+                                     f"{_ranges([s.iteration for s in bad])}, inside the window "
+                                     f"{window[0]}-{window[1]}")
     present = {s.iteration for s in samples}
     missing = [i for i in range(window[0], window[1] + 1) if i not in present]
     final = iterations.last if iterations else None
@@ -249,6 +271,11 @@ def _status(
         return "no_data", f"not a text log (binary data), {report.bytes_read} bytes read"
     what = "an empty log" if report.bytes_read == 0 else f"no iteration lines in {report.bytes_read} bytes"
     return "no_data", what
+
+
+def _non_finite_step_times(samples: list[Sample], window: tuple[int, int]) -> list[Sample]:
+    return [s for s in samples if window[0] <= s.iteration <= window[1]
+            and s.step_time_ms is not None and not math.isfinite(s.step_time_ms)]
 
 
 def _scan_notes(report: ScanReport, iterations: IterationLog | None) -> list[str]:

@@ -3,7 +3,12 @@
 The database doubles as a cache: a log whose size and modification time
 match its stored row is not read again (``rescan`` forces it). Results with
 a non-default window are computed but never stored, so the database always
-holds each workload's own window.
+holds each workload's own window; nor are those of logs that could not be
+read (the next look may succeed).
+
+The database is a convenience, never a condition: when it fails (damaged,
+read-only, locked, newer), the collector says so once through ``warn`` and
+goes on computing every result from its log.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ from dataclasses import dataclass, replace
 
 from llmb.gpus import catalogue
 from llmb.host import PluginHost
-from llmb.results.analyze import analyze
+from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, context_for, find_runs
 from llmb.results.records import RunContext, RunResult
-from llmb.results.scan import scan
-from llmb.results.store import ResultStore
+from llmb.results.scan import scan, why_unreadable
+from llmb.results.store import NOT_STORED, ResultStore, StoreError, warn_in_log
 
 
 @dataclass(frozen=True)
@@ -42,18 +47,35 @@ def _stamp(path: str | None) -> tuple[int | None, int | None]:
 class Collector:
     """Parses runs with the host's workloads and parsers. ``store`` is a
     ResultStore, or a callable that opens one (None: do not store), called
-    only once there is a run to look up."""
+    only once there is a run to look up. ``warn`` is told when the store
+    fails (default: the log); the collector then stops using it."""
 
-    def __init__(self, host: PluginHost, store: ResultStore | Callable[[], ResultStore | None] | None = None):
+    def __init__(self, host: PluginHost, store: ResultStore | Callable[[], ResultStore | None] | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.host = host
         self._store = store
         self._parsers = None
+        self._warn = warn or warn_in_log
 
     @property
     def store(self) -> ResultStore | None:
         if callable(self._store) and not isinstance(self._store, ResultStore):
             self._store = self._store()
         return self._store
+
+    def _with_store(self, use: Callable[[ResultStore], object]):
+        """``use(store)``, or None when there is no store or it fails (then
+        said once, and the store is not used again)."""
+        store = self.store
+        if store is None:
+            return None
+        try:
+            return use(store)
+        except StoreError as exc:
+            self._warn(f"{exc}; {NOT_STORED}")
+            self._store = None
+            store.close()
+            return None
 
     @property
     def parsers(self) -> list:
@@ -80,7 +102,11 @@ class Collector:
             flops = model.per_sample if model else None
         if context.gpu in catalogue() and context.dtype and context.device != "cpu":  # no GPU peak for a CPU run
             peak = catalogue()[context.gpu].peak(context.dtype)
-        report = scan(location.log, self.parsers) if location.log else None
+        try:
+            report = scan(location.log, self.parsers) if location.log else None
+        except OSError as exc:
+            return unreadable(location.log, context, why_unreadable(location.log, exc), workload=workload,
+                              window=window)
         return analyze(
             report, context, workload=workload, window=window, flops_per_sample=flops, peak_tflops=peak,
             missing_log_reason=f"no log-*.out file in {location.run_dir}",
@@ -104,13 +130,12 @@ class Collector:
     ) -> Collected:
         key = location.log or location.run_dir
         size, mtime = _stamp(location.log)
-        store = self.store
-        if store is not None and window is None and not rescan and assume_gpu is None:
-            hit = store.cached(key, size, mtime)
+        if window is None and not rescan and assume_gpu is None:
+            hit = self._with_store(lambda store: store.cached(key, size, mtime))
             if hit is not None:
                 return Collected(location, hit.result, hit.id, True)
         result = self.result_for(location, window=window, assume_gpu=assume_gpu, context=context)
         run_id = None
-        if store is not None and window is None:
-            run_id = store.save(key, result, size, mtime)
+        if window is None and result.status != "unreadable":
+            run_id = self._with_store(lambda store: store.save(key, result, size, mtime))
         return Collected(location, result, run_id, False)

@@ -1,8 +1,10 @@
 """Find the runs under experiment directories and what each run was.
 
 The seeds' layout is ``experiments/<exp>/<exp>_<timestamp>/<exp>/log-<exp>.out``.
-Every ``log-*.out`` is one run; a run directory ``<exp>/<exp>_<timestamp>``
-without any log is reported too (status ``no_log``).
+Every ``log-*.out`` is one run, whatever it is (a FIFO, a dangling link or
+a directory of that name is a run whose log cannot be read, not a reason to
+stop); a run directory ``<exp>/<exp>_<timestamp>`` without any log is
+reported too (status ``no_log``).
 
 What a run was comes from ``recipe.json`` beside its log or in its run
 directory (llmb writes one for every run it starts), else from the
@@ -13,13 +15,17 @@ installed workloads' ``experiment_prefixes``. Names carry no GPU type.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 
-from llmb.experiment import RECIPE_FILE, read_json
+from llmb.experiment import RECIPE_FILE
 from llmb.records import Workload
 from llmb.results.records import RunContext
+from llmb.results.scan import read_regular
+
+MAX_RECIPE = 1 << 20  # bytes: a recipe is a few hundred
 
 _LOG = re.compile(r"^log-.*\.out$")
 _RUN_DIR = re.compile(r"^(?P<exp>.+)_(?P<stamp>\d{6,})$")
@@ -59,12 +65,13 @@ def _location(log: str) -> RunLocation:
 
 
 def find_runs(paths: list[str]) -> list[RunLocation]:
-    """Every run under ``paths`` (directories are walked; a file is a log)."""
+    """Every run under ``paths`` (directories are walked; anything else there is a log)."""
     runs: dict[str, RunLocation] = {}
     for path in paths:
-        if os.path.isfile(path):
-            location = _location(path)
-            runs[location.log] = location
+        if not os.path.isdir(path):
+            if os.path.lexists(path):
+                location = _location(path)
+                runs[location.log] = location
             continue
         run_dirs_with_logs: set[str] = set()
         candidate_run_dirs: set[str] = set()
@@ -72,7 +79,7 @@ def find_runs(paths: list[str]) -> list[RunLocation]:
             subdirs.sort()
             if _is_run_dir(directory):
                 candidate_run_dirs.add(os.path.abspath(directory))
-            for name in sorted(files):
+            for name in sorted(files + [d for d in subdirs if _LOG.match(d)]):
                 if _LOG.match(name):
                     location = _location(os.path.join(directory, name))
                     runs[location.log] = location
@@ -89,8 +96,11 @@ def read_recipe(location: RunLocation) -> dict | None:
     if location.log:
         places.insert(0, os.path.dirname(location.log))
     for place in places:
-        data = read_json(os.path.join(place, RECIPE_FILE))
-        if data is not None:
+        try:
+            data = json.loads(read_regular(os.path.join(place, RECIPE_FILE), MAX_RECIPE))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
             return data
     return None
 

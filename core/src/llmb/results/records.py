@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-# The statuses of the tool being replaced (field-facts §2), plus ``failed``.
-STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed")
+# The statuses of the tool being replaced, then llmb's own: ``failed`` (the log
+# says why), ``invalid_step_time`` (an inf or nan step time in the window) and
+# ``unreadable`` (the log is not a regular file, or reading it failed).
+STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed", "invalid_step_time",
+            "unreadable")
 
 
 @dataclass(frozen=True)

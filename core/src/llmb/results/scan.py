@@ -12,10 +12,17 @@ Parsers read chunks in registration order, and a parser may hand on the
 chunk without the text it alone accounts for (see ``LogReader.feed``).
 A parser that raises is switched off for the rest of the log and its error
 is reported; the scan itself never fails on content, only on I/O.
+
+Only regular files are read (``open_regular``): a FIFO, a device or a
+directory is refused before it is opened, so nothing can block the scan or
+feed it without end, and no more than the file's size at opening is read.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -60,6 +67,67 @@ class ScanReport:
     errors: dict[str, str] = field(default_factory=dict)
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+)
+
+
+class NotRegularFile(OSError):
+    """``path`` (or what it links to) is not a regular file; ``kind`` says what it is."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file", path)
+        self.kind = kind
+
+
+def _require_regular(path: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise NotRegularFile(path, kind)
+
+
+def open_regular(path: str):
+    """``(binary handle, size)`` of the regular file at ``path`` (symbolic
+    links followed). Anything else raises OSError without being opened; the
+    open itself never blocks (``O_NONBLOCK``, should the file be swapped
+    for a FIFO in between) and does not become a controlling terminal."""
+    _require_regular(path, os.stat(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        _require_regular(path, st)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of a regular file (``open_regular``'s rules)."""
+    handle, size = open_regular(path)
+    with handle:
+        return handle.read(min(size, limit))
+
+
+def why_unreadable(path: str, exc: OSError) -> str:
+    """``exc`` (from ``open_regular`` or a read) as a reason a person can act on."""
+    name = os.path.basename(path)
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = None
+    if isinstance(exc, NotRegularFile):
+        what = f"a symbolic link to {target}, which is {exc.kind}" if target is not None else exc.kind
+        return f"{name} is {what}, not a regular file; only regular files are read"
+    if exc.errno == errno.ELOOP:
+        return f"{name} is a symbolic link to {target} that cannot be followed: the links loop"
+    if isinstance(exc, FileNotFoundError) and target is not None:
+        return f"{name} is a symbolic link to {target}, which does not exist"
+    return f"cannot read {name}: {exc.strerror or exc}"
+
+
 def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line: int = MAX_LINE) -> ScanReport:
     report = ScanReport(path=str(path))
     readers: dict[str, LogReader] = {}
@@ -83,12 +151,14 @@ def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line:
     carry = b""
     skipping = False  # inside an over-long line: drop bytes up to its end
     first = True
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(chunk_size)
+    handle, remaining = open_regular(path)
+    with handle:
+        while remaining > 0:
+            block = handle.read(min(chunk_size, remaining))
             if not block:
                 break
             report.bytes_read += len(block)
+            remaining -= len(block)
             if first:
                 report.binary = b"\x00" in block[:65536]
                 first = False

@@ -9,20 +9,31 @@ The schema version is SQLite's ``user_version``; ``MIGRATIONS[i]`` takes a
 database from version ``i`` to ``i + 1`` inside one ``BEGIN IMMEDIATE``
 transaction, so two processes opening an old database migrate it once.
 The journal is WAL and every write waits for the lock (``busy_timeout``),
-so concurrent writers - runs finishing at the same moment - lose nothing.
+so concurrent writers - runs finishing at the same moment - lose nothing;
+``LLMB_DB_TIMEOUT`` (seconds, default 60) sets how long.
+
+Every failure of the database (damaged, read-only, locked past the
+timeout, written by a newer llmb) is a ``StoreError`` whose message names
+the file and the cause: callers carry on without the store, since a result
+can always be computed again from its log. A database whose schema is newer
+than this llmb knows is refused before anything is written to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from llmb.errors import LlmbError
 from llmb.results.records import RunResult
 
-BUSY_TIMEOUT_MS = 60_000
+BUSY_TIMEOUT_S = 60.0
+TIMEOUT_VARIABLE = "LLMB_DB_TIMEOUT"
 
 MIGRATIONS: tuple[str, ...] = (
     # 0 -> 1
@@ -58,21 +69,72 @@ class StoredRun:
     result: RunResult
 
 
+class StoreError(LlmbError):
+    """The results database cannot be used; the message names the file and the cause."""
+
+
 def default_path() -> str:
     from llmb.paths import install_dir
 
     return os.path.join(install_dir(), "results.sqlite")
 
 
+def lock_timeout_s() -> float:
+    """How long to wait for another process's lock: ``$LLMB_DB_TIMEOUT`` seconds, default 60."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        from llmb.errors import UsageError
+
+        raise UsageError(f"{TIMEOUT_VARIABLE}={text!r} is not a number of seconds to wait for the results "
+                         f"database's lock: give one such as 60 (0: do not wait), or unset it.")
+    return value
+
+
+def _hint(exc: sqlite3.Error, timeout_s: float) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"{text}: another process held it for more than {timeout_s:g} s "
+                f"({TIMEOUT_VARIABLE} sets how long to wait)")
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return f"{text}: the file is damaged; move it aside, and llmb results rebuilds it from the logs"
+    if "readonly" in text or "read-only" in text:
+        return f"{text}: the file or its directory cannot be written"
+    return text
+
+
 class ResultStore:
     def __init__(self, path: str | None = None):
         self.path = path or default_path()
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.execute("PRAGMA synchronous = NORMAL")
-        self._migrate()
+        self.timeout_s = lock_timeout_s()
+        with self._guard("cannot be opened"):
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        try:
+            with self._guard("cannot be opened"):
+                self.db.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+                self._refuse_newer()  # before anything below writes to the file
+                self.db.execute("PRAGMA journal_mode = WAL")
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self._migrate()
+        except BaseException:
+            self.db.close()
+            raise
+
+    @contextlib.contextmanager
+    def _guard(self, doing: str):
+        """sqlite3's and the file system's errors as a StoreError naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"the results database {self.path} {doing}: {_hint(exc, self.timeout_s)}") from exc
+        except OSError as exc:
+            raise StoreError(f"the results database {self.path} {doing}: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
         self.db.close()
@@ -86,6 +148,14 @@ class ResultStore:
     @property
     def version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
+
+    def _refuse_newer(self) -> None:
+        version, supported = self.version, len(MIGRATIONS)
+        if version > supported:
+            raise StoreError(
+                f"the results database {self.path} has schema version {version}, from a newer llmb; this llmb "
+                f"supports version {supported} and has not changed the file: use the newer llmb, or give another "
+                f"database with --db (llmb results fills a new one from the logs)")
 
     def _migrate(self) -> None:
         if self.version >= len(MIGRATIONS):
@@ -102,6 +172,13 @@ class ResultStore:
             self.db.execute("ROLLBACK")
             raise
 
+    def _result(self, row_id: int, text: str) -> RunResult:
+        try:
+            return RunResult.from_dict(json.loads(text))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreError(f"the results database {self.path}: run {row_id} is damaged ({type(exc).__name__}: "
+                             f"{exc}); llmb results --rescan stores it again from its log") from None
+
     # ---------------------------------------------------------------- writing
 
     def save(self, key: str, result: RunResult, log_size: int | None = None, log_mtime_ns: int | None = None) -> int:
@@ -109,11 +186,12 @@ class ResultStore:
         c = result.context
         stats = result.stats
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        row = (
-            key, log_size, log_mtime_ns, now, c.experiment, c.workload, c.variant, c.size, c.gpu, c.dtype,
-            c.gpus, result.status, stats.time_mean_ms if stats else None,
-            stats.tflops_mean if stats else None, json.dumps(result.to_dict()),
-        )
+        with self._guard("cannot be written"):
+            return self._save(key, (key, log_size, log_mtime_ns, now, c.experiment, c.workload, c.variant, c.size,
+                                    c.gpu, c.dtype, c.gpus, result.status, stats.time_mean_ms if stats else None,
+                                    stats.tflops_mean if stats else None, json.dumps(result.to_dict())))
+
+    def _save(self, key: str, row: tuple) -> int:
         self.db.execute(
             """
             INSERT INTO runs (key, log_size, log_mtime_ns, recorded_at, experiment, workload, variant, size,
@@ -135,16 +213,18 @@ class ResultStore:
 
     def cached(self, key: str, log_size: int | None, log_mtime_ns: int | None) -> StoredRun | None:
         """The stored run for ``key`` if its log has not changed since."""
-        row = self.db.execute(
-            "SELECT id, recorded_at, result, log_size, log_mtime_ns FROM runs WHERE key = ?", (key,)
-        ).fetchone()
+        with self._guard("cannot be read"):
+            row = self.db.execute(
+                "SELECT id, recorded_at, result, log_size, log_mtime_ns FROM runs WHERE key = ?", (key,)
+            ).fetchone()
         if row is None or (row[3], row[4]) != (log_size, log_mtime_ns):
             return None
-        return StoredRun(row[0], row[1], RunResult.from_dict(json.loads(row[2])))
+        return StoredRun(row[0], row[1], self._result(row[0], row[2]))
 
     def get(self, run_id: int) -> StoredRun | None:
-        row = self.db.execute("SELECT id, recorded_at, result FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return None if row is None else StoredRun(row[0], row[1], RunResult.from_dict(json.loads(row[2])))
+        with self._guard("cannot be read"):
+            row = self.db.execute("SELECT id, recorded_at, result FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else StoredRun(row[0], row[1], self._result(row[0], row[2]))
 
     def query(
         self, workload: str | None = None, gpu: str | None = None, dtype: str | None = None,
@@ -159,21 +239,29 @@ class ResultStore:
             clauses.append("recorded_at >= ?")
             values.append(since)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self.db.execute(f"SELECT id, recorded_at, result FROM runs {where} ORDER BY id", values).fetchall()
-        return [StoredRun(r[0], r[1], RunResult.from_dict(json.loads(r[2]))) for r in rows]
+        with self._guard("cannot be read"):
+            rows = self.db.execute(f"SELECT id, recorded_at, result FROM runs {where} ORDER BY id", values).fetchall()
+        return [StoredRun(r[0], r[1], self._result(r[0], r[2])) for r in rows]
 
     def count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        with self._guard("cannot be read"):
+            return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
 
-def open_or_none(path: str | None = None) -> ResultStore | None:
-    """The store, or None (with a warning) when it cannot be opened: storing a
-    result must never cost the result itself."""
+NOT_STORED = "results are computed from the logs and not stored"
+
+
+def open_or_none(path: str | None = None, warn=None) -> ResultStore | None:
+    """The store, or None when it cannot be used: storing a result must never
+    cost the result itself. ``warn`` (default: the log) is told why."""
     try:
         return ResultStore(path)
-    except Exception as exc:  # noqa: BLE001
-        from llmb.log import get_logger
-
-        get_logger("llmb.results").warning("results database unavailable; results are not stored",
-                                           path=path or default_path(), error=str(exc))
+    except StoreError as exc:
+        (warn or warn_in_log)(f"{exc}; {NOT_STORED}")
         return None
+
+
+def warn_in_log(message: str) -> None:
+    from llmb.log import get_logger
+
+    get_logger("llmb.results").warning(message)
