@@ -139,7 +139,10 @@ def status_command(ctx, job_id, show_all, as_json):
 @click.option("--tail", type=click.IntRange(min=1), help="Only the last N lines.")
 @click.pass_context
 def logs_command(ctx, job_id, follow_, tail):
-    """Print a job's log; with --follow, its live progress and summary."""
+    """Print a job's log; with --follow, its live progress and summary.
+    Terminal escape sequences and control characters in the log are not
+    passed to the terminal (the log file keeps them)."""
+    from llmb.cli.output import terminal_safe
     from llmb.jobs import load_job
 
     job = load_job(job_id)
@@ -156,7 +159,7 @@ def logs_command(ctx, job_id, follow_, tail):
     except FileNotFoundError:
         click.echo(f"{job_id} has written no log yet ({path}).", err=True)
         return
-    sys.stdout.writelines(lines[-tail:] if tail else lines)
+    sys.stdout.write(terminal_safe("".join(lines[-tail:] if tail else lines)))
 
 
 @click.command("cancel")
