@@ -30,7 +30,7 @@ def test_list_json_and_one_workload(cli):
         "workload": "nemotronh", "variant": "nemo2", "default_variant": True, "framework": "nemo2",
         "size": "56b", "gpu": "h100", "dtypes": ["fp8"], "scaling": "weak", "min_gpus": 32, "max_gpus": 2048,
         "tested_gpus": [32, 64, 128, 256, 512, 1024, 2048], "range": False, "gpus_per_node": 8,
-        "source": "seeds/nemotronh-56b.md",
+        "source": "Nemotron-H 56B NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01)",
     }]
     every = cli("list", "--json").json()
     assert {e["workload"] for e in every} == {"llama31", "llama4", "nemotron4", "nemotronh"}

@@ -140,7 +140,7 @@ def test_per_workload_hooks_reach_only_the_owner():
     host = PluginHost(extra_plugins=[("greedy", Greedy)])
     llama = host.workload("llama31")
     own = host.model_flops(llama, llama.architecture("8b"), 8192)
-    assert own.formula == "seeds/llama31-nemo2.md Notes"
+    assert own.formula == llama.cite("llama31-nemo2.md", "Notes")
     greedy = host.workload("greedy")
     assert host.model_flops(greedy, greedy.architecture("1b"), 128).per_sample == 42.0
     recipe = host.resolve(RecipeRequest("greedy", "1b", "h100", "bf16", 16))
@@ -172,5 +172,5 @@ class PlainSite:
 def test_a_site_plugins_plain_implementation_is_ignored(capsys):
     host = PluginHost(extra_plugins=[("plain-site", PlainSite)])
     llama = host.workload("llama31")
-    assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == "seeds/llama31-nemo2.md Notes"
+    assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == llama.cite("llama31-nemo2.md", "Notes")
     assert "only wrappers (wrapper=True) are called" in capsys.readouterr().err

@@ -110,7 +110,8 @@ def test_every_published_performance_table_is_in_the_references(host, seeds):
     for key, metrics in printed.items():
         ref = stored[key]
         for metric, cell in metrics.items():
-            value = getattr(ref, metric)
+            value = ref.printed_mfu_pct if metric == "mfu_pct" and ref.printed_mfu_pct is not None else \
+                getattr(ref, metric)  # the printed figure is kept beside llmb's correction
             if cell.lower() == "n/a":
                 assert value is None, (key, metric)
             else:

@@ -16,6 +16,7 @@ import pluggy
 
 from llmb import builtin, hookspecs, profiling
 from llmb.entrypoints import entry_points
+from llmb.errata_figures import with_corrected_figures
 from llmb.errors import PluginError, UsageError
 from llmb.log import get_logger
 from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
@@ -155,6 +156,10 @@ class PluginHost:
                 info = self._infos[key]
                 self._infos[key] = PluginInfo(**{**info.__dict__, "workloads": info.workloads + (name,)})
         self._workloads = dict(sorted(result.items()))
+        # Erratum-affected published figures, recomputed with each workload's own FLOPs formula
+        # (the owners are known now, so its hook can be called).
+        for name, workload in self._workloads.items():
+            self._workloads[name] = with_corrected_figures(workload, self.model_flops)
         return self._workloads
 
     def _provider(self, key: str) -> str:

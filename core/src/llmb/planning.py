@@ -96,6 +96,7 @@ def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
         "step_time_s": ref.step_time_s,
         "tokens_per_s": ref.tokens_per_s,
         "mfu_pct": ref.mfu_pct,
+        "printed_mfu_pct": ref.printed_mfu_pct,  # set when mfu_pct corrects the printed figure (see erratum)
         "days_1t": ref.days_1t,
         "tflops_per_gpu": ref.tflops_per_gpu,
         "source": ref.provenance.describe(),

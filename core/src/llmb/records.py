@@ -127,14 +127,14 @@ class Provenance:
     None for a worked example in the text) and the table's row numbers
     (0-based, after the header)."""
 
-    seed: str
+    seed: str  # the recipe document's file (llmb's tests check the data against it)
     table: int | None
     rows: tuple[int, ...]
+    title: str = ""  # the document's public name, what users are shown
 
     @property
     def document(self) -> str:
-        """The recipe document: a bare file name is one of llmb's seeds."""
-        return self.seed if "/" in self.seed else f"seeds/{self.seed}"
+        return self.title or self.seed
 
     def describe(self) -> str:
         if self.table is None:
@@ -321,6 +321,15 @@ class ReferenceResult:
     scaling: str = "weak"
     note: str = ""
     erratum: str | None = None  # id of a workload note that explains a printed figure
+    printed_mfu_pct: float | None = None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
+
+    def mfu_label(self) -> str:
+        """The MFU as users see it: a corrected figure is marked, with the printed one beside it."""
+        if self.mfu_pct is None:
+            return "-"
+        if self.printed_mfu_pct is None:
+            return f"{self.mfu_pct:g}%"
+        return f"{self.mfu_pct:g}% (corrected, erratum [{self.erratum}]; printed {self.printed_mfu_pct:g}%)"
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -335,6 +344,12 @@ class Workload:
     notes: tuple[Erratum, ...] = ()  # errata outside the recipe tables
     experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
     failure_hints: tuple[FailureHint, ...] = ()
+    documents: Mapping[str, str] = field(default_factory=dict)  # recipe document file -> public title
+
+    def cite(self, seed: str, part: str = "") -> str:
+        """A recipe document as users are shown it, e.g. ``cite("llama31-nemo2.md", "Notes")``."""
+        title = self.documents.get(seed, seed)
+        return f"{title}, {part}" if part else title
 
     @property
     def default_variant(self) -> Variant:

@@ -120,10 +120,12 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         name = str(raw["name"])
         raw["variants"]
     archs = _architectures(raw.get("architectures") or {})
+    with _context("documents"):
+        titles = _documents(raw.get("documents") or {})
     variants = []
     for index, variant in enumerate(raw["variants"]):
         with _context(f"variant {variant.get('name', index + 1) if isinstance(variant, dict) else index + 1}"):
-            variants.append(_variant(variant))
+            variants.append(_variant(variant, titles))
     for variant in variants:
         for series in variant.series:
             if series.size not in archs:
@@ -133,7 +135,7 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
     references = []
     for index, ref in enumerate(raw.get("references") or ()):
         with _context(f"references entry {index + 1}"):
-            references.extend(_references(ref))
+            references.extend(_references(ref, titles))
     with _context("notes"):
         notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
     known = {n.id for n in notes}
@@ -159,6 +161,7 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         notes=notes,
         experiment_prefixes=tuple(str(p) for p in raw.get("experiment_prefixes") or ()),
         failure_hints=hints,
+        documents=titles,
     )
 
 
@@ -195,14 +198,27 @@ def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
 # ---------------------------------------------------------------- recipe tables
 
 
-def _variant(raw: dict[str, Any]) -> Variant:
+def _documents(raw: Any) -> dict[str, str]:
+    """Recipe document file -> its public title, the name users are shown."""
+    if not isinstance(raw, dict):
+        raise ValueError("documents must map each recipe document's file name to its public title")
+    return {str(k): " ".join(str(v).split()) for k, v in raw.items()}
+
+
+def _title(titles: dict[str, str], seed: str) -> str:
+    """What users are shown for a document: its public title, else the file's own name."""
+    return titles.get(seed, seed)
+
+
+def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
     name = str(raw["name"])
     seed = str(raw["seed"])
+    title = _title(titles, seed)
     framework = _one_of(raw["framework"], FRAMEWORKS, "framework")
     seed_rows = []
     for table in raw["tables"]:
         with _context(f"table {table.get('seed_table', '?')}"):
-            seed_rows.extend(_seed_rows(name, seed, table))
+            seed_rows.extend(_seed_rows(name, Provenance(seed=seed, title=title, table=None, rows=()), table))
     seed_rows = tuple(seed_rows)
     errata = tuple(_erratum(e, seed) for e in raw.get("errata") or ())
     amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata, strict=True)]
@@ -256,7 +272,7 @@ def _parse_gpus(value: Any) -> tuple[int, int]:
     return int(text), int(text)
 
 
-def _seed_rows(variant: str, seed: str, table: dict[str, Any]) -> Iterable[SeedRow]:
+def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Iterable[SeedRow]:
     columns = [COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]]
     unknown = [c for c in columns if c not in COLUMN_NAMES.values()]
     if unknown:
@@ -293,7 +309,7 @@ def _seed_rows(variant: str, seed: str, table: dict[str, Any]) -> Iterable[SeedR
                 gbs=ScaleExpr.parse(row["gbs"]),
                 dp=_printed_or(row.get("dp")),
                 ga=_printed_or(row.get("ga")),
-                provenance=Provenance(seed=seed, table=provenance_table, rows=(index,)),
+                provenance=replace(document, table=provenance_table, rows=(index,)),
             )
 
 
@@ -424,7 +440,7 @@ def _series_gbs(rows: list[SeedRow]) -> ScaleExpr:
 # ---------------------------------------------------------------- references
 
 
-def _references(raw: dict[str, Any]) -> Iterable[ReferenceResult]:
+def _references(raw: dict[str, Any], titles: dict[str, str]) -> Iterable[ReferenceResult]:
     columns = [str(c) for c in raw["columns"]]
     unknown = [c for c in columns if c not in REFERENCE_COLUMNS]
     if unknown:
@@ -444,6 +460,7 @@ def _references(raw: dict[str, Any]) -> Iterable[ReferenceResult]:
             tflops_per_gpu=_opt_float(row.get("tflops_per_gpu")),
             provenance=Provenance(
                 seed=str(raw["seed"]),
+                title=_title(titles, str(raw["seed"])),
                 table=None if raw.get("seed_table") is None else int(raw["seed_table"]),
                 rows=(index,),
             ),

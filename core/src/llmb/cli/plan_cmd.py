@@ -86,12 +86,11 @@ def render_plan(plan) -> str:
     )
     if plan.expected:
         e = plan.expected
-        mfu = "-" if e.mfu_pct is None else f"{e.mfu_pct:g}%"
         lines.append(
-            f"  expected     step {e.step_time_s:g} s, {_count(e.tokens_per_s)} tokens/s, MFU {mfu}, "
+            f"  expected     step {e.step_time_s:g} s, {_count(e.tokens_per_s)} tokens/s, MFU {e.mfu_label()}, "
             f"{_na(e.days_1t)} days per 1T tokens ({e.provenance.describe()})"
         )
-        if e.erratum:
+        if e.erratum and e.printed_mfu_pct is None:
             lines.append(f"               note: the seed's figure is affected by erratum [{e.erratum}]")
     else:
         lines.append("  expected     the seed publishes no figures for this configuration")

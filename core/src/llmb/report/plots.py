@@ -43,6 +43,7 @@ class MetricPlot:
     published: Callable[[ReferenceResult], float | None]
     missing: str  # why no run has this metric
     log_y: bool = False
+    printed: Callable[[ReferenceResult], float | None] = lambda r: None  # the seed's figure, where llmb corrects it
 
 
 STEP_TIME = MetricPlot("step_time", "Step time vs GPU count", "step time (ms)", lambda p: p.step_time_ms,
@@ -51,12 +52,14 @@ TOKENS_PER_S = MetricPlot("tokens_per_s", "Tokens/s vs GPU count", "tokens/s", l
                           lambda r: r.tokens_per_s, "no run has tokens/s (it needs the sequence length and GBS)",
                           log_y=True)
 MFU = MetricPlot("mfu", "MFU vs GPU count", "MFU (%)", lambda p: p.mfu_pct, lambda r: r.mfu_pct,
-                 "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)")
+                 "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)",
+                 printed=lambda r: r.printed_mfu_pct)
 EFFICIENCY = "scaling_efficiency"
 PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, EFFICIENCY, MFU.name)  # in the report's order
 NO_EFFICIENCY = "every series has one GPU count only, so there is no efficiency curve"
 MEASURED_HOW = ("Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
-                "dashed with open markers: the seeds' published figures.")
+                "dashed with open markers: the seeds' published figures; a figure a seed erratum corrects is "
+                "plotted corrected and marked with the printed value.")
 
 
 def require_matplotlib() -> None:
@@ -101,34 +104,47 @@ def _style(index: int) -> dict:
     return {"color": f"C{index % 10}", "marker": "osD^v<>ph*"[index // 10 % 10]}
 
 
-def _published_line(axes, points: list[tuple[int, float | None]], label: str, style: dict, counts: set[int]) -> None:
+def _published_line(axes, points: list[tuple[int, float | None]], label: str, style: dict, counts: set[int],
+                    printed: dict[int, float] | None = None) -> None:
+    """The published curve; ``printed`` holds the seed's own figure at GPU counts where an erratum corrects it."""
     points = [(n, v) for n, v in points if v is not None]
+    printed = printed or {}
     if points:
         counts.update(n for n, _ in points)
+        mark = ", * corrected per erratum" if printed else ""
         axes.plot([n for n, _ in points], [v for _, v in points], linestyle="--", marker="s", markerfacecolor="none",
-                  color=style["color"], label=f"{label} (published)")
+                  color=style["color"], label=f"{label} (published{mark})")
+        for n, value in points:
+            if n in printed:
+                axes.annotate(f"* corrected (printed {printed[n]:g})", (n, value), textcoords="offset points",
+                              xytext=(4, 6), fontsize=7, color=style["color"])
 
 
 def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
     figure, axes = _axes()
     counts: set[int] = set()
     drawn = False
+    corrections = []
     for index, series in enumerate(data.series):
         measured = [(p.gpus, spec.measured(p)) for p in series.points if spec.measured(p).mean is not None]
         if not measured:
             continue
         drawn = True
+        corrections += [f"{series.label} at {r.gpus} GPUs: {r.mfu_label()}" for r in series.published
+                        if spec.printed(r) is not None]
         style = _style(index)
         counts.update(n for n, _ in measured)
         axes.errorbar([n for n, _ in measured], [s.mean for _, s in measured],
                       yerr=[s.std or 0.0 for _, s in measured], capsize=3, label=series.label, **style)
-        _published_line(axes, [(r.gpus, spec.published(r)) for r in series.published], series.label, style, counts)
+        _published_line(axes, [(r.gpus, spec.published(r)) for r in series.published], series.label, style, counts,
+                        {r.gpus: v for r in series.published if (v := spec.printed(r)) is not None})
     if not drawn:
         return None
     _gpu_axis(axes, counts)
     if spec.log_y:
         axes.set_yscale("log")
-    return Plot(spec.name, spec.title, MEASURED_HOW, _finish(figure, axes, spec.title, spec.y_label))
+    description = MEASURED_HOW + "".join(f" Published {spec.title.split(' vs ')[0]}, {c}." for c in corrections)
+    return Plot(spec.name, spec.title, description, _finish(figure, axes, spec.title, spec.y_label))
 
 
 def _efficiency_plot(data: ReportData) -> Plot | None:

@@ -20,7 +20,7 @@ def llmb_workloads() -> list[Workload]:
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
     # seeds/llama31-nemo2.md Notes: seq * (attention + mlp + embedding), with
     # mlp = 18 L ffn h (SwiGLU's three matrices): 4.74e14 for 8b at 8192.
-    return dense_transformer(arch, seq_len, formula="seeds/llama31-nemo2.md Notes")
+    return dense_transformer(arch, seq_len, formula=workload.cite("llama31-nemo2.md", "Notes"))
 
 
 @hookimpl

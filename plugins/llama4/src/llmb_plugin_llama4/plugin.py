@@ -15,7 +15,7 @@ def llmb_workloads() -> list[Workload]:
     return [load_workload(__package__)]
 
 
-def maverick_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
+def maverick_flops(arch: ModelArch, seq_len: int, formula: str = "") -> ModelFlops:
     """seeds/llama4-maverick.md Notes, per sample (GBS = 1):
 
         12 s L h^2 ( (1 + g/a + 0.5 s/h) + (ffn/h) 1.5 topk + V / (2 L h) )
@@ -30,12 +30,12 @@ def maverick_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
         "mlp": base * (arch.ffn / h * 1.5 * arch.topk),
         "embedding": base * (arch.vocab / (2 * L * h)),
     }
-    return ModelFlops(per_sample=sum(terms.values()), terms=terms, formula="seeds/llama4-maverick.md Notes")
+    return ModelFlops(per_sample=sum(terms.values()), terms=terms, formula=formula)
 
 
 @hookimpl
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
-    return maverick_flops(arch, seq_len)
+    return maverick_flops(arch, seq_len, formula=workload.cite("llama4-maverick.md", "Notes"))
 
 
 @hookimpl

@@ -20,7 +20,7 @@ def llmb_workloads() -> list[Workload]:
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
     # seeds/nemotron4-340b.md Notes: seq * (attention + mlp + embedding), with
     # mlp = 12 L h ffn (squared ReLU, two matrices): 8.62124e15 for 340b at 4096.
-    return dense_transformer(arch, seq_len, formula="seeds/nemotron4-340b.md Notes")
+    return dense_transformer(arch, seq_len, formula=workload.cite("nemotron4-340b.md", "Notes"))
 
 
 @hookimpl

@@ -16,7 +16,7 @@ def llmb_workloads() -> list[Workload]:
     return [load_workload(__package__)]
 
 
-def nemotronh_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
+def nemotronh_flops(arch: ModelArch, seq_len: int, formula: str = "") -> ModelFlops:
     """seeds/nemotronh-56b.md Notes, per sample: 6 * (mlp + attention + mamba + lm_head),
     counting each block type over the layers of that type in the hybrid pattern."""
     s, h = seq_len, arch.hidden
@@ -35,12 +35,12 @@ def nemotronh_flops(arch: ModelArch, seq_len: int) -> ModelFlops:
     ) * n_mamba
     lm_head = s * h * arch.vocab
     terms = {"mlp": 6 * mlp, "attention": 6 * attention, "mamba": 6 * mamba, "lm_head": 6 * lm_head}
-    return ModelFlops(per_sample=sum(terms.values()), terms=terms, formula="seeds/nemotronh-56b.md Notes")
+    return ModelFlops(per_sample=sum(terms.values()), terms=terms, formula=formula)
 
 
 @hookimpl
 def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops:
-    return nemotronh_flops(arch, seq_len)
+    return nemotronh_flops(arch, seq_len, formula=workload.cite("nemotronh-56b.md", "Notes"))
 
 
 @hookimpl
