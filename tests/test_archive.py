@@ -38,6 +38,7 @@ def test_the_archive_leaves_out_profiles_traces_checkpoints_and_code(llmb_proc, 
     install = tmp_path / "install"
     experiments(install)
     output = tmp_path / "out" / "experiments.tar.gz"
+    output.parent.mkdir()  # llmb archive writes into an existing directory only
     result = llmb_proc("archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)})
     assert result.code == 0, result.err
     report = json.loads(result.out)

@@ -83,3 +83,38 @@ def test_a_backend_credential_is_never_a_job_variable(cli, name):
                      "--backend", backend, "--dry-run", "--env", f"{name}=s3cr3t-value")
         assert result.code == 2 and f"--env {name}=...: a secret would be written" in result.err
         assert "s3cr3t-value" not in result.err + result.out
+
+
+@pytest.mark.parametrize("gpus", ["100000000000000000000", "131073", "0", "-8"])
+def test_gpu_counts_are_bounded(cli, gpus):
+    for command in (("plan",), ("run", "--dry-run")):
+        result = cli(*command, "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", gpus)
+        assert result.code == 2 and "from 1 to 131,072" in result.err, result.err
+    swept = cli("sweep", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", gpus, "--dry-run")
+    assert swept.code == 2 and "Traceback" not in swept.err
+
+
+def test_gpus_per_node_is_bounded(cli):
+    result = cli("plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8",
+                 "--gpus-per-node", "100000000000000000000")
+    assert result.code == 2 and "--gpus-per-node" in result.err
+
+
+def test_an_install_path_that_is_a_file_is_refused(llmb_proc, tmp_path):
+    a_file = tmp_path / "hostname"
+    a_file.write_text("node1\n")
+    for args in (("status",), ("results",), ("archive",)):
+        result = llmb_proc(*args, env={"LLMB_INSTALL": str(a_file)})
+        assert result.code == 2 and f"LLMB_INSTALL={a_file} is not a directory" in result.err, (args, result.err)
+    assert a_file.read_text() == "node1\n"
+
+
+def test_archive_never_invents_the_output_directory(llmb_proc, tmp_path):
+    (tmp_path / "exp" / "run").mkdir(parents=True)
+    (tmp_path / "exp" / "run" / "log-x.out").write_text("x\n")
+    target = tmp_path / "nonexistent" / "dir" / "x.tar.gz"
+    result = llmb_proc("archive", str(tmp_path / "exp"), "-o", str(target))
+    assert result.code == 2 and "does not exist; create it first" in result.err
+    assert not (tmp_path / "nonexistent").exists()
+    ok = llmb_proc("archive", str(tmp_path / "exp"), "-o", str(tmp_path / "x.tar.gz"))
+    assert ok.code == 0 and (tmp_path / "x.tar.gz").is_file()

@@ -103,7 +103,7 @@ def test_seed_defaults_fill_missing_values(host):
         (dict(size="7b"), "has no size '7b'; valid sizes: 405b, 70b, 8b"),
         (dict(gpu="a100"), "has no GPU type 'a100'; valid GPU types: gb300, gb200, b200, h100"),
         (dict(dtype="fp4"), "has no dtype 'fp4'; valid dtypes: fp8, nvfp4"),
-        (dict(gpus=0), "--gpus must be a positive number of GPUs, not 0"),
+        (dict(gpus=0), "--gpus must be a number of GPUs from 1 to 131,072, not 0"),
         (dict(gpus=None), r"no GPU count given \(use --gpus or set JOB_TOTAL_GPUS\)"),
     ],
 )

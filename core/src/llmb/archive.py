@@ -61,8 +61,7 @@ def pack(roots: list[tuple[str, str]], output: str, progress: Callable[[int, int
     """Write ``output`` (.tar.gz) from ``roots``: (directory, name it has in the archive).
     Written to a temporary file first: an interrupted archive never looks complete."""
     packed = Packed(output=os.path.abspath(output))
-    directory = os.path.dirname(packed.output) or "."
-    os.makedirs(directory, exist_ok=True)
+    directory = os.path.dirname(packed.output) or "."  # must exist: the command refuses to invent directories
     handle, temporary = tempfile.mkstemp(prefix=".llmb-archive-", suffix=".tar.gz", dir=directory)
     os.close(handle)
     try:

@@ -10,6 +10,10 @@ from llmb.records import GpuType
 from llmb.yamlio import load_yaml_file
 
 DTYPES = ("bf16", "fp8", "nvfp4")
+# The most GPUs a run may ask for: 2^17, several times the largest training clusters built so far. Beyond
+# it a count is a typo (an extra digit, a pasted number), and would only overflow node and rank arithmetic.
+MAX_GPUS = 131072
+MAX_GPUS_PER_NODE = 72  # an NVL72 rack seen as one node is the most any scheduler calls a node
 
 
 @lru_cache(maxsize=1)

@@ -13,11 +13,21 @@ from __future__ import annotations
 import glob
 import os
 
+from llmb.errors import UsageError
+
 
 def install_dir() -> str:
     explicit = os.environ.get("LLMB_INSTALL")
     if explicit:
-        return os.path.abspath(explicit)
+        path = os.path.abspath(explicit)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"LLMB_INSTALL={explicit} is not a directory; point it at llmb's install directory "
+                             f"(created by llmb install or the first run), or unset it for {_default_install()}.")
+        return path
+    return _default_install()
+
+
+def _default_install() -> str:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "llmb")
 

@@ -22,7 +22,7 @@ from dataclasses import fields, replace
 from fractions import Fraction
 
 from llmb.errors import RecipeError
-from llmb.gpus import gpu_type
+from llmb.gpus import MAX_GPUS, gpu_type
 from llmb.records import Recipe, RecipeLayout, RecipeRequest, RecipeSeries, Variant, Workload
 from llmb.scale_expr import ScaleExpr
 from llmb.validity import check_layout, derive
@@ -119,8 +119,9 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
         raise RecipeError(
             f"{label}: no GPU count given (use --gpus or set JOB_TOTAL_GPUS); tested: {_scales(series)}."
         )
-    if gpus < 1:
-        raise RecipeError(f"--gpus must be a positive number of GPUs, not {gpus}; tested: {_scales(series)}.")
+    if not 1 <= gpus <= MAX_GPUS:
+        raise RecipeError(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, not {gpus}; "
+                          f"tested: {_scales(series)}.")
 
     hardware = gpu_type(gpu)
     per_node = request.gpus_per_node or hardware.gpus_per_node

@@ -38,6 +38,10 @@ def archive_command(dirs, output, as_json):
     output = output or f"llmb-experiments-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
     if not output.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"--output {output!r}: the archive is a gzip-compressed tar; name it *.tar.gz.")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--output {output}: the directory {parent} does not exist; create it first, or write the "
+                         f"archive elsewhere (a mistyped path would otherwise leave directories behind).")
     tty = sys.stderr.isatty()
     last = [time.monotonic()]  # first line after a moment: small archives print only their summary
 

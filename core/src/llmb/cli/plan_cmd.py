@@ -6,6 +6,7 @@ import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json
+from llmb.gpus import MAX_GPUS_PER_NODE
 
 
 def recipe_options(func):
@@ -19,7 +20,7 @@ def recipe_options(func):
         click.option("--strong-scaling/--weak-scaling", default=False, envvar="STRONG_SCALING",
                      help="Keep GBS constant across GPU counts (Nemotron-4). [env: STRONG_SCALING]"),
         click.option("--variant", help="Recipe variant, e.g. nemo2 for Llama 3.1's NeMo 2 recipes."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), envvar="GPUS_PER_NODE",
+        click.option("--gpus-per-node", type=click.IntRange(min=1, max=MAX_GPUS_PER_NODE), envvar="GPUS_PER_NODE",
                      help="GPUs per node (default: 4 for GB200/GB300, 8 otherwise). [env: GPUS_PER_NODE]"),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="Override a recipe field (tp, pp, cp, ep, etp, vp, mbs, gbs, seq_len, layers, "
