@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from llmb.gpus import catalogue
 from llmb.host import PluginHost
 from llmb.results.analyze import analyze, unreadable
-from llmb.results.experiments import RunLocation, context_for, find_runs
+from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
 from llmb.results.records import RunContext, RunResult
 from llmb.results.scan import scan, why_unreadable
 from llmb.results.store import NOT_STORED, ResultStore, StoreError, warn_in_log
@@ -89,9 +89,9 @@ class Collector:
     ) -> RunResult:
         workloads = self.host.workloads()
         context = context or context_for(location, workloads)
-        if context.gpu is None and assume_gpu:
-            context = replace(context, gpu=assume_gpu.lower())
         workload = workloads.get(context.workload) if context.workload else None
+        if context.gpu is None and assume_gpu:
+            context = complete_from_recipes(replace(context, gpu=assume_gpu.lower()), workload)
         flops = context.flops_per_sample
         peak = None
         if flops is None and workload is not None and context.size in workload.architectures and context.seq_len:

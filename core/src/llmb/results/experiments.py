@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmb.experiment import RECIPE_FILE
+from llmb.gpus import catalogue
 from llmb.records import Workload
 from llmb.results.records import RunContext
 from llmb.results.scan import read_regular
@@ -151,6 +152,7 @@ def _number(value) -> int | None:
 
 _DTYPE = re.compile(r"(?:^|_)(bf16|fp8|nvfp4)(?:_|$)")
 _GPUS = re.compile(r"(?:^|_)gpus(\d+)(?:_|$)")
+_NODES = re.compile(r"(?:^|_)(\d+)nodes?(?:_|$)")  # Llama 4's pretrain_llama4_e128_fp8_64nodes_...
 _TRAILING = re.compile(r"_(\d+)$")
 _GBS = re.compile(r"(?:^|_)(?:gbs(\d+)|(\d+)gbs)(?:_|$)")
 
@@ -175,16 +177,46 @@ def infer_from_name(name: str, workloads: dict[str, Workload], job_id: str | Non
         size = sizes[0]  # e.g. Llama 4's e128 names one size only
     dtype = _DTYPE.search(lowered)
     gpus = _GPUS.search(lowered) or _TRAILING.search(lowered)
+    nodes = _NODES.search(lowered)
     gbs = _GBS.search(lowered)
     seq_len = next((s.seq_len for v in workload.variants for s in v.series if s.size == size), None)
-    return RunContext(
+    context = RunContext(
         experiment=name,
         source="name",
         workload=workload.name,
         size=size,
         dtype=dtype.group(1) if dtype else None,
         gpus=int(gpus.group(1)) if gpus else None,
+        nodes=int(nodes.group(1)) if nodes else None,
         gbs=int(gbs.group(1) or gbs.group(2)) if gbs else None,
         seq_len=seq_len,
         job_id=job_id,
     )
+    return complete_from_recipes(context, workload)
+
+
+def complete_from_recipes(context: RunContext, workload: Workload | None) -> RunContext:
+    """What a name leaves implicit, from the workload's recipes (a recipe.json says it outright):
+
+    - the GPU count of a name that gives nodes, by the GPU type's GPUs per node (or the one count per
+      node every matching recipe has);
+    - strong scaling, when the name's GBS is the strong-scaling recipe's GBS at that scale and no
+      weak-scaling recipe has it (Nemotron-4's ..._gpus128_..._gbs512 is its strong series)."""
+    if context.source != "name" or workload is None:
+        return context
+    series = [s for v in workload.variants if context.variant in (None, v.name) for s in v.series
+              if s.size == context.size and (context.dtype is None or context.dtype in s.dtypes)
+              and (context.gpu is None or s.gpu == context.gpu)]
+    gpus = context.gpus
+    if gpus is None and context.nodes:
+        per_node = {catalogue()[g].gpus_per_node for g in ([context.gpu] if context.gpu in catalogue() else
+                                                          [s.gpu for s in series])}
+        if len(per_node) == 1:
+            gpus = context.nodes * per_node.pop()
+    scaling = context.scaling
+    if gpus and context.gbs:
+        kinds = {s.scaling for s in series if s.min_gpus <= gpus <= s.max_gpus
+                 and (s.is_range or gpus in s.listed_gpus) and s.gbs.at(gpus) == context.gbs}
+        if kinds == {"strong"}:
+            scaling = "strong"
+    return replace(context, gpus=gpus, scaling=scaling)

@@ -87,6 +87,7 @@ class RunContext:
     gpu: str | None = None
     dtype: str | None = None
     gpus: int | None = None
+    nodes: int | None = None  # a name that counts nodes (``..._64nodes_...``); gpus follows from the GPU type
     gbs: int | None = None
     seq_len: int | None = None
     layers: int | None = None  # fewer than the model's for a proxy run
