@@ -1,0 +1,213 @@
+"""One HTTP exchange with a server llmb does not fully trust, kept safe.
+
+``fetch`` sends a ``urllib`` request and reads the whole answer, with four
+guarantees a plain ``urlopen`` lacks:
+
+- the ``Authorization`` header follows a redirect only to the same origin
+  (scheme, host and port); a redirect elsewhere is followed without it, and one
+  to a scheme not in ``schemes`` (plain ``http`` unless allowed) is refused;
+- the exchange ends by a deadline: connecting, sending and every read share
+  one clock, so a server that answers a byte at a time cannot hold the caller
+  past it (a socket timeout alone restarts with every byte);
+- the answer is read up to ``max_bytes``, and refused beyond that;
+- ``mask`` takes secrets out of any text made from what a server said.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import io
+import re
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+CHUNK = 1 << 16
+MASK = "***"
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class DeadlineExceeded(TimeoutError):
+    """The exchange did not finish by its deadline."""
+
+
+class TooLarge(ValueError):
+    """The answer is longer than the caller accepts."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the answer is larger than {limit:,} bytes")
+        self.limit = limit
+
+
+class RedirectRefused(ValueError):
+    """A redirect to a scheme the caller does not allow (plain http, say)."""
+
+    def __init__(self, url: str, schemes: tuple[str, ...]):
+        super().__init__(f"a redirect to {url} was refused: only {' or '.join(schemes)} is allowed")
+        self.url = url
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: http.client.HTTPMessage  # names looked up in any case
+    body: bytes
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def mask(text: str, secrets) -> str:
+    """``text`` with every secret (and whatever follows ``Bearer``) replaced by ``***``.
+    Mask before cutting a text short: a secret cut in half would not be recognised."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return _BEARER.sub(lambda m: m[1] + MASK, text)
+
+
+class KeepAuthOnOrigin(urllib.request.HTTPRedirectHandler):
+    """Follow redirects; drop ``Authorization`` on one that leaves the origin; refuse one to another scheme."""
+
+    def __init__(self, schemes: tuple[str, ...] = ("https",)):
+        self.schemes = schemes
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(newurl)[0] not in self.schemes:
+            fp.close()
+            raise RedirectRefused(newurl, self.schemes)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and origin(newurl) != origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each given only the time left until the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        self._raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded("no complete answer by the deadline")
+        self._sock.settimeout(left)
+        try:
+            return self._raw.readinto(buffer)
+        except TimeoutError:
+            if time.monotonic() >= self._deadline:
+                raise DeadlineExceeded("no complete answer by the deadline") from None
+            raise
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """What ``HTTPResponse`` is given instead of the socket: it only calls ``makefile``."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock, *args, deadline: float, **kwargs):
+        super().__init__(_DeadlineSocket(sock, deadline), *args, **kwargs)
+
+
+class _DeadlineConnection:
+    """Mixed into HTTP(S)Connection: connecting takes at most the time left, answers are read by the deadline."""
+
+    def __init__(self, *args, deadline: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+        self.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+
+    def connect(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded("no connection by the deadline")
+        if not isinstance(self.timeout, (int, float)) or self.timeout > left:
+            self.timeout = left
+        super().connect()
+
+
+class _HTTPConnection(_DeadlineConnection, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_DeadlineConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_HTTPConnection, deadline=self.deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_HTTPSConnection, deadline=self.deadline), req,
+                            context=self._context)
+
+
+def read_bounded(response, max_bytes: int) -> bytes:
+    """The whole body of ``response``, or TooLarge as soon as it passes ``max_bytes``."""
+    declared = (response.headers.get("Content-Length") or "").strip() if response.headers else ""
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise TooLarge(max_bytes)
+    body = bytearray()
+    while chunk := response.read(min(CHUNK, max_bytes + 1 - len(body))):
+        body += chunk
+        if len(body) > max_bytes:
+            raise TooLarge(max_bytes)
+    return bytes(body)
+
+
+def fetch(request: urllib.request.Request, *, deadline_s: float, max_bytes: int, timeout: float | None = None,
+          schemes: tuple[str, ...] = ("https",)) -> Reply:
+    """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
+
+    Raises DeadlineExceeded, TooLarge, RedirectRefused, or what urllib and
+    http.client raise when there is no answer (URLError, OSError, HTTPException)."""
+    deadline = time.monotonic() + deadline_s
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline), KeepAuthOnOrigin(schemes))
+    try:
+        response = opener.open(request, timeout=min(timeout or deadline_s, deadline_s))
+    except urllib.error.HTTPError as error:  # an answer all the same: its status and body are the caller's
+        response = error
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, DeadlineExceeded):
+            raise error.reason from None
+        raise
+    if getattr(response, "fp", None) is None:  # an HTTPError made without a response
+        return Reply(response.code, response.headers or http.client.HTTPMessage(), b"")
+    try:
+        return Reply(response.status, response.headers, read_bounded(response, max_bytes))
+    finally:
+        response.close()
