@@ -9,10 +9,17 @@ Endpoints served (all JSON; errors are ``{"code": <status>, "message": ...}`` li
   pre-v3 ``TokenResponse`` did (the token is a JWT whose ``exp`` claim still tells the expiry).
 - ``GET /api/v1/org-unit/projects`` (``filterBy``, ``search``, ``offset``, ``limit``), and
   ``GET /api/v1/clusters`` (a JSON array of ``{uuid, name, ...}``).
-- ``POST /api/v1/workloads/{distributed|trainings}`` (strictly validated), ``GET``/``DELETE
-  .../{id}``, ``POST .../{id}/suspend``, ``GET /api/v1/workloads/{id}`` (the generic view, which
+- ``POST /api/v1/workloads/{distributed|trainings}`` (strictly validated; a name already taken in
+  the project is 409), ``GET``/``DELETE .../{id}``, ``POST .../{id}/suspend``, ``GET
+  /api/v1/workloads`` (the live workloads' generic views: ``filterBy``, ``offset``, ``limit``;
+  ``{"workloads": [...], "next": ...}``), ``GET /api/v1/workloads/{id}`` (the generic view, which
   carries ``phase`` and ``phaseMessage``) and ``GET /api/v1/workloads/{id}/events`` (``offset``,
   ``limit``, ``sortOrder``, newest first by default).
+
+Hostile behaviours, each for the next matching requests: ``fail_next`` (an error, its body possibly
+echoing the request), ``reset_after_next`` (the request takes effect, then the connection is reset
+unanswered), ``redirect_next`` (to another origin), ``drip_next`` (the answer a byte at a time) and
+``flood_next`` (an endless answer).
 
 Phases are scripted (one step per GET) unless ``execute=True``, where each workload's pods run as
 local processes with the environment the PyTorch training operator gives a PyTorchJob's pods.
@@ -28,11 +35,13 @@ import secrets
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +67,9 @@ DEFAULT_PROJECTS = [
     {"id": "5", "name": "other-team", "clusterId": OTHER_CLUSTER_ID},
 ]
 KILL_GRACE_S = 5.0
+# The fields of the generic workload view (GET /workloads/{id}, and each item of GET /workloads) it fills.
+GENERIC_FIELDS = {"id", "name", "type", "phase", "phaseMessage", "clusterId", "projectId", "projectName", "createdAt",
+                  "deletedAt", "submittedBy", "runningPods"}
 
 # Field names from the documented request schemas (WorkloadCreationMeta, DistributedSpec, TrainingSpec).
 TOP_KEYS = {"name", "projectId", "clusterId", "useGivenNameAsPrefix", "templateId", "spec"}
@@ -200,19 +212,46 @@ class FakeRunai:
 
     # ----- knobs for tests -----
 
-    def fail_next(self, status: int, times: int = 1, path_prefix: str = "", body: str | None = None,
-                  retry_after: float | None = None) -> None:
+    def fail_next(self, status: int, times: int = 1, path_prefix: str = "",
+                  body: str | Callable[[Request], str] | None = None, retry_after: float | None = None,
+                  method: str | None = None) -> None:
         """Answer the next ``times`` requests whose path starts with ``path_prefix`` (with or without
-        ``/api/v1``) with ``status``, before any other processing (nothing is created or changed)."""
+        ``/api/v1``) and, when given, whose method is ``method`` with ``status``, before any other
+        processing (nothing is created or changed). ``body`` may be a function of the request (a
+        server that echoes what it was sent)."""
         headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
-        with self._lock:
-            self._faults.append({"times": times, "prefix": path_prefix, "status": status, "body": body, "headers": headers})
+        self._add_fault("reply", times, path_prefix, method, status=status, body=body, headers=headers)
 
     def malformed_next(self, times: int = 1, path_prefix: str = "") -> None:
         """Answer the next matching requests 200 with a truncated, unparsable JSON body."""
+        self._add_fault("reply", times, path_prefix, None, status=200, body='{"code": 200, "mess', headers={})
+
+    def reset_after_next(self, times: int = 1, path_prefix: str = "", method: str | None = None) -> None:
+        """Handle the next matching requests in full (a POST creates its workload), then reset the
+        connection (TCP RST) instead of answering: the client cannot know it took effect."""
+        self._add_fault("reset", times, path_prefix, method)
+
+    def redirect_next(self, location: str, status: int = 302, times: int = 1, path_prefix: str = "",
+                      method: str | None = None) -> None:
+        """Answer the next matching requests with a redirect to ``location`` followed by the request's
+        own path and query (``location`` is another server: another origin)."""
+        self._add_fault("redirect", times, path_prefix, method, status=status, location=location.rstrip("/"))
+
+    def drip_next(self, interval: float, times: int = 1, path_prefix: str = "", method: str | None = None) -> None:
+        """Answer the next matching requests as usual, but one byte (status line and headers too) every
+        ``interval`` seconds."""
+        self._add_fault("drip", times, path_prefix, method, interval=interval)
+
+    def flood_next(self, size: int, times: int = 1, path_prefix: str = "", method: str | None = None,
+                   declare_length: bool = True) -> None:
+        """Answer the next matching requests 200 with ``size`` bytes of JSON array, written as fast as
+        the client reads them: with that Content-Length, or (``declare_length=False``) none at all,
+        the answer ending when the connection closes."""
+        self._add_fault("flood", times, path_prefix, method, size=size, declare_length=declare_length)
+
+    def _add_fault(self, action: str, times: int, prefix: str, method: str | None, **details) -> None:
         with self._lock:
-            self._faults.append({"times": times, "prefix": path_prefix, "status": 200, "body": '{"code": 200, "mess',
-                                 "headers": {}})
+            self._faults.append({"action": action, "times": times, "prefix": prefix, "method": method, **details})
 
     def expire_tokens(self) -> None:
         with self._lock:
@@ -253,33 +292,82 @@ class FakeRunai:
                       {k.lower(): v for k, v in h.headers.items()}, body)
         with self._lock:
             self.requests.append(req)
-            fault = self._take_fault(req.path)
-        if fault is not None:
+            fault = self._take_fault(req)
+        action = fault["action"] if fault else None
+        headers = {}
+        if action == "flood":
+            return self._flood(h, fault)
+        if action == "reply":
             status, headers, text = fault["status"], fault["headers"], fault["body"]
+            if callable(text):
+                text = text(req)
             if text is None:
                 text = json.dumps({"code": status, "message": h.responses.get(status, ("Injected failure",))[0]})
+        elif action == "redirect":
+            status, headers = fault["status"], {"Location": fault["location"] + h.path}
+            text = json.dumps({"code": status, "message": "moved"})
         else:
-            headers = {}
-            try:
-                status, payload = self._route(req)
-            except _Reply as reply:
-                status, headers, payload = reply.status, reply.headers, {"code": reply.status, "message": reply.message}
-            except Exception as error:  # a bug in the fake: say so rather than drop the connection
-                status, payload = 500, {"code": 500, "message": f"fake_runai internal error: {error!r}"}
-            text = json.dumps(payload)
+            status, headers, text = self._answer(req)
+            if action == "reset":
+                return _reset(h)
         data = text.encode()
+        head = [f"HTTP/1.1 {status} {h.responses.get(status, ('',))[0]}", "Content-Type: application/json",
+                f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
+        if action == "drip":
+            return self._drip(h, ("\r\n".join(head) + "\r\n\r\n").encode() + data, fault["interval"])
         h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            h.send_header(name, value)
+        for line in head[1:]:
+            h.send_header(*line.split(": ", 1))
         h.end_headers()
         h.wfile.write(data)
 
-    def _take_fault(self, path: str) -> dict | None:
+    def _answer(self, req: Request) -> tuple[int, dict, str]:
+        headers = {}
+        try:
+            status, payload = self._route(req)
+        except _Reply as reply:
+            status, headers, payload = reply.status, reply.headers, {"code": reply.status, "message": reply.message}
+        except Exception as error:  # a bug in the fake: say so rather than drop the connection
+            status, payload = 500, {"code": 500, "message": f"fake_runai internal error: {error!r}"}
+        return status, headers, json.dumps(payload)
+
+    def _drip(self, h: BaseHTTPRequestHandler, data: bytes, interval: float) -> None:
+        h.close_connection = True
+        for i in range(len(data)):
+            if self._stopping:
+                return
+            try:
+                h.wfile.write(data[i:i + 1])
+            except OSError:  # the client gave up
+                return
+            time.sleep(interval)
+
+    def _flood(self, h: BaseHTTPRequestHandler, fault: dict) -> None:
+        h.close_connection = True
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        if fault["declare_length"]:
+            h.send_header("Content-Length", str(fault["size"]))
+        else:
+            h.send_header("Connection", "close")
+        h.end_headers()
+        item = b'{"id": "0", "name": "flood", "clusterId": "' + CLUSTER_ID.encode() + b'"},'
+        chunk = item * (65536 // len(item))
+        sent = 0
+        try:
+            h.wfile.write(b"[")
+            while sent < fault["size"] - 1 and not self._stopping:
+                part = chunk[:fault["size"] - 1 - sent]
+                h.wfile.write(part)
+                sent += len(part)
+        except OSError:  # the client stopped reading and closed
+            pass
+
+    def _take_fault(self, req: Request) -> dict | None:
         for fault in self._faults:
             prefix = fault["prefix"]
-            if fault["times"] > 0 and (path.startswith(prefix) or path.startswith(API + prefix)):
+            if fault["times"] > 0 and (req.path.startswith(prefix) or req.path.startswith(API + prefix)) and \
+                    fault["method"] in (None, req.method):
                 fault["times"] -= 1
                 return fault
         return None
@@ -299,6 +387,9 @@ class FakeRunai:
             if route == "/clusters":
                 _allow(method, "GET")
                 return 200, [dict(c) for c in DEFAULT_CLUSTERS]
+            if route == "/workloads":
+                _allow(method, "GET")
+                return 200, self._list_workloads(req.query)
             if m := re.fullmatch(r"/workloads/(distributed|trainings)", route):
                 _allow(method, "POST")
                 return 202, self._create(m[1], req.body)
@@ -370,18 +461,19 @@ class FakeRunai:
     # ----- projects -----
 
     def _list_projects(self, query: dict) -> dict:
-        found = list(self.projects)
-        for clause in filter(None, query.get("filterBy", "").split(",")):
-            m = FILTER_RE.match(clause)
-            if not m:
-                raise _bad(f"filterBy: cannot parse {clause!r}")
-            field, op, value = m.groups()
-            found = [p for p in found if FILTER_OPS[op](str(p.get(field, "")), value)]
+        found = _filtered(list(self.projects), query)
         if search := query.get("search"):
             found = [p for p in found if search.lower() in str(p.get("name", "")).lower()]
         return _page(found, query, "projects")
 
     # ----- workloads -----
+
+    def _list_workloads(self, query: dict) -> dict:
+        """The generic views of the live workloads (of the deleted ones with ``deleted=true``), as listed."""
+        deleted = query.get("deleted", "false") == "true"
+        views = [self._generic_view(wl) for wl in self.workloads.values()
+                 if (wl["deletedAt"] is not None) == deleted]
+        return _page(_filtered(views, query, GENERIC_FIELDS), query, "workloads")
 
     def _find(self, workload_id: str, kind: str | None = None) -> dict:
         wl = self.workloads.get(workload_id)
@@ -399,6 +491,9 @@ class FakeRunai:
             what = "prefix of a DNS-1123 label (with the 6-character suffix)" if final != name else "DNS-1123 label"
             raise _bad(f"name: {name!r} is not a valid {what}: lower-case letters, digits and '-', "
                        "starting and ending with a letter or digit, at most 63 characters")
+        if any(w["name"] == final and w["projectId"] == body["projectId"] and w["state"] != "gone"
+               for w in self.workloads.values()):
+            raise _Reply(409, f"a workload named {final} already exists in project {body['projectId']}")
         spec = body["spec"]
         if kind == "distributed":
             pods = [f"{final}-master-0"] + [f"{final}-worker-{i}" for i in range(spec["numWorkers"])]
@@ -693,6 +788,26 @@ def _integer(obj: dict, key: str, minimum: int, required: bool = False, where: s
         return
     if not _is_int(value) or value < minimum:
         raise _bad(f"{where}.{key}: {'required, ' if required else 'must be '}an integer >= {minimum}")
+
+
+def _filtered(items: list[dict], query: dict, fields: set[str] | None = None) -> list[dict]:
+    """``items`` that pass every ``filterBy`` clause (comma-separated ``field<op>value``)."""
+    for clause in filter(None, query.get("filterBy", "").split(",")):
+        m = FILTER_RE.match(clause)
+        if not m:
+            raise _bad(f"filterBy: cannot parse {clause!r}")
+        field, op, value = m.groups()
+        if fields is not None and field not in fields:
+            raise _bad(f"filterBy: unknown field {field!r}")
+        items = [i for i in items if FILTER_OPS[op](str(i.get(field, "")), value)]
+    return items
+
+
+def _reset(h: BaseHTTPRequestHandler) -> None:
+    """Close the connection with a TCP reset, unanswered."""
+    h.close_connection = True
+    h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    h.connection.close()  # the descriptor closes (RST) once the handler's reader is closed
 
 
 def _page(items: list, query: dict, key: str) -> dict:

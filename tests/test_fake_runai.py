@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import socket
 import sys
 import time
 import urllib.error
@@ -447,6 +448,79 @@ def test_requests_are_recorded(fake, token):
     assert bad_req.body == "not json"
     with pytest.raises(AttributeError):
         bad_req.body = None
+
+
+def test_workloads_are_listed_and_filtered(fake, token):
+    first = create(fake, token, "trainings", workload("trainings", useGivenNameAsPrefix=False, name="first"))
+    create(fake, token, "distributed", workload("distributed", useGivenNameAsPrefix=False, name="second"))
+    status, _, listed = call(fake, "GET", "/workloads", token=token)
+    assert status == 200 and [w["name"] for w in listed["workloads"]] == ["first", "second"]
+    assert listed["workloads"][0] == {**listed["workloads"][0], "id": first["workloadId"], "type": "training",
+                                      "projectId": "2", "clusterId": CLUSTER_ID}
+    _, _, one = call(fake, "GET", "/workloads?filterBy=name==second", token=token)
+    assert [w["name"] for w in one["workloads"]] == ["second"]
+    _, _, page = call(fake, "GET", "/workloads?limit=1", token=token)
+    assert len(page["workloads"]) == 1 and page["next"] == 1
+    assert call(fake, "GET", "/workloads?filterBy=colour==red", token=token)[0] == 400
+    assert call(fake, "GET", "/workloads")[0] == 401
+    call(fake, "DELETE", f"/workloads/trainings/{first['workloadId']}", token=token)
+    _, _, live = call(fake, "GET", "/workloads", token=token)
+    _, _, deleted = call(fake, "GET", "/workloads?deleted=true", token=token)
+    assert [w["name"] for w in live["workloads"]] == ["second"] and [w["name"] for w in deleted["workloads"]] == ["first"]
+
+
+def test_a_name_taken_in_the_project_is_409(fake, token):
+    body = workload("trainings", useGivenNameAsPrefix=False, name="once")
+    create(fake, token, "trainings", body)
+    status, _, answer = call(fake, "POST", "/workloads/trainings", body, token)
+    assert status == 409 and "already exists" in answer["message"] and len(fake.workloads) == 1
+
+
+def test_fail_next_can_echo_the_request_and_match_a_method(fake, token):
+    fake.fail_next(400, method="POST", body=lambda r: f"you sent {r.headers['authorization']}")
+    assert call(fake, "GET", "/org-unit/projects", token=token)[0] == 200  # another method
+    status, _, text = call(fake, "POST", "/workloads/trainings", workload("trainings"), token)
+    assert (status, text) == (400, f"you sent Bearer {token}") and fake.workloads == {}
+
+
+def test_reset_after_next_takes_effect_then_resets(fake, token):
+    fake.reset_after_next(path_prefix="/workloads/trainings")
+    with pytest.raises((ConnectionError, urllib.error.URLError)):
+        call(fake, "POST", "/workloads/trainings", workload("trainings"), token)
+    assert len(fake.workloads) == 1  # created, though nobody was told
+
+
+def test_redirect_next_sends_the_client_to_another_server(fake, token):
+    with FakeRunai() as elsewhere:
+        fake.redirect_next(elsewhere.url.removesuffix("/api/v1"), status=307, path_prefix="/clusters")
+        status, _, answer = call(fake, "GET", "/clusters?x=1", token=token)
+        assert status == 401 and answer["message"] == "unknown or revoked token"
+        (followed,) = elsewhere.requests
+        assert (followed.path, followed.query) == ("/api/v1/clusters", {"x": "1"})
+        assert followed.headers["authorization"] == f"Bearer {token}"  # what plain urllib does: the token leaves
+
+
+def test_drip_next_answers_a_byte_at_a_time(fake, token):
+    fake.drip_next(0.3, path_prefix="/clusters")
+    port = int(fake.url.split(":")[2].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"GET /api/v1/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        first = sock.recv(1024)
+    assert b"HTTP/1.1 200 OK".startswith(first) and len(first) < 12  # the status line too comes a byte at a time
+    fake.drip_next(0.001, path_prefix="/clusters")
+    request = urllib.request.Request(fake.url + "/clusters", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert [c["name"] for c in json.loads(response.read())] == ["dgx-cloud", "lab"]
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+def test_flood_next_writes_as_much_as_asked(fake, token, declare_length):
+    fake.flood_next(3_000_000, path_prefix="/org-unit/projects", declare_length=declare_length)
+    request = urllib.request.Request(fake.url + "/org-unit/projects", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert (response.headers.get("Content-Length") is not None) == declare_length
+        body = response.read()
+    assert len(body) == 3_000_000 and body.startswith(b'[{"id": "0"')
 
 
 # ----- execution mode -----
