@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import shlex
 import sys
@@ -31,14 +32,20 @@ def fake():
         yield server
 
 
-@pytest.fixture
-def env(fake, tmp_path):
+def runai_env(url: str, tmp_path: Path) -> dict:
+    """The variables that point llmb at the fake at ``url`` (an install and a PVC under ``tmp_path``)."""
     pvc = tmp_path / "pvc"
     return {
-        "LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "BASE_URL": fake.url, "APP_ID": "llmb-qa",
+        "LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "BASE_URL": url, "APP_ID": "llmb-qa",
         "APP_SECRET": SECRET, "PROJECT_NAME": "llmb-qa", "RUN_CONF_MOUNTS": f"workspace:{pvc}:workspace-claim",
         "PVC_DIR": str(pvc / "llmb"), "HF_TOKEN": HF, "LLMB_RUNAI_CONFIG": str(tmp_path / "none.yaml"),
+        "RUNAI_ALLOW_HTTP": "1",  # the fake serves plain http on 127.0.0.1
     }
+
+
+@pytest.fixture
+def env(fake, tmp_path):
+    return runai_env(fake.url, tmp_path)
 
 
 def workload_requests(fake, method=None):
@@ -93,8 +100,8 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
     assert (create.method, create.path) == ("POST", "/api/v1/workloads/distributed")
     body = create.body
     assert (body["projectId"], body["clusterId"], body["useGivenNameAsPrefix"], body["masterSpecSameAsWorker"]) == (
-        "2", CLUSTER_ID, True, True)
-    assert body["name"] == f"llmb-nemotron4-{job.split('-')[-1]}"
+        "2", CLUSTER_ID, False, True)  # the exact name: llmb can find the workload by it if the answer is lost
+    assert re.fullmatch(rf"llmb-nemotron4-{job.split('-')[-1]}-[a-z0-9]{{6}}", body["name"])
     spec = body["spec"]
     pvc = str(Path(env["PVC_DIR"]).parent)
     assert {k: v for k, v in spec.items() if k not in ("args", "environmentVariables")} == {
@@ -247,7 +254,8 @@ def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_pr
     with FakeRunai(client_secret=SECRET, execute=True) as fake:
         env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", "BASE_URL": fake.url, "APP_ID": "llmb-qa",
                "APP_SECRET": SECRET, "PROJECT_NAME": "llmb-qa", "RUN_CONF_MOUNTS": f"workspace:{pvc}:claim",
-               "PVC_DIR": str(install), "RUNAI_PYTHON": sys.executable, "LLMB_RUNAI_CONFIG": str(tmp_path / "none")}
+               "PVC_DIR": str(install), "RUNAI_PYTHON": sys.executable, "LLMB_RUNAI_CONFIG": str(tmp_path / "none"),
+               "RUNAI_ALLOW_HTTP": "1"}
         started = time.monotonic()
         result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2",
                            "--gpus-per-node", "1", "--proxy", "tiny", "--backend", "runai", "--json",

@@ -129,7 +129,7 @@ class RunaiBackend:
             raise UsageError(str(exc)) from None
         workload_id = created.get("workloadId")
         if not workload_id:
-            raise UsageError(f"Run:ai accepted the workload but answered no workloadId: {created}")
+            raise UsageError(client.hide(f"Run:ai accepted the workload but answered no workloadId: {created}", 500))
         details = {"runai": {"kind": kind, "workload_id": workload_id, "name": created.get("name") or request["name"],
                              "project": client.settings.project, "project_id": project_id, "cluster_id": cluster_id,
                              "base_url": client.settings.base_url, "settings": client.settings.public()}}

@@ -15,6 +15,8 @@ the seed's environment variable, the config file (``LLMB_RUNAI_CONFIG``, else
     grant       RUNAI_GRANT       client_credentials, app_token, or auto (try both; default)
     python      RUNAI_PYTHON      the pods' Python (default python3)
     cancel      RUNAI_CANCEL      suspend (default) or delete
+    allow_http  RUNAI_ALLOW_HTTP  1: accept a plain http:// BASE_URL (a local test server); default 0
+    request_timeout  RUNAI_REQUEST_TIMEOUT  seconds one request may take, its retries included (default 120)
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from llmb.errors import UsageError
 KEYS = {
     "base_url": "BASE_URL", "app_id": "APP_ID", "app_secret": "APP_SECRET", "project": "PROJECT_NAME",
     "pvc_dir": "PVC_DIR", "mounts": "RUN_CONF_MOUNTS", "cluster": "RUNAI_CLUSTER", "grant": "RUNAI_GRANT",
-    "python": "RUNAI_PYTHON", "cancel": "RUNAI_CANCEL",
+    "python": "RUNAI_PYTHON", "cancel": "RUNAI_CANCEL", "allow_http": "RUNAI_ALLOW_HTTP",
+    "request_timeout": "RUNAI_REQUEST_TIMEOUT",
 }
 REQUIRED = ("base_url", "app_id", "app_secret", "project", "pvc_dir", "mounts")
-CHOICES = {"grant": ("auto", "client_credentials", "app_token"), "cancel": ("suspend", "delete")}
-DEFAULTS = {"grant": "auto", "python": "python3", "cancel": "suspend"}
+CHOICES = {"grant": ("auto", "client_credentials", "app_token"), "cancel": ("suspend", "delete"),
+           "allow_http": ("0", "1")}
+DEFAULTS = {"grant": "auto", "python": "python3", "cancel": "suspend", "allow_http": "0", "request_timeout": "120"}
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,15 @@ class RunaiSettings:
     grant: str = "auto"
     python: str = "python3"
     cancel: str = "suspend"
+    allow_http: bool = False
+    request_timeout: float = 120.0
 
     def public(self) -> dict:
         """Everything but the secret (what a job record or a dry run may show)."""
         return {"base_url": self.base_url, "app_id": self.app_id, "project": self.project, "pvc_dir": self.pvc_dir,
                 "mounts": [m.__dict__ for m in self.mounts], "cluster": self.cluster, "grant": self.grant,
-                "python": self.python, "cancel": self.cancel}
+                "python": self.python, "cancel": self.cancel, "allow_http": self.allow_http,
+                "request_timeout": self.request_timeout}
 
 
 def parse_mounts(text: str) -> tuple[Mount, ...]:
@@ -129,6 +136,12 @@ def resolve(options: tuple[tuple[str, str], ...] = (), environ: dict | None = No
     if not base.startswith(("https://", "http://")) or not base.endswith("/api/v1"):
         raise UsageError(f"BASE_URL {values['base_url']!r}: expected https://<host>/api/v1, "
                          f"e.g. https://nvidia.run.ai/api/v1.")
+    allow_http = values["allow_http"] == "1"
+    if base.startswith("http://") and not allow_http:
+        raise UsageError(f"BASE_URL {base} is plain http: the access token and APP_SECRET would cross the network "
+                         f"unencrypted. Use https://<host>/api/v1, or set RUNAI_ALLOW_HTTP=1 (or --backend-opt "
+                         f"allow_http=1) to allow it on purpose, e.g. for a local test server.")
+    request_timeout = _seconds(values["request_timeout"])
     if not values["pvc_dir"].startswith("/"):
         raise UsageError(f"PVC_DIR {values['pvc_dir']!r}: expected the absolute path the pods see, e.g. "
                          f"/nemo2-workspace/llmb.")
@@ -139,4 +152,15 @@ def resolve(options: tuple[tuple[str, str], ...] = (), environ: dict | None = No
     return RunaiSettings(base_url=base, app_id=values["app_id"], app_secret=values["app_secret"],
                          project=values["project"], pvc_dir=values["pvc_dir"].rstrip("/"), mounts=mounts,
                          cluster=values.get("cluster"), grant=values["grant"], python=values["python"],
-                         cancel=values["cancel"])
+                         cancel=values["cancel"], allow_http=allow_http, request_timeout=request_timeout)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise UsageError(f"RUNAI_REQUEST_TIMEOUT {text!r}: expected the seconds one Run:ai request may take in all, "
+                         f"a number above 0, e.g. 120.")
+    return value

@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import shlex
 import zlib
 
@@ -32,6 +33,8 @@ from llmb_backend_runai.settings import RunaiSettings
 ARGS_LIMIT = 10_000
 RUN_FILE_IN_POD = "/tmp/llmb-run-$$.json"  # noqa: S108 - inside the pod ($$: one per pod even on a shared /tmp)
 MASKED = "***"
+NAME_LIMIT = 40
+NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
 def docker_image(reference: str) -> str:
@@ -59,9 +62,15 @@ def pod_script(spec: RunSpec, settings: RunaiSettings) -> str:
 
 
 def workload_name(spec: RunSpec) -> str:
-    """A DNS-1123 prefix Run:ai completes: ``llmb-<workload>-<job id>``."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"llmb-{spec.workload}-{spec.job_id.split('-')[-1]}".lower()).strip("-")
-    return name[:40]
+    """``llmb-<workload>-<job id>-<random>``, a DNS-1123 label of at most 40 characters, new for each submission.
+
+    It is sent as the exact name (``useGivenNameAsPrefix: false``): llmb can find
+    the workload by it when the answer to the POST is lost, and Run:ai refuses a
+    second workload of that name (409) instead of creating one."""
+    job = re.sub(r"[^a-z0-9-]+", "-", spec.job_id.split("-")[-1].lower()).strip("-")[:12]
+    tail = f"{job}-{''.join(secrets.choice(NAME_ALPHABET) for _ in range(6))}".lstrip("-")
+    head = re.sub(r"[^a-z0-9-]+", "-", f"llmb-{spec.workload}".lower()).strip("-")
+    return f"{head[:NAME_LIMIT - len(tail) - 1].rstrip('-')}-{tail}"
 
 
 def body(spec: RunSpec, settings: RunaiSettings, project_id: str, cluster_id: str, image: str, *,
@@ -74,9 +83,9 @@ def body(spec: RunSpec, settings: RunaiSettings, project_id: str, cluster_id: st
                          f"(PVC_DIR), or run fewer overrides.")
     env = dict(spec.env)
     env["LLMB_JOB_ID"] = spec.job_id
-    secrets = {name: environ[name] for name in SECRET_VARIABLES if environ.get(name)}
+    hidden = {name: environ[name] for name in SECRET_VARIABLES if environ.get(name)}
     variables = [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
-    variables += [{"name": k, "value": MASKED if mask_secrets else v} for k, v in sorted(secrets.items())]
+    variables += [{"name": k, "value": MASKED if mask_secrets else v} for k, v in sorted(hidden.items())]
     distributed = spec.nodes > 1
     inner = {
         "command": "bash",
@@ -92,7 +101,7 @@ def body(spec: RunSpec, settings: RunaiSettings, project_id: str, cluster_id: st
     if distributed:
         inner.update({"distributedFramework": "PyTorch", "numWorkers": spec.nodes - 1,
                       "minReplicas": spec.nodes - 1, "maxReplicas": spec.nodes - 1})
-    request = {"name": workload_name(spec), "useGivenNameAsPrefix": True, "projectId": project_id,
+    request = {"name": workload_name(spec), "useGivenNameAsPrefix": False, "projectId": project_id,
                "clusterId": cluster_id, "spec": inner}
     if distributed:
         request["masterSpecSameAsWorker"] = True
