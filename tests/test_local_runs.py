@@ -116,8 +116,8 @@ def test_a_rank_that_raises_fails_the_job_with_the_reason_from_its_log(llmb_proc
 def test_checkpoint_save_then_load_restores_identical_weights(llmb_proc, install):
     args = ["run", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "fp8", "--gpus", "2", "--proxy", "tiny"]
     saved, first = run_json(llmb_proc, *args, "--steps", "3", "--checkpoint-save", env=install)
-    # The job succeeded; its result is incomplete because 3 steps cannot fill the window.
-    assert saved.code == 0 and first["state"] == "SUCCEEDED" and first["result"]["status"] == "incomplete"
+    # The job succeeded; its result is too_short: 3 steps end before the window.
+    assert saved.code == 0 and first["state"] == "SUCCEEDED" and first["result"]["status"] == "too_short"
     checkpoint = next(Path(first["experiment_dir"]).rglob("iter_0000003"))
     assert checkpoint.parent.parts[-4:] == ("code", "nemo_experiments", "default", "checkpoints")
     assert sorted(p.name for p in checkpoint.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]

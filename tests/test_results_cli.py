@@ -131,7 +131,7 @@ def test_compare_against_a_baseline_file_and_run(cli, install, tmp_path):
     verdicts = {(r["filename"], v["against"]): v["outcome"] for r in json.loads(same.out) for v in r["verdicts"]}
     assert verdicts[(f"{MB}_1766132151", "baseline")] == "pass"
     assert verdicts[(f"{MB}_1766132151", "published")] == "skipped"  # no published figure for 8 GPUs of MB fp8
-    assert verdicts[(f"{MB}_1766140000", "run")] == "failed"  # no log: a job that never ran fails a gate
+    assert verdicts[(f"{MB}_1766140000", "run")] == "no_log"  # a job that never ran fails a gate, in results' words
     assert same.code == 1
     run_id = next(r["run_id"] for r in json.loads(cli("results", "--from-db", "--json").out)
                   if r["filename"] == MB)

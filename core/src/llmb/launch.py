@@ -180,8 +180,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
 
     window_end = max(v.window[1] for v in workload.variants if v.name == recipe.variant)
     if steps < window_end and not load_dir and not options.nccl_trace:
-        warnings.append(f"{steps} steps do not reach the end of the statistics window ({window_end}): "
-                        f"the result will be incomplete.")
+        warnings.append(f"{steps} steps end before the statistics window's end ({window_end}): the run's result "
+                        f"will be too_short, with no step-time statistics to compare; run at least {window_end} "
+                        f"steps.")
 
     spec = RunSpec(
         job_id=job_id, workload=recipe.workload, variant=recipe.variant, framework=recipe.framework, engine=engine,

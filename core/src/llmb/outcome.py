@@ -17,18 +17,23 @@ class Recorded:
     error: str | None = None  # why there is no summary
 
 
-def record_result(log: str) -> Recorded:
-    """Parse ``log`` and store its result (``llmb results`` reads it back).
+def record_result(log: str, job_state: str | None = None) -> Recorded:
+    """Parse ``log`` and store its result (``llmb results`` reads it back); ``job_state`` is the
+    state the job is ending in (its exit record is written after this).
     Never raises: a parse or storage problem must not lose the job's state."""
     try:
+        from dataclasses import replace
+
         from llmb.host import PluginHost
         from llmb.results.collect import Collector
-        from llmb.results.experiments import find_runs
+        from llmb.results.experiments import context_for, find_runs
         from llmb.results.export import row
         from llmb.results.store import open_or_none
 
+        host = PluginHost()
         location = find_runs([log])[0]
-        collected = Collector(PluginHost(), open_or_none).collect_one(location, rescan=True)
+        context = replace(context_for(location, host.workloads()), job_state=job_state)
+        collected = Collector(host, open_or_none).collect_one(location, rescan=True, context=context)
         return Recorded(row(collected.result, name=location.short_name, run_id=collected.run_id), collected.run_id)
     except Exception as exc:  # noqa: BLE001
         return Recorded(None, None, f"could not parse or store the result: {type(exc).__name__}: {exc}")
@@ -48,7 +53,7 @@ def finish(job: Job, state: str, reason: str | None, *, prefer_log_reason: bool,
     log names one (a rank that raised says why; a rank killed by a signal
     could not, and what the others printed afterwards would mislead).
     """
-    recorded = record_result(job.log)
+    recorded = record_result(job.log, state)
     if state == "FAILED" and prefer_log_reason:
         reason = log_failure(recorded.summary) or reason
     data = {"state": state, "reason": reason, "ended_at": now(), "result": recorded.summary,

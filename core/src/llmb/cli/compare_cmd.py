@@ -107,6 +107,8 @@ def _render(report: list, threshold: float) -> str:
                 f"MFU {_fmt(result.reference_mfu_pct, 2)}% ({result.reference_source})"
             )
     total = sum(len(v) for *_, v in report)
-    bad = sum(1 for *_, vs in report for v in vs if v.outcome in ("regress", "failed"))
-    parts.append(f"\n{bad} of {total} comparisons regressed or failed (threshold {threshold:.0%}).")
+    from llmb.results.compare import regressed
+
+    bad = sum(1 for *_, vs in report for v in vs if regressed([v]))
+    parts.append(f"\n{bad} of {total} comparisons regressed or had no result to compare (threshold {threshold:.0%}).")
     return "\n".join(parts)

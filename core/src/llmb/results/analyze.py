@@ -1,7 +1,7 @@
 """From what the parsers found to a ``RunResult``.
 
-Status (the tool being replaced, plus ``failed``, ``unreadable`` and
-``invalid_step_time``), first match wins:
+Status (the tool being replaced, plus ``failed``, ``unreadable``,
+``invalid_step_time``, ``cancelled`` and ``too_short``), first match wins:
 
 * ``no_log``: there is no log;
 * ``unreadable``: the log is not a regular file (a FIFO, a device, a
@@ -12,8 +12,11 @@ Status (the tool being replaced, plus ``failed``, ``unreadable`` and
   meaningless;
 * ``success``: the final iteration (``i/N`` with i = N) and every iteration
   of the window are in the log;
+* ``cancelled``: the llmb job that ran it was cancelled (its record says so);
 * ``failed``: a failure was found (node failure, CUDA out of memory, NCCL
   watchdog timeout, Python exception: the first of these is the reason);
+* ``too_short``: the run reached its final iteration, but that is before the
+  window's end (``llmb run --steps 20`` with the window 35-44);
 * ``incomplete``: some iterations, but not the final one or not the whole window;
 * ``no_data``: no iteration line at all.
 
@@ -135,7 +138,7 @@ def analyze(
     stats = _window_stats(samples, window, compute_tflops, gbs, context.gpus, flops_per_sample)
 
     notes += _scan_notes(report, iterations)
-    status, reason = _status(iterations, samples, window, failure, report)
+    status, reason = _status(iterations, samples, window, failure, report, context.job_state)
 
     tokens = days = mfu_pct = None
     if stats and stats.time_mean_ms and context.seq_len and gbs:
@@ -242,7 +245,7 @@ def _window_stats(
 
 def _status(
     iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
-    failure: Failure | None, report: ScanReport,
+    failure: Failure | None, report: ScanReport, job_state: str | None = None,
 ) -> tuple[str, str | None]:
     if iterations and iterations.nan_grad_norm:
         return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
@@ -256,9 +259,15 @@ def _status(
     final = iterations.last if iterations else None
     if samples and final is not None and final in present and not missing:
         return "success", None
+    if job_state == "CANCELLED":
+        where = f"at iteration {samples[-1].iteration}" if samples else "before its first iteration"
+        return "cancelled", f"the job was cancelled {where}"
     if failure is not None:
         reason = f"{failure.kind.replace('_', ' ')}: {failure.message}"
         return "failed", reason + (f" (hint: {failure.hint})" if failure.hint else "")
+    if samples and final is not None and final in present and final < window[1]:
+        return "too_short", (f"the run ended normally at iteration {final}, before the end of the statistics "
+                             f"window {window[0]}-{window[1]}; run at least {window[1]} steps")
     if samples:
         last = samples[-1].iteration
         parts = []

@@ -31,8 +31,8 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Verdict:
-    against: str  # "published" | "baseline" | "run" (the run itself failed)
-    outcome: str  # pass | regress | failed | skipped
+    against: str  # "published" | "baseline" | "run" (the run has no result to compare)
+    outcome: str  # pass | regress | skipped, or (against "run") the run's results status: failed, too_short, ...
     ratio: float | None  # reference step time / run step time
     reference_ms: float | None
     detail: str
@@ -67,9 +67,11 @@ def _judge(result: RunResult, against: str, reference_ms: float | None, source: 
 
 
 def compare(result: RunResult, baselines: list[Baseline] | None, threshold: float) -> list[Verdict]:
-    """One verdict per reference; a run without a step time fails outright."""
+    """One verdict per reference; a run without a result is judged by its status, in the words
+    ``llmb results`` uses (a cancelled run is ``cancelled``, one too short for the window ``too_short``)."""
     if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
-        return [Verdict("run", "failed", None, None, f"{result.status}: {result.reason or 'no step time'}")]
+        outcome = result.status if result.status != "success" else "no_data"
+        return [Verdict("run", outcome, None, None, f"{result.status}: {result.reason or 'no step time'}")]
     verdicts = []
     if result.context.proxy:
         verdicts.append(Verdict("published", "skipped", None, None, "proxy run: not compared with published figures"))
@@ -84,4 +86,5 @@ def compare(result: RunResult, baselines: list[Baseline] | None, threshold: floa
 
 
 def regressed(verdicts: list[Verdict]) -> bool:
-    return any(v.outcome in ("regress", "failed") for v in verdicts)
+    """A regression, or a run with no result to compare."""
+    return any(v.outcome not in ("pass", "skipped") for v in verdicts)

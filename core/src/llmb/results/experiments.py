@@ -126,10 +126,25 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
             scaling=_text(recipe.get("scaling")) or "weak",
             proxy=bool(recipe.get("proxy", False)),
             job_id=_text(recipe.get("job_id")) or job_id,
+            job_state=_job_state(recipe.get("job_id")),
             device=_text(recipe.get("device")),
             flops_per_sample=_float(recipe.get("model_flops_per_sample")),
         )
     return infer_from_name(location.experiment, workloads, job_id)
+
+
+def _job_state(job_id) -> str | None:
+    """The end state llmb recorded for the job that ran this (None: unknown, or not ended)."""
+    if not isinstance(job_id, str) or not job_id:
+        return None
+    from llmb.jobs import read_exit
+
+    try:
+        ended = read_exit(job_id)
+    except Exception:  # noqa: BLE001 - a damaged job record must not hide the run's result
+        return None
+    state = ended.get("state") if isinstance(ended, dict) else None
+    return state if isinstance(state, str) else None
 
 
 def _text(value) -> str | None:

@@ -11,10 +11,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # The statuses of the tool being replaced, then llmb's own: ``failed`` (the log
-# says why), ``invalid_step_time`` (an inf or nan step time in the window) and
-# ``unreadable`` (the log is not a regular file, or reading it failed).
+# says why), ``invalid_step_time`` (an inf or nan step time in the window),
+# ``unreadable`` (the log is not a regular file, or reading it failed),
+# ``too_short`` (the run ended normally before the statistics window's end) and
+# ``cancelled`` (its job was cancelled). One vocabulary: llmb run's summary,
+# status, results, compare and report all say these words for a run's result.
 STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed", "invalid_step_time",
-            "unreadable")
+            "unreadable", "too_short", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class RunContext:
     scaling: str = "weak"
     proxy: bool = False
     job_id: str | None = None
+    job_state: str | None = None  # the llmb job's end state (CANCELLED, ...), when llmb ran it
     device: str | None = None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
     flops_per_sample: float | None = None  # of the model that ran (proxies differ from the full size)
 
