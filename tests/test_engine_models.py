@@ -11,7 +11,6 @@ LayerNorm1p).
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -79,18 +78,10 @@ def test_tiny_proxy_runs_forward_and_backward(host, name):
     assert blocks.count_parameters(model) == count_params(arch).total
     tokens = torch.randint(0, arch.vocab, (2, 128))
 
-    times = []
-    for _ in range(3):  # the best of three, so that a briefly busy machine does not fail it
-        model.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        logits = model(tokens)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        times.append(time.perf_counter() - start)
-        if times[-1] < 0.25:
-            break
-
-    assert min(times) < 1.0, f"{name} tiny: forward+backward took {min(times):.2f}s at best"
+    # Behaviour only: how fast it runs is benchmarks/engine_throughput.py's business, never a test's.
+    logits = model(tokens)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
+    loss.backward()
     assert logits.shape == (2, 128, arch.vocab)
     assert logits.dtype == torch.get_default_dtype()
     assert torch.isfinite(logits).all()
