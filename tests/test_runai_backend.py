@@ -14,7 +14,6 @@ import secrets
 import shlex
 import sys
 import threading
-import time
 import zlib
 from pathlib import Path
 
@@ -256,7 +255,6 @@ def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_pr
                "APP_SECRET": SECRET, "PROJECT_NAME": "llmb-qa", "RUN_CONF_MOUNTS": f"workspace:{pvc}:claim",
                "PVC_DIR": str(install), "RUNAI_PYTHON": sys.executable, "LLMB_RUNAI_CONFIG": str(tmp_path / "none"),
                "RUNAI_ALLOW_HTTP": "1"}
-        started = time.monotonic()
         result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2",
                            "--gpus-per-node", "1", "--proxy", "tiny", "--backend", "runai", "--json",
                            "--env", "OMP_NUM_THREADS=1",  # both "nodes" share this machine's cores
@@ -269,7 +267,6 @@ def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_pr
         assert "pod 0 of 2" in log and "pod 1 of 2" in log and "2 rank(s) on cpu" in log
         shown = llmb_proc("logs", summary["job_id"], "--tail", "3", env=env)
         assert shown.code == 0 and "training finished" in shown.out
-        assert time.monotonic() - started < 300
         assert_secret_nowhere(env, result.out, result.err)
 
 
