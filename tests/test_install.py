@@ -280,3 +280,24 @@ def test_the_worker_library_lets_a_bare_python_find_every_plugin(llmb_proc, tmp_
     assert shown.stdout.split("\n")[0] == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'runai', 'slurm'] 4096"
     again = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
     assert [s["status"] for s in again.json()["steps"] if s["kind"] == "library"] == ["present"]
+
+
+def test_the_hugging_face_token_never_follows_a_change_of_scheme():
+    """Same host and port, http instead of https: another origin, so the token is dropped."""
+    import email.message
+    import io
+    import urllib.request
+
+    from llmb.hf import _KeepTokenOnOrigin
+
+    request = urllib.request.Request("https://hub.example:8443/org/m/resolve/main/config.json",
+                                     headers={"Authorization": "Bearer hf_secret"})
+    headers = email.message.Message()
+    headers["X-Repo-Commit"] = "a" * 40
+    for target, keeps in (("http://hub.example:8443/cdn/config.json", False),
+                          ("https://cdn.example/config.json", False),
+                          ("https://hub.example:8443/other/config.json", True)):
+        handler = _KeepTokenOnOrigin()
+        new = handler.redirect_request(request, io.BytesIO(), 302, "Found", headers, target)
+        assert new.has_header("Authorization") is keeps, target
+        assert handler.commit == "a" * 40

@@ -13,7 +13,7 @@ They are fetched with the Hugging Face wire format, plain ``urllib``:
 ``GET {endpoint}/{repo}/resolve/{revision}/{file}`` with the header
 ``Authorization: Bearer <token>``; the response's ``X-Repo-Commit`` header
 names the commit. ``HF_ENDPOINT`` replaces ``https://huggingface.co``. A
-redirect that leaves the endpoint's host (large files live on a CDN) is
+redirect that leaves the endpoint's origin (large files live on a CDN) is
 followed without the token. The token is never written anywhere.
 """
 
@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable
 
 from llmb.errors import LlmbError
+from llmb.http_safety import KeepAuthOnOrigin
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REVISION = "main"
@@ -102,18 +103,18 @@ def url_of(repo: str, filename: str, environ: dict | None = None) -> str:
     return f"{endpoint(environ)}/{repo}/resolve/{REVISION}/{urllib.parse.quote(filename)}"
 
 
-class _KeepTokenOnHost(urllib.request.HTTPRedirectHandler):
-    """Follow redirects, dropping the Authorization header when one leaves the
-    original host; keep the commit id the redirecting response names (the CDN's has none)."""
+class _KeepTokenOnOrigin(KeepAuthOnOrigin):
+    """Follow redirects, dropping the Authorization header when one leaves the original origin
+    (scheme, host and port); keep the commit id the redirecting response names (the CDN's has none)."""
 
     commit = ""
 
+    def __init__(self):
+        super().__init__(schemes=("https", "http"))  # HF_ENDPOINT may be a plain-http mirror
+
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         self.commit = self.commit or (headers.get("X-Repo-Commit") or "").strip().lower()
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
-            new.remove_header("Authorization")
-        return new
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def _refused(repo: str, code: int) -> str:
@@ -128,7 +129,7 @@ def download(repo: str, filename: str, home: str, token: str | None, *, required
     request = urllib.request.Request(url_of(repo, filename))
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    redirects = _KeepTokenOnHost()
+    redirects = _KeepTokenOnOrigin()
     opener = urllib.request.build_opener(redirects)
     try:
         response = opener.open(request, timeout=timeout)
