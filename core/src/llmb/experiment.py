@@ -75,10 +75,17 @@ def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
 def write_json(path: str, data: dict) -> None:
     """Atomically: readers see the old file or the new one, never half."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, default=str)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, an interrupt: leave no half-written temporary behind
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: str) -> dict | None:

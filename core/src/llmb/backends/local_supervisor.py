@@ -1,11 +1,14 @@
 """The local job's supervisor: ``python -m llmb.backends.local_supervisor JOB_DIR``.
 
-Runs in a session of its own (its process group is the job). It starts one
+Runs in a session of its own (its session is the job). It starts one
 worker per rank with the usual rendezvous variables (MASTER_ADDR,
 MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), all appending
-to the run's log. When a rank fails, the others are stopped; on SIGTERM
-(``llmb cancel``) all are. At the end it parses the log, stores the result
-in the results database and writes ``exit.json``.
+to the run's log, and records each rank's pid as it starts it. A cancel
+marker left before a rank starts (``llmb cancel`` during start-up) means no
+rank starts. When a rank fails, the others are stopped; on SIGTERM (``llmb
+cancel``) all are. At the end it parses the log, stores the result in the
+results database and writes ``exit.json`` (into space reserved at the
+start, should the disk have filled meanwhile).
 """
 
 from __future__ import annotations
@@ -18,9 +21,20 @@ import sys
 import time
 import traceback
 
-from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE
+from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE, supervisor_record
+from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
 from llmb.experiment import read_json, write_json
-from llmb.jobs import JOB_FILE, Job, cancel_requested, now, process_start_time, write_exit
+from llmb.jobs import (
+    JOB_FILE,
+    cancel_requested,
+    describe_os_error,
+    job_from_dict,
+    now,
+    process_start_time,
+    read_record,
+    reserve_exit_space,
+    write_exit,
+)
 from llmb.outcome import finish
 from llmb.runspec import RunSpec
 
@@ -45,16 +59,26 @@ def describe_exit(code: int) -> str:
 class Supervisor:
     def __init__(self, directory: str):
         self.directory = directory
-        self.job = Job(**read_json(os.path.join(directory, JOB_FILE)))
+        record, problem = read_record(os.path.join(directory, JOB_FILE))
+        self.job, problem = job_from_dict(record) if record else (None, problem or "job.json is missing")
+        if self.job is None:
+            raise SystemExit(f"llmb supervisor: cannot start the job in {directory}: {problem}")
         self.spec = RunSpec.from_dict(read_json(os.path.join(directory, RUN_FILE)))
         self.procs: list[subprocess.Popen] = []
         self.cancelled = False
         self.first_failure: tuple[int, int] | None = None  # (rank, exit code) of the first rank seen failing
 
     def note(self, text: str) -> None:
-        """A line in the run's log, from llmb itself."""
-        with open(self.spec.log, "a", encoding="utf-8") as handle:
-            handle.write(f"[llmb] {text}\n")
+        """A line in the run's log, from llmb itself (and in supervisor.out when the log cannot take it)."""
+        try:
+            with open(self.spec.log, "a", encoding="utf-8") as handle:
+                handle.write(f"[llmb] {text}\n")
+        except OSError as exc:
+            print(f"[llmb] {text} (the log could not take this line: {describe_os_error(exc)})", file=sys.stderr)
+
+    def cancel_seen(self) -> bool:
+        self.cancelled = self.cancelled or cancel_requested(self.job.id)
+        return self.cancelled
 
     def on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
         self.cancelled = True
@@ -71,22 +95,32 @@ class Supervisor:
     def start_ranks(self) -> None:
         spec = self.spec
         port = free_port()
-        log = open(spec.log, "ab")
-        for rank in range(spec.ranks):
-            env = dict(os.environ)
-            env.update(spec.env)
-            env.update({
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(spec.ranks),
-                "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(spec.ranks),
-                "GROUP_RANK": "0", "LLMB_JOB_ID": spec.job_id, "PYTHONUNBUFFERED": "1",
-            })
-            wrapper = [part.replace("{rank}", str(rank)) for part in spec.wrapper]
-            argv = [*wrapper, sys.executable, "-m", "llmb.worker", os.path.join(self.directory, RUN_FILE)]
-            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
-        log.close()
-        write_json(os.path.join(self.directory, RANKS_FILE), {"ranks": [
-            {"rank": r, "pid": p.pid, "start_time": process_start_time(p.pid)} for r, p in enumerate(self.procs)
-        ]})
+        with open(spec.log, "ab") as log:
+            for rank in range(spec.ranks):
+                if self.cancel_seen():
+                    return  # cancelled during start-up: no further rank starts
+                env = dict(os.environ)
+                env.update(spec.env)
+                env.update({
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(spec.ranks),
+                    "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(spec.ranks),
+                    "GROUP_RANK": "0", "LLMB_JOB_ID": spec.job_id, "PYTHONUNBUFFERED": "1",
+                    JOB_DIR_VARIABLE: job_tag(self.directory),  # how llmb status and cancel know the job's processes
+                })
+                wrapper = [part.replace("{rank}", str(rank)) for part in spec.wrapper]
+                argv = [*wrapper, sys.executable, "-m", "llmb.worker", os.path.join(self.directory, RUN_FILE)]
+                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
+                self.record_ranks()
+                if self.cancelled:  # SIGTERM arrived while this rank was starting
+                    self.stop(signal.SIGTERM)
+
+    def record_ranks(self) -> None:
+        try:
+            write_json(os.path.join(self.directory, RANKS_FILE), {"ranks": [
+                {"rank": r, "pid": p.pid, "start_time": process_start_time(p.pid)} for r, p in enumerate(self.procs)
+            ]})
+        except OSError as exc:  # status and cancel still find the ranks by their environment
+            self.note(f"could not record the ranks' pids: {describe_os_error(exc)}")
 
     def wait(self) -> dict[int, int]:
         """Exit codes by rank. The first rank to fail stops the others."""
@@ -119,26 +153,36 @@ class Supervisor:
         reason = "cancelled" if cancelled else None
         if state == "FAILED" and first is not None:
             reason = f"rank {first[0]} {describe_exit(first[1])}"
-        written = finish(self.job, state, reason, prefer_log_reason=first is not None and first[1] > 0,
-                         exit_codes={str(r): c for r, c in codes.items()})
+        try:
+            written = finish(self.job, state, reason, prefer_log_reason=first is not None and first[1] > 0,
+                             exit_codes={str(r): c for r, c in codes.items()})
+        except OSError as exc:
+            self.note(f"the job ended {state}, but that could not be recorded in {self.directory}: "
+                      f"{describe_os_error(exc)}")
+            raise SystemExit(1) from None
         if written.get("result_error"):
             self.note(written["result_error"])
 
     def run(self) -> None:
-        write_json(os.path.join(self.directory, SUPERVISOR_FILE), {
-            "pid": os.getpid(), "pgid": os.getpgid(0), "start_time": process_start_time(os.getpid()),
-            "started_at": now(),
-        })
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
+        try:  # llmb run wrote it already, unless it was killed first
+            write_json(os.path.join(self.directory, SUPERVISOR_FILE), supervisor_record(os.getpid()))
+        except OSError as exc:
+            self.note(f"could not record the supervisor's pid: {describe_os_error(exc)}")
+        reserve_exit_space(self.job.id)
         try:
             self.start_ranks()
             codes = self.wait()
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             self.stop(signal.SIGKILL)
             self.note("supervisor error:\n" + traceback.format_exc())
-            write_exit(self.job.id, {"state": "FAILED", "reason": "the supervisor failed (see the log)",
-                                     "ended_at": now(), "exit_codes": {}})
+            try:
+                write_exit(self.job.id, {"state": "FAILED", "ended_at": now(), "exit_codes": {},
+                                         "reason": f"the supervisor failed: {type(exc).__name__}: {exc}"})
+            except OSError as error:
+                self.note(f"could not record the failure: {describe_os_error(error)}")
+                raise SystemExit(1) from None
             return
         self.finish(codes)
 

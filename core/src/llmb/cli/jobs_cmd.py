@@ -23,14 +23,22 @@ def _status_of(ctx, job):
     return _backend_of(ctx, job).status([job])[0]
 
 
-def _follow_and_report(ctx, job, as_json: bool) -> None:
-    from llmb.follow import follow, summary
+def _current(job):
+    """The job's record as it is now (a backend may have moved the job on: a retry is a new
+    attempt); the one in hand when the record has gone or become unreadable meanwhile."""
+    from llmb.jobs import Job, read_job
 
-    try:
-        from llmb.jobs import load_job
+    found = read_job(job.id)
+    return found if isinstance(found, Job) else job
 
-        # Reloaded every poll: a backend may have moved the job on (a retry is a new attempt).
-        final = follow(job, lambda: _status_of(ctx, load_job(job.id)), lambda line: click.echo(line, err=True))
+
+def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
+    try:  # an interrupt from here on detaches: the job runs on
+        from llmb.follow import follow, summary
+
+        if announce:
+            click.echo(f"{job.id}: {job.experiment} ({job.ranks} rank(s), {job.backend}); log {job.log}", err=True)
+        final = follow(job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True))
     except KeyboardInterrupt:
         click.echo(f"\ndetached from {job.id}; it keeps running. Follow it again with llmb logs {job.id} --follow, "
                    f"stop it with llmb cancel {job.id}.", err=True)
@@ -42,6 +50,29 @@ def _follow_and_report(ctx, job, as_json: bool) -> None:
     else:
         click.echo(summary(final))
     ctx.exit(0 if final.state == "SUCCEEDED" else 1)
+
+
+def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
+    """A submission that did not complete leaves no job behind: its record
+    is removed, once a backend that can (``withdraw``) has stopped what it
+    started. A job that may have reached a cluster's scheduler keeps its
+    record (its status tells)."""
+    from llmb.jobs import BrokenJob, discard_job_dir, read_job
+
+    for job_id in job_ids:
+        found = read_job(job_id)
+        if found is None:
+            continue
+        if not isinstance(found, BrokenJob):  # a record was written: the backend may have started something
+            withdraw = getattr(_backend_of(ctx, found), "withdraw", None)
+            try:
+                if withdraw is None or not withdraw(found):
+                    continue
+            except Exception:  # noqa: BLE001 - withdraw what can be; the submission's own error is the one shown
+                continue
+        discard_job_dir(job_id)
+        if interrupted:
+            click.echo(f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs.", err=True)
 
 
 @click.command("run")
@@ -58,11 +89,17 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
     experiment directory in the seeds' layout, start the job and follow it
     (step, step time, ETA) to its summary. With --detach, print the job id
     and return; llmb status, logs and cancel take it from any shell."""
+    from llmb.jobs import created_job_ids
     from llmb.launch import submit_run
 
     options, backend = options_from(run_kw)
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
-    submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)
+    before = len(created_job_ids())
+    try:
+        submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)
+    except BaseException as exc:
+        _withdraw(ctx, created_job_ids()[before:], interrupted=isinstance(exc, KeyboardInterrupt))
+        raise
     job = submitted.job
     for warning in submitted.warnings:
         click.echo(f"llmb: warning: {warning}", err=True)
@@ -83,8 +120,7 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
         else:
             click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow")
         return
-    click.echo(f"{job.id}: {job.experiment} ({job.ranks} rank(s), {job.backend}); log {job.log}", err=True)
-    _follow_and_report(ctx, job, as_json)
+    _follow_and_report(ctx, job, as_json, announce=True)
 
 
 @click.command("status")
@@ -93,12 +129,25 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def status_command(ctx, job_id, show_all, as_json):
-    """Show one job's state (and its summary once it ended), or list jobs."""
+    """Show one job's state (and its summary once it ended), or list jobs.
+    A job whose record or state cannot be read is shown as UNKNOWN with
+    what is wrong; the others are listed as usual."""
     from llmb.follow import summary
-    from llmb.jobs import list_job_ids, load_job
+    from llmb.jobs import BrokenJob, list_job_ids, load_job, read_job
 
     if job_id:
-        status = _status_of(ctx, load_job(job_id))
+        found = read_job(job_id)
+        if found is None:
+            load_job(job_id)  # says there is no such job, and which there are
+        if isinstance(found, BrokenJob):
+            reason = _broken_reason(ctx, found)
+            if as_json:
+                emit_json({"job_id": job_id, "backend": None, "state": "UNKNOWN", "reason": reason,
+                           "progress": None, "experiment_dir": None, "log": None, "result": None})
+            else:
+                click.echo(f"{job_id}: UNKNOWN - {reason}")
+            ctx.exit(1)
+        status = _one_status(ctx, found)
         if as_json:
             emit_json({"job_id": status.job.id, "backend": status.job.backend, "state": status.state,
                        "reason": status.reason, "progress": status.progress, "experiment_dir": status.job.run_dir,
@@ -109,28 +158,72 @@ def status_command(ctx, job_id, show_all, as_json):
                        + (f" - {status.reason}" if status.reason else "") + f"\n  log {status.job.log}")
         return
     ids = list_job_ids()
-    ids = ids if show_all else ids[:20]
-    jobs = [load_job(i) for i in ids]
+    found = [j for j in (read_job(i) for i in (ids if show_all else ids[:20])) if j is not None]
+    jobs = [j for j in found if not isinstance(j, BrokenJob)]
     by_backend: dict[str, list] = {}
     for job in jobs:
         by_backend.setdefault(job.backend, []).append(job)
     statuses = {}
     for name, members in by_backend.items():  # one batched query per backend
-        for status in get_host(ctx).backend_impl(name).status(members):
-            statuses[status.job.id] = status
-    ordered = [statuses[j.id] for j in jobs]
+        try:
+            batch = get_host(ctx).backend_impl(name).status(members)
+        except Exception:  # noqa: BLE001 - then job by job, so that one job's trouble shows on that job only
+            batch = [_one_status(ctx, job) for job in members]
+        statuses.update({status.job.id: status for status in batch})
+    rows = []
+    for item in found:
+        if isinstance(item, BrokenJob):
+            rows.append({"job_id": item.id, "backend": None, "state": "UNKNOWN", "reason": _broken_reason(ctx, item),
+                         "progress": None, "workload": None, "experiment": None, "submitted_at": None})
+        else:
+            s = statuses[item.id]
+            rows.append({"job_id": item.id, "backend": item.backend, "state": s.state, "reason": s.reason,
+                         "progress": s.progress, "workload": item.workload, "experiment": item.experiment,
+                         "submitted_at": item.submitted_at})
     if as_json:
-        emit_json([{"job_id": s.job.id, "backend": s.job.backend, "state": s.state, "reason": s.reason,
-                    "progress": s.progress, "workload": s.job.workload, "experiment": s.job.experiment,
-                    "submitted_at": s.job.submitted_at} for s in ordered])
+        emit_json(rows)
         return
-    if not ordered:
+    if not rows:
         click.echo("No jobs yet. Start one with llmb run WORKLOAD ...")
         return
-    click.echo(render_table(
-        ["JOB", "BACKEND", "STATE", "PROGRESS", "WORKLOAD", "SUBMITTED", "EXPERIMENT"],
-        [[s.job.id, s.job.backend, s.state, s.progress or "-", s.job.workload, s.job.submitted_at, s.job.experiment]
-         for s in ordered]))
+    keys = ("job_id", "backend", "state", "progress", "workload", "submitted_at", "experiment")
+    click.echo(render_table(["JOB", "BACKEND", "STATE", "PROGRESS", "WORKLOAD", "SUBMITTED", "EXPERIMENT"],
+                            [[row[k] or "-" for k in keys] for row in rows]))
+    for row in rows:
+        if row["state"] == "UNKNOWN":
+            click.echo(f"{row['job_id']}: {row['reason']}")
+
+
+def _one_status(ctx, job):
+    """The job's status; UNKNOWN with the cause when it cannot be had."""
+    from llmb.errors import LlmbError
+    from llmb.jobs import JobStatus, describe_os_error
+
+    try:
+        return _status_of(ctx, job)
+    except OSError as exc:
+        return JobStatus(job, "UNKNOWN", f"its state cannot be read: {describe_os_error(exc)}")
+    except LlmbError as exc:
+        return JobStatus(job, "UNKNOWN", f"its state cannot be read: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one job's trouble must not hide the others
+        return JobStatus(job, "UNKNOWN", f"its state cannot be read ({type(exc).__name__}: {exc})")
+
+
+def _backend_by_id(ctx, job_id: str):
+    """The backend a job id names (``<backend>-<hex>``), or None."""
+    try:
+        return get_host(ctx).backend_impl(job_id.rsplit("-", 1)[0])
+    except Exception:  # noqa: BLE001 - an id of no installed backend
+        return None
+
+
+def _broken_reason(ctx, broken) -> str:
+    """What is wrong with a job's record, and whether processes of it still run."""
+    find = getattr(_backend_by_id(ctx, broken.id), "unrecorded_processes", None)
+    running = len(find(broken.id)) if find else 0
+    if running:
+        return f"{broken.problem}; {running} process(es) of it still run (llmb cancel {broken.id} stops them)"
+    return broken.problem
 
 
 @click.command("logs")
@@ -167,15 +260,40 @@ def logs_command(ctx, job_id, follow_, tail):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def cancel_command(ctx, job_id, as_json):
-    """Stop a job (its whole process group, for the local backend) and
-    report its state once it has really ended."""
-    from llmb.jobs import TERMINAL, load_job
+    """Stop a job (every process of it, for the local backend, even when its
+    record is gone or unreadable) and report its state once it has really
+    ended."""
+    from llmb.jobs import TERMINAL, BrokenJob, read_job, store_error
 
-    job = load_job(job_id)
-    status = _backend_of(ctx, job).cancel(job)
-    ended = status.state in TERMINAL and not (status.reason or "").startswith("processes still alive")
-    if as_json:
-        emit_json({"job_id": job.id, "state": status.state, "reason": status.reason, "ended": ended})
+    job = read_job(job_id)
+    if job is None or isinstance(job, BrokenJob):
+        state, reason = _cancel_unrecorded(ctx, job_id, job)
     else:
-        click.echo(f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else ""))
+        try:
+            status = _backend_of(ctx, job).cancel(job)
+        except OSError as exc:
+            raise store_error(f"cannot cancel {job_id}", exc) from None
+        state, reason = status.state, status.reason
+    ended = state in TERMINAL and not (reason or "").startswith("processes still alive")
+    if as_json:
+        emit_json({"job_id": job_id, "state": state, "reason": reason, "ended": ended})
+    else:
+        click.echo(f"{job_id}: {state}" + (f" - {reason}" if reason else ""))
     ctx.exit(0 if ended else 1)
+
+
+def _cancel_unrecorded(ctx, job_id, broken) -> tuple[str, str]:
+    """Cancel a job whose record is gone or unreadable: stop the processes
+    its backend still finds for it (the local backend does). (state, reason)."""
+    from llmb.jobs import JobStoreError, load_job
+
+    stop = getattr(_backend_by_id(ctx, job_id), "stop_unrecorded", None)
+    count, survivors = stop(job_id) if stop else (0, [])
+    if not count:
+        if broken is None:
+            load_job(job_id)  # says there is no such job, and which there are
+        raise JobStoreError(f"job {job_id}: {broken.problem}; no process of it runs, so there is nothing to stop.")
+    if survivors:
+        return "RUNNING", f"processes still alive after SIGKILL: {[p.pid for p in survivors]}"
+    problem = broken.problem if broken else "it has no record (its job directory is gone)"
+    return "CANCELLED", f"cancelled: stopped {count} process(es) of it; {problem}"

@@ -1,0 +1,196 @@
+"""The local backend under attack with real processes: its supervisor
+killed, a cancel during start-up, ``llmb run`` interrupted (or killed)
+while it submits. The state must follow the living processes, a cancel
+must end every one of them, and an interrupted submission must leave no
+phantom job and no temporary file."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import _SEED_VARS, _llmb_executable
+from waiting import wait_for
+
+pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+
+# The cheapest real run: a 2-rank tiny proxy (50 steps by default: long enough to attack while it trains).
+RUN = ["run", "nemotronh", "--gpus", "2", "--proxy", "tiny"]
+
+
+@pytest.fixture
+def install(tmp_path):
+    return {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1"}
+
+
+def jobs_dir(install) -> Path:
+    return Path(install["LLMB_INSTALL"]) / "jobs"
+
+
+def environment(install) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS}
+    env.update({"LLMB_LOG_FORMAT": "json", **install})
+    return env
+
+
+def start(install, *args) -> subprocess.Popen:
+    return subprocess.Popen([_llmb_executable(), *args], env=environment(install), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def llmb(install, *args, timeout=120):
+    proc = subprocess.run([_llmb_executable(), *args], env=environment(install), capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def status(install, job_id=None):
+    code, out, err = llmb(install, "status", *([job_id] if job_id else []), "--json")
+    assert "Traceback" not in err and "internal error" not in err, err
+    return json.loads(out)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def processes_of(directory: Path) -> list[int]:
+    """Every living process that carries the job's directory in its environment."""
+    tag = f"LLMB_JOB_DIR={os.path.realpath(directory)}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and alive(name):
+            try:
+                with open(f"/proc/{name}/environ", "rb") as handle:
+                    if tag in handle.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def all_job_processes(install) -> list[int]:
+    return [pid for d in jobs_dir(install).glob("*") for pid in processes_of(d)]
+
+
+def iterations_logged(install, job_id) -> list[str]:
+    log = json.loads((jobs_dir(install) / job_id / "job.json").read_text())["log"]
+    try:
+        return [line for line in Path(log).read_text().splitlines() if "iteration" in line and "/" in line]
+    except FileNotFoundError:
+        return []
+
+
+def detach(install, *extra) -> str:
+    code, out, err = llmb(install, *RUN, *extra, "--detach", "--json")
+    assert code == 0, err[-3000:]
+    return json.loads(out)["job_id"]
+
+
+def test_a_killed_supervisor_leaves_the_job_running_and_cancel_ends_every_rank(install):
+    job = detach(install)
+    wait_for(lambda: (status(install, job)["progress"] or "").startswith("iteration"), what="the first iteration")
+    directory = jobs_dir(install) / job
+    supervisor = json.loads((directory / "supervisor.json").read_text())["pid"]
+    ranks = [r["pid"] for r in json.loads((directory / "ranks.json").read_text())["ranks"]]
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not alive(supervisor), timeout=30, what="the supervisor to die")
+
+    after = status(install, job)
+    assert after["state"] == "RUNNING", after  # both ranks train on
+    assert f"the supervisor (pid {supervisor}) is gone" in after["reason"] and f"llmb cancel {job}" in after["reason"]
+    assert all(alive(p) for p in ranks)
+    listed = {row["job_id"]: row for row in status(install)}
+    assert listed[job]["state"] == "RUNNING"
+
+    code, out, err = llmb(install, "cancel", job, "--json")
+    cancelled = json.loads(out)
+    assert code == 0 and cancelled["state"] == "CANCELLED" and cancelled["ended"] is True, (out, err)
+    assert not any(alive(p) for p in ranks)
+    assert processes_of(directory) == []
+    assert status(install, job)["state"] == "CANCELLED"
+
+
+@pytest.mark.parametrize("when", ["right after llmb run returns", "while llmb run is still submitting"])
+def test_a_cancel_during_start_up_stops_the_job_before_any_rank_trains(install, when):
+    if when == "right after llmb run returns":
+        job = detach(install)
+        runner = None
+    else:  # cancel as soon as the job's record exists, racing the submission itself
+        runner = start(install, *RUN, "--detach", "--json")
+        found = wait_for(lambda: glob.glob(str(jobs_dir(install) / "*" / "job.json")), timeout=120, interval=0.005,
+                         what="the job record")
+        job = Path(found[0]).parent.name
+    code, out, err = llmb(install, "cancel", job, "--json")
+    cancelled = json.loads(out)
+    assert code == 0 and cancelled["state"] == "CANCELLED" and cancelled["ended"], (out, err)
+    if runner is not None:
+        runner.communicate(timeout=120)
+    directory = jobs_dir(install) / job
+    # No rank may start later (the supervisor reads the cancel marker) or train a step.
+    for _ in range(50):  # 10 s of watching: a rank started late would have been seen by then
+        assert processes_of(directory) == []
+        time.sleep(0.2)
+    assert iterations_logged(install, job) == []
+    assert status(install, job)["state"] == "CANCELLED"
+
+
+def watch_for(install, target: str, timeout: float = 120):
+    """Wait (tightly) until a file of the submission appears: ``target`` is a glob under the jobs directory."""
+    return wait_for(lambda: glob.glob(str(jobs_dir(install) / target)), timeout=timeout, interval=0.001,
+                    what=target)
+
+
+def check_no_phantom(install, temporaries: bool = True) -> None:
+    """After an interrupted llmb run: no QUEUED job, no temporary file, nothing running unlisted."""
+    if temporaries and jobs_dir(install).exists():
+        assert [p for p in jobs_dir(install).rglob("*") if p.name.endswith(".tmp")] == []
+    listed = status(install)
+    assert [row for row in listed if row["state"] == "QUEUED"] == []
+    running = [row["job_id"] for row in listed if row["state"] == "RUNNING"]
+    for job in running:  # interrupted after the submission completed: a real job, listed; stop it
+        code, out, _ = llmb(install, "cancel", job, "--json")
+        assert code == 0 and json.loads(out)["state"] == "CANCELLED"
+    assert all_job_processes(install) == []
+
+
+@pytest.mark.parametrize("moment", ["50ms", "job directory", "job record", "run spec", "supervisor record"])
+def test_sigint_during_submission_leaves_no_phantom_job_and_no_temporary_file(install, moment):
+    runner = start(install, *RUN)
+    targets = {"job directory": "*", "job record": "*/job.json", "run spec": "*/run.json",
+               "supervisor record": "*/supervisor.json"}
+    if moment == "50ms":
+        time.sleep(0.05)
+    else:
+        watch_for(install, targets[moment])
+    runner.send_signal(signal.SIGINT)
+    _, err = runner.communicate(timeout=120)
+    if moment == "50ms":  # Python may still be starting (importing site or llmb): its own KeyboardInterrupt report
+        assert runner.returncode != 0
+    else:
+        assert "Traceback" not in err and runner.returncode == 130, err
+    check_no_phantom(install)
+
+
+@pytest.mark.parametrize("moment", ["job record", "run spec"])
+def test_a_killed_submission_is_marked_failed_not_queued(install, moment):
+    """SIGKILL cannot be caught: the record stays, and its state says what happened."""
+    runner = start(install, *RUN)
+    watch_for(install, {"job record": "*/job.json", "run spec": "*/run.json"}[moment])
+    runner.kill()
+    runner.communicate(timeout=60)
+    for row in status(install):
+        assert row["state"] != "QUEUED", row
+        if row["state"] == "FAILED":
+            assert row["reason"] == "its submission was interrupted before the job started"
+    check_no_phantom(install, temporaries=False)  # a write cut by SIGKILL may leave its temporary file
