@@ -64,16 +64,27 @@ class Progress:
         return f"step {iteration}/{last}  last step {step_s:.2f} s  ETA {eta}"
 
 
+UNKNOWN_LIMIT_S = 300.0  # how long a job may stay UNKNOWN (its records unreadable) before following stops
+
+
 def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None], interval: float = 0.5,
-           stream=None) -> JobStatus:
-    """Show progress until the job ends; return its final status."""
+           stream=None, unknown_limit: float = UNKNOWN_LIMIT_S) -> JobStatus:
+    """Show progress until the job ends (or has been UNKNOWN for
+    ``unknown_limit`` seconds: its state cannot be read); return its final status."""
     stream = stream or sys.stderr
     tty = stream.isatty()
     progress = Progress(job.log)
-    shown, last_print = None, 0.0
+    shown, last_print, unknown_since = None, 0.0, None
     while True:
         progress.poll()
         current = status()
+        unknown_since = (unknown_since or time.monotonic()) if current.state == "UNKNOWN" else None
+        if unknown_since is not None and time.monotonic() - unknown_since >= unknown_limit:
+            if tty and shown:
+                stream.write("\n")
+            return JobStatus(current.job, current.state, f"{current.reason or 'its state cannot be read'} "
+                             f"(still so after {unknown_limit:.0f} s; llmb status {job.id} tells more later)",
+                             current.progress, current.exit)
         if current.job.log != progress.log:  # a retry writes to a fresh run directory
             progress = Progress(current.job.log)
             progress.poll()
