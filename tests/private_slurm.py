@@ -327,12 +327,20 @@ def counting_shims(directory: Path) -> Path:
     returned file (put ``directory`` first on PATH); the real commands still run."""
     directory.mkdir(parents=True)
     calls = directory / "calls"
-    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     for command in ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo"):
-        shim = directory / command
-        shim.write_text(f"#!/bin/sh\necho {command} >> {calls}\nexec {shutil.which(command, path=search)} \"$@\"\n")
-        shim.chmod(0o755)
+        wrapper(directory, command, f'echo {command} >> {calls}\nexec "$REAL" "$@"')
     return calls
+
+
+def wrapper(directory: Path, command: str, body: str) -> Path:
+    """``directory/command``: a shell script running ``body``, where ``$REAL`` is the
+    real command (put ``directory`` first on PATH)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    real = shutil.which(command, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    path = directory / command
+    path.write_text(f"#!/bin/sh\nREAL={real}\n{body}\n")
+    path.chmod(0o755)
+    return path
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -196,6 +197,42 @@ def test_a_refused_submission_exits_2_with_slurms_reason(llmb_proc, env):
     assert json.loads(llmb_proc("status", "--json", env=env).out) == []  # no half-made job left behind
 
 
+def show_job(slurm, sid: str) -> dict[str, str]:
+    """``scontrol show job``'s fields of one job."""
+    shown = subprocess.run(["scontrol", "show", "job", "--oneliner", sid], capture_output=True, text=True,
+                           env={**os.environ, **slurm.env()}, check=True).stdout
+    return dict(re.findall(r"(\S+?)=(\S*)", shown))
+
+
+def test_abbreviated_sbatch_options_llmb_sets_are_refused_and_what_passes_is_another_option(llmb_proc, env, slurm,
+                                                                                           tmp_path):
+    for item, option in (("outpu=/tmp/elsewhere.out", "--output"), ("job-nam=other", "--job-name"),
+                         ("ntasks-per-no=8", "--ntasks-per-node"), ("tasks-per-node=8", "--ntasks-per-node")):
+        refused = llmb_proc("run", *PROXY, "--gpus", "1", "--detach", env={**env, "ADDITIONAL_SLURM_PARAMS": item})
+        assert refused.code == 2 and "Traceback" not in refused.err, refused.err
+        assert f"item {item.split('=')[0]!r} is sbatch's {option}" in refused.err
+    assert json.loads(llmb_proc("status", "--json", env=env).out) == []  # nothing submitted, no job left
+    # Why: the real sbatch obeys such spellings.
+    obeyed = subprocess.run(["sbatch", "--parsable", "--hold", f"--outpu={tmp_path}/x.out", "--tasks-per-node=3",
+                             "--wrap=true"], capture_output=True, text=True, env={**os.environ, **slurm.env()})
+    assert obeyed.returncode == 0, obeyed.stderr
+    fields = show_job(slurm, obeyed.stdout.strip())
+    subprocess.run(["scancel", obeyed.stdout.strip()], env={**os.environ, **slurm.env()}, check=True)
+    assert fields["StdOut"] == f"{tmp_path}/x.out" and fields["NtasksPerN:B:S:C"].startswith("3:")
+
+    # Abbreviations of other options pass, and are those options: llmb's own settings stand.
+    _, started = run_json(llmb_proc, "run", *PROXY, "--gpus", "1", "--detach",
+                          env={**env, "ADDITIONAL_SLURM_PARAMS": "hol;partit=other;mail-t=NONE"})
+    job = started["job_id"]
+    fields = show_job(slurm, slurm_id(env, job))
+    script = next(Path(started["experiment_dir"]).glob("sbatch_*.sh")).read_text().splitlines()
+    assert {"#SBATCH --hol", "#SBATCH --partit=other", "#SBATCH --mail-t=NONE"} <= set(script)
+    assert (fields["JobState"], fields["Reason"], fields["Partition"]) == ("PENDING", "JobHeldUser", "other")
+    assert fields["JobName"] == job_record(env, job)["experiment"] and fields["NumNodes"].split("-")[0] == "1"
+    assert f"#SBATCH --output={fields['StdOut']}" in script and fields["Comment"] == f"llmb:{job}:1"
+    assert json.loads(llmb_proc("cancel", job, "--json", env=env).out)["state"] == "CANCELLED"
+
+
 def test_a_job_slurm_has_forgotten_is_decided_by_its_exit_marker(llmb_proc, env, slurm):
     _, started = run_json(llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "2", "--detach", env=env)
     job, sid = started["job_id"], slurm_id(env, started["job_id"])
@@ -205,7 +242,7 @@ def test_a_job_slurm_has_forgotten_is_decided_by_its_exit_marker(llmb_proc, env,
                                         env={**os.environ, **slurm.env()}).stdout.strip(),
              timeout=120, interval=1, what="Slurm to forget the job (MinJobAge)")
     final = status(llmb_proc, job, env)  # no squeue row, no accounting: the marker decides
-    assert final["state"] == "SUCCEEDED" and final["result"]["status"] == "incomplete"  # 2 steps, no window
+    assert final["state"] == "SUCCEEDED" and final["result"]["status"] == "too_short"  # 2 steps, no window
     ended = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / job / "exit.json").read_text())
     assert ended["slurm_state"] == "COMPLETED"
 

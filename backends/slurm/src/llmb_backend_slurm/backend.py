@@ -12,6 +12,13 @@ ended is finished once (result parsed and stored, ``exit.json`` written)
 and costs no Slurm call afterwards. A failed query leaves every state as it
 was: a job is never cancelled or failed because Slurm did not answer.
 
+Every submission carries a marker, ``sbatch --comment=llmb:<job id>:<attempt>``.
+When sbatch's answer is lost (it timed out, was killed, printed no job id),
+the job is looked up by that marker (``squeue``), or by the id the batch
+script wrote on starting, and tracked as any other; until Slurm answers, the
+job stays UNKNOWN and is looked up again at every poll. A job record with no
+attempt (llmb stopped during its first sbatch) is looked up the same way.
+
 Retries (``--retries N``) resubmit a fresh job, excluding the nodes that
 failed, only for infrastructure failures: NODE_FAIL, BOOT_FAIL, PREEMPTED,
 or a launch that never started the worker.
@@ -23,12 +30,14 @@ import os
 import re
 import shutil
 import sys
+import time
 from dataclasses import replace
 
 from llmb import experiment
-from llmb.errors import UsageError
+from llmb.errors import LlmbError, UsageError
 from llmb.images import check_reference, image_path
 from llmb.jobs import (
+    CANCEL_FILE,
     TERMINAL,
     Job,
     JobStatus,
@@ -48,12 +57,13 @@ from llmb.paths import install_dir
 from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
 from llmb_backend_slurm import params
-from llmb_backend_slurm.commands import QueryFailed, Row, SlurmCommands, submission_env
+from llmb_backend_slurm.commands import AnswerLost, QueryFailed, Row, SlurmCommands, submission_env
 from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, render
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
 RUN_FILE = "run.json"
 CANCEL_WAIT_S = 60.0
+LOOK_UP_AGAIN_S = 2.0  # after sbatch's answer was lost and squeue showed no such job: once more, later
 _TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
 _HEALTHY = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "plnd", "planned", "resv", "reserved")
 
@@ -68,6 +78,11 @@ def _check_time_limit(value: str | None) -> str | None:
         raise UsageError(f"--time-limit {value!r}: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
                          f"(Slurm's forms), e.g. --time-limit 30 or --time-limit 2:00:00.")
     return value.strip() if value else None
+
+
+def submission_marker(job_id: str, attempt: int) -> str:
+    """The comment every submission carries: how its Slurm job is found when sbatch's answer is lost."""
+    return f"llmb:{job_id}:{attempt}"
 
 
 def secret_names(submit: SubmitOptions) -> tuple[str, ...]:
@@ -162,8 +177,9 @@ class SlurmBackend:
             text = render(self._script(job, spec, 1))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        return {"backend": self.name, "script_path": script_path, "script": text,
-                "command": ["sbatch", "--parsable", script_path], "secrets": job.details["slurm"]["secrets"],
+        command = ["sbatch", "--parsable", f"--comment={submission_marker(job.id, 1)}", script_path]
+        return {"backend": self.name, "script_path": script_path, "script": text, "command": command,
+                "secrets": job.details["slurm"]["secrets"],
                 "run_spec": spec.to_dict(), "problems": problems, "text": text}
 
     def _submit_attempt(self, job: Job, spec: RunSpec, first: bool) -> Job:
@@ -176,31 +192,76 @@ class SlurmBackend:
             raise UsageError(str(exc)) from None
         with open(script_path, "w", encoding="utf-8") as handle:
             handle.write(text)
+        marker = submission_marker(job.id, attempt)
+        lost = None
         try:
-            slurm_id = self.slurm.sbatch(script_path, submission_env(tuple(job.details["slurm"]["secrets"])))
+            slurm_id = self.slurm.sbatch(script_path, submission_env(tuple(job.details["slurm"]["secrets"])), marker)
+        except AnswerLost as exc:
+            slurm_id, lost = None, str(exc)
         except UsageError as exc:
             if first:
                 shutil.rmtree(job_dir(job.id), ignore_errors=True)
             raise UsageError(f"{exc} (the script is kept: {script_path})") from None
-        record = {"attempt": attempt, "slurm_id": slurm_id, "run_dir": spec.run_dir, "log": spec.log,
-                  "submitted_at": now(), "exclude": list(job.details["slurm"].get("exclude", []))}
+        record = {"attempt": attempt, "slurm_id": slurm_id, "marker": marker, "run_dir": spec.run_dir,
+                  "log": spec.log, "submitted_at": now(), "exclude": list(job.details["slurm"].get("exclude", []))}
+        if lost:
+            record["lost"] = lost
         details = {**job.details, "attempts": [*job.details["attempts"], record]}
-        return replace(job, attempts=attempt, details=details, run_dir=spec.run_dir, log=spec.log)
+        job = replace(job, attempts=attempt, details=details, run_dir=spec.run_dir, log=spec.log)
+        return self._find_lost(job, script_path, first) if lost else job
+
+    def _find_lost(self, job: Job, script_path: str, first: bool) -> Job:
+        """The job whose sbatch answer was lost, with the Slurm id its marker finds; when Slurm
+        does not answer either, saved as it is (status looks again); when Slurm holds no such
+        job, an error: nothing was submitted."""
+        why = self._unconfirmed(job)
+        for pause in (0.0, LOOK_UP_AGAIN_S):
+            time.sleep(pause)
+            try:
+                slurm_id = self._look_up([job])[job.id]
+            except QueryFailed as exc:
+                save_job(job)
+                if not first:
+                    return job
+                raise LlmbError(f"{why}, and {exc}: whether Slurm took the job is not known yet. llmb keeps it as "
+                                f"{job.id} and finds its Slurm job by that marker once Slurm answers: llmb status "
+                                f"{job.id} shows it, llmb cancel {job.id} stops it.") from None
+            if slurm_id:
+                _note(job.log, f"{why}; Slurm job {slurm_id} carries it, tracked as attempt {job.attempts}")
+                return self._with_slurm_id(job, slurm_id)
+        if first:
+            shutil.rmtree(job_dir(job.id), ignore_errors=True)
+        raise LlmbError(f"{why}, and Slurm holds no job with that marker: nothing was submitted (the script is kept: "
+                        f"{script_path}). Submit again; LLMB_SLURM_TIMEOUT (now {self.slurm.timeout:.0f} s) is how "
+                        f"long llmb waits for Slurm's commands.")
 
     # ------------------------------------------------------------ tracking
 
     def status(self, jobs: list[Job]) -> list[JobStatus]:
         out: dict[str, JobStatus] = {}
-        live = []
+        live, unconfirmed = [], []
         for job in jobs:
             ended = read_exit(job.id)
             if ended is not None:
                 out[job.id] = JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"),
                                         last_iteration(job.log), ended)
-            elif not job.details.get("attempts"):
-                out[job.id] = JobStatus(job, "UNKNOWN", "no Slurm job was recorded for it")
-            else:
+            elif self._current(job).get("slurm_id"):
                 live.append(job)
+            else:
+                unconfirmed.append(job)
+        if unconfirmed:
+            try:
+                found = self._look_up(unconfirmed)
+            except QueryFailed as exc:
+                for job in unconfirmed:
+                    out[job.id] = JobStatus(job, "UNKNOWN", f"{self._unconfirmed(job)}; {exc}, so llmb looks for it "
+                                                            f"again at the next poll", last_iteration(job.log))
+            else:
+                for job in unconfirmed:
+                    if found[job.id]:
+                        live.append(self._adopt(job, found[job.id]))
+                    else:
+                        out[job.id] = self._not_found(job)
         if live:
             ids = [self._current(job)["slurm_id"] for job in live]
             try:
@@ -217,7 +278,79 @@ class SlurmBackend:
 
     @staticmethod
     def _current(job: Job) -> dict:
-        return job.details["attempts"][-1]
+        """The current attempt; for a record that holds none (llmb stopped during its first
+        sbatch), the first, its Slurm job id unknown."""
+        attempts = job.details.get("attempts") or []
+        if attempts:
+            return attempts[-1]
+        return {"attempt": 1, "slurm_id": None, "marker": submission_marker(job.id, 1), "run_dir": job.run_dir,
+                "log": job.log, "unrecorded": True}
+
+    # ------------------------------------------------------------ attempts whose Slurm job id is not known
+
+    def _unconfirmed(self, job: Job) -> str:
+        """Why the current attempt's Slurm job id is not known, and the marker that finds it."""
+        attempt = self._current(job)
+        marker = attempt.get("marker") or submission_marker(job.id, attempt["attempt"])
+        if attempt.get("unrecorded"):
+            return f"no Slurm job was recorded for it (llmb stopped while submitting it?); its marker (sbatch " \
+                   f"--comment): {marker}"
+        return f"sbatch's answer was lost ({attempt.get('lost') or 'no job id'}); the job's marker (sbatch " \
+               f"--comment): {marker}"
+
+    def _look_up(self, jobs: list[Job]) -> dict[str, str | None]:
+        """Job id -> the Slurm job id of its current attempt, or None when Slurm holds no job with its
+        marker: the id the batch script wrote on starting, else one squeue for all of them."""
+        found: dict[str, str | None] = {}
+        ask: dict[str, str] = {}
+        for job in jobs:
+            attempt = self._current(job)
+            started = experiment.read_json(os.path.join(job_dir(job.id), STARTED.format(attempt=attempt["attempt"])))
+            slurm_id = str((started or {}).get("slurm_job_id", ""))
+            if slurm_id.isdigit():
+                found[job.id] = slurm_id
+            else:
+                ask[attempt.get("marker") or submission_marker(job.id, attempt["attempt"])] = job.id
+        if ask:
+            marked = self.slurm.marked(list(ask))
+            found.update({job_id: marked.get(marker) for marker, job_id in ask.items()})
+        return found
+
+    def _with_slurm_id(self, job: Job, slurm_id: str) -> Job:
+        attempt = {k: v for k, v in self._current(job).items() if k != "unrecorded"}
+        attempt.update(slurm_id=slurm_id, marker=attempt.get("marker") or submission_marker(job.id, attempt["attempt"]))
+        attempts = job.details.get("attempts") or []
+        attempts = [*attempts[:-1], attempt]
+        return replace(job, attempts=max(job.attempts, attempt["attempt"]), details={**job.details, "attempts": attempts})
+
+    def _adopt(self, job: Job, slurm_id: str) -> Job:
+        """The job record, with the Slurm job id found for its current attempt (saved; a note in the log)."""
+        why = self._unconfirmed(job)
+        with job_lock(job.id):
+            fresh = load_job(job.id)
+            if self._current(fresh).get("slurm_id"):
+                return fresh  # another shell found it first
+            fresh = self._with_slurm_id(fresh, slurm_id)
+            save_job(fresh)
+        _note(fresh.log, f"{why}; Slurm job {slurm_id} carries it, tracked as attempt {fresh.attempts}")
+        return fresh
+
+    def _not_found(self, job: Job) -> JobStatus:
+        """Slurm answered and holds no job with the marker, and none started."""
+        why = self._unconfirmed(job)
+        if self._current(job).get("unrecorded"):  # perhaps submitted by an llmb that did not mark its jobs
+            return JobStatus(job, "UNKNOWN", f"{why}, and Slurm holds no job with that marker: it was not "
+                                             f"submitted, or not with a marker (squeue --name={job.experiment} lists "
+                                             f"jobs of its name)", last_iteration(job.log))
+        with job_lock(job.id):
+            ended = read_exit(job.id)
+            if ended is not None:
+                return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"), None, ended)
+            state = "CANCELLED" if cancel_requested(job.id) else "INFRA_FAILED"
+            written = finish(job, state, f"{why}, and Slurm holds no job with that marker, nor did one start: it "
+                                         f"was not submitted", prefer_log_reason=False, slurm_state="",
+                             slurm_id=None, nodes="", attempts=job.attempts)
+        return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
 
     def _decide(self, job: Job, rows: dict[str, Row], accounting: dict[str, Row] | None) -> JobStatus:
         attempt = self._current(job)
@@ -270,7 +403,7 @@ class SlurmBackend:
         if why is None and state == "FAILED":
             why = node_failure(job.log) or (None if worker_started(job.log) else "the launch never started the worker")
         if why:
-            retries = job.details["slurm"].get("retries", 0)
+            retries = job.details.get("slurm", {}).get("retries", 0)
             if job.attempts <= retries:
                 return self._retry(job, attempt, why, nodes)
             state, reason = "INFRA_FAILED", f"{why} on {nodes or 'unknown nodes'}" + (
@@ -279,7 +412,7 @@ class SlurmBackend:
             requested = cancel_requested(job.id)
             reason = "cancelled" if requested else "cancelled outside llmb (scancel)"
         elif state == "TIMEOUT":
-            limit = job.details["slurm"].get("time_limit")
+            limit = job.details.get("slurm", {}).get("time_limit")
             reason = f"time limit reached ({limit})" if limit else "time limit reached"
         elif state == "FAILED":
             reason = f"Slurm: {slurm_state or 'the job failed'}" + (f", {reason}" if reason else "")
@@ -331,9 +464,37 @@ class SlurmBackend:
         current = self.status([job])[0]
         if current.state in TERMINAL:
             return current
-        request_cancel(job.id)
-        self.slurm.scancel([self._current(job)["slurm_id"]])
+        job = load_job(job.id)  # with the Slurm job id status may have found
+        slurm_id = self._current(job).get("slurm_id")
+        try:
+            if not slurm_id:
+                slurm_id = self._look_up([job])[job.id]
+                job = self._adopt(job, slurm_id) if slurm_id else job
+            if not slurm_id:
+                return self._nothing_to_cancel(job)
+            asked_before = cancel_requested(job.id)
+            request_cancel(job.id)
+            try:
+                self.slurm.scancel([slurm_id])
+            except QueryFailed:
+                if not asked_before:  # not cancelled: an end that follows is not a cancel
+                    os.remove(os.path.join(job_dir(job.id), CANCEL_FILE))
+                raise
+        except QueryFailed as exc:
+            raise LlmbError(f"{job.id} was not cancelled: {exc}. Run llmb cancel {job.id} again once Slurm "
+                            f"answers.") from None
         return wait_until_ended(lambda: self.status([job])[0], CANCEL_WAIT_S, 0.5, "scancel")
+
+    def _nothing_to_cancel(self, job: Job) -> JobStatus:
+        """A job Slurm holds nothing of: cancelling it stops nothing and ends its record."""
+        request_cancel(job.id)
+        reason = f"nothing to stop: {self._unconfirmed(job)}, and Slurm holds no job with that marker"
+        with job_lock(job.id):
+            ended = read_exit(job.id)
+            if ended is None:
+                ended = finish(job, "CANCELLED", reason, prefer_log_reason=False, slurm_state="", slurm_id=None,
+                               nodes="", attempts=job.attempts)
+        return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"), None, ended)
 
     def log_path(self, job: Job) -> str | None:
         return job.log

@@ -24,6 +24,11 @@ class QueryFailed(Exception):
     """A Slurm command failed or timed out (the jobs' states are unknown, not changed)."""
 
 
+class AnswerLost(QueryFailed):
+    """sbatch did not say whether it submitted the job (it timed out, was killed, or
+    printed no job id): the job may exist, and is looked up by its marker."""
+
+
 @dataclass(frozen=True)
 class Row:
     slurm_id: str
@@ -54,15 +59,24 @@ class SlurmCommands:
 
     # ------------------------------------------------------------ submit / cancel
 
-    def sbatch(self, script_path: str, env: dict[str, str]) -> str:
-        """The Slurm job id; UsageError with Slurm's reason when it refuses the job."""
-        result = self.run(["sbatch", "--parsable", script_path], env=env)
+    def sbatch(self, script_path: str, env: dict[str, str], marker: str) -> str:
+        """The Slurm job id; UsageError with Slurm's reason when it refuses the job;
+        AnswerLost when whether it took the job is unknown (``marker``, the job's
+        ``--comment``, finds it then)."""
+        try:
+            result = self.run(["sbatch", "--parsable", f"--comment={marker}", script_path], env=env)
+        except QueryFailed as exc:
+            raise AnswerLost(str(exc)) from None
+        if result.returncode < 0:
+            raise AnswerLost(f"sbatch was stopped by signal {-result.returncode} before it answered")
         if result.returncode != 0:
             reason = _reason(result.stderr) or f"sbatch exited with {result.returncode}"
+            if "timed out" in reason.lower():  # e.g. "Socket timed out on send/recv": slurmctld may have taken it
+                raise AnswerLost(f"sbatch failed with {reason!r}")
             raise UsageError(f"Slurm refused the job: {reason}")
         job_id = result.stdout.strip().split(";")[0]
         if not job_id.isdigit():
-            raise UsageError(f"sbatch answered {result.stdout.strip()!r}, not a job id")
+            raise AnswerLost(f"sbatch answered {result.stdout.strip()!r}, not a job id")
         return job_id
 
     def scancel(self, slurm_ids: list[str]) -> None:
@@ -106,6 +120,22 @@ class SlurmCommands:
             if len(parts) >= 4 and parts[0].strip().isdigit():
                 rows[parts[0]] = Row(parts[0], parts[1], "", parts[3], exit_code=parts[2])
         return rows
+
+    def marked(self, markers: list[str]) -> dict[str, str]:
+        """This user's jobs Slurm holds whose comment is one of ``markers``: marker -> Slurm job
+        id (the first submitted, should a script have been resubmitted by hand)."""
+        if not markers:
+            return {}
+        result = self.run(["squeue", "--noheader", "--me", "--states=all", "--format=%i|%k"])
+        if result.returncode != 0:
+            raise QueryFailed(f"squeue failed: {_reason(result.stderr)}")
+        wanted, found = set(markers), {}
+        for line in result.stdout.splitlines():
+            slurm_id, _, comment = line.partition("|")
+            slurm_id, comment = slurm_id.strip(), comment.strip()
+            if comment in wanted and slurm_id.isdigit() and (comment not in found or int(slurm_id) < int(found[comment])):
+                found[comment] = slurm_id
+        return found
 
     def hostnames(self, nodelist: str) -> list[str]:
         """``node[1-2]`` -> ``["node1", "node2"]``."""
