@@ -194,3 +194,37 @@ def test_a_killed_submission_is_marked_failed_not_queued(install, moment):
         if row["state"] == "FAILED":
             assert row["reason"] == "its submission was interrupted before the job started"
     check_no_phantom(install, temporaries=False)  # a write cut by SIGKILL may leave its temporary file
+
+
+def start_time_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[19])
+
+
+@pytest.mark.parametrize("record", ["the pids, another start time", "the session only"])
+def test_a_reused_pid_is_never_taken_for_the_job_nor_signalled(install, tmp_path, record):
+    """What the job recorded (its supervisor's and rank's pids, or only its session
+    id) now names an unrelated process, leader of its own session."""
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        directory = jobs_dir(install) / "local-0000aa"
+        directory.mkdir(parents=True)
+        (directory / "job.json").write_text(json.dumps({
+            "id": "local-0000aa", "backend": "local", "workload": "nemotronh", "experiment": "e",
+            "run_dir": str(tmp_path), "log": str(tmp_path / "log.out"), "ranks": 1, "submitted_at": "then"}))
+        gone = subprocess.Popen(["true"])
+        gone.wait()  # a pid that named a process that has ended
+        pid = stranger.pid if record == "the pids, another start time" else gone.pid
+        who = {"pid": pid, "pgid": stranger.pid, "session": stranger.pid, "start_time": start_time_of(stranger.pid) - 1}
+        (directory / "supervisor.json").write_text(json.dumps(who))
+        (directory / "ranks.json").write_text(json.dumps({"ranks": [{"rank": 0, **who}]}))
+
+        now = status(install, "local-0000aa")
+        assert now["state"] == "FAILED" and "ended without recording an exit" in now["reason"]
+        code, out, _ = llmb(install, "cancel", "local-0000aa", "--json")
+        assert json.loads(out)["state"] == "FAILED"
+        time.sleep(0.5)
+        assert stranger.poll() is None  # never signalled
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -154,7 +154,10 @@ class LocalBackend:
     def _living(self, job: Job, supervisor: dict | None = None) -> list[Proc]:
         supervisor = self._supervisor(job) if supervisor is None else supervisor
         session = supervisor.get("session") or supervisor.get("pgid")
-        return job_processes(job_dir(job.id), session if isinstance(session, int) else None)
+        ranks = (read_json(_path(job, RANKS_FILE)) or {}).get("ranks")
+        recorded = [supervisor, *(ranks if isinstance(ranks, list) else [])]
+        known = tuple((r.get("pid"), r.get("start_time")) for r in recorded if isinstance(r, dict))
+        return job_processes(job_dir(job.id), session if isinstance(session, int) else None, known)
 
     def _status(self, job: Job) -> JobStatus:
         progress = last_iteration(job.log)

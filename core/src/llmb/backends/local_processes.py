@@ -3,9 +3,10 @@
 A local job's processes are its supervisor and every rank (and whatever a
 rank starts). All carry ``LLMB_JOB_DIR=<job directory>`` in their
 environment, and all start in the supervisor's session. A process counts
-as the job's when its environment says so, or when it is in the job's
-session while a process identified that way is in it too (the kernel keeps
-a session's id from being reused while any of its processes live).
+as the job's when its environment says so or it is one the job recorded
+(same pid and start time), or when it is in the job's session while a
+process identified either way is in it too (the kernel keeps a session's
+id from being reused while any of its processes live).
 
 Each process is named by (pid, start time from ``/proc/<pid>/stat``), and is
 signalled through a pidfd opened before its start time is checked again, so
@@ -48,9 +49,10 @@ def _tagged(pid: int, tag: bytes) -> bool:
         return False
 
 
-def job_processes(job_dir: str, session: int | None = None) -> list[Proc]:
+def job_processes(job_dir: str, session: int | None = None, recorded: tuple[tuple[int, int], ...] = ()) -> list[Proc]:
     """The job's living processes. ``session``: the supervisor's session id,
-    when known (only its members' environments are then read)."""
+    when known (only its members' environments are then read); ``recorded``:
+    the (pid, start time) of processes the job recorded as its own."""
     tag = f"{JOB_DIR_VARIABLE}={job_tag(job_dir)}".encode()
     me = os.getpid()
     candidates = []
@@ -59,7 +61,7 @@ def job_processes(job_dir: str, session: int | None = None) -> list[Proc]:
             found = _stat(int(name))
             if found is not None and (session is None or found.session == session):
                 candidates.append(found)
-    tagged = [p for p in candidates if _tagged(p.pid, tag)]
+    tagged = [p for p in candidates if (p.pid, p.start_time) in recorded or _tagged(p.pid, tag)]
     if session is None or not tagged:
         return tagged
     return candidates  # a process of the job is in the session: the session is the job's
