@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # loggen: logs in the seeds' formats
 
 from llmb.host import PluginHost  # noqa: E402
 from seed_tables import seeds_dir  # noqa: E402
@@ -106,6 +107,14 @@ def slurm(tmp_path_factory):
 def slurm_accounting(tmp_path_factory):
     """Another, keeping accounting in slurmdbd (MariaDB), associations enforced."""
     yield from _private_slurm(tmp_path_factory, accounting=True)
+
+
+@pytest.fixture
+def install_root(tmp_path, monkeypatch) -> Path:
+    """A fresh $LLMB_INSTALL (not created yet) for this test, seen by ``cli``."""
+    root = tmp_path / "install"
+    monkeypatch.setenv("LLMB_INSTALL", str(root))
+    return root
 
 
 @pytest.fixture

@@ -5,23 +5,18 @@ window is ``too_short`` (warned before it starts), a cancelled job's run is
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import loggen
 import pytest
 from experiment_dirs import make_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import loggen  # noqa: E402
 
 MB8 = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
 
 
 @pytest.fixture
-def install(tmp_path, monkeypatch):
-    root = tmp_path / "install"
-    monkeypatch.setenv("LLMB_INSTALL", str(root))
-    return root
+def install(install_root):
+    return install_root
 
 
 def _experiments(install: Path) -> Path:

@@ -4,15 +4,11 @@ Nemotron-4 name, and Llama 4's own name that counts nodes, not GPUs."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import loggen
 import pytest
 from experiment_dirs import make_run
 from llmb.results.experiments import infer_from_name
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import loggen  # noqa: E402
 
 STRONG = "pretrain_nemotron4_340b_fp8_gpus128_tp8_pp8_cp2_vp12_mbs1_gbs512"
 WEAK = "pretrain_nemotron4_340b_fp8_gpus128_tp8_pp8_cp2_vp12_mbs1_gbs32"
@@ -20,10 +16,8 @@ LLAMA4 = "pretrain_llama4_e128_fp8_64nodes_tp1_pp2_cp1_vp12_ep64_mbs1_gbs1024"
 
 
 @pytest.fixture
-def install(tmp_path, monkeypatch):
-    root = tmp_path / "install"
-    monkeypatch.setenv("LLMB_INSTALL", str(root))
-    return root
+def install(install_root):
+    return install_root
 
 
 def test_a_strong_scaling_gbs_makes_the_name_strong(host):
