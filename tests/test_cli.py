@@ -79,7 +79,7 @@ def test_seed_environment_variables_are_defaults_and_flags_win(llmb_proc):
         (["plan", "nemotronh", "--gpus", "64", "--set", "gbs=lots"], "bad --set gbs='lots'"),
         (["plan", "nemotronh", "--gpus", "64", "--set", "ga=2"], "cannot --set ga: GA is derived"),
         (["list", "nosuch"], "unknown workload 'nosuch'"),
-        (["plan", "nemotronh", "--gpus", "-8"], "--gpus must be a positive number"),
+        (["plan", "nemotronh", "--gpus", "-8"], "--gpus must be a number of GPUs from 1 to 131,072"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
