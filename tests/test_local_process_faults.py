@@ -228,3 +228,26 @@ def test_a_reused_pid_is_never_taken_for_the_job_nor_signalled(install, tmp_path
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_job_that_ends_while_its_state_is_read_is_not_taken_for_killed(install, tmp_path, monkeypatch):
+    """The supervisor records its exit and ends between status reading ``exit.json``
+    (not there yet) and looking for the job's processes (none left): the job
+    ended as it recorded, it was not killed. A sweep polling a busy machine
+    met this interleaving; it is forced here by ending the job at that moment."""
+    from llmb.backends.local import LocalBackend
+    from llmb.jobs import Job, write_exit
+
+    monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])
+    job = Job(id="local-0000ab", backend="local", workload="nemotronh", experiment="e", run_dir=str(tmp_path),
+              log=str(tmp_path / "log.out"), ranks=1, submitted_at="then")
+    (jobs_dir(install) / job.id).mkdir(parents=True)
+    (jobs_dir(install) / job.id / "supervisor.json").write_text(json.dumps({"pid": 2**22 + 1, "start_time": 1}))
+    backend = LocalBackend()
+
+    def ends_now(job_, supervisor=None):
+        write_exit(job_.id, {"state": "SUCCEEDED", "reason": None, "ended_at": "now", "exit_codes": {"0": 0}})
+        return []
+
+    monkeypatch.setattr(backend, "_living", ends_now)
+    assert backend.status([job])[0].state == "SUCCEEDED"

@@ -285,7 +285,7 @@ def test_plan_uses_the_toy_recipe_and_its_flops_hook(toy_venv):
     assert plan["ga"] == 2  # 32 / (2*8)
     assert (plan["nodes"], plan["gpus_per_node"]) == (1, 8)
     assert plan["validated"] is True
-    assert plan["source"] == "seeds/toy-1b.md table 1, row 1"
+    assert plan["source"] == "toy-1b.md table 1, row 1"  # the document the plugin names, no folder
     assert plan["warnings"] == [] and plan["errata"] == []
 
     # The toy's own llmb_model_flops answered, not the core's fallback.

@@ -179,6 +179,12 @@ class LocalBackend:
             trouble = store_trouble(job.id)
             return JobStatus(job, "RUNNING", f"{gone}; {len(living)} process(es) of the job still run"
                              + (f"; {trouble}" if trouble else "") + f" (llmb cancel {job.id} stops them)", progress)
+        # Nothing lives: the job may have recorded its exit and ended since it was read above.
+        ended, problem = read_exit_checked(job.id)
+        if ended is not None:
+            return JobStatus(job, ended["state"], ended.get("reason"), last_iteration(job.log), ended)
+        if problem:
+            return JobStatus(job, "UNKNOWN", f"its exit record is unreadable: {problem}", progress)
         if cancel_requested(job.id):
             return JobStatus(job, "CANCELLED", "cancelled", progress)
         trouble = store_trouble(job.id)
