@@ -43,6 +43,17 @@ class SubmitOptions:
     secrets: tuple[str, ...] = ()  # variables passed only through the submission environment
     additional: str | None = None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
     extra: tuple[tuple[str, str], ...] = ()  # --backend-opt KEY=VALUE: a backend's own settings
+    # Dedicated Slurm options (flags > environment > $LLMB_INSTALL/cluster.yaml); None: not given.
+    nodelist: str | None = None
+    exclude: str | None = None  # nodes never to use (retries add the failed ones)
+    reservation: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    segment: int | None = None  # None: llmb's rule on 4-GPU-node systems
+    gres: str | None = None  # "gpu:N" / "none" / None: detected from the cluster (sinfo %G)
+    numa_binding: bool = True  # each rank under numactl on its GPU's socket
+    gpus_per_node: int | None = None  # the cluster's, when it differs from the GPU type's usual count
+    cluster_env: tuple[tuple[str, str], ...] = ()  # the cluster file's extra environment
 
     def given(self) -> list[str]:
         """The options set away from their defaults, by flag name."""
@@ -69,6 +80,7 @@ class RunOptions:
     checkpoint_load: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     engine: str | None = None  # torch | production; None: torch for proxies and on this machine
+    dump_env: bool = False  # write the run's effective environment (secrets redacted) beside its log
     submit: SubmitOptions = field(default_factory=SubmitOptions)
 
     @property
