@@ -36,3 +36,10 @@ def llmb_backends() -> list:
         return LocalBackend()
 
     return [Backend("local", "this machine: one process per rank, state on disk", load)]
+
+
+@hookimpl
+def llmb_flaky_signatures() -> list[str]:
+    from llmb.flaky import builtin_signatures
+
+    return list(builtin_signatures())

@@ -79,9 +79,25 @@ def llmb_log_parsers() -> list[LogParser]:
     whole lines (most chunks do not concern a parser, so test a literal with
     ``in`` before any regular expression), ``finish()`` returns what it
     found. The core's parsers are ``megatron_bridge``, ``nemo2``,
-    ``checkpoint``, ``nccl`` and ``failures``; another plugin's findings
-    appear in ``RunResult.extra`` under its parser's name. A parser that
-    raises is switched off for that log and the error is noted in the result.
+    ``checkpoint``, ``nccl``, ``nccl_transport`` and ``failures``; another
+    plugin's findings appear in ``RunResult.extra`` under its parser's name.
+    A parser that raises is switched off for that log and the error is noted
+    in the result.
+    """
+
+
+@hookspec
+def llmb_flaky_signatures() -> list[str]:
+    """Contribute flaky-failure signatures (1:N): literal, case-sensitive
+    strings whose presence in the tail of a failed run's log makes the
+    failure flaky, worth a fresh attempt (``llmb run --retries N``; the Slurm
+    backend retries them, excluding unhealthy nodes). The core contributes
+    the list of NVIDIA's performance launcher (Megatron-Bridge
+    scripts/performance); add the messages your site's transient faults
+    print (a filesystem's, a network plugin's). Return plain strings; keep
+    them specific, since one match makes a failure retryable. A failure that
+    follows the run's own NaN grad norm is never retried on a signature
+    (unless the run sets ``LLMB_RETRY_NAN=1``), whichever plugin added it.
     """
 
 

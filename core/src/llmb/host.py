@@ -263,6 +263,25 @@ class PluginHost:
                              f"(cluster backends come with llmb-backend-slurm and llmb-backend-runai).")
         return backends[name]
 
+    def flaky_signatures(self) -> tuple[str, ...]:
+        """Every plugin's flaky-failure signatures, the core's first, each once. A plugin whose
+        hook fails, or returns something other than non-empty strings, is skipped with a warning."""
+        found: dict[str, None] = {}
+        for impl in self.pm.hook.llmb_flaky_signatures.get_hookimpls():  # registration order: core first
+            try:
+                signatures = list(impl.function() or ())
+            except Exception as exc:  # noqa: BLE001
+                self.log.warning("plugin's flaky signatures failed; skipped", plugin=impl.plugin_name,
+                                 error=_describe(exc))
+                continue
+            bad = [s for s in signatures if not isinstance(s, str) or not s.strip()]
+            if bad:
+                self.log.warning("plugin's flaky signatures must be non-empty strings; its list is skipped",
+                                 plugin=impl.plugin_name, bad=repr(bad[0])[:80])
+                continue
+            found.update(dict.fromkeys(signatures))
+        return tuple(found)
+
     def log_parsers(self) -> list:
         """Every registered ``LogParser``, the core's first; a duplicate name is refused."""
         found: dict[str, object] = {}

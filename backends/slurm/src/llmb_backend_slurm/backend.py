@@ -20,8 +20,11 @@ job stays UNKNOWN and is looked up again at every poll. A job record with no
 attempt (llmb stopped during its first sbatch) is looked up the same way.
 
 Retries (``--retries N``) resubmit a fresh job, excluding the nodes that
-failed, only for infrastructure failures: NODE_FAIL, BOOT_FAIL, PREEMPTED,
-or a launch that never started the worker.
+failed, for infrastructure failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, a
+launch that never started the worker) and for flaky application failures:
+a failed job whose log ends with a known flaky signature (``llmb.flaky``),
+unless it follows the run's own NaN grad norm. Each retried attempt's record
+says why it ended (``ended``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import replace
 
 from llmb import experiment
 from llmb.errors import LlmbError, UsageError
+from llmb.flaky import FlakyFailure, flaky_failure, retry_nan_asked
 from llmb.images import check_reference, image_path
 from llmb.jobs import (
     CANCEL_FILE,
@@ -54,6 +58,7 @@ from llmb.jobs import (
 )
 from llmb.outcome import finish
 from llmb.paths import install_dir
+from llmb.results.scan import read_tail
 from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
 from llmb_backend_slurm import params
@@ -402,12 +407,24 @@ class SlurmBackend:
         why = slurm_state if slurm_state in INFRASTRUCTURE else None
         if why is None and state == "FAILED":
             why = node_failure(job.log) or (None if worker_started(job.log) else "the launch never started the worker")
-        if why:
+        flaky = self._flaky(job) if why is None and state == "FAILED" else None
+        where = nodes or "unknown nodes"
+        prefer_log_reason = True
+        if why or (flaky and flaky.retry):
             retries = job.details.get("slurm", {}).get("retries", 0)
+            cause = why or flaky.describe()
             if job.attempts <= retries:
-                return self._retry(job, attempt, why, nodes)
-            state, reason = "INFRA_FAILED", f"{why} on {nodes or 'unknown nodes'}" + (
+                return self._retry(job, attempt, cause, nodes)
+            reason = f"{cause} on {where}" + (
                 f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})" if job.attempts > 1 else "")
+            if why:
+                state = "INFRA_FAILED"
+            else:  # still the application's failure (FAILED), named by its signature
+                prefer_log_reason = False
+                if not retries:
+                    reason += " (not retried: llmb run --retries N resubmits such failures)"
+        elif flaky:  # it follows the run's own NaN
+            reason, prefer_log_reason = f"{flaky.describe()} on {where}, not retried: {flaky.why_not}", False
         elif state == "CANCELLED":
             requested = cancel_requested(job.id)
             reason = "cancelled" if requested else "cancelled outside llmb (scancel)"
@@ -416,9 +433,19 @@ class SlurmBackend:
             reason = f"time limit reached ({limit})" if limit else "time limit reached"
         elif state == "FAILED":
             reason = f"Slurm: {slurm_state or 'the job failed'}" + (f", {reason}" if reason else "")
-        written = finish(job, state, reason, prefer_log_reason=True, slurm_state=slurm_state,
+        written = finish(job, state, reason, prefer_log_reason=prefer_log_reason, slurm_state=slurm_state,
                          slurm_id=attempt["slurm_id"], nodes=nodes, attempts=job.attempts)
         return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
+
+    @staticmethod
+    def _flaky(job: Job) -> FlakyFailure | None:
+        """The known flaky signature (the core's and the plugins') at the end of the failed attempt's log.
+        The run's environment may opt in to retrying one that follows its own NaN (LLMB_RETRY_NAN=1)."""
+        from llmb.host import PluginHost
+
+        run = experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)) or {}
+        env = run.get("env") if isinstance(run.get("env"), dict) else {}
+        return flaky_failure(job.log, PluginHost().flaky_signatures(), retry_nan=retry_nan_asked(env))
 
     # ------------------------------------------------------------ retries
 
@@ -426,7 +453,9 @@ class SlurmBackend:
         bad = self._failed_nodes(nodes)
         slurm = dict(job.details["slurm"])
         slurm["exclude"] = sorted({*slurm.get("exclude", []), *bad})
-        job = replace(job, details={**job.details, "slurm": slurm})
+        ended = f"{why} on {nodes or 'unknown nodes'}; retried as attempt {job.attempts + 1}"
+        attempts = [*job.details["attempts"][:-1], {**job.details["attempts"][-1], "ended": ended}]
+        job = replace(job, details={**job.details, "slurm": slurm, "attempts": attempts})
         old = RunSpec.from_dict(experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)))
         fresh = experiment.create(old.workload, old.experiment)
         spec = old.relocated(old.run_dir, fresh.run_dir)
@@ -434,13 +463,13 @@ class SlurmBackend:
         recipe.update({"attempt": job.attempts + 1, "retry_of": attempt["slurm_id"], "submitted_at": now()})
         experiment.write_json(fresh.recipe_file, recipe)
         excluded = f", excluding {','.join(slurm['exclude'])}" if slurm["exclude"] else ""
-        _note(old.log, f"attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}) ended: {why} on "
-                       f"{nodes or 'unknown nodes'}; resubmitting as a fresh job{excluded}: {spec.log}")
+        _note(old.log, f"attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}) ended: {ended}, a fresh "
+                       f"job{excluded}: {spec.log}")
         _note(spec.log, f"retry of attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}, {why}); its log: "
                         f"{old.log}")
         job = self._submit_attempt(job, spec, first=False)
         save_job(job)
-        return JobStatus(job, "QUEUED", f"retrying after {why} (attempt {job.attempts})")
+        return JobStatus(job, "QUEUED", ended)
 
     def _failed_nodes(self, nodelist: str) -> list[str]:
         """The allocation's nodes Slurm now reports unhealthy (down, drained, failing)."""
@@ -523,12 +552,7 @@ def node_failure(log: str) -> str | None:
     """Whether srun or slurmstepd wrote, at the end of the log, that a node was
     lost under the job step: the batch script can exit (FAILED) before
     slurmctld records NODE_FAIL, and it is the same infrastructure failure."""
-    try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - NODE_FAILURE_TAIL))
-            tail = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
+    tail = read_tail(log, NODE_FAILURE_TAIL).decode("utf-8", errors="replace")
     for line in tail.splitlines():
         if line.startswith(("srun: ", "slurmstepd")) and any(words in line for words in NODE_FAILURE_LINES):
             return "node failure (reported by srun)"

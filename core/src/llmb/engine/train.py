@@ -28,17 +28,39 @@ from llmb.runspec import RunSpec
 
 MAX_LR, MIN_LR, WARMUP_STEPS, DECAY_STEPS = 3e-4, 3e-5, 10, 50
 CLIP_NORM = 1.0
-# Fault injection, to test how backends report a failing rank: "STEP" or
-# "STEP:RANK" makes that rank (default: every rank) raise at that step.
+# Fault injection: test hooks, to test how backends report and retry a failing rank.
+# LLMB_FAIL_AT_STEP: "STEP" or "STEP:RANK" makes that rank (default: every rank) raise at that step;
+# LLMB_FAIL_MESSAGE: the message it raises (e.g. a flaky signature; default: "injected failure ...");
+# LLMB_FAIL_ONCE=PATH: raise only while PATH does not exist, and create it (a retry then succeeds;
+#   give it with STEP:RANK, since one rank creates it);
+# LLMB_NAN_FROM_STEP=STEP: the loss is NaN from that step on (a diverging run: it logs grad norm nan).
 FAIL_AT_STEP = "LLMB_FAIL_AT_STEP"
+FAIL_MESSAGE = "LLMB_FAIL_MESSAGE"
+FAIL_ONCE = "LLMB_FAIL_ONCE"
+NAN_FROM_STEP = "LLMB_NAN_FROM_STEP"
 
 
-def injected_failure(step: int, rank: int) -> bool:
+def injected_failure(step: int, rank: int) -> str | None:
+    """The message this rank raises at ``step`` (LLMB_FAIL_AT_STEP), or None."""
     value = os.environ.get(FAIL_AT_STEP)
     if not value:
-        return False
+        return None
     at, _, who = value.partition(":")
-    return int(at) == step and (not who or int(who) == rank)
+    if int(at) != step or (who and int(who) != rank):
+        return None
+    once = os.environ.get(FAIL_ONCE)
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return None  # an earlier attempt failed here already
+    return os.environ.get(FAIL_MESSAGE) or f"injected failure at step {step} on rank {rank} ({FAIL_AT_STEP})"
+
+
+def injected_nan(step: int) -> bool:
+    """Whether LLMB_NAN_FROM_STEP makes this step's loss NaN."""
+    value = os.environ.get(NAN_FROM_STEP)
+    return bool(value) and step >= int(value)
 
 
 def learning_rate(step: int) -> float:
@@ -250,6 +272,8 @@ class Engine:
                         logits = self.module(inputs)
                         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
                         loss = loss / spec.ga
+                        if injected_nan(step):
+                            loss = loss * float("nan")
                     with self.range("backward"):
                         loss.backward()
                 loss_sum += loss.detach()
@@ -312,8 +336,8 @@ class Engine:
         start_profile, stop_profile = self.profiler()
         consumed = 0
         for step in range(1, spec.steps + 1):
-            if injected_failure(step, self.rank):
-                raise RuntimeError(f"injected failure at step {step} on rank {self.rank} ({FAIL_AT_STEP})")
+            if (message := injected_failure(step, self.rank)) is not None:
+                raise RuntimeError(message)
             start_profile(step)
             loss, grad_norm, seconds = self.step(step)
             stop_profile(step)

@@ -111,6 +111,24 @@ def read_regular(path: str, limit: int) -> bytes:
         return handle.read(min(size, limit))
 
 
+def read_tail(path: str, limit: int) -> bytes:
+    """The last ``limit`` bytes of a regular file (``open_regular``'s rules;
+    its first line may be partial), b"" when it cannot be read: a failed
+    job's last words are at the end of its log, however long the log."""
+    try:
+        handle, size = open_regular(path)
+    except OSError:
+        return b""
+    with handle:
+        try:
+            start = max(0, size - limit)
+            handle.seek(start)
+            tail = handle.read(size - start)
+        except OSError:
+            return b""
+    return tail
+
+
 def why_unreadable(path: str, exc: OSError) -> str:
     """``exc`` (from ``open_regular`` or a read) as a reason a person can act on."""
     name = os.path.basename(path)
