@@ -56,13 +56,15 @@ from llmb.jobs import (
     save_job,
     wait_until_ended,
 )
+from llmb.log import get_logger
 from llmb.outcome import finish
 from llmb.paths import install_dir
 from llmb.results.scan import read_tail
 from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
-from llmb_backend_slurm import params
+from llmb_backend_slurm import launch_plan
 from llmb_backend_slurm.commands import AnswerLost, QueryFailed, Row, SlurmCommands, submission_env
+from llmb_backend_slurm.launch_settings import Binding
 from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, render
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
@@ -138,14 +140,14 @@ class SlurmBackend:
                     raise UsageError(f"--mount {mount!r}: expected SRC:DST or SRC:DST:ro.")
             container = {"image": image, "mounts": mounts, "env_names": [*secrets, "PYTHONPATH"]}
             worker = [*spec.wrapper, "python3", "-m", "llmb.worker", run_file]
-        gres = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres
+        gpus_per_node = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres
         return {
             "account": submit.account, "partition": submit.partition,
-            "time_limit": _check_time_limit(submit.time_limit), "gpus_per_node": gres,
-            "requeue": submit.requeue, "exclusive": True,
-            "additional": [list(item) for item in params.parse(submit.additional)],
+            "time_limit": _check_time_limit(submit.time_limit), "gpus_per_node": gpus_per_node,
+            "requeue": submit.requeue, "exclusive": True, "mem": "0",
             "container": container, "worker": worker, "retries": submit.retries, "secrets": list(secrets),
-            "pythonpath": None if submit.bare else worker_pythonpath(), "exclude": [],
+            "pythonpath": None if submit.bare else worker_pythonpath(),
+            **launch_plan.plan(spec, submit, self.slurm, secrets, container is not None, problems),
         }
 
     def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:
@@ -155,11 +157,14 @@ class SlurmBackend:
             shutil.rmtree(job_dir(job.id), ignore_errors=True)
             raise
         job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
+        for warning in settings["warnings"]:
+            get_logger("llmb.slurm").warning(warning, job=job.id)
+            _note(spec.log, f"warning: {warning}")
         return self._submit_attempt(job, spec, first=True)
 
     def _script(self, job: Job, spec: RunSpec, attempt: int) -> BatchScript:
         s = job.details["slurm"]
-        env = dict(spec.env)
+        env = {**s.get("rank_env", {}), **spec.env}  # the run's own variables (the recipe's, --env) win
         if s.get("pythonpath"):
             env["PYTHONPATH"] = s["pythonpath"]
         container = Container(s["container"]["image"], tuple(s["container"]["mounts"]),
@@ -170,13 +175,20 @@ class SlurmBackend:
             output=os.path.join(spec.inner_dir, f"sbatch_{spec.experiment}.out"), log=spec.log,
             job_dir=job_dir(job.id), worker=tuple(s["worker"]), env=env, account=s.get("account"),
             partition=s.get("partition"), time_limit=s.get("time_limit"), gpus_per_node=s.get("gpus_per_node"),
-            exclusive=s.get("exclusive", True), requeue=s.get("requeue", False), exclude=tuple(s.get("exclude", ())),
-            additional=tuple((k, v) for k, v in s.get("additional", ())), container=container,
+            gres=s.get("gres"), exclusive=s.get("exclusive", True), mem=s.get("mem"),
+            requeue=s.get("requeue", False), segment=s.get("segment"), nodelist=s.get("nodelist"),
+            exclude=tuple(s.get("exclude", ())), reservation=s.get("reservation"), qos=s.get("qos"),
+            constraint=s.get("constraint"), additional=tuple((k, v) for k, v in s.get("additional", ())),
+            container=container, mpi=s.get("mpi"),
+            binding=Binding(**s["binding"]) if s.get("binding") else None,
         )
 
     def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:
         problems: list[str] = []
-        job = replace(job, attempts=0, details={"slurm": self.settings(spec, submit, problems), "attempts": []})
+        settings = self.settings(spec, submit, problems)
+        job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
+        for warning in settings["warnings"]:
+            get_logger("llmb.slurm").warning(warning, job=job.id)
         script_path = os.path.join(spec.run_dir, f"sbatch_{spec.experiment}.sh")
         try:
             text = render(self._script(job, spec, 1))
@@ -184,7 +196,7 @@ class SlurmBackend:
             raise UsageError(str(exc)) from None
         command = ["sbatch", "--parsable", f"--comment={submission_marker(job.id, 1)}", script_path]
         return {"backend": self.name, "script_path": script_path, "script": text, "command": command,
-                "secrets": job.details["slurm"]["secrets"],
+                "secrets": settings["secrets"], "warnings": settings["warnings"],
                 "run_spec": spec.to_dict(), "problems": problems, "text": text}
 
     def _submit_attempt(self, job: Job, spec: RunSpec, first: bool) -> Job:
@@ -530,13 +542,13 @@ class SlurmBackend:
 
 
 def worker_started(log: str) -> bool:
-    """Whether the log holds anything from the worker (beyond llmb's own notes and the errors of
-    srun and slurmstepd, e.g. ``slurmstepd-node1: error: execve(): ...``)."""
+    """Whether the log holds anything from the worker (beyond llmb's own notes, the ranks' binding
+    lines, and the errors of srun and slurmstepd, e.g. ``slurmstepd-node1: error: execve(): ...``)."""
     try:
         with open(log, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if line.strip() and not line.startswith(("[llmb] warning:", "[llmb] job ", "[llmb] retry ",
-                                                         "[llmb] attempt ", "srun: ", "slurmstepd",
+                                                         "[llmb] rank ", "[llmb] attempt ", "srun: ", "slurmstepd",
                                                          'Try "srun --help"')):
                     return True
     except OSError:

@@ -1,8 +1,8 @@
 """Slurm's client commands, each call a subprocess with a timeout.
 
 Nothing here decides anything about a job: it runs ``sbatch``, ``squeue``,
-``sacct``, ``scancel`` and ``scontrol``, parses what they print, and says
-when they failed. A failed query is reported as such (``QueryFailed``),
+``sacct``, ``scancel``, ``scontrol``, ``sinfo`` and ``srun``, parses what they
+print, and says when they failed. A failed query is reported as such (``QueryFailed``),
 never as a job state: a job is never cancelled or failed because Slurm did
 not answer.
 """
@@ -10,6 +10,7 @@ not answer.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from llmb.errors import UsageError
 TIMEOUT_S = 60.0
 SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
+SINFO_GPUS = "%G|%f"  # generic resources, node features
+# Answers that depend only on the installed Slurm (its configuration file), asked once per process.
+_ASKED: dict[tuple, str | None] = {}
 
 
 class QueryFailed(Exception):
@@ -83,6 +87,52 @@ class SlurmCommands:
         result = self.run(["scancel", *slurm_ids])
         if result.returncode != 0:
             raise QueryFailed(f"scancel failed: {_reason(result.stderr)}")
+
+    # ------------------------------------------------------------ what the cluster has
+
+    def _asked_once(self, argv: list[str]) -> str | None:
+        """What ``argv`` printed (stdout and stderr), once per process and Slurm configuration;
+        None when it failed or is not installed."""
+        key = (tuple(argv), (self.env if self.env is not None else os.environ).get("SLURM_CONF"))
+        if key not in _ASKED:
+            try:
+                result = self.run(argv)
+            except (QueryFailed, UsageError):
+                _ASKED[key] = None
+            else:
+                _ASKED[key] = result.stdout + result.stderr if result.returncode == 0 else None
+        return _ASKED[key]
+
+    def sbatch_has(self, option: str) -> bool | None:
+        """Whether ``sbatch --help`` lists ``--option``; None when sbatch could not be asked."""
+        text = self._asked_once(["sbatch", "--help"])
+        return None if text is None else re.search(rf"--{re.escape(option)}\b", text) is not None
+
+    def srun_has_mpi(self, plugin: str) -> bool | None:
+        """Whether ``srun --mpi=list`` names the MPI plugin; None when srun could not be asked."""
+        text = self._asked_once(["srun", "--mpi=list"])
+        return None if text is None else re.search(rf"\b{re.escape(plugin)}", text) is not None
+
+    def node_gpus(self, partition: str | None, nodelist: str | None) -> list[tuple[str, str]]:
+        """(generic resources, features) of each node group sinfo lists, for the partition and
+        nodes when given; QueryFailed when sinfo fails."""
+        argv = ["sinfo", "--noheader", f"--format={SINFO_GPUS}"]
+        if partition:
+            argv.append(f"--partition={partition}")
+        if nodelist:
+            argv.append(f"--nodes={nodelist}")
+        try:
+            result = self.run(argv)
+        except UsageError as exc:
+            raise QueryFailed(str(exc)) from None
+        if result.returncode != 0:
+            raise QueryFailed(f"sinfo failed: {_reason(result.stderr)}")
+        rows = []
+        for line in result.stdout.splitlines():
+            gres, _, features = line.strip().partition("|")
+            if gres or features:
+                rows.append((gres.strip(), features.strip()))
+        return rows
 
     # ------------------------------------------------------------ queries (one call for any number of jobs)
 

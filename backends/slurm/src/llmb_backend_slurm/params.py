@@ -70,3 +70,25 @@ def _refuse_owned(key: str) -> None:
     else:
         how = " (sbatch takes any unambiguous abbreviation of an option)"
     raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r} is sbatch's --{name}{how}; {OWNED[name]}.")
+
+
+# sbatch options llmb has a setting of its own for (--nodelist, --exclude, ..., --gres, --segment).
+DEDICATED = ("nodelist", "exclude", "reservation", "qos", "constraint", "gres", "segment")
+
+
+def dedicated(items: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[tuple[str, str | None]]]:
+    """The items sbatch reads as an option llmb has a setting for (by that option's name; one
+    each, or UsageError), and the others, in order."""
+    found: dict[str, str] = {}
+    rest = []
+    for key, value in items:
+        meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {key}
+        name = next(iter(meanings)) if len(meanings) == 1 else None
+        if name not in DEDICATED or value is None:
+            rest.append((key, value))
+            continue
+        if name in found:
+            raise UsageError(f"ADDITIONAL_SLURM_PARAMS gives --{name} twice ({found[name]!r} and {value!r}); "
+                             f"give it once.")
+        found[name] = value
+    return found, rest

@@ -1,13 +1,16 @@
 """The sbatch script of one attempt of a job.
 
-    #SBATCH lines     nodes, tasks per node, GPUs per node when the cluster uses
-                      gres, account, partition, time limit, the experiment name
-                      as job name, output in the seeds' layout, exclusive nodes,
-                      no in-place requeue, ADDITIONAL_SLURM_PARAMS
+    #SBATCH lines     nodes, tasks per node, GPUs per node (gres) where the
+                      cluster uses it, account, partition, time limit, the
+                      experiment name as job name, output in the seeds' layout,
+                      exclusive nodes, all their memory, no in-place requeue,
+                      the segment on NVL72 systems, nodelist, exclude,
+                      reservation, qos, constraint, ADDITIONAL_SLURM_PARAMS
     set-up            MASTER_ADDR = the address of the allocation's first host,
                       MASTER_PORT, the run's variables (every value shell-quoted)
-    srun              the worker on every rank: in NVIDIA's container through
-                      pyxis, or bare from the nodes' Python environment
+    srun              the worker on every rank, under numactl on its GPU's
+                      socket (binding.py): in NVIDIA's container through pyxis
+                      (with PMIx), or bare from the nodes' Python environment
     markers           started/exit files in the job directory: the state of
                       last resort when Slurm no longer knows the job
 
@@ -21,6 +24,9 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+
+from llmb_backend_slurm import binding as rank_binding
+from llmb_backend_slurm.launch_settings import Binding
 
 STARTED = "attempt-{attempt}.started"
 EXITED = "attempt-{attempt}.exit"
@@ -49,12 +55,21 @@ class BatchScript:
     account: str | None = None
     partition: str | None = None
     time_limit: str | None = None
-    gpus_per_node: str | None = None  # gres, when the cluster uses it (SBATCH_GPUS_PER_NODE)
+    gpus_per_node: str | None = None  # SBATCH_GPUS_PER_NODE, where the seeds set it
+    gres: str | None = None  # gpu:N, where the cluster schedules GPUs as generic resources
     exclusive: bool = True
+    mem: str | None = "0"  # all of each node's memory
     requeue: bool = False
+    segment: int | None = None
+    nodelist: str | None = None
     exclude: tuple[str, ...] = ()
+    reservation: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
     additional: tuple[tuple[str, str | None], ...] = ()
     container: Container | None = None
+    mpi: str | None = None  # srun --mpi
+    binding: Binding | None = None  # each rank under numactl; None: unbound
     generator: str = "llmb"
 
 
@@ -86,12 +101,13 @@ def render(script: BatchScript) -> str:
     if script.exclusive:
         lines.append(directive("exclusive"))
     lines.append(directive("requeue" if script.requeue else "no-requeue"))
-    for key, value in (("account", script.account), ("partition", script.partition), ("time", script.time_limit),
-                       ("gpus-per-node", script.gpus_per_node)):
+    for key, value in (("mem", script.mem), ("account", script.account), ("partition", script.partition),
+                       ("time", script.time_limit), ("gpus-per-node", script.gpus_per_node), ("gres", script.gres),
+                       ("segment", script.segment and str(script.segment)), ("nodelist", script.nodelist),
+                       ("exclude", ",".join(script.exclude)), ("reservation", script.reservation),
+                       ("qos", script.qos), ("constraint", script.constraint)):
         if value:
             lines.append(directive(key, value))
-    if script.exclude:
-        lines.append(directive("exclude", ",".join(script.exclude)))
     lines += [directive(key, value) for key, value in script.additional]
 
     started = f"{script.job_dir}/{STARTED.format(attempt=script.attempt)}"
@@ -117,6 +133,8 @@ def render(script: BatchScript) -> str:
         lines.append(f"export {name}={q(str(value))}")
 
     srun = ["srun", "--kill-on-bad-exit=1", "--wait=60", f"--ntasks-per-node={script.tasks_per_node}"]
+    if script.mpi:
+        srun.append(f"--mpi={script.mpi}")
     if script.container:
         c = script.container
         srun += [f"--container-image={c.image}", "--no-container-mount-home", "--container-writable"]
@@ -124,7 +142,18 @@ def render(script: BatchScript) -> str:
             srun.append(f"--container-mounts={','.join(c.mounts)}")
         names = sorted({*c.env_names, *script.env, "MASTER_ADDR", "MASTER_PORT", "LLMB_JOB_ID", "PYTHONUNBUFFERED"})
         srun.append(f"--container-env={','.join(names)}")
-    command = " ".join(q(part) for part in (*srun, *script.worker))
+    command = " ".join(q(part) for part in srun)
+    if script.binding:
+        command += f' bash -c "${rank_binding.VARIABLE}" ' + " ".join(map(q, rank_binding.wrapper_argv(script.binding)))
+        lines += [
+            "",
+            "# Each rank under numactl on its GPU's socket, as NVIDIA's Megatron-Bridge scripts/performance launcher",
+            "# runs it; it prints the binding it got, or why it runs unbound.",
+            f"IFS= read -r -d '' {rank_binding.VARIABLE} <<'LLMB_BIND_RANK'",
+            rank_binding.RANK_WRAPPER.rstrip("\n"),
+            "LLMB_BIND_RANK",
+        ]
+    command += " " + " ".join(map(q, script.worker))
     lines += [
         "",
         f"echo \"[llmb] job {script.job_id} attempt {script.attempt}: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, "
