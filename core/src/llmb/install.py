@@ -2,6 +2,8 @@
 
 For the chosen workloads (and GPU type) it creates the folders
 (``images/``, ``workloads/<workload>/experiments``, the Hugging Face cache),
+writes the cluster file's commented template (``cluster.yaml``, never over
+an existing one: ``llmb.cluster_config``),
 imports each container image the recipes run in with ``enroot import``
 (``llmb.images``), and fetches the Hugging Face files their production
 frameworks read (``llmb.hf``). Anything already there is skipped, so a rerun
@@ -23,7 +25,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from llmb import hf, images, worker_library
+from llmb import cluster_config, hf, images, worker_library
 from llmb.errors import UsageError
 from llmb.gpus import gpu_type
 from llmb.records import Variant, Workload
@@ -36,7 +38,7 @@ class Step:
     """One thing ``llmb install`` makes. ``status``: ``present`` (already there),
     ``planned``, ``done``, ``absent`` (an optional file the repository lacks), ``failed``."""
 
-    kind: str  # folder | library | image | huggingface
+    kind: str  # folder | config | library | image | huggingface
     what: str
     target: str
     status: str
@@ -55,6 +57,8 @@ class Step:
             return " ".join(self.command or ())
         if self.kind == "library":
             return f"copy {self.what} into {self.target}"
+        if self.kind == "config":
+            return f"write the commented template {self.target} (an existing file is kept)"
         auth = f" (Authorization: Bearer {MASK})" if token_set or self.gated else ""
         return f"GET {hf.url_of(self.repo, self.filename)}{auth} -> {self.target}"
 
@@ -133,6 +137,9 @@ def plan(workloads: list[Workload], install: str, *, gpu: str | None = None, var
     for folder in folders:
         result.steps.append(Step(kind="folder", what=folder, target=folder,
                                  status="present" if os.path.isdir(folder) else "planned"))
+    config = os.path.join(install, cluster_config.FILE_NAME)
+    result.steps.append(Step(kind="config", what="cluster file", target=config,
+                             status="present" if os.path.lexists(config) else "planned"))
     wanted = worker_library.versions(worker_library.contents())
     result.steps.append(Step(kind="library", what=", ".join(f"{d} {v}" for d, v in wanted.items()),
                              target=worker_library.library_dir(install),
@@ -237,6 +244,12 @@ def execute(steps: Plan, token: str | None, echo: Callable[[str], None]) -> None
         if step.kind == "folder":
             os.makedirs(step.target, exist_ok=True)
             step.status = "done"
+        elif step.kind == "config":
+            try:
+                written = cluster_config.write_template(step.target)
+                step.status = "done" if written else "present"
+            except OSError as exc:
+                step.status, step.error = "failed", f"could not write the cluster file template: {exc}"
         elif step.kind == "library":
             try:
                 worker_library.build(steps.install)

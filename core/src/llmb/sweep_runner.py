@@ -38,19 +38,20 @@ def request_for(task: Task) -> RecipeRequest:
                          overrides=parse_overrides(tuple(f"{k}={v}" for k, v in task.overrides.items())))
 
 
-def options_for(task: Task, base: dict):
-    """(RunOptions, backend) of a task: the command line's run options, then the task's own."""
-    from llmb.run_option_values import options_from
+def inputs_for(task: Task, base: dict):
+    """(request, RunOptions, backend) of a task: the command line's run options, then the task's own
+    (and the cluster file on a cluster backend)."""
+    from llmb.run_option_values import run_inputs
 
-    return options_from({**base, **task.options})
+    return run_inputs({**base, **task.options}, request_for(task))
 
 
 def check(host: PluginHost, tasks: list[Task], base: dict) -> list[Checked]:
     checked = []
     for task in tasks:
         try:
-            options, backend = options_for(task, base)
-            checked.append(Checked(task, submit_run(host, request_for(task), options, backend, dry_run=True)))
+            request, options, backend = inputs_for(task, base)
+            checked.append(Checked(task, submit_run(host, request, options, backend, dry_run=True)))
         except LlmbError as exc:
             checked.append(Checked(task, error=str(exc)))
     return checked
@@ -100,8 +101,8 @@ class SweepRun:
     def submit(self, index: int) -> None:
         task = self.sweep.tasks[index]
         try:
-            options, backend = options_for(task, self.base)
-            submitted = submit_run(self.host, request_for(task), options, backend)
+            request, options, backend = inputs_for(task, self.base)
+            submitted = submit_run(self.host, request, options, backend)
         except LlmbError as exc:  # checked before, but a cluster may still refuse
             self.states[index], self.errors[index] = "FAILED", f"not submitted: {exc}"
             return

@@ -30,6 +30,7 @@ COMMANDS = {
     "report": ("llmb.cli.report_cmd", "report_command", "Plot runs against GPU count and write an HTML/Markdown report."),
     "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
     "install": ("llmb.cli.install_cmd", "install_command", "Import container images and fetch Hugging Face files."),
+    "config": ("llmb.cli.config_cmd", "config_command", "Show the cluster file's settings and where each comes from."),
     "archive": ("llmb.cli.archive_cmd", "archive_command", "Pack the experiments (without profiles, traces, checkpoints)."),
 }
 

@@ -18,6 +18,9 @@ def _report(plan, token_set: bool, dry_run: bool) -> str:
         text = step.action(token_set) if step.status == "planned" else f"{step.what} -> {step.target}"
         lines.append(f"  {step.status:<8} {step.kind:<12} {text}")
     lines += [f"failed: {s.what}: {s.error}" for s in plan.steps if s.status == "failed"]
+    lines += [f"edit {s.target} for your cluster (account, partition, GPU type, images, mounts, ...); "
+              f"llmb config show lists what cluster runs will use" for s in plan.steps
+              if s.kind == "config" and s.status == "done"]
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ from llmb.cli.output import emit_json, render_table
 from llmb.cli.plan_cmd import build_request, recipe_options
 from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
-from llmb.run_option_values import options_from
+from llmb.run_option_values import run_inputs
 
 
 def _backend_of(ctx, job):
@@ -92,8 +92,8 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
     from llmb.jobs import created_job_ids
     from llmb.launch import submit_run
 
-    options, backend = options_from(run_kw)
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
+    request, options, backend = run_inputs(run_kw, request)  # with the cluster file on a cluster backend
     before = len(created_job_ids())
     try:
         submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)

@@ -1,9 +1,13 @@
 """``llmb run``'s options beyond the recipe as click options, shared with
-``llmb sweep``; ``llmb.run_option_values`` turns their values into RunOptions."""
+``llmb sweep``; ``llmb.run_option_values`` turns their values into RunOptions.
+A cluster option a flag does not give comes from its variable, then from
+``$LLMB_INSTALL/cluster.yaml`` (``llmb.cluster_settings``)."""
 
 from __future__ import annotations
 
 import click
+
+from llmb.cluster_settings import VARIABLES
 
 _OPTIONS = [
     click.option("--backend", envvar="LLMB_BACKEND", default="local", show_default=True,
@@ -33,10 +37,29 @@ _OPTIONS = [
     click.option("--engine", type=click.Choice(["torch", "production"]),
                  help="torch (llmb's own) or production (the recipe's framework in NVIDIA's container). "
                       "Default: torch on this machine and for --proxy, production on a cluster."),
-    click.option("--account", envvar="SBATCH_ACCOUNT", help="Cluster account. [env: SBATCH_ACCOUNT]"),
-    click.option("--partition", envvar="SBATCH_PARTITION", help="Cluster partition (queue). [env: SBATCH_PARTITION]"),
-    click.option("--time-limit", envvar="SBATCH_TIMELIMIT",
-                 help="Job time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM. [env: SBATCH_TIMELIMIT]"),
+    click.option("--account", envvar=VARIABLES["account"], help=f"Cluster account. [env: {VARIABLES['account']}]"),
+    click.option("--partition", envvar=VARIABLES["partition"],
+                 help=f"Cluster partition (queue). [env: {VARIABLES['partition']}]"),
+    click.option("--time-limit", envvar=VARIABLES["time_limit"],
+                 help=f"Job time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM. [env: {VARIABLES['time_limit']}]"),
+    click.option("--nodelist", envvar=VARIABLES["nodelist"], metavar="NODES",
+                 help=f"Run on these nodes, e.g. node[001-004]. [env: {VARIABLES['nodelist']}]"),
+    click.option("--exclude", envvar=VARIABLES["exclude"], metavar="NODES",
+                 help=f"Never run on these nodes. [env: {VARIABLES['exclude']}]"),
+    click.option("--reservation", envvar=VARIABLES["reservation"],
+                 help=f"Run in this reservation. [env: {VARIABLES['reservation']}]"),
+    click.option("--qos", envvar=VARIABLES["qos"], help=f"Quality of service. [env: {VARIABLES['qos']}]"),
+    click.option("--constraint", envvar=VARIABLES["constraint"], metavar="FEATURES",
+                 help=f"Node features, e.g. gpu&ib. [env: {VARIABLES['constraint']}]"),
+    click.option("--segment", type=click.IntRange(min=1), envvar=VARIABLES["segment"], metavar="N",
+                 help=f"Nodes per topology segment (default: llmb's rule on 4-GPU nodes). "
+                      f"[env: {VARIABLES['segment']}]"),
+    click.option("--gres", envvar=VARIABLES["gres"], metavar="gpu:N|none",
+                 help=f"How the cluster schedules GPUs (default: detected). [env: {VARIABLES['gres']}]"),
+    click.option("--numa-binding/--no-numa-binding", default=None, envvar=VARIABLES["numa_binding"],
+                 help=f"Each rank on its GPU's NUMA node (default: on). [env: {VARIABLES['numa_binding']}]"),
+    click.option("--dump-env", is_flag=True,
+                 help="Write each run's effective environment (secrets redacted) beside its log."),
     click.option("--retries", type=click.IntRange(min=0), default=0, show_default=True,
                  help="Resubmit a fresh job, away from the failed nodes, after an infrastructure failure."),
     click.option("--requeue", is_flag=True, help="Let the scheduler requeue the job in place (off by default)."),

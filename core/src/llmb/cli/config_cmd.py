@@ -1,0 +1,76 @@
+"""``llmb config``: the cluster file and the settings cluster runs take."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from llmb.cli import get_host
+from llmb.cli.output import emit_json, render_table
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
+
+
+def _source(item) -> str:
+    if item.source == "default":
+        return f"default ({item.default})" if item.value is None and item.default != "none" else "default"
+    return f"{item.source} {item.origin}"
+
+
+@click.group("config")
+def config_command() -> None:
+    """The cluster file ($LLMB_INSTALL/cluster.yaml): account, partition,
+    GPU type, images, mounts, environment and Slurm options that every
+    cluster run takes unless a flag or an environment variable gives
+    another value. docs/cluster-config.md describes every key."""
+
+
+@config_command.command("path")
+def path_command() -> None:
+    """Print the cluster file's path (whether or not it exists)."""
+    from llmb.cluster_config import cluster_file
+
+    click.echo(cluster_file())
+
+
+@config_command.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def show_command(ctx: click.Context, as_json: bool) -> None:
+    """Every cluster setting, its value and where it came from: an
+    environment variable, the cluster file, or llmb's default. A flag on
+    llmb run or llmb sweep wins over all of them; local runs use none."""
+    from llmb.cluster_config import cluster_file, effective, load
+
+    path = cluster_file()
+    config = load(path)
+    settings = effective(config, dict(os.environ))
+    images = next(s.value for s in settings if s.name == "images")
+    unknown = sorted(set(images) - set(get_host(ctx).workloads())) if images else []
+    for name in unknown:
+        click.echo(f"llmb: warning: {path}: images.{name} names no installed workload; no run uses it.", err=True)
+    if as_json:
+        emit_json({"file": path, "exists": config is not None, "settings": [
+            {"name": s.name, "key": s.key, "flag": s.flag, "variable": s.variable, "value": s.value,
+             "source": s.source, "origin": s.origin, "default": s.default} for s in settings]})
+        return
+    if config is None:
+        click.echo(f"cluster file: {path} (none yet: llmb install writes a commented template there, or create it "
+                   f"by hand; see docs/cluster-config.md)")
+    else:
+        click.echo(f"cluster file: {path}")
+    rows = [[s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)] for s in settings]
+    click.echo(render_table(["KEY", "VALUE", "FROM", "FLAG / VARIABLE"], rows))
+    click.echo("A flag wins over its variable, the variable over the file, the file over the default. "
+               "Local runs (--backend local) use none of these.", err=True)
