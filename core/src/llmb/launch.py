@@ -154,8 +154,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
             engine_profile = contribution.engine
         if contribution.note:
             warnings.append(contribution.note)
-    for name in env:  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
-        if problem := env_name_problem(name, "a plugin's environment variable"):
+    for variable in env:  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
+        if problem := env_name_problem(variable, "a plugin's environment variable"):
             raise PluginError(problem)
     if options.nccl_trace:
         steps = min(steps, NCCL_TRACE_STEPS)
