@@ -74,11 +74,15 @@ def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
 
 def write_json(path: str, data: dict) -> None:
     """Atomically: readers see the old file or the new one, never half."""
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_text(path: str, text: str) -> None:
+    """Atomically, as ``write_json``."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, default=str)
-            handle.write("\n")
+            handle.write(text)
         os.replace(tmp, path)
     except BaseException:  # a full disk, an interrupt: leave no half-written temporary behind
         try:

@@ -4,7 +4,8 @@
    needed) and plan it;
 2. check this machine can run it (local backend), pick device and precision;
 3. create the experiment directory in the seeds' layout and save the recipe
-   (``recipe.json``: the plan, plus what actually runs) beside it;
+   (``recipe.json``: the plan, plus what actually runs) and what submits it
+   (``provenance.json``'s submission section, ``llmb.provenance``) in it;
 4. collect the profilers' contributions;
 5. hand the ``RunSpec`` to the backend.
 """
@@ -15,7 +16,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, replace
 
-from llmb import experiment
+from llmb import experiment, job_env, provenance
 from llmb.capability import detect
 from llmb.env_names import env_name_problem
 from llmb.errors import PluginError, UsageError
@@ -178,6 +179,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         steps = framework_config["training"]["train_iters"]
         env = dict(framework_config["env"])
 
+    if options.dump_env:
+        env[job_env.DUMP_VARIABLE] = "1"  # rank 0 writes its environment beside the log (llmb.provenance)
+
     window_end = max(v.window[1] for v in workload.variants if v.name == recipe.variant)
     if steps < window_end and not load_dir and not options.nccl_trace:
         warnings.append(f"{steps} steps end before the statistics window's end ({window_end}): the run's result "
@@ -208,6 +212,10 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     if dry_run:
         description = host.backend_impl(backend_name).describe(spec, job, options.submit)
         return Submitted(job, spec, plan, tuple(warnings), description)
+    secret_names = {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets}
+    if problem := provenance.record_submission(where.run_dir, host, backend_name, spec, options.submit,
+                                               workload.variant(recipe.variant).container, secret_names):
+        warnings.append(problem)  # before the job exists: the job's side is merged into the file later
     experiment.write_json(where.recipe_file, recipe_record)
     with open(where.log, "a", encoding="utf-8") as handle:
         for warning in warnings:

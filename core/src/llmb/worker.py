@@ -7,6 +7,10 @@ backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
 ``SLURM_LOCALID`` (``srun``). An exception is printed with a ``[rankN]:``
 prefix on every line (as torchrun does), so that the failure reason can be
 told from the run's log, and the process exits 1.
+
+Before training, every rank checks its node's GPUs against the run's
+``--gpu`` and rank 0 records the job's side of ``provenance.json``
+(``llmb.provenance``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = RunSpec.from_dict(json.load(handle))
         if spec.engine not in ENGINES:
             raise ValueError(f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}")
+        from llmb.provenance import start_job
+
+        start_job(spec, rank=rank, world=world, local_rank=local_rank)  # the GPU check; rank 0 records provenance
         if spec.engine == "torch":
             from llmb.engine.train import train
         else:

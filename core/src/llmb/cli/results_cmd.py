@@ -148,13 +148,13 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None) -
     table = [
         [r["filename"], r["status"], r["window"], _f(r["time_mean_ms"], 3), _f(r["time_std_dev_ms"], 3),
          _f(r["tflops_per_gpu_mean"], 2), _f(r["tflops_per_gpu_std_dev"], 2), _f(r["tokens_per_s"], 0),
-         _f(r["mfu_pct"], 2), _f(r["days_to_train_1t"], 2),
+         _f(r["mfu_pct"], 2), _f(r["mfu_bf16_pct"], 2), _f(r["days_to_train_1t"], 2),
          "-" if r["reference_delta_pct"] is None else f"{r['reference_delta_pct']:+.1f}%"]
         for r in rows
     ]
     text = render_table(
         ["EXPERIMENT", "STATUS", "WINDOW", "TIME MEAN (ms)", "TIME STD (ms)", "TFLOPS/GPU", "TFLOPS STD",
-         "TOKENS/S", "MFU %", "DAYS/1T", "VS PUBLISHED"], table)
+         "TOKENS/S", "MFU %", "MFU BF16 %", "DAYS/1T", "VS PUBLISHED"], table)
     notes = []
     for r, result in zip(rows, results, strict=True):
         if r["failure_reason"]:
@@ -165,6 +165,11 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None) -
             calls = sum(c.calls for c in result.nccl)
             parts = ", ".join(f"{c.name} {c.calls} calls {c.bytes / 2**30:.2f} GiB" for c in result.nccl[:4])
             notes.append(f"{r['filename']}: NCCL trace: {calls} calls, {total / 2**30:.2f} GiB ({parts})")
+        if (transport := result.nccl_transport) is not None:
+            used = ", ".join(f"{name} {count}" for name, count in transport.channels.items()) or "no channel lines"
+            extra = "".join(f"; {what} {', '.join(names)}" for what, names in
+                            (("network", transport.networks), ("net plugin", transport.plugins)) if names)
+            notes.append(f"{r['filename']}: NCCL transport: {used}{extra}")
     if notes:
         text += "\n\n" + "\n".join(notes)
     return text
@@ -181,10 +186,12 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     """Parse the logs of the runs under DIRS (default: every workload's
     experiments directory in $LLMB_INSTALL) and show step time and
     TFLOP/s/GPU over the window (mean and sample standard deviation),
-    tokens/s, MFU, days to train 1T tokens, checkpoint timings, the
-    published step time and how far off it the run is, and why a run failed.
-    Every parsed run is stored in the results database."""
-    from llmb.results.export import nccl_rows, row, to_csv, to_json
+    tokens/s, MFU (against the run dtype's peak and against the BF16 peak),
+    days to train 1T tokens, checkpoint timings, the published step time and
+    how far off it the run is, why a run failed, and the transports NCCL used
+    (a warning when nodes talked over TCP sockets). Every parsed run is
+    stored in the results database."""
+    from llmb.results.export import nccl_rows, nccl_transport_row, row, to_csv, to_json
 
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
     rows = [row(result, name=display_name(where, full_names), run_id=run_id) for where, result, run_id in picked]
@@ -192,9 +199,13 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     if fmt == "csv":
         click.echo(terminal_safe(to_csv(rows)), nl=False)
     elif fmt == "json":
+        from llmb.provenance import of_log
+
         for r, (_, result, _) in zip(rows, picked, strict=True):
             r["notes"] = list(result.notes)
             r["nccl"] = nccl_rows(result)
+            r["nccl_transport"] = nccl_transport_row(result)
+            r["provenance"] = of_log(result.log)  # the run directory's provenance.json (docs/provenance.md)
         click.echo(to_json(rows))
     else:
         from llmb.paths import experiments_dirs
