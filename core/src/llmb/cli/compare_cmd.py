@@ -14,6 +14,14 @@ def _fmt(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _mfu(at_dtype: float | None, at_bf16: float | None, dtype: str | None) -> str:
+    """``MFU 41.20%``, and against the BF16 peak where the dtype is another (``20.60% of the BF16 peak``)."""
+    text = f"MFU {_fmt(at_dtype, 2)}%"
+    if dtype != "bf16" and at_bf16 is not None:
+        text += f" ({_fmt(at_bf16, 2)}% of the BF16 peak)"
+    return text
+
+
 def _baselines(ctx, spec: str | None, db_path: str | None):
     """``--baseline RUN`` (a run id in the results database) or ``FILE``."""
     from llmb.results.compare import Baseline, key_of, load_baselines
@@ -65,10 +73,11 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
             {
                 "filename": name, "run_id": run_id, "status": result.status,
                 "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
-                "tokens_per_s": result.tokens_per_s, "mfu_pct": result.mfu_pct,
+                "tokens_per_s": result.tokens_per_s, "mfu_pct": result.mfu_pct, "mfu_bf16_pct": result.mfu_bf16_pct,
                 "published": None if result.reference_step_time_ms is None else {
                     "step_time_ms": result.reference_step_time_ms, "tokens_per_s": result.reference_tokens_per_s,
-                    "mfu_pct": result.reference_mfu_pct, "source": result.reference_source,
+                    "mfu_pct": result.reference_mfu_pct, "mfu_bf16_pct": result.reference_mfu_bf16_pct,
+                    "source": result.reference_source,
                 },
                 "verdicts": [
                     {"against": v.against, "outcome": v.outcome, "ratio": v.ratio, "reference_ms": v.reference_ms,
@@ -101,10 +110,12 @@ def _render(report: list, threshold: float) -> str:
                            "DETAIL"], rows)]
     for name, result, _, _ in report:
         if result.reference_step_time_ms is not None and result.stats and result.stats.time_mean_ms:
+            dtype = result.context.dtype
             parts.append(
-                f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, MFU {_fmt(result.mfu_pct, 2)}%; "
+                f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
+                f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
                 f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
-                f"MFU {_fmt(result.reference_mfu_pct, 2)}% ({result.reference_source})"
+                f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({result.reference_source})"
             )
     total = sum(len(v) for *_, v in report)
     from llmb.results.compare import regressed

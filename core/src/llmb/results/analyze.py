@@ -24,6 +24,15 @@ Statistics are over the window's iterations (printed numbers, inclusive):
 mean and *sample* standard deviation, step time in ms, TFLOP/s/GPU paired
 with its own iteration. Where the workload's logs carry no valid TFLOPS
 (Nemotron-H) they are computed per iteration from the workload's FLOPs.
+
+MFU is given twice: against the dense peak of the run's dtype (the seeds'
+way) and against the BF16 peak (comparable across dtypes); each only where
+the GPU type lists that peak (``data/gpus.yaml``), never against another.
+The published MFU is restated against the BF16 peak the same way.
+
+NCCL's transport set-up lines (``NCCL_DEBUG=INFO``) name the transports the
+run's communicators used; a run whose ranks talked across nodes over TCP
+sockets gets a warning note: its step times do not represent the cluster.
 """
 
 from __future__ import annotations
@@ -31,14 +40,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
-from llmb.metrics import days_to_train, mfu, tokens_per_second
+from llmb.gpus import catalogue
+from llmb.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
 from llmb.records import ReferenceResult, Variant, Workload
 from llmb.results.records import (
     CheckpointTimings,
     Failure,
     IterationLog,
+    NcclTransport,
     RunContext,
     RunResult,
     Sample,
@@ -113,11 +125,12 @@ def analyze(
     workload: Workload | None = None,
     window: tuple[int, int] | None = None,
     flops_per_sample: float | None = None,
-    peak_tflops: float | None = None,
+    peaks: Mapping[str, float] | None = None,
     missing_log_reason: str = "no log file",
 ) -> RunResult:
-    """``flops_per_sample`` (the workload's formula) and ``peak_tflops`` (GPU
-    type and dtype) are what the derived metrics need; either may be None."""
+    """``flops_per_sample`` (the workload's formula) and ``peaks`` (the GPU
+    type's dense peaks by dtype) are what the derived metrics need; either may
+    be None (no peaks: a CPU run, an unknown GPU type)."""
     if report is None:
         return _without_log(None, context, "no_log", missing_log_reason, workload, window)
 
@@ -140,24 +153,32 @@ def analyze(
     notes += _scan_notes(report, iterations)
     status, reason = _status(iterations, samples, window, failure, report, context.job_state)
 
-    tokens = days = mfu_pct = None
+    tokens = days = mfu_pct = mfu_bf16_pct = None
     if stats and stats.time_mean_ms and context.seq_len and gbs:
         tokens = tokens_per_second(context.seq_len, gbs, stats.time_mean_ms / 1000.0)
         days = days_to_train(tokens)
-    if stats and stats.time_mean_ms and peak_tflops:
+    if stats and stats.time_mean_ms and peaks:
         use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
+        model_tflops = None
         if use_log and stats.tflops_mean is not None:
-            mfu_pct = 100 * mfu(stats.tflops_mean, peak_tflops)
+            model_tflops = stats.tflops_mean
         elif flops_per_sample and gbs and context.gpus:
             model_tflops = gbs * flops_per_sample / (stats.time_mean_ms / 1000.0) / context.gpus / 1e12
-            mfu_pct = 100 * mfu(model_tflops, peak_tflops)
+        if model_tflops is not None:
+            mfu_pct, mfu_bf16_pct = mfu_pcts(model_tflops, peaks, context.dtype)
+
+    transport = findings.get("nccl_transport")
+    if transport is not None and transport.over_sockets(context.nodes):
+        notes.append(socket_warning(transport))
 
     reference = find_reference(workload, context, variant)
-    ref_ms = delta = None
+    ref_ms = delta = ref_mfu_bf16 = None
     if reference is not None:
         ref_ms = reference.step_time_s * 1000.0
         if stats and stats.time_mean_ms:
             delta = delta_pct(stats.time_mean_ms, ref_ms)
+        if reference.gpu in catalogue():
+            ref_mfu_bf16 = mfu_at_bf16_pct(reference.mfu_pct, catalogue()[reference.gpu].peak_tflops, reference.dtype)
     if context.proxy:
         notes.append("proxy run: not compared with the published figures")
 
@@ -174,13 +195,16 @@ def analyze(
         samples=tuple(samples),
         tokens_per_s=tokens,
         mfu_pct=mfu_pct,
+        mfu_bf16_pct=mfu_bf16_pct,
         days_1t=days,
         checkpoint=findings.get("checkpoint") or CheckpointTimings(),
         failure=failure,
         nccl=tuple(findings.get("nccl") or ()),
+        nccl_transport=transport,
         reference_step_time_ms=ref_ms,
         reference_tokens_per_s=reference.tokens_per_s if reference else None,
         reference_mfu_pct=reference.mfu_pct if reference else None,
+        reference_mfu_bf16_pct=ref_mfu_bf16,
         reference_delta_pct=delta,
         reference_source=reference.provenance.describe() if reference else None,
         notes=tuple(notes),
@@ -203,7 +227,16 @@ def _without_log(log: str | None, context: RunContext, status: str, reason: str,
                      stats=None, max_iteration=None, last_iteration=None)
 
 
-_CORE_FINDINGS = {"megatron_bridge", "nemo2", "checkpoint", "nccl", "failures"}
+_CORE_FINDINGS = {"megatron_bridge", "nemo2", "checkpoint", "nccl", "nccl_transport", "failures"}
+
+
+def socket_warning(transport: NcclTransport) -> str:
+    """The note of a run whose ranks talked across nodes over TCP sockets."""
+    used = ", ".join(f"{name} ({count})" for name, count in transport.channels.items()) or "no channel lines"
+    return (f"warning: NCCL connected this run's nodes over TCP sockets (NET/Socket), not InfiniBand/RoCE or a "
+            f"network plugin (channels: {used}; network: {', '.join(transport.networks) or '-'}): its step "
+            f"times do not represent the cluster. Check that the job sees the HCAs and NCCL's net plugin "
+            f"(NCCL_IB_HCA, NCCL_NET_PLUGIN, the container's mounts).")
 
 
 def _with_hint(failure: Failure, workload: Workload | None, context: RunContext) -> Failure:

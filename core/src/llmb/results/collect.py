@@ -93,22 +93,22 @@ class Collector:
         if context.gpu is None and assume_gpu:
             context = complete_from_recipes(replace(context, gpu=assume_gpu.lower()), workload)
         flops = context.flops_per_sample
-        peak = None
+        peaks = None
         if flops is None and workload is not None and context.size in workload.architectures and context.seq_len:
             arch = workload.architecture(context.size)
             if context.layers:
                 arch = arch.with_layers(min(context.layers, arch.layers))
             model = self.host.model_flops(workload, arch, context.seq_len)
             flops = model.per_sample if model else None
-        if context.gpu in catalogue() and context.dtype and context.device != "cpu":  # no GPU peak for a CPU run
-            peak = catalogue()[context.gpu].peak(context.dtype)
+        if context.gpu in catalogue() and context.device != "cpu":  # no GPU peak for a CPU run
+            peaks = catalogue()[context.gpu].peak_tflops
         try:
             report = scan(location.log, self.parsers) if location.log else None
         except OSError as exc:
             return unreadable(location.log, context, why_unreadable(location.log, exc), workload=workload,
                               window=window)
         return analyze(
-            report, context, workload=workload, window=window, flops_per_sample=flops, peak_tflops=peak,
+            report, context, workload=workload, window=window, flops_per_sample=flops, peaks=peaks,
             missing_log_reason=f"no log-*.out file in {location.run_dir}",
         )
 

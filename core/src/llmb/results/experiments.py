@@ -120,6 +120,7 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
             gpu=_text(recipe.get("gpu")),
             dtype=_text(recipe.get("dtype")),
             gpus=_number(recipe.get("gpus")),
+            nodes=_number(recipe.get("nodes")),
             gbs=_number(recipe.get("gbs")),
             seq_len=_number(recipe.get("seq_len")),
             layers=_number(recipe.get("layers")),

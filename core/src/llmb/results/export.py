@@ -22,8 +22,9 @@ LEGACY_COLUMNS = (
 )
 COLUMNS = LEGACY_COLUMNS + (
     "workload", "variant", "size", "gpu", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
-    "tflops_source", "tokens_per_s", "mfu_pct", "days_to_train_1t", "checkpoint_save_s", "checkpoint_load_s",
-    "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct", "reference_delta_pct",
+    "tflops_source", "tokens_per_s", "mfu_pct", "mfu_bf16_pct", "days_to_train_1t", "checkpoint_save_s",
+    "checkpoint_load_s", "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct",
+    "reference_mfu_bf16_pct", "reference_delta_pct",
     "failure_reason", "failure_hint", "run_id", "log",
 )
 
@@ -60,13 +61,15 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "samples_in_window": s.count if s else 0,
         "tflops_source": s.tflops_source if s else None,
         "tokens_per_s": _round(result.tokens_per_s, 1),
-        "mfu_pct": _round(result.mfu_pct, 2),
+        "mfu_pct": _round(result.mfu_pct, 2),  # against the run dtype's peak
+        "mfu_bf16_pct": _round(result.mfu_bf16_pct, 2),  # against the BF16 peak
         "days_to_train_1t": _round(result.days_1t, 2),
         "checkpoint_save_s": _round(result.checkpoint.save_s, 3),
         "checkpoint_load_s": _round(result.checkpoint.load_s, 3),
         "reference_step_time_ms": _round(result.reference_step_time_ms, 3),
         "reference_tokens_per_s": _round(result.reference_tokens_per_s, 1),
         "reference_mfu_pct": _round(result.reference_mfu_pct, 2),
+        "reference_mfu_bf16_pct": _round(result.reference_mfu_bf16_pct, 2),
         "reference_delta_pct": _round(result.reference_delta_pct, 2),
         "failure_reason": result.reason,
         "failure_hint": result.failure.hint if result.failure else None,
@@ -121,3 +124,13 @@ def nccl_rows(result: RunResult) -> list[dict[str, Any]]:
         }
         for c in result.nccl
     ]
+
+
+def nccl_transport_row(result: RunResult) -> dict[str, Any] | None:
+    """The transports NCCL's set-up lines name (None: the log has none), and whether the
+    run's nodes talked over TCP sockets."""
+    t = result.nccl_transport
+    if t is None:
+        return None
+    return {"channels": dict(t.channels), "networks": list(t.networks), "plugins": list(t.plugins),
+            "hosts": t.hosts, "over_sockets": t.over_sockets(result.context.nodes)}

@@ -2,7 +2,8 @@
 
 Formats (field-facts §2): Megatron-Bridge iteration lines, NeMo 2
 (Lightning) iteration lines, checkpoint save/load timings in both formats,
-NCCL collective traces, and the lines that say why a run failed.
+NCCL collective traces, NCCL's transport set-up lines, and the lines that
+say why a run failed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import re
 from collections import Counter
 
-from llmb.results.records import CheckpointTimings, Collective, Failure, IterationLog, Sample
+from llmb.results.records import CheckpointTimings, Collective, Failure, IterationLog, NcclTransport, Sample
 from llmb.results.scan import LogParser
 
 MAX_SAMPLES = 100_000  # distinct iterations kept; a real run logs tens
@@ -280,6 +281,56 @@ class NcclReader:
         )
 
 
+# NCCL's set-up lines (NCCL_DEBUG=INFO; subsystems INIT, NET, P2P, SHM), after NCCL's prefix
+# "host:pid:tid [dev] NCCL INFO ": transport/net.cc, p2p.cc, shm.cc, coll_net.cc, init.cc, plugin/net.
+_VIA = re.compile(rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)")
+_NETWORK = re.compile(rb"NCCL INFO Using network ([^\n]+?)\s*$")
+_PLUGIN = re.compile(rb"NCCL INFO NET/Plugin ?: Loaded net plugin ([^\n]+?)(?: \(v\d+\))?\s*$")
+_HOST = re.compile(rb"(?:^|\s)([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO ")
+MAX_HOSTS = 1 << 16
+
+
+class NcclTransportReader:
+    """Which transports the run's NCCL communicators used: ``Channel 00/0 : 0[0]
+    -> 8[0] [send] via NET/IB/0/GDRDMA`` (and ``via NET/Socket/0``, ``via
+    P2P/IPC``, ``via P2P/CUMEM``, ``via SHM/direct``, ``CollNet 00/0 : 0
+    [send] via COLLNET/SHARP/0``), ``Using network IB``, ``NET/Plugin: Loaded
+    net plugin NAME (v8)``, and the hosts in NCCL's line prefix. NCCL writes
+    them with ``NCCL_DEBUG=INFO`` (its default subsystems include INIT; a
+    trace limited to ``NCCL_DEBUG_SUBSYS=COLL`` leaves them out)."""
+
+    def __init__(self) -> None:
+        self.channels: Counter[str] = Counter()
+        self.networks: dict[str, None] = {}
+        self.plugins: dict[str, None] = {}
+        self.hosts: set[bytes] = set()
+
+    def feed(self, chunk: bytes) -> None:
+        if b"NCCL INFO" not in chunk:
+            return
+        for _, line in lines_containing(chunk, b" via ", b"NCCL INFO Using network", b"NET/Plugin"):
+            if b"NCCL INFO" not in line:
+                continue
+            if (m := _VIA.search(line)) is not None:
+                kind, name, p2p, shm = m.groups()
+                label = shm or (b"P2P/" + p2p if p2p else kind + b"/" + name)
+                self.channels[label.decode("utf-8", "replace")] += 1
+            elif (m := _NETWORK.search(line)) is not None:
+                self.networks.setdefault(m.group(1).decode("utf-8", "replace"))
+            elif (m := _PLUGIN.search(line)) is not None:
+                self.plugins.setdefault(m.group(1).decode("utf-8", "replace"))
+            else:
+                continue
+            if len(self.hosts) < MAX_HOSTS and (host := _HOST.search(line)) is not None:
+                self.hosts.add(host.group(1))
+
+    def finish(self) -> NcclTransport | None:
+        if not (self.channels or self.networks or self.plugins):
+            return None
+        return NcclTransport(channels=dict(self.channels.most_common()), networks=tuple(self.networks),
+                             plugins=tuple(self.plugins), hosts=len(self.hosts))
+
+
 # kind -> (literals one of which every such line holds, the literals that mark the line)
 _FAILURE_NEEDLES = {
     "cuda_oom": ((b"out of memory",), (b"CUDA out of memory", b"CUDA error: out of memory")),
@@ -352,6 +403,8 @@ class FailureReader:
 
 BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the others read
     LogParser("nccl", "NCCL collective trace (NCCL_DEBUG_SUBSYS=COLL)", NcclReader),
+    LogParser("nccl_transport", "NCCL transports: channels, network, net plugin (NCCL_DEBUG=INFO)",
+              NcclTransportReader),
     LogParser("megatron_bridge", "Megatron-Bridge iteration and Step Time lines", MegatronBridgeReader),
     LogParser("nemo2", "NeMo 2 (Lightning) iteration lines", NeMo2Reader),
     LogParser("checkpoint", "checkpoint save and load timings (Megatron and NeMo)", CheckpointReader),

@@ -20,6 +20,11 @@ STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "
             "unreadable", "too_short", "cancelled")
 
 
+# The version of what llmb derives from a log; bump it when a change adds or alters a result's
+# fields (2: MFU against both peaks, NCCL transports), so stored results are computed again.
+ANALYSIS = 2
+
+
 @dataclass(frozen=True)
 class Sample:
     """One training iteration as logged (step time in milliseconds)."""
@@ -66,6 +71,24 @@ class Collective:
     bytes: int
     communicator_sizes: dict[int, int]  # nranks -> calls
     unknown_datatypes: int = 0  # calls whose datatype code llmb does not know (no bytes counted)
+
+
+@dataclass(frozen=True)
+class NcclTransport:
+    """How the run's NCCL communicators connected, from ``NCCL_DEBUG=INFO``'s
+    set-up lines: ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA``,
+    ``Using network IB``, ``NET/Plugin: Loaded net plugin ...``."""
+
+    channels: dict[str, int]  # transport (NET/IB, NET/Socket, P2P/IPC, SHM, COLLNET/...) -> connections logged
+    networks: tuple[str, ...] = ()  # "Using network X": IB, Socket, or a net plugin's name
+    plugins: tuple[str, ...] = ()  # net plugins NCCL loaded
+    hosts: int = 0  # distinct hosts that wrote NCCL INFO lines
+
+    def over_sockets(self, nodes: int | None = None) -> bool:
+        """Whether ranks on different nodes talked over TCP sockets: a channel via NET/Socket, or
+        Socket the only network on a run of more than one node (``nodes``, or the hosts NCCL named)."""
+        multi_node = self.hosts > 1 or (nodes or 1) > 1
+        return "NET/Socket" in self.channels or (multi_node and self.networks == ("Socket",))
 
 
 @dataclass(frozen=True)
@@ -129,19 +152,23 @@ class RunResult:
     last_iteration: int | None
     samples: tuple[Sample, ...] = ()
     tokens_per_s: float | None = None
-    mfu_pct: float | None = None
+    mfu_pct: float | None = None  # against the dense peak of the run's dtype
+    mfu_bf16_pct: float | None = None  # against the BF16 dense peak (mfu_pct for a BF16 run)
     days_1t: float | None = None
     checkpoint: CheckpointTimings = CheckpointTimings()
     failure: Failure | None = None
     nccl: tuple[Collective, ...] = ()
+    nccl_transport: NcclTransport | None = None
     reference_step_time_ms: float | None = None
     reference_tokens_per_s: float | None = None
     reference_mfu_pct: float | None = None
+    reference_mfu_bf16_pct: float | None = None
     reference_delta_pct: float | None = None
     reference_source: str | None = None
     notes: tuple[str, ...] = ()
     bytes_read: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    analysis: int = ANALYSIS  # what computed it; a stored result of another is computed again
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +176,7 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         values = dict(data)
+        values.setdefault("analysis", 1)  # stored before the analysis was versioned
         values["context"] = RunContext(**values["context"])
         values["window"] = tuple(values["window"])
         values["stats"] = WindowStats(**values["stats"]) if values.get("stats") else None
@@ -159,6 +187,11 @@ class RunResult:
             Collective(**{**c, "communicator_sizes": {int(k): v for k, v in c["communicator_sizes"].items()}})
             for c in values.get("nccl", ())
         )
+        if values.get("nccl_transport"):
+            transport = values["nccl_transport"]
+            values["nccl_transport"] = NcclTransport(
+                channels=dict(transport["channels"]), networks=tuple(transport.get("networks", ())),
+                plugins=tuple(transport.get("plugins", ())), hosts=transport.get("hosts", 0))
         values["notes"] = tuple(values.get("notes", ()))
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from llmb.errors import LlmbError
-from llmb.results.records import RunResult
+from llmb.results.records import ANALYSIS, RunResult
 
 BUSY_TIMEOUT_S = 60.0
 TIMEOUT_VARIABLE = "LLMB_DB_TIMEOUT"
@@ -219,7 +219,10 @@ class ResultStore:
             ).fetchone()
         if row is None or (row[3], row[4]) != (log_size, log_mtime_ns):
             return None
-        return StoredRun(row[0], row[1], self._result(row[0], row[2]))
+        result = self._result(row[0], row[2])
+        if result.analysis != ANALYSIS:
+            return None  # computed by another llmb's analysis: compute it again
+        return StoredRun(row[0], row[1], result)
 
     def get(self, run_id: int) -> StoredRun | None:
         with self._guard("cannot be read"):

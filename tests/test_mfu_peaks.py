@@ -1,0 +1,112 @@
+"""MFU against both peaks: the run dtype's and BF16's, each only where the
+GPU type lists it (data/gpus.yaml), never another peak in its place; in the
+results row, the table, llmb compare and the published figures."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from experiment_dirs import make_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import loggen  # noqa: E402
+from llmb.gpus import catalogue  # noqa: E402
+from llmb.metrics import mfu_at_bf16_pct, mfu_pcts  # noqa: E402
+from llmb.results.collect import Collector  # noqa: E402
+from llmb.results.records import RunResult  # noqa: E402
+
+MB = "pretrain_llama3_8b_{dtype}_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
+NH256 = "pretrain_nemotronh_56b_fp8_gpus256_tp8_pp1_cp1_vpNone_mbs1_gbs768"
+TFLOPS = 900.0  # every iteration's logged TFLOP/s/GPU
+
+
+def run_dir(root: Path, gpu: str, dtype: str, device: str | None = None) -> str:
+    recipe = {"workload": "llama31", "size": "8b", "gpu": gpu, "dtype": dtype, "gpus": 8, "gbs": 128,
+              "seq_len": 8192}
+    if device:
+        recipe["device"] = device
+    make_run(root, MB.format(dtype=dtype), loggen.megatron_bridge_lines(
+        range(1, 51), tflops=dict.fromkeys(range(1, 51), TFLOPS)), recipe=recipe)
+    return str(root)
+
+
+def result(host, root: Path) -> RunResult:
+    (collected,) = Collector(host).collect([str(root)])
+    return collected.result
+
+
+def test_the_pair_is_against_the_dtypes_peak_and_the_bf16_peak():
+    h100 = catalogue()["h100"].peak_tflops
+    assert mfu_pcts(900.0, h100, "fp8") == (pytest.approx(100 * 900 / 1979), pytest.approx(100 * 900 / 989))
+    at_dtype, at_bf16 = mfu_pcts(900.0, h100, "bf16")
+    assert at_dtype == at_bf16 == pytest.approx(100 * 900 / 989)
+    assert mfu_pcts(900.0, h100, "nvfp4") == (None, pytest.approx(100 * 900 / 989))  # H100 lists no NVFP4 peak
+    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (None, None)  # no H200 peak is known
+    assert mfu_pcts(900.0, catalogue()["b200"].peak_tflops, None) == (None, pytest.approx(40.0))
+    assert mfu_at_bf16_pct(20.0, catalogue()["gb200"].peak_tflops, "fp8") == pytest.approx(40.0)
+    assert mfu_at_bf16_pct(20.0, catalogue()["h200"].peak_tflops, "fp8") is None
+    assert mfu_at_bf16_pct(None, catalogue()["h100"].peak_tflops, "fp8") is None
+
+
+@pytest.mark.parametrize(("gpu", "dtype", "at_dtype", "at_bf16"), [
+    ("h100", "fp8", 100 * TFLOPS / 1979, 100 * TFLOPS / 989),
+    ("h100", "bf16", 100 * TFLOPS / 989, 100 * TFLOPS / 989),
+    ("b200", "nvfp4", 100 * TFLOPS / 9000, 100 * TFLOPS / 2250),
+    ("h200", "fp8", None, None),  # no peak listed: no MFU, not the H100's
+    ("h200", "bf16", None, None),
+])
+def test_a_runs_mfu_against_both_peaks(host, tmp_path, gpu, dtype, at_dtype, at_bf16):
+    r = result(host, Path(run_dir(tmp_path, gpu, dtype)))
+    assert r.status == "success" and r.stats.tflops_mean == pytest.approx(TFLOPS)
+    assert r.mfu_pct == (None if at_dtype is None else pytest.approx(at_dtype))
+    assert r.mfu_bf16_pct == (None if at_bf16 is None else pytest.approx(at_bf16))
+
+
+def test_a_cpu_run_has_no_mfu(host, tmp_path):
+    r = result(host, Path(run_dir(tmp_path, "h100", "bf16", device="cpu")))
+    assert (r.mfu_pct, r.mfu_bf16_pct) == (None, None)
+
+
+def test_the_published_mfu_is_restated_against_the_bf16_peak(host, tmp_path):
+    make_run(tmp_path, NH256, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768,
+                                                 tflops=dict.fromkeys(range(50), 0.0)),
+             recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,
+                     "gbs": 768, "seq_len": 8192})
+    r = result(host, tmp_path)
+    assert round(r.mfu_pct, 2) == 26.86  # the seed's worked example, against the FP8 peak
+    assert r.mfu_bf16_pct == pytest.approx(r.mfu_pct * 1979 / 989)
+    assert r.reference_mfu_pct is not None
+    assert r.reference_mfu_bf16_pct == pytest.approx(r.reference_mfu_pct * 1979 / 989)
+    again = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert (again.mfu_bf16_pct, again.reference_mfu_bf16_pct) == (r.mfu_bf16_pct, r.reference_mfu_bf16_pct)
+
+
+def test_results_and_compare_show_both(cli, tmp_path):
+    root = tmp_path / "runs"
+    run_dir(root, "h100", "fp8")
+    (row,) = json.loads(cli("results", str(root), "--json").out)
+    assert row["mfu_pct"] == round(100 * TFLOPS / 1979, 2) and row["mfu_bf16_pct"] == round(100 * TFLOPS / 989, 2)
+    table = cli("results", str(root)).out
+    header = next(line for line in table.splitlines() if line.startswith("EXPERIMENT"))
+    assert re.search(r"MFU %\s+MFU BF16 %", header)
+    assert f"{100 * TFLOPS / 1979:.2f}" in table and f"{100 * TFLOPS / 989:.2f}" in table
+    csv_header = cli("results", str(root), "--format", "csv").out.splitlines()[0].split(",")
+    assert {"mfu_pct", "mfu_bf16_pct", "reference_mfu_bf16_pct"} <= set(csv_header)
+    (compared,) = json.loads(cli("compare", str(root), "--json").out)
+    assert compared["mfu_pct"] == pytest.approx(100 * TFLOPS / 1979)
+    assert compared["mfu_bf16_pct"] == pytest.approx(100 * TFLOPS / 989)
+
+
+def test_compare_text_names_the_bf16_figure_of_an_fp8_run(cli, tmp_path):
+    make_run(tmp_path, NH256, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768,
+                                                 tflops=dict.fromkeys(range(50), 0.0)),
+             recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,
+                     "gbs": 768, "seq_len": 8192})
+    out = cli("compare", str(tmp_path)).out
+    bf16 = 100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989  # the seed's TFLOP/s/GPU over the BF16 peak
+    assert re.search(rf"measured [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)", out), out
+    assert "published" in out and out.count("of the BF16 peak") == 2
