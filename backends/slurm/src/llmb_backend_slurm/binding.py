@@ -7,7 +7,9 @@ it got (``[llmb] rank 3 on node1: numactl --cpunodebind=0 --membind=0``); when
 it cannot be bound (no ``numactl``, no such NUMA node, numactl refusing it) it
 prints ``[llmb] warning: rank R on HOST runs without NUMA binding: why`` and runs
 unbound. Without a pinning stride, no cores are pinned; a CPU that does not
-exist drops the pinning (with a warning), not the socket binding.
+exist drops the pinning (with a warning), not the socket binding. A worker
+command that cannot run is reported on a ``[llmb] rank`` line too (exit 127):
+llmb's own lines, which never count as the worker having started.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ local_id=${SLURM_LOCALID:-0}
 rank=${SLURM_PROCID:-0}
 host=${SLURMD_NODENAME:-$HOSTNAME}
 numa=$((local_id / divisor))
+if ! command -v -- "$1" >/dev/null 2>&1; then
+  echo "[llmb] rank $rank on $host: cannot start the worker: $1 is not an executable command"
+  exit 127
+fi
 why=""
 if ! command -v numactl >/dev/null 2>&1; then
   why="numactl is not installed"
