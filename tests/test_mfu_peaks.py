@@ -110,3 +110,28 @@ def test_compare_text_names_the_bf16_figure_of_an_fp8_run(cli, tmp_path):
     bf16 = 100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989  # the seed's TFLOP/s/GPU over the BF16 peak
     assert re.search(rf"measured [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)", out), out
     assert "published" in out and out.count("of the BF16 peak") == 2
+
+
+def test_plan_shows_the_published_mfu_against_both_peaks(cli):
+    args = ["plan", "nemotronh", "--size", "56b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "256"]
+    expected = json.loads(cli(*args, "--json").out)["expected"]
+    assert expected["mfu_pct"] == 26.86 and expected["mfu_bf16_pct"] == round(26.86 * 1979 / 989, 2)
+    assert f"MFU 26.86% ({round(26.86 * 1979 / 989, 2):g}% of the BF16 peak)" in cli(*args).out
+
+
+def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
+    from llmb.follow import summary
+    from llmb.jobs import Job, JobStatus
+
+    job = Job(id="local-1", backend="local", workload="llama31", experiment="x", run_dir="/r", log="/r/log",
+              ranks=8, submitted_at="2026-11-23T00:00:00Z")
+    row = {"status": "success", "window": "35-44", "samples_in_window": 10, "time_mean_ms": 1000.0,
+           "time_std_dev_ms": 1.0, "tokens_per_s": 1e6, "tflops_per_gpu_mean": 900.0, "tflops_source": "log",
+           "days_to_train_1t": 11.6, "dtype": "fp8", "mfu_pct": 45.48, "mfu_bf16_pct": 91.0}
+    text = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": row}))
+    assert "MFU         45.48% (91.00% of the BF16 peak)" in text
+    bf16 = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": {**row, "dtype": "bf16", "mfu_pct": 91.0}}))
+    assert "MFU         91.00%\n" in bf16 + "\n" and "BF16 peak" not in bf16
+    none = summary(JobStatus(job, "SUCCEEDED", None, None,
+                             {"result": {**row, "mfu_pct": None, "mfu_bf16_pct": None}}))
+    assert "MFU         - (no GPU peak applies)" in none and "BF16 peak" not in none

@@ -127,7 +127,9 @@ def summary(status: JobStatus) -> str:
                 f"  throughput  {f('tokens_per_s', 0)} tokens/s, {f('tflops_per_gpu_mean', 2)} TFLOP/s/GPU "
                 f"({result.get('tflops_source') or '-'})",
                 "  MFU         " + (f('mfu_pct', 2, '%') if result.get("mfu_pct") is not None
-                                    else "- (no GPU peak applies)"),
+                                    else "- (no GPU peak applies)")
+                + (f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)" if result.get("dtype") != "bf16"
+                   and result.get("mfu_bf16_pct") is not None else ""),
                 f"  1T tokens   {f('days_to_train_1t', 2)} days" + (" (of this proxy model)" if job.proxy else ""),
             ]
         else:

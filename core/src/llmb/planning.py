@@ -10,6 +10,7 @@ from llmb.flops import megatron_bridge_step
 from llmb.gpus import gpu_type
 from llmb.host import PluginHost
 from llmb.memory import MARGIN, MemoryEstimate, estimate_memory
+from llmb.metrics import mfu_at_bf16_pct
 from llmb.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Workload
 
 
@@ -89,6 +90,12 @@ class Plan:
         return data
 
 
+def published_mfu_bf16_pct(ref: ReferenceResult) -> float | None:
+    """The published MFU (against its dtype's peak) against the GPU type's BF16 peak; None without both peaks."""
+    value = mfu_at_bf16_pct(ref.mfu_pct, gpu_type(ref.gpu).peak_tflops, ref.dtype)
+    return None if value is None else round(value, 2)
+
+
 def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
     if ref is None:
         return None
@@ -96,6 +103,7 @@ def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
         "step_time_s": ref.step_time_s,
         "tokens_per_s": ref.tokens_per_s,
         "mfu_pct": ref.mfu_pct,
+        "mfu_bf16_pct": published_mfu_bf16_pct(ref),
         "printed_mfu_pct": ref.printed_mfu_pct,  # set when mfu_pct corrects the printed figure (see erratum)
         "days_1t": ref.days_1t,
         "tflops_per_gpu": ref.tflops_per_gpu,

@@ -86,10 +86,14 @@ def render_plan(plan) -> str:
         f"logits {m.logits_gb:.1f})"
     )
     if plan.expected:
+        from llmb.planning import published_mfu_bf16_pct
+
         e = plan.expected
+        at_bf16 = published_mfu_bf16_pct(e) if e.dtype != "bf16" else None
         lines.append(
-            f"  expected     step {e.step_time_s:g} s, {_count(e.tokens_per_s)} tokens/s, MFU {e.mfu_label()}, "
-            f"{_na(e.days_1t)} days per 1T tokens ({e.provenance.describe()})"
+            f"  expected     step {e.step_time_s:g} s, {_count(e.tokens_per_s)} tokens/s, MFU {e.mfu_label()}"
+            + (f" ({at_bf16:g}% of the BF16 peak)" if at_bf16 is not None else "")
+            + f", {_na(e.days_1t)} days per 1T tokens ({e.provenance.describe()})"
         )
         if e.erratum and e.printed_mfu_pct is None:
             lines.append(f"               note: the seed's figure is affected by erratum [{e.erratum}]")
