@@ -30,7 +30,7 @@ QUERY = ("--query-gpu=name,driver_version", "--format=csv,noheader")
 TIMEOUT_S = 30.0
 
 
-class GpuMismatch(LlmbError):
+class GpuMismatchError(LlmbError):
     """The job's GPUs are another type than the run was planned for."""
 
 
@@ -103,13 +103,13 @@ def seen(environ=os.environ) -> GpusSeen:
 
 
 def check(requested: str, gpus: GpusSeen) -> list[str]:
-    """Warnings about the job's GPUs; GpuMismatch when a known type is not ``requested``."""
+    """Warnings about the job's GPUs; GpuMismatchError when a known type is not ``requested``."""
     types = {name: gpu_type_of(name) for name in dict.fromkeys(gpus.names)}
     wrong = {name: gpu for name, gpu in types.items() if gpu is not None and gpu != requested}
     if wrong:
         seen_text = ", ".join(f"{name} ({gpu})" for name, gpu in wrong.items())
         other = next(iter(wrong.values()))
-        raise GpuMismatch(
+        raise GpuMismatchError(
             f"this job runs on {seen_text} but the run was planned for {requested} (--gpu {requested}); its "
             f"TFLOP/s per GPU and MFU would be computed against the {requested} peak and be wrong, so it stops "
             f"before training. Run it with --gpu {other}, or on {requested} nodes (--partition, --constraint or "

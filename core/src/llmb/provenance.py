@@ -189,9 +189,13 @@ def _note(text: str) -> None:
 
 
 def start_job(spec, rank: int, world: int, local_rank: int, environ=os.environ) -> None:
-    """Before training, on every rank: check the node's GPUs against ``--gpu`` (GpuMismatch
-    stops the job); rank 0 also records the job's provenance and, with ``--dump-env``, its
-    whole environment beside the log. Failing to record only warns."""
+    """Before training, once per node (by its local rank 0): check the node's GPUs against
+    ``--gpu`` (GpuMismatchError stops the job); rank 0 also records the job's provenance
+    first and, with ``--dump-env``, its whole environment beside the log. The node's other
+    ranks go on: they cannot train without this one, and the launcher stops them when it
+    fails. Failing to record only warns."""
+    if local_rank != 0:
+        return
     from llmb import gpu_seen
 
     gpus = gpu_seen.seen(environ)
@@ -199,11 +203,10 @@ def start_job(spec, rank: int, world: int, local_rank: int, environ=os.environ) 
     if spec.device != "cpu":
         try:
             warnings = gpu_seen.check(spec.gpu, gpus)
-        except gpu_seen.GpuMismatch as exc:
+        except gpu_seen.GpuMismatchError as exc:
             mismatch = exc
-    if local_rank == 0:
-        for warning in warnings:
-            _note(f"warning: {warning}")
+    for warning in warnings:
+        _note(f"warning: {warning}")
     if rank == 0:
         if spec.device == "cpu":
             check = "not checked: the run computes on CPU"

@@ -8,8 +8,8 @@ backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
 prefix on every line (as torchrun does), so that the failure reason can be
 told from the run's log, and the process exits 1.
 
-Before training, every rank checks its node's GPUs against the run's
-``--gpu`` and rank 0 records the job's side of ``provenance.json``
+Before training, each node's local rank 0 checks the node's GPUs against
+the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
 (``llmb.provenance``).
 """
 
