@@ -301,3 +301,31 @@ def test_the_hugging_face_token_never_follows_a_change_of_scheme():
         new = handler.redirect_request(request, io.BytesIO(), 302, "Found", headers, target)
         assert new.has_header("Authorization") is keeps, target
         assert handler.commit == "a" * 40
+
+
+def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(llmb_proc, tmp_path):
+    from llmb.cluster_config import TEMPLATE
+
+    install = tmp_path / "install"
+    cluster = install / "cluster.yaml"
+    planned = llmb_proc("install", "--no-images", "--no-huggingface", "--dry-run", "--json", env=run_env(install))
+    (step,) = [s for s in planned.json()["steps"] if s["kind"] == "config"]
+    assert (step["status"], step["target"]) == ("planned", str(cluster)) and not cluster.exists()
+    assert "an existing file is kept" in step["action"]
+
+    first = llmb_proc("install", "--no-images", "--no-huggingface", env=run_env(install))
+    assert first.code == 0, first.err
+    assert f"done     config       cluster file -> {cluster}" in first.out and f"edit {cluster}" in first.out
+    assert cluster.read_text() == Path(TEMPLATE).read_text()
+    shown = llmb_proc("config", "show", "--json", env=run_env(install))
+    assert shown.json()["exists"] is True  # the template as written sets nothing and is valid
+    assert {s["source"] for s in shown.json()["settings"]} == {"default"}
+
+    cluster.write_text("account: edited\n")
+    again = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
+    assert again.code == 0
+    assert [s["status"] for s in again.json()["steps"] if s["kind"] == "config"] == ["present"]
+    assert cluster.read_text() == "account: edited\n"
+    account = next(s for s in llmb_proc("config", "show", "--json", env=run_env(install)).json()["settings"]
+                   if s["name"] == "account")
+    assert (account["value"], account["source"]) == ("edited", "file")

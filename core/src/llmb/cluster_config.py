@@ -99,7 +99,7 @@ def from_dict(data: object, path: str) -> ClusterConfig:
     _mapping(data, path, KEYS, "the cluster file")
     slurm = data.get(SLURM_SECTION)
     if slurm is not None:
-        _mapping(slurm, f"{path}: {SLURM_SECTION}", SLURM_KEYS, "the slurm section")
+        _mapping(slurm, path, SLURM_KEYS, f"the {SLURM_SECTION} section")
     values: dict[str, Any] = {}
     for setting in cluster_settings.SETTINGS:
         section, _, leaf = setting.key.rpartition(".")
