@@ -210,6 +210,16 @@ def test_the_submission_section_is_kept_when_the_job_merges_its_own(tmp_path):
     assert not [p for p in run_dir.rglob("*.tmp")]
 
 
+def test_results_find_the_record_only_in_the_seeds_layout(tmp_path):
+    spec = spec_for(tmp_path / "run")
+    assert provenance.write_section(spec.run_dir, "job", {"host": "n1"}) is None
+    assert provenance.of_log(spec.log) == {"job": {"host": "n1"}}
+    assert provenance.of_log(str(tmp_path / "run" / "e" / "other.out")) is None  # not the run's log
+    assert provenance.of_log(None) is None
+    Path(provenance.path_of(spec.run_dir)).write_text('{"job": {"x": NaN}}')  # not llmb's writing
+    assert provenance.of_log(spec.log) is None
+
+
 # ------------------------------------------------------------------ real runs
 
 torch_needed = pytest.mark.skipif(importlib.util.find_spec("torch") is None,

@@ -11,8 +11,8 @@ section replaced, and the whole written atomically):
                 variables llmb set, the secrets' names (never their values), the host.
 ``job``         rank 0 of the job, before training: llmb's and the plugins' versions
                 as the job imports them, the frameworks' versions (package metadata:
-                nothing is imported for them; ``FRAMEWORKS``), the scheduler's job id and nodes, the
-                GPUs the job sees (name, count, driver) and their check against
+                nothing is imported for them; ``FRAMEWORKS``), the scheduler's job id
+                and nodes, the GPUs the job sees (name, count, driver) and their check against
                 ``--gpu``, the host, and the effective environment, secrets redacted.
 
 A failure to write is a warning in the run's log, never a failed run. See
@@ -48,9 +48,10 @@ def read(run_dir: str) -> dict | None:
 
 def of_log(log: str | None) -> dict | None:
     """The provenance of the run whose log is ``log`` (``<run dir>/<name>/log-<name>.out``), if recorded."""
-    if not log:
-        return None
-    data = read(os.path.dirname(os.path.dirname(os.path.abspath(log))))
+    inner = os.path.dirname(os.path.abspath(log or "."))
+    if not log or os.path.basename(log) != f"log-{os.path.basename(inner)}.out":
+        return None  # not the seeds' layout: there is no run directory to look in
+    data = read(os.path.dirname(inner))
     try:
         json.dumps(data, allow_nan=False)
     except ValueError:  # NaN or Infinity: not llmb's writing, and not valid JSON to pass on
