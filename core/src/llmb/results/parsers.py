@@ -283,6 +283,7 @@ class NcclReader:
 
 # NCCL's set-up lines (NCCL_DEBUG=INFO; subsystems INIT, NET, P2P, SHM), after NCCL's prefix
 # "host:pid:tid [dev] NCCL INFO ": transport/net.cc, p2p.cc, shm.cc, coll_net.cc, init.cc, plugin/net.
+_SETUP = re.compile(rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)")  # a literal prefix: found in C
 _VIA = re.compile(rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)")
 _NETWORK = re.compile(rb"NCCL INFO Using network ([^\n]+?)\s*$")
 _PLUGIN = re.compile(rb"NCCL INFO NET/Plugin ?: Loaded net plugin ([^\n]+?)(?: \(v\d+\))?\s*$")
@@ -308,9 +309,14 @@ class NcclTransportReader:
     def feed(self, chunk: bytes) -> None:
         if b"NCCL INFO" not in chunk:
             return
-        for _, line in lines_containing(chunk, b" via ", b"NCCL INFO Using network", b"NET/Plugin"):
-            if b"NCCL INFO" not in line:
-                continue
+        previous = -1
+        for found in _SETUP.finditer(chunk):
+            start = chunk.rfind(b"\n", 0, found.start()) + 1
+            if start == previous:
+                continue  # each line once, however many set-up lines ran into it
+            previous = start
+            end = chunk.find(b"\n", found.end())
+            line = chunk[start:end if end >= 0 else len(chunk)]
             if (m := _VIA.search(line)) is not None:
                 kind, name, p2p, shm = m.groups()
                 label = shm or (b"P2P/" + p2p if p2p else kind + b"/" + name)
