@@ -57,6 +57,24 @@ def check(host: PluginHost, tasks: list[Task], base: dict) -> list[Checked]:
     return checked
 
 
+def statuses(host: PluginHost, jobs: list[Job]) -> list[JobStatus]:
+    """Each job's status, in order, with one batched query per backend."""
+    by_backend: dict[str, list[int]] = {}
+    for index, job in enumerate(jobs):
+        by_backend.setdefault(job.backend, []).append(index)
+    found: list[JobStatus | None] = [None] * len(jobs)
+    for name, members in by_backend.items():
+        for index, status in zip(members, host.backend_impl(name).status([jobs[i] for i in members]), strict=True):
+            found[index] = status
+    return found
+
+
+def default_parallel(backends: set[str], max_parallel: int | None) -> int:
+    """Jobs at a time: as asked, else one on the local backend (runs would share this machine's cores), all on a
+    cluster."""
+    return max_parallel if max_parallel is not None else (1 if backends == {"local"} else 0)
+
+
 @dataclass
 class Counts:
     queued: int = 0
@@ -111,16 +129,11 @@ class SweepRun:
         save_sweep(self.sweep)
 
     def poll(self, active: list[int]) -> None:
-        by_backend: dict[str, list[tuple[int, Job]]] = {}
-        for index in active:
-            job = load_job(self.sweep.jobs[index])
-            by_backend.setdefault(job.backend, []).append((index, job))
-        for name, members in by_backend.items():  # one batched query per backend
-            for (index, _), status in zip(members, self.host.backend_impl(name).status([j for _, j in members]),
-                                          strict=True):
-                self.states[index] = status.state
-                if status.state in TERMINAL:
-                    self.finals[index] = status
+        found = statuses(self.host, [load_job(self.sweep.jobs[index]) for index in active])
+        for index, status in zip(active, found, strict=True):
+            self.states[index] = status.state
+            if status.state in TERMINAL:
+                self.finals[index] = status
 
     def run(self, detach: bool = False) -> Sweep:
         pending = list(range(len(self.sweep.tasks)))

@@ -79,14 +79,19 @@ def save_sweep(sweep: Sweep) -> None:
     write_json(os.path.join(directory, SWEEP_FILE), sweep.to_dict())
 
 
-def list_sweep_ids() -> list[str]:
-    """Sweep ids, most recent first."""
+def ids_by_recency(root: str, filename: str) -> list[str]:
+    """The names of ``root``'s folders that hold ``filename``, most recently written first."""
     try:
-        entries = [e for e in os.scandir(sweeps_root()) if os.path.exists(os.path.join(e.path, SWEEP_FILE))]
+        entries = [e for e in os.scandir(root) if os.path.exists(os.path.join(e.path, filename))]
     except OSError:
         return []
-    entries.sort(key=lambda e: os.stat(os.path.join(e.path, SWEEP_FILE)).st_mtime, reverse=True)
+    entries.sort(key=lambda e: os.stat(os.path.join(e.path, filename)).st_mtime, reverse=True)
     return [e.name for e in entries]
+
+
+def list_sweep_ids() -> list[str]:
+    """Sweep ids, most recent first."""
+    return ids_by_recency(sweeps_root(), SWEEP_FILE)
 
 
 def load_sweep(sweep_id: str) -> Sweep:
@@ -241,3 +246,57 @@ def _apply_task_overrides(task: Task, entries: list, where: str, option_names: M
         options = {**task.options, **_options({k: v for k, v in entry.items() if k in option_names}, at, option_names)}
         task = replace(task, options=options, overrides={**task.overrides, **(entry.get("set") or {})})
     return task
+
+
+# ------------------------------------------------------------------ the published configurations
+
+@dataclass(frozen=True)
+class Published:
+    """A configuration the recipe documents publish performance figures for, and the GPU counts they do."""
+
+    workload: str
+    variant: str
+    size: str
+    gpu: str
+    dtype: str
+    scaling: str
+    scales: tuple[int, ...]  # ascending
+    document: str  # the public document that publishes it
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} {self.size} {self.gpu} {self.dtype}" + (" strong" if self.scaling == "strong" else "")
+
+    def tasks(self, scales: list[int], repeats: int, options: dict | None = None) -> list[Task]:
+        return expand(self.workload, [self.size], [self.dtype], scales, repeats, gpu=self.gpu, variant=self.variant,
+                      strong_scaling=self.scaling == "strong", options=options,
+                      source=f"published: {self.document} ({self.variant})")
+
+
+def published_configurations(workloads: dict, gpu: str | None = None) -> list[Published]:
+    """Every configuration with published figures (for GPU type ``gpu``; None: every type), in the workloads'
+    order; a UsageError when ``gpu`` has none."""
+    found: dict[tuple, tuple[set[int], str]] = {}
+    for workload in workloads.values():
+        for ref in workload.references:
+            if gpu is None or ref.gpu == gpu.lower():
+                key = (workload.name, ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling)
+                found.setdefault(key, (set(), ref.provenance.document))[0].add(ref.gpus)
+    if not found:
+        types = sorted({ref.gpu for w in workloads.values() for ref in w.references})
+        raise UsageError(f"no installed workload publishes figures for GPU type {gpu!r}; published GPU types: "
+                         f"{', '.join(types) or 'none'}.")
+    return [Published(*key, scales=tuple(sorted(scales)), document=document)
+            for key, (scales, document) in found.items()]
+
+
+def published_tasks(workloads: dict, gpu: str | None, max_gpus: int, repeats: int) -> list[Task]:
+    """``llmb sweep --all-workloads``: each published configuration at each of its published GPU counts up to
+    ``max_gpus``; a UsageError when none is that small."""
+    configurations = published_configurations(workloads, gpu)
+    tasks = [t for c in configurations for t in c.tasks([n for n in c.scales if n <= max_gpus], repeats)]
+    if not tasks:
+        smallest = min(n for c in configurations for n in c.scales)
+        raise UsageError(f"no published configuration{' for ' + gpu if gpu else ''} runs on {max_gpus} GPUs or "
+                         f"fewer; the smallest published GPU count is {smallest} (raise --max-gpus).")
+    return tasks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import click
 
@@ -33,9 +34,107 @@ def _result_cells(status) -> list[str]:
     return [f"{result['time_mean_ms']:.1f}", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-"]
 
 
+def checked_tasks(host, tasks: list, base: dict) -> list:
+    """Every task checked as llmb run --dry-run checks a run; a UsageError listing each that cannot run."""
+    from llmb import sweep_runner
+
+    checked = sweep_runner.check(host, tasks, base)
+    problem = sweep_runner.problems(checked)
+    if problem:
+        raise UsageError(problem)
+    return checked
+
+
+def show_planned(checked: list, as_json: bool) -> None:
+    """--dry-run: the jobs a sweep would submit."""
+    if as_json:
+        emit_json([{"task": c.task.label, "source": c.task.source, "backend": c.planned.job.backend,
+                    "ranks": c.planned.job.ranks, "experiment": c.planned.job.experiment,
+                    "warnings": list(c.planned.warnings)} for c in checked])
+        return
+    rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks), c.planned.job.experiment]
+            for n, c in enumerate(checked, start=1)]
+    click.echo(render_table(["#", "TASK", "BACKEND", "RANKS", "EXPERIMENT"], rows))
+    click.echo(f"\n{len(checked)} jobs; nothing was submitted (--dry-run).", err=True)
+
+
+def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detach: bool, on_created=None):
+    """Submit the checked tasks as one sweep and follow it to its end (or only submit, ``detach``), the
+    sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
+    submission. Returns the SweepRun (exit 130 when interrupted)."""
+    from llmb import sweep_runner
+
+    backends = {c.planned.job.backend for c in checked}
+    parallel = sweep_runner.default_parallel(backends, max_parallel)
+    tty = sys.stderr.isatty()
+
+    def progress(line: str) -> None:
+        if tty:
+            click.echo(f"\r{line}\x1b[K", err=True, nl=False)
+        else:
+            click.echo(line, err=True)
+
+    run = sweep_runner.SweepRun(host, [c.task for c in checked], base, checked[0].planned.job.backend, parallel,
+                                progress)
+    if on_created:
+        on_created(run)
+    click.echo(f"{run.sweep.id}: {len(checked)} jobs on {', '.join(sorted(backends))}"
+               + (f", {parallel} at a time" if parallel else ""), err=True)
+    try:
+        run.run(detach=detach)
+    except KeyboardInterrupt:
+        click.echo(f"\nstopped following {run.sweep.id}; submitted jobs keep running (llmb status), the "
+                   f"{run.sweep.jobs.count(None)} not yet submitted were not.", err=True)
+        ctx.exit(130)
+    if tty and not detach:
+        click.echo("", err=True)
+    return run
+
+
+def _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
+           strong_scaling, variant, gpus_per_node, settings) -> list:
+    from llmb import sweeps
+    from llmb.overrides import parse_overrides
+
+    chosen = [name for name, given in (("a WORKLOAD", workload), ("--file", sweep_file),
+                                       ("--all-workloads", all_workloads)) if given]
+    if len(chosen) > 1:
+        raise UsageError(f"give one of a WORKLOAD with --size/--dtype/--gpus, --file or --all-workloads, not "
+                         f"{' and '.join(chosen)}.")
+    if max_gpus is not None and not all_workloads:
+        raise UsageError("--max-gpus goes with --all-workloads (every published configuration up to that many GPUs).")
+    if sweep_file:
+        return sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names())
+    if all_workloads:
+        fixed = [flag for flag, value in (("--size", sizes), ("--dtype", dtypes), ("--gpus", scales),
+                                          ("--variant", variant), ("--strong-scaling", strong_scaling)) if value]
+        if fixed:
+            raise UsageError(f"--all-workloads takes each published configuration as published; drop "
+                             f"{', '.join(fixed)} (--gpu and --max-gpus choose which).")
+        if max_gpus is None:
+            raise UsageError("--all-workloads needs --max-gpus N: the largest GPU count to run (e.g. --max-gpus 64).")
+        tasks = sweeps.published_tasks(host.workloads(), gpu, max_gpus, repeats)
+    elif workload:
+        host.workload(workload)  # an unknown name is refused with the valid ones
+        gpu_counts = _values(scales, int)
+        if not gpu_counts:
+            raise UsageError("llmb sweep needs GPU counts: --gpus 8,16,32 (or a sweep file with --file).")
+        tasks = sweeps.expand(workload, _values(sizes), _values(dtypes), gpu_counts, repeats, gpu=gpu,
+                              variant=variant, strong_scaling=strong_scaling)
+    else:
+        raise UsageError("llmb sweep needs a WORKLOAD and --gpus (e.g. llmb sweep llama31 --size 8b --gpu h100 "
+                         "--dtype bf16,fp8 --gpus 8,16), --file SWEEP.yaml, or --all-workloads --max-gpus N.")
+    overrides = dict(parse_overrides(settings))
+    return [replace(t, gpus_per_node=gpus_per_node, overrides=overrides) for t in tasks]
+
+
 @click.command("sweep")
 @click.argument("workload", required=False)
 @click.option("--file", "sweep_file", type=click.Path(dir_okay=False), help="A sweep file (docs/sweeps.md).")
+@click.option("--all-workloads", is_flag=True,
+              help="Every installed workload's published configurations, at each published GPU count up to "
+                   "--max-gpus (of --gpu's type, or every type).")
+@click.option("--max-gpus", type=click.IntRange(min=1), help="With --all-workloads: the largest GPU count to run.")
 @click.option("--size", "sizes", multiple=True, help="Model sizes, comma-separated or repeated.")
 @click.option("--dtype", "dtypes", multiple=True, help="Precisions, comma-separated or repeated.")
 @click.option("--gpus", "scales", multiple=True, help="GPU counts, comma-separated or repeated, e.g. 8,16,32.")
@@ -52,72 +151,24 @@ def _result_cells(status) -> list[str]:
 @click.option("--detach", is_flag=True, help="Submit every job and return at once with the sweep id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def sweep_command(ctx, workload, sweep_file, sizes, dtypes, scales, gpu, repeats, strong_scaling, variant,
-                  gpus_per_node, settings, max_parallel, dry_run, detach, as_json, **run_kw):
+def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
+                  strong_scaling, variant, gpus_per_node, settings, max_parallel, dry_run, detach, as_json, **run_kw):
     """Run a sweep: every combination of --size, --dtype and --gpus of
-    WORKLOAD (times --repeats), or the tasks of a sweep file (--file). Every
-    task is checked first; if any cannot run, each is reported with its
-    reason and nothing is submitted. Then the jobs run (one at a time on the
-    local backend) with the sweep's progress shown, and a table of results
-    at the end; llmb report --sweep ID plots them."""
-    from llmb import sweep_runner, sweeps
-    from llmb.overrides import parse_overrides
-
+    WORKLOAD (times --repeats), the tasks of a sweep file (--file), or every
+    installed workload's published configurations up to --max-gpus GPUs
+    (--all-workloads). Every task is checked first; if any cannot run, each
+    is reported with its reason and nothing is submitted. Then the jobs run
+    (one at a time on the local backend) with the sweep's progress shown,
+    and a table of results at the end; llmb report --sweep ID plots them."""
     host = get_host(ctx)
-    if sweep_file and workload:
-        raise UsageError("give a WORKLOAD with --size/--dtype/--gpus, or --file, not both.")
-    if sweep_file:
-        tasks = sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names())
-    elif workload:
-        host.workload(workload)  # an unknown name is refused with the valid ones
-        gpu_counts = _values(scales, int)
-        if not gpu_counts:
-            raise UsageError("llmb sweep needs GPU counts: --gpus 8,16,32 (or a sweep file with --file).")
-        overrides = dict(parse_overrides(settings))
-        tasks = sweeps.expand(workload, _values(sizes), _values(dtypes), gpu_counts, repeats, gpu=gpu, variant=variant,
-                              strong_scaling=strong_scaling, gpus_per_node=gpus_per_node, overrides=overrides)
-    else:
-        raise UsageError("llmb sweep needs a WORKLOAD and --gpus (e.g. llmb sweep llama31 --size 8b --gpu h100 "
-                         "--dtype bf16,fp8 --gpus 8,16), or --file SWEEP.yaml.")
-
-    checked = sweep_runner.check(host, tasks, run_kw)
-    problem = sweep_runner.problems(checked)
-    if problem:
-        raise UsageError(problem)
-    rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks), c.planned.job.experiment]
-            for n, c in enumerate(checked, start=1)]
+    tasks = _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
+                   strong_scaling, variant, gpus_per_node, settings)
+    checked = checked_tasks(host, tasks, run_kw)
     if dry_run:
-        if as_json:
-            emit_json([{"task": c.task.label, "source": c.task.source, "backend": c.planned.job.backend,
-                        "ranks": c.planned.job.ranks, "experiment": c.planned.job.experiment,
-                        "warnings": list(c.planned.warnings)} for c in checked])
-        else:
-            click.echo(render_table(["#", "TASK", "BACKEND", "RANKS", "EXPERIMENT"], rows))
-            click.echo(f"\n{len(checked)} jobs; nothing was submitted (--dry-run).", err=True)
+        show_planned(checked, as_json)
         return
-
-    backend = checked[0].planned.job.backend
-    backends = {c.planned.job.backend for c in checked}
-    parallel = max_parallel if max_parallel is not None else (1 if backends == {"local"} else 0)
-    tty = sys.stderr.isatty()
-
-    def progress(line: str) -> None:
-        if tty:
-            click.echo(f"\r{line}\x1b[K", err=True, nl=False)
-        else:
-            click.echo(line, err=True)
-
-    run = sweep_runner.SweepRun(host, tasks, run_kw, backend, parallel, progress)
-    click.echo(f"{run.sweep.id}: {len(tasks)} jobs on {', '.join(sorted(backends))}"
-               + (f", {parallel} at a time" if parallel else ""), err=True)
-    try:
-        sweep = run.run(detach=detach)
-    except KeyboardInterrupt:
-        click.echo(f"\nstopped following {run.sweep.id}; submitted jobs keep running (llmb status), the "
-                   f"{run.sweep.jobs.count(None)} not yet submitted were not.", err=True)
-        ctx.exit(130)
-    if tty and not detach:
-        click.echo("", err=True)
+    run = follow(ctx, host, checked, run_kw, max_parallel, detach)
+    sweep = run.sweep
     if as_json:
         emit_json({"sweep_id": sweep.id, "jobs": [
             {"task": t.label, "job_id": j, "state": s, "reason": (f.reason if f else e),
