@@ -25,6 +25,7 @@ COMMANDS = {
     "logs": ("llmb.cli.jobs_cmd", "logs_command", "Print a job's log, or follow its progress."),
     "cancel": ("llmb.cli.jobs_cmd", "cancel_command", "Stop a job and wait until it has ended."),
     "sweep": ("llmb.cli.sweep_cmd", "sweep_command", "Run every combination of sizes, dtypes and GPU counts."),
+    "certify": ("llmb.cli.certify_cmd", "certify_command", "Certify a cluster: the published suite, gated, one verdict."),
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
     "report": ("llmb.cli.report_cmd", "report_command", "Plot runs against GPU count and write an HTML/Markdown report."),

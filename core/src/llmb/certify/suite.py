@@ -1,0 +1,184 @@
+"""What a certification runs, and its record.
+
+By default the suite is every installed workload's published configurations
+(the recipe documents' performance tables) for one GPU type, each at the
+suite's scale (the Exemplar scale, 512 GPUs), or, where a configuration is
+not published at that scale, at its nearest published scale below it. A
+proxy suite runs every configuration on ``scale`` ranks of a scaled-down
+model. A suite file (the sweep-file format, docs/sweeps.md) gives the
+tasks explicitly.
+
+Each suite lives in ``<install>/certify/<suite id>/suite.json``: the
+request (GPU type, scale, proxy), the tasks with their run options, notes
+on what was chosen, and the attempts: the first run of the suite and every
+``--rerun``, each a sweep (``<install>/sweeps/<sweep id>``) whose jobs are
+the suite's jobs for the workloads it ran.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import asdict, dataclass, field, replace
+
+from llmb.errors import UsageError
+from llmb.experiment import read_json, write_json
+from llmb.jobs import now
+from llmb.paths import install_dir
+from llmb.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
+
+SUITE_FILE = "suite.json"
+EXEMPLAR_SCALE = 512  # GPUs: the scale the Exemplar validation guide certifies at
+PROFILE_OPTIONS = ("profile", "gpu_metrics", "nccl_trace")  # run options that profile or trace a run
+
+
+@dataclass
+class Attempt:
+    """One submission of (part of) the suite: a sweep."""
+
+    sweep: str
+    workloads: list[str]
+    started_at: str
+    rerun: bool = False
+
+
+@dataclass
+class Suite:
+    id: str
+    created_at: str
+    gpu: str | None
+    scale: int | None  # None: a suite file's own scales
+    proxy: bool
+    source: str  # "published" or the suite file's path
+    tasks: list[Task]
+    notes: list[str] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def workloads(self) -> list[str]:
+        return list(dict.fromkeys(t.workload for t in self.tasks))
+
+    def tasks_of(self, workload: str) -> list[Task]:
+        found = [t for t in self.tasks if t.workload == workload]
+        if not found:
+            raise UsageError(f"suite {self.id} has no workload {workload!r}; its workloads: "
+                             f"{', '.join(self.workloads())}.")
+        return found
+
+    def jobs(self) -> list[tuple[Task, str, Attempt]]:
+        """(task as submitted, job id, attempt) of every submitted job, in submission order."""
+        found = []
+        for attempt in self.attempts:
+            try:
+                sweep = load_sweep(attempt.sweep)
+            except UsageError:
+                continue  # the sweep's record is gone: its jobs are unknown (the verdict shows none)
+            found += [(task, job, attempt) for task, job in zip(sweep.tasks, sweep.jobs, strict=False) if job]
+        return found
+
+    def jobs_by_workload(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {w: [] for w in self.workloads()}
+        for task, job, _ in self.jobs():
+            found.setdefault(task.workload, []).append(job)
+        return found
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "created_at": self.created_at, "gpu": self.gpu, "scale": self.scale,
+                "proxy": self.proxy, "source": self.source, "tasks": [asdict(t) for t in self.tasks],
+                "notes": self.notes, "attempts": [asdict(a) for a in self.attempts]}
+
+
+def suites_root() -> str:
+    return os.path.join(install_dir(), "certify")
+
+
+def suite_dir(suite_id: str) -> str:
+    return os.path.join(suites_root(), suite_id)
+
+
+def new_suite(gpu: str | None, scale: int | None, proxy: bool, source: str, tasks: list[Task],
+              notes: list[str]) -> Suite:
+    return Suite(id=f"cert-{secrets.token_hex(3)}", created_at=now(), gpu=gpu, scale=scale, proxy=proxy,
+                 source=source, tasks=tasks, notes=notes)
+
+
+def save_suite(suite: Suite) -> None:
+    os.makedirs(suite_dir(suite.id), exist_ok=True)
+    write_json(os.path.join(suite_dir(suite.id), SUITE_FILE), suite.to_dict())
+
+
+def load_suite(suite_id: str | None) -> Suite:
+    """The suite ``suite_id`` (None or ``last``: the most recent); UsageError naming the known ones."""
+    known = ids_by_recency(suites_root(), SUITE_FILE)
+    if suite_id in (None, LAST):
+        if not known:
+            raise UsageError(f"there are no certification suites in {suites_root()} yet; start one with "
+                             f"llmb certify --gpu GPU.")
+        suite_id = known[0]
+    data = read_json(os.path.join(suite_dir(suite_id), SUITE_FILE)) if "/" not in suite_id else None
+    if data is None:
+        hint = f"known suites: {', '.join(known[:5])}" if known else "there are no suites yet"
+        raise UsageError(f"no certification suite {suite_id!r} in {suites_root()} ({hint}; 'last' is the most "
+                         f"recent).")
+    return Suite(id=data["id"], created_at=data["created_at"], gpu=data.get("gpu"), scale=data.get("scale"),
+                 proxy=bool(data.get("proxy")), source=data.get("source", ""),
+                 tasks=[Task(**t) for t in data["tasks"]], notes=list(data.get("notes") or []),
+                 attempts=[Attempt(**a) for a in data.get("attempts") or []])
+
+
+# ------------------------------------------------------------------ building the tasks
+
+def published_suite(workloads: dict, gpu: str, scale: int, repeats: int, proxy: bool) -> tuple[list[Task], list[str]]:
+    """The published configurations of ``gpu`` at ``scale`` (tasks, notes on what was chosen)."""
+    tasks, notes = [], []
+    if proxy:
+        notes.append(f"proxy suite: every configuration runs on {scale} ranks of a scaled-down model and is not "
+                     f"compared with the published figures; certifying a cluster needs full-size runs")
+    for config in published_configurations(workloads, gpu):
+        fitting = [n for n in config.scales if n <= scale]
+        if proxy:
+            at = scale
+        elif not fitting:
+            notes.append(f"{config.label}: left out, published from {config.scales[0]} GPUs only, more than "
+                         f"--scale {scale}")
+            continue
+        else:
+            at = fitting[-1]
+            if at != scale:
+                notes.append(f"{config.label}: not published at {scale} GPUs; runs at {at}, its nearest published "
+                             f"scale below (published: {', '.join(map(str, config.scales))})")
+        tasks += config.tasks([at], repeats)
+    if not tasks:
+        raise UsageError(f"no published {gpu} configuration runs on {scale} GPUs or fewer; raise --scale.")
+    return tasks, notes
+
+
+def with_options(tasks: list[Task], options: dict, gpu: str | None, profile_last: bool) -> list[Task]:
+    """Each task with ``options`` under its own (a suite file's win), ``gpu`` where it names none, and
+    profiling on for the last repeat only with ``profile_last``; largest jobs first."""
+    profiled = [t.source for t in tasks if any(t.options.get(name) for name in PROFILE_OPTIONS)]
+    if profiled or any(options.get(name) for name in PROFILE_OPTIONS):
+        where = f" ({profiled[0]})" if profiled else ""
+        raise UsageError(f"certification runs are not profiled or traced{where}: a profiler's or a trace's overhead "
+                         f"is not part of the published figures. --profile-last profiles the last repeat of each "
+                         f"configuration.")
+    out = []
+    for task in tasks:
+        merged = {**options, **task.options}
+        if profile_last and task.repeat == task.repeats:
+            merged["profile"] = True
+        out.append(replace(task, gpu=task.gpu or gpu, options=merged))
+    return sorted(out, key=lambda t: -t.gpus)
+
+
+def for_rerun(tasks: list[Task], given: dict) -> list[Task]:
+    """The recorded tasks with the run options given to ``--rerun`` over their own; ``--env`` replaces
+    variables by name and keeps the others."""
+    out = []
+    for task in tasks:
+        merged = {**task.options, **given}
+        if "env_items" in given and all("=" in item for item in given["env_items"]):  # else the check says why
+            env = dict(item.partition("=")[::2] for item in task.options.get("env_items") or ())
+            env.update(dict(item.partition("=")[::2] for item in given["env_items"]))
+            merged["env_items"] = tuple(f"{name}={value}" for name, value in env.items())
+        out.append(replace(task, options=merged))
+    return out

@@ -1,0 +1,114 @@
+"""A suite's verdict: every run judged by the gates, the best run of each
+configuration, and one verdict per workload.
+
+Runs of the same configuration (workload, variant, size, GPU type, dtype,
+GPU count, scaling) are merged across repeats and ``--rerun`` attempts: a
+configuration passes when one of its runs passes every gate (the fastest
+such run is shown); it is ``pending`` while none passed and one has not
+ended, else it fails (its latest run is shown). A workload passes when each
+of its configurations does; the suite passes when every workload does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from llmb.certify.gates import Gate, judge, passed
+from llmb.certify.suite import Attempt, Suite
+from llmb.errors import LlmbError
+from llmb.host import PluginHost
+from llmb.jobs import TERMINAL, Job, load_job
+from llmb.results.collect import Collector
+from llmb.results.experiments import RunLocation, find_runs
+from llmb.results.records import RunResult
+from llmb.sweep_runner import statuses
+from llmb.sweeps import Task
+
+PASS, FAIL, PENDING, NOT_RUN = "pass", "fail", "pending", "not run"
+
+
+def configuration(task: Task) -> tuple:
+    return (task.workload, task.variant, task.size, task.gpu, task.dtype, task.gpus, task.strong_scaling)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One job of the suite and what its gates say."""
+
+    task: Task
+    job_id: str
+    attempt: Attempt
+    state: str  # the job's state; UNKNOWN when its record cannot be read
+    result: RunResult | None = None
+    gates: tuple[Gate, ...] = ()
+    problem: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.problem is None and self.state not in TERMINAL:
+            return PENDING
+        return PASS if self.result is not None and passed(list(self.gates)) else FAIL
+
+    @property
+    def step_ms(self) -> float:
+        stats = self.result.stats if self.result else None
+        return stats.time_mean_ms if stats and stats.time_mean_ms else float("inf")
+
+
+@dataclass
+class Configuration:
+    task: Task  # the suite's (first repeat)
+    runs: list[Judged] = field(default_factory=list)
+
+    @property
+    def best(self) -> Judged | None:
+        passing = [r for r in self.runs if r.verdict == PASS]
+        if passing:
+            return min(passing, key=lambda r: r.step_ms)
+        pending = [r for r in self.runs if r.verdict == PENDING]
+        return (pending or self.runs or [None])[-1]
+
+    @property
+    def verdict(self) -> str:
+        return self.best.verdict if self.best else NOT_RUN
+
+
+@dataclass
+class SuiteVerdict:
+    suite: Suite
+    configurations: list[Configuration]
+
+    def workloads(self) -> dict[str, str]:
+        found: dict[str, list[str]] = {}
+        for config in self.configurations:
+            found.setdefault(config.task.workload, []).append(config.verdict)
+        return {w: PENDING if PENDING in v else PASS if set(v) == {PASS} else FAIL for w, v in found.items()}
+
+    @property
+    def passed(self) -> bool:
+        return all(v == PASS for v in self.workloads().values())
+
+
+def _location(job: Job) -> RunLocation:
+    found = find_runs([job.run_dir]) if os.path.isdir(job.run_dir) else []
+    return found[0] if found else RunLocation(None, job.run_dir, job.experiment, os.path.basename(job.run_dir))
+
+
+def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
+    configurations: dict[tuple, Configuration] = {}
+    for task in suite.tasks:
+        configurations.setdefault(configuration(task), Configuration(task))
+    loaded: list[tuple[Task, Job, Attempt]] = []
+    for task, job_id, attempt in suite.jobs():
+        try:
+            loaded.append((task, load_job(job_id), attempt))
+        except LlmbError as exc:
+            run = Judged(task, job_id, attempt, "UNKNOWN", problem=str(exc))
+            configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
+    collector = Collector(host)
+    for (task, job, attempt), status in zip(loaded, statuses(host, [j for _, j, _ in loaded]), strict=True):
+        result = collector.collect_one(_location(job)).result
+        run = Judged(task, job.id, attempt, status.state, result, tuple(judge(result)))
+        configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
+    return SuiteVerdict(suite, list(configurations.values()))

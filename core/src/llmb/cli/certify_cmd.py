@@ -1,0 +1,228 @@
+"""``llmb certify``: run the published suite on a cluster, judge every workload, re-run one, show the verdict."""
+
+from __future__ import annotations
+
+import click
+from click.core import ParameterSource
+
+from llmb.cli import get_host
+from llmb.cli.output import emit_json, render_table, terminal_safe
+from llmb.cli.run_options import run_options
+from llmb.cli.sweep_cmd import checked_tasks, follow, show_planned
+from llmb.errors import UsageError
+
+SUITE_OPTIONS = ("gpu", "scale", "repeats", "profile_last", "suite_file")
+
+
+def _given(ctx, names) -> list[str]:
+    """The parameters among ``names`` given on the command line, as their flags."""
+    flags = {param.name: param.opts[0] for param in ctx.command.params}
+    return [flags[name] for name in names if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+
+
+def _recorded(run_kw: dict) -> dict:
+    """The run options worth recording with each task (unset ones are left out)."""
+    return {k: v for k, v in run_kw.items() if v is not None and v is not False and v != ()}
+
+
+def _label(task) -> str:
+    scaling = " strong" if task.strong_scaling else ""
+    variant = f" ({task.variant})" if task.variant else ""
+    return f"{task.size or '-'} {task.gpu or '-'} {task.dtype or '-'} {task.gpus} GPU{'s' if task.gpus != 1 else ''}" \
+           f"{scaling}{variant}"
+
+
+def _status_json(verdict) -> dict:
+    suite = verdict.suite
+    jobs = suite.jobs_by_workload()
+    return {
+        "suite": suite.id, "created_at": suite.created_at, "gpu": suite.gpu, "scale": suite.scale,
+        "proxy": suite.proxy, "source": suite.source, "passed": verdict.passed, "notes": suite.notes,
+        "workloads": {w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in verdict.workloads().items()},
+        "configurations": [{
+            "workload": c.task.workload, "configuration": _label(c.task), "verdict": c.verdict,
+            "job": c.best.job_id if c.best else None, "state": c.best.state if c.best else None,
+            "status": c.best.result.status if c.best and c.best.result else None,
+            "problem": c.best.problem if c.best else None,
+            "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
+            "runs": [{"job": r.job_id, "sweep": r.attempt.sweep, "rerun": r.attempt.rerun, "state": r.state,
+                      "verdict": r.verdict} for r in c.runs],
+        } for c in verdict.configurations],
+    }
+
+
+def _status_text(verdict) -> str:
+    from llmb.certify.gates import GATES, NA
+
+    suite = verdict.suite
+    rows = []
+    for c in verdict.configurations:
+        best = c.best
+        cells = {g.name: g.cell for g in best.gates} if best else {}
+        job = "-" if best is None else best.job_id + (f" (of {len(c.runs)} runs)" if len(c.runs) > 1 else "")
+        rows.append([c.task.workload, _label(c.task), job, *(cells.get(name, "-") for name in GATES),
+                     c.verdict.upper()])
+    lines = [render_table(["WORKLOAD", "CONFIGURATION", "JOB", "STATUS", "LOSS", "TFLOPS", "STEP CV", "PERFORMANCE",
+                           "VERDICT"], rows), ""]
+    workloads = verdict.workloads()
+    for config in verdict.configurations:
+        best = config.best
+        failed = [g for g in best.gates if g.outcome == "fail"] if best else []
+        if config.verdict == "fail":
+            why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in failed)
+            lines.append(f"{config.task.workload} {_label(config.task)}: {why}")
+        elif config.verdict == "not run":
+            lines.append(f"{config.task.workload} {_label(config.task)}: no job was submitted")
+    failing = [w for w, v in workloads.items() if v == "fail"]
+    pending = [w for w, v in workloads.items() if v == "pending"]
+    for w in failing:
+        lines.append(f"re-run {w} alone: llmb certify --rerun {w} --suite {suite.id}")
+    if any(g.outcome == NA and g.name == "performance" for c in verdict.configurations if c.best for g in c.best.gates):
+        lines.append("performance n/a: proxy runs and configurations without a published figure are not compared; "
+                     "certifying a cluster needs full-size runs of the published suite.")
+    lines += [f"note: {note}" for note in suite.notes]
+    if verdict.passed:
+        lines.append(f"{suite.id}: PASS, every workload passed ({', '.join(workloads)}).")
+    elif pending and not failing:
+        lines.append(f"{suite.id}: PENDING, {', '.join(pending)} still running (llmb certify status --suite "
+                     f"{suite.id} again later).")
+    else:
+        lines.append(f"{suite.id}: FAIL ({', '.join(failing)} failed" + (f"; {', '.join(pending)} still running"
+                                                                       if pending else "") + ").")
+    return "\n".join(lines)
+
+
+def show_status(ctx, suite, as_json: bool) -> None:
+    """Print the suite's verdict; exit 0 when every workload passed, else 1."""
+    from llmb.certify.verdict import judge_suite
+
+    verdict = judge_suite(get_host(ctx), suite)
+    if as_json:
+        emit_json(_status_json(verdict))
+    else:
+        click.echo(terminal_safe(_status_text(verdict)))
+    ctx.exit(0 if verdict.passed else 1)
+
+
+def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, run_kw):
+    """(tasks, gpu, scale, source, notes) of a new suite."""
+    from llmb.certify import suite as suites
+    from llmb.cli.run_options import parameter_names
+    from llmb.sweeps import tasks_from_file
+
+    proxy = bool(run_kw.get("proxy") or run_kw.get("layers"))
+    if suite_file:
+        extra = _given(ctx, ("scale", "repeats"))
+        if extra:
+            raise UsageError(f"a suite file gives its own scales and repeats; drop {', '.join(extra)} (or leave out "
+                             f"--file for the published suite).")
+        tasks, notes, source = tasks_from_file(suite_file, host.workloads(), parameter_names()), [], suite_file
+    else:
+        if not gpu:
+            raise UsageError("llmb certify needs the cluster's GPU type: --gpu h100 (or GPU_TYPE); the suite is every "
+                             "published configuration of that type.")
+        if proxy and scale is None:
+            raise UsageError("a proxy suite runs every configuration on --scale ranks; give them, e.g. --scale 2.")
+        scale = scale or suites.EXEMPLAR_SCALE
+        tasks, notes = suites.published_suite(host.workloads(), gpu, scale, repeats, proxy)
+        source = "published"
+    return suites.with_options(tasks, _recorded(run_kw), gpu, profile_last), scale, source, notes
+
+
+@click.group("certify", invoke_without_command=True)
+@click.option("--gpu", envvar="GPU_TYPE", help="The cluster's GPU type, e.g. h100. [env: GPU_TYPE]")
+@click.option("--scale", type=click.IntRange(min=1),
+              help="GPUs per run (default 512, the Exemplar scale); a proxy suite's ranks per run.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Runs of each configuration.")
+@click.option("--profile-last", is_flag=True, help="Profile the last repeat of each configuration (no other run is).")
+@click.option("--file", "suite_file", type=click.Path(dir_okay=False),
+              help="A suite file (the sweep-file format) instead of the published suite.")
+@click.option("--rerun", metavar="WORKLOAD", help="Re-run this workload of the suite alone (--suite; default: the last).")
+@click.option("--suite", "suite_id", metavar="ID", help="With --rerun: the suite (default: the most recent).")
+@run_options
+@click.option("--max-parallel", type=click.IntRange(min=0),
+              help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster.")
+@click.option("--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing.")
+@click.option("--detach", is_flag=True, help="Submit every job and return at once with the suite id.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, suite_id, max_parallel, dry_run, detach,
+                    as_json, **run_kw):
+    """Certify a cluster as the NVIDIA DGX Cloud Benchmarking Exemplar
+    validation guide does: run every installed workload's published
+    configurations for one GPU type (--gpu) at one scale (--scale, default
+    512 GPUs; a configuration not published there runs at its nearest
+    published scale below), largest jobs first, without profiling; judge
+    each run (success, finite falling loss, TFLOPS > 0, step-time CV under
+    5%, at least 95% of the published performance) and print the verdict.
+    Exits 0 when every workload passed.
+
+    \b
+    llmb certify --gpu h100 --backend slurm --account A --partition P
+    llmb certify --rerun llama31          re-run one workload of the last suite alone
+    llmb certify status [--suite ID]      the verdict again
+    llmb archive --suite ID --format zst  the suite's runs, to hand in"""
+    if ctx.invoked_subcommand is not None:
+        given = _given(ctx, (*SUITE_OPTIONS, "rerun", "suite_id", "max_parallel", "dry_run", "detach", "as_json",
+                             *run_kw))
+        if given:
+            raise UsageError(f"{' '.join(given)} go after the subcommand, or with llmb certify alone "
+                             f"(llmb certify {ctx.invoked_subcommand} --help).")
+        return
+    from llmb.certify import suite as suites
+
+    host = get_host(ctx)
+    if rerun:
+        extra = _given(ctx, SUITE_OPTIONS)
+        if extra:
+            raise UsageError(f"--rerun runs the suite's recorded configurations again; {', '.join(extra)} describe a "
+                             f"new suite (leave out --rerun to start one).")
+        suite = suites.load_suite(suite_id)
+        given = {k: v for k, v in run_kw.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+        if any(given.get(name) for name in suites.PROFILE_OPTIONS):
+            raise UsageError("certification runs are not profiled or traced; a re-run keeps the suite's profiling "
+                             "(--profile-last, when the suite was started with it).")
+        tasks = suites.for_rerun(suite.tasks_of(rerun.strip().lower()), given)
+    else:
+        if suite_id:
+            raise UsageError("--suite ID goes with --rerun WORKLOAD (or llmb certify status --suite ID).")
+        tasks, scale, source, notes = _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file,
+                                                       run_kw)
+        proxy = any(t.options.get("proxy") or t.options.get("layers") for t in tasks)
+        suite = suites.new_suite(gpu and gpu.lower(), scale if source == "published" else None, proxy, source, tasks,
+                                 notes)
+    checked = checked_tasks(host, tasks, {})
+    if dry_run:
+        for note in suite.notes if not rerun else ():
+            click.echo(f"note: {note}", err=True)
+        show_planned(checked, as_json)
+        return
+
+    def record(run) -> None:
+        suite.attempts.append(suites.Attempt(run.sweep.id, list(dict.fromkeys(t.workload for t in tasks)),
+                                             run.sweep.created_at, rerun=bool(rerun)))
+        suites.save_suite(suite)
+
+    run = follow(ctx, host, checked, {}, max_parallel, detach, on_created=record)
+    if detach:
+        if as_json:
+            emit_json({"suite": suite.id, "sweep": run.sweep.id, "jobs": suite.jobs_by_workload()})
+        else:
+            click.echo(f"{suite.id}: {len(run.sweep.job_ids)} jobs submitted (sweep {run.sweep.id}); "
+                       f"llmb certify status --suite {suite.id} shows the verdict once they ended.")
+        return
+    show_status(ctx, suite, as_json)
+
+
+@certify_command.command("status")
+@click.option("--suite", "suite_id", metavar="ID", help="The suite (default: the most recent).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status_command(ctx, suite_id, as_json):
+    """The suite's table: each configuration's best run, its gates (status,
+    loss, TFLOPS, step-time CV, performance) and verdict. Runs of a
+    configuration merge across repeats and --rerun: one passing run passes
+    it. Exits 0 only when every workload passed, 1 otherwise."""
+    from llmb.certify.suite import load_suite
+
+    show_status(ctx, load_suite(suite_id), as_json)
