@@ -43,8 +43,8 @@ setup() {
 # What the tests need from Debian: the real Slurm they start (tests/private_slurm.py)
 # and a headless Chromium that renders llmb report's page. Installed when this
 # user may (root, or passwordless sudo); otherwise those tests skip and say why.
-SYSTEM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server chromium numactl)
-SYSTEM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd chromium)
+SYSTEM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server chromium numactl zstd)
+SYSTEM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd chromium zstd)
 
 setup_system() {
   local missing=() c

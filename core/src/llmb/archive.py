@@ -3,11 +3,17 @@ big and not needed to read the results again.
 
 Left out, as the tool we replace leaves them out: profiles and traces
 (``*.nsys-rep``, ``*_trace.json``), archives (``*.tar.*``) and the folders
-``code``, ``checkpoints`` and ``nsys_profile`` (llmb's own torch-profiler
-traces, ``torch_profile``, too). Paths inside the archive start at the
-install directory (``workloads/<workload>/experiments/...``) so that
-unpacking it into an empty directory and pointing ``llmb results`` there
-reads the runs back.
+``code``, ``checkpoints`` and ``nsys_profile``; and the torch profiler's
+traces (``*.pt.trace.json``, the folders ``torch_profile`` and
+``pytorch_profile``). Logs, recipes (``recipe.json``), provenance
+(``provenance.json``) and everything else in a run directory are kept.
+Paths inside the archive start at the install directory
+(``workloads/<workload>/experiments/...``) so that unpacking it into an
+empty directory and pointing ``llmb results`` there reads the runs back.
+
+Two formats: ``gz`` (``.tar.gz``, the default) and ``zst`` (``.tar.zst``,
+Zstandard with a compression thread per CPU: much faster on the large
+logs of a certification suite; ``tar --zstd -xf`` unpacks it).
 """
 
 from __future__ import annotations
@@ -16,11 +22,15 @@ import fnmatch
 import os
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-EXCLUDED_FILES = ("*.nsys-rep", "*_trace.json", "*.tar.*")
-EXCLUDED_DIRS = ("code", "checkpoints", "nsys_profile", "torch_profile")
+EXCLUDED_FILES = ("*.nsys-rep", "*_trace.json", "*.pt.trace.json", "*.tar.*")
+EXCLUDED_DIRS = ("code", "checkpoints", "nsys_profile", "torch_profile", "pytorch_profile")
+SUFFIXES = {"gz": (".tar.gz", ".tgz"), "zst": (".tar.zst", ".tzst")}  # format -> file names it writes
+GZIP_LEVEL = 6
+ZSTD_LEVEL = 10  # of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
 
 
 @dataclass
@@ -57,15 +67,35 @@ def walk(root: str, packed: Packed):
             yield path, os.path.getsize(path)
 
 
-def pack(roots: list[tuple[str, str]], output: str, progress: Callable[[int, int], None] | None = None) -> Packed:
-    """Write ``output`` (.tar.gz) from ``roots``: (directory, name it has in the archive).
+def format_of(path: str) -> str | None:
+    """The format a file name asks for (``gz``, ``zst``), or None."""
+    return next((fmt for fmt, suffixes in SUFFIXES.items() if path.endswith(suffixes)), None)
+
+
+@contextmanager
+def _writer(path: str, fmt: str) -> Iterator[tarfile.TarFile]:
+    if fmt == "gz":
+        with tarfile.open(path, "w:gz", compresslevel=GZIP_LEVEL) as tar:
+            yield tar
+        return
+    import zstandard  # only for .tar.zst
+
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=-1)  # -1: one thread per CPU
+    with open(path, "wb") as raw, compressor.stream_writer(raw, closefd=False) as stream, \
+            tarfile.open(fileobj=stream, mode="w|") as tar:
+        yield tar
+
+
+def pack(roots: list[tuple[str, str]], output: str, progress: Callable[[int, int], None] | None = None,
+         fmt: str = "gz") -> Packed:
+    """Write ``output`` (``fmt``: gz or zst) from ``roots``: (directory, name it has in the archive).
     Written to a temporary file first: an interrupted archive never looks complete."""
     packed = Packed(output=os.path.abspath(output))
     directory = os.path.dirname(packed.output) or "."  # must exist: the command refuses to invent directories
-    handle, temporary = tempfile.mkstemp(prefix=".llmb-archive-", suffix=".tar.gz", dir=directory)
+    handle, temporary = tempfile.mkstemp(prefix=".llmb-archive-", suffix=SUFFIXES[fmt][0], dir=directory)
     os.close(handle)
     try:
-        with tarfile.open(temporary, "w:gz", compresslevel=6) as tar:
+        with _writer(temporary, fmt) as tar:
             for root, arcroot in roots:
                 for path, size in walk(root, packed):
                     tar.add(path, arcname=os.path.join(arcroot, os.path.relpath(path, root)), recursive=False)

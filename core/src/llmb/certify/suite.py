@@ -125,6 +125,24 @@ def load_suite(suite_id: str | None) -> Suite:
                  attempts=[Attempt(**a) for a in data.get("attempts") or []])
 
 
+def archive_roots(suite: Suite) -> list[tuple[str, str]]:
+    """What ``llmb archive --suite`` packs, as (directory, name in the archive): the suite's record, the
+    sweeps of its attempts and the run directory of each of its jobs, named from the install directory."""
+    from llmb.jobs import Job, read_job
+    from llmb.sweeps import sweeps_root
+
+    install = install_dir()
+    directories = [suite_dir(suite.id)] + [os.path.join(sweeps_root(), a.sweep) for a in suite.attempts]
+    for _, job_id, _ in suite.jobs():
+        job = read_job(job_id)
+        if isinstance(job, Job):
+            directories.append(job.run_dir)
+    found = [d for d in dict.fromkeys(directories) if os.path.isdir(d)]
+    names = [os.path.relpath(d, install) for d in found]  # a run directory outside the install keeps its name only
+    return [(d, os.path.join("elsewhere", os.path.basename(d)) if n.startswith(os.pardir) else n)
+            for d, n in zip(found, names, strict=True)]
+
+
 # ------------------------------------------------------------------ building the tasks
 
 def published_suite(workloads: dict, gpu: str, scale: int, repeats: int, proxy: bool) -> tuple[list[Task], list[str]]:

@@ -32,6 +32,14 @@ def configuration(task: Task) -> tuple:
     return (task.workload, task.variant, task.size, task.gpu, task.dtype, task.gpus, task.strong_scaling)
 
 
+def configuration_label(task: Task) -> str:
+    """``8b h100 bf16 512 GPUs (nemo2)``: the configuration without its workload."""
+    scaling = " strong" if task.strong_scaling else ""
+    variant = f" ({task.variant})" if task.variant else ""
+    return f"{task.size or '-'} {task.gpu or '-'} {task.dtype or '-'} {task.gpus} GPU{'s' if task.gpus != 1 else ''}" \
+           f"{scaling}{variant}"
+
+
 @dataclass(frozen=True)
 class Judged:
     """One job of the suite and what its gates say."""
@@ -88,6 +96,25 @@ class SuiteVerdict:
     @property
     def passed(self) -> bool:
         return all(v == PASS for v in self.workloads().values())
+
+    def to_dict(self) -> dict:
+        """``llmb certify status --json``."""
+        suite = self.suite
+        jobs = suite.jobs_by_workload()
+        return {
+            "suite": suite.id, "created_at": suite.created_at, "gpu": suite.gpu, "scale": suite.scale,
+            "proxy": suite.proxy, "source": suite.source, "passed": self.passed, "notes": suite.notes,
+            "workloads": {w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in self.workloads().items()},
+            "configurations": [{
+                "workload": c.task.workload, "configuration": configuration_label(c.task), "verdict": c.verdict,
+                "job": c.best.job_id if c.best else None, "state": c.best.state if c.best else None,
+                "status": c.best.result.status if c.best and c.best.result else None,
+                "problem": c.best.problem if c.best else None,
+                "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
+                "runs": [{"job": r.job_id, "sweep": r.attempt.sweep, "rerun": r.attempt.rerun, "state": r.state,
+                          "verdict": r.verdict} for r in c.runs],
+            } for c in self.configurations],
+        }
 
 
 def _location(job: Job) -> RunLocation:

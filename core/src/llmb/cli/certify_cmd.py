@@ -25,34 +25,9 @@ def _recorded(run_kw: dict) -> dict:
     return {k: v for k, v in run_kw.items() if v is not None and v is not False and v != ()}
 
 
-def _label(task) -> str:
-    scaling = " strong" if task.strong_scaling else ""
-    variant = f" ({task.variant})" if task.variant else ""
-    return f"{task.size or '-'} {task.gpu or '-'} {task.dtype or '-'} {task.gpus} GPU{'s' if task.gpus != 1 else ''}" \
-           f"{scaling}{variant}"
-
-
-def _status_json(verdict) -> dict:
-    suite = verdict.suite
-    jobs = suite.jobs_by_workload()
-    return {
-        "suite": suite.id, "created_at": suite.created_at, "gpu": suite.gpu, "scale": suite.scale,
-        "proxy": suite.proxy, "source": suite.source, "passed": verdict.passed, "notes": suite.notes,
-        "workloads": {w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in verdict.workloads().items()},
-        "configurations": [{
-            "workload": c.task.workload, "configuration": _label(c.task), "verdict": c.verdict,
-            "job": c.best.job_id if c.best else None, "state": c.best.state if c.best else None,
-            "status": c.best.result.status if c.best and c.best.result else None,
-            "problem": c.best.problem if c.best else None,
-            "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
-            "runs": [{"job": r.job_id, "sweep": r.attempt.sweep, "rerun": r.attempt.rerun, "state": r.state,
-                      "verdict": r.verdict} for r in c.runs],
-        } for c in verdict.configurations],
-    }
-
-
 def _status_text(verdict) -> str:
     from llmb.certify.gates import GATES, NA
+    from llmb.certify.verdict import configuration_label
 
     suite = verdict.suite
     rows = []
@@ -60,7 +35,7 @@ def _status_text(verdict) -> str:
         best = c.best
         cells = {g.name: g.cell for g in best.gates} if best else {}
         job = "-" if best is None else best.job_id + (f" (of {len(c.runs)} runs)" if len(c.runs) > 1 else "")
-        rows.append([c.task.workload, _label(c.task), job, *(cells.get(name, "-") for name in GATES),
+        rows.append([c.task.workload, configuration_label(c.task), job, *(cells.get(name, "-") for name in GATES),
                      c.verdict.upper()])
     lines = [render_table(["WORKLOAD", "CONFIGURATION", "JOB", "STATUS", "LOSS", "TFLOPS", "STEP CV", "PERFORMANCE",
                            "VERDICT"], rows), ""]
@@ -70,9 +45,9 @@ def _status_text(verdict) -> str:
         failed = [g for g in best.gates if g.outcome == "fail"] if best else []
         if config.verdict == "fail":
             why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in failed)
-            lines.append(f"{config.task.workload} {_label(config.task)}: {why}")
+            lines.append(f"{config.task.workload} {configuration_label(config.task)}: {why}")
         elif config.verdict == "not run":
-            lines.append(f"{config.task.workload} {_label(config.task)}: no job was submitted")
+            lines.append(f"{config.task.workload} {configuration_label(config.task)}: no job was submitted")
     failing = [w for w, v in workloads.items() if v == "fail"]
     pending = [w for w, v in workloads.items() if v == "pending"]
     for w in failing:
@@ -98,7 +73,7 @@ def show_status(ctx, suite, as_json: bool) -> None:
 
     verdict = judge_suite(get_host(ctx), suite)
     if as_json:
-        emit_json(_status_json(verdict))
+        emit_json(verdict.to_dict())
     else:
         click.echo(terminal_safe(_status_text(verdict)))
     ctx.exit(0 if verdict.passed else 1)
