@@ -52,7 +52,9 @@ class Gate:
 
     @property
     def cell(self) -> str:
-        return f"{self.value} ({self.outcome})" if self.outcome == NA else f"{self.value} {self.outcome.upper()}"
+        if self.outcome == NA:
+            return self.value if self.value == "-" else f"{self.value} (n/a)"
+        return f"{self.value} {self.outcome.upper()}"
 
     def to_dict(self) -> dict:
         return {"outcome": self.outcome, "value": self.value, "detail": self.detail}
@@ -116,8 +118,12 @@ def performance_gate(result: RunResult) -> Gate:
 
 
 def judge(result: RunResult) -> list[Gate]:
-    """Every gate, in ``GATES`` order."""
-    return [status_gate(result), loss_gate(result), tflops_gate(result), cv_gate(result), performance_gate(result)]
+    """Every gate, in ``GATES`` order. A run that did not succeed fails its status gate; the gates its log
+    has no data for are then shown "-" without failing again."""
+    gates = [status_gate(result), loss_gate(result), tflops_gate(result), cv_gate(result), performance_gate(result)]
+    if gates[0].outcome == FAIL:
+        gates[1:] = [Gate(g.name, NA, "-", g.detail) if g.value == "-" else g for g in gates[1:]]
+    return gates
 
 
 def passed(gates: list[Gate]) -> bool:

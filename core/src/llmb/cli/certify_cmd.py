@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 from click.core import ParameterSource
 
@@ -44,7 +46,8 @@ def _status_text(verdict) -> str:
         best = config.best
         failed = [g for g in best.gates if g.outcome == "fail"] if best else []
         if config.verdict == "fail":
-            why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in failed)
+            shown = [g for g in failed if g.name == "status"] or failed  # a failed run: why it failed
+            why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in shown)
             lines.append(f"{config.task.workload} {configuration_label(config.task)}: {why}")
         elif config.verdict == "not run":
             lines.append(f"{config.task.workload} {configuration_label(config.task)}: no job was submitted")
@@ -77,6 +80,14 @@ def show_status(ctx, suite, as_json: bool) -> None:
     else:
         click.echo(terminal_safe(_status_text(verdict)))
     ctx.exit(0 if verdict.passed else 1)
+
+
+def resolved(checked):
+    """The task with what its recipe resolved to in place of defaults (size, dtype, GPU type, variant)."""
+    recipe = checked.planned.plan.recipe
+    task = checked.task
+    return replace(task, size=task.size or recipe.size, dtype=task.dtype or recipe.dtype, gpu=task.gpu or recipe.gpu,
+                   variant=task.variant or recipe.variant)
 
 
 def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, run_kw):
@@ -167,6 +178,11 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
         suite = suites.new_suite(gpu and gpu.lower(), scale if source == "published" else None, proxy, source, tasks,
                                  notes)
     checked = checked_tasks(host, tasks, {})
+    if not rerun:  # a re-run keeps the recorded tasks, by which its runs are matched to the suite's configurations
+        checked = [replace(c, task=resolved(c)) for c in checked]
+        suite.tasks = tasks = [c.task for c in checked]
+        types = {t.gpu for t in tasks}
+        suite.gpu = suite.gpu or (types.pop() if len(types) == 1 else None)
     if dry_run:
         for note in suite.notes if not rerun else ():
             click.echo(f"note: {note}", err=True)
