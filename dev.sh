@@ -44,7 +44,7 @@ setup() {
 # and a headless Chromium that renders llmb report's page. Installed when this
 # user may (root, or passwordless sudo); otherwise those tests skip and say why.
 SYSTEM_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server chromium numactl zstd)
-SYSTEM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd chromium zstd)
+SYSTEM_COMMANDS=(slurmctld slurmd munged sbatch slurmdbd mariadbd chromium numactl zstd)
 
 setup_system() {
   local missing=() c
