@@ -1,13 +1,18 @@
 """``llmb archive``: the experiments without profiles, traces, checkpoints and
-code, readable again by ``llmb results`` once unpacked."""
+code, readable again by ``llmb results`` once unpacked; as .tar.gz or as
+.tar.zst (listed and unpacked by the real ``tar --zstd``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from experiment_dirs import make_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -69,3 +74,57 @@ def test_named_directories_and_mistakes(llmb_proc, tmp_path):
     assert empty.code == 2 and "there are no experiments under" in empty.err
     missing = llmb_proc("archive", str(tmp_path / "nosuch"))
     assert missing.code == 2 and "no such directory" in missing.err
+
+
+def _tar_zstd(*args: str) -> subprocess.CompletedProcess:
+    if shutil.which("zstd") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must check .tar.zst archives, but zstd is not installed (./dev.sh test installs it)")
+        pytest.skip("tar --zstd needs the zstd program (apt-get install zstd)")
+    done = subprocess.run(["tar", "--zstd", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_a_zstd_archive_keeps_logs_recipes_and_provenance_and_leaves_out_profiles(llmb_proc, tmp_path):
+    install = tmp_path / "install"
+    root = experiments(install)
+    run = root / MB / f"{MB}_1766132151"
+    for path, content in {
+        run / "provenance.json": b'{"llmb": "0.1.0"}',
+        run / MB / "rank0.pt.trace.json": b"{}",  # the production frameworks' torch profiler
+        run / MB / "pytorch_profile" / "trace.json": b"{}",
+    }.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    output = tmp_path / "experiments.tar.zst"
+    result = llmb_proc("archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)})
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["format"] == "zst"  # from the name
+    assert output.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # a Zstandard frame, not gzip renamed
+    base = f"workloads/llama31/experiments/{MB}/{MB}_1766132151"
+    listed = sorted(_tar_zstd("-tf", str(output)).stdout.split())
+    assert listed == [f"{base}/{MB}/log-{MB}.out", f"{base}/{MB}/sbatch_{MB}.out", f"{base}/provenance.json"]
+    assert (report["files"], report["excluded_files"], report["excluded_dirs"]) == (3, 3, 5)
+
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    _tar_zstd("-xf", str(output), "-C", str(unpacked))
+    rows = json.loads(llmb_proc("results", "--format", "json", env={"LLMB_INSTALL": str(unpacked)}).out)
+    assert [(r["status"], r["max_iteration"]) for r in rows] == [("success", 50)]
+
+
+def test_format_and_name_mistakes(llmb_proc, tmp_path):
+    root = experiments(tmp_path / "install")
+    gz = tmp_path / "by-flag.tar.gz"
+    result = llmb_proc("archive", str(root), "--format", "zst", "-o", str(gz))
+    assert result.code == 2 and "names a .tar.gz archive but --format is zst" in result.err
+    assert not gz.exists()
+    zst = tmp_path / "by-flag.tzst"
+    assert llmb_proc("archive", str(root), "--format", "zst", "-o", str(zst)).code == 0
+    assert zst.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
+    both = llmb_proc("archive", str(root), "--suite", "last")
+    assert both.code == 2 and "give DIRS or --suite ID, not both" in both.err
+    none = llmb_proc("archive", "--suite", "cert-000000", env={"LLMB_INSTALL": str(tmp_path / "install")})
+    assert none.code == 2 and "no certification suite 'cert-000000'" in none.err

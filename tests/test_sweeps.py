@@ -156,3 +156,48 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
     submitted = [json.loads((jobs / i / "job.json").read_text())["submitted_at"] for i in ids]
     ended = [json.loads((jobs / i / "exit.json").read_text())["ended_at"] for i in ids]
     assert max(submitted) < min(ended)
+
+
+def _published(host, gpu: str, max_gpus: int) -> list[tuple]:
+    """(workload, size, gpu, dtype, GPU count) of every published figure, read from the workloads' references."""
+    return sorted({(name, r.size, r.gpu, r.dtype, r.gpus) for name, w in host.workloads().items()
+                   for r in w.references if r.gpu == gpu and r.gpus <= max_gpus})
+
+
+def test_all_workloads_is_every_published_configuration_up_to_max_gpus(host, llmb_proc, install):
+    result = llmb_proc("sweep", "--all-workloads", "--max-gpus", "64", "--gpu", "h100", "--backend", "slurm",
+                       "--dry-run", "--json", env=install)
+    assert result.code == 0, result.err
+    listed = json.loads(result.out)
+    tasks = sorted(tuple(j["task"].split()[:4]) + (j["ranks"],) for j in listed)
+    assert tasks == _published(host, "h100", 64)
+    assert {"llama31", "nemotronh"} <= {t[0] for t in tasks} and max(t[4] for t in tasks) == 64
+    assert all(j["source"].startswith("published: ") for j in listed)
+    assert not Path(install["LLMB_INSTALL"]).exists()
+
+
+def test_all_workloads_tasks_carry_the_published_variant_and_scaling(host):
+    from llmb.sweeps import published_tasks
+
+    tasks = published_tasks(host.workloads(), "gb200", 128, 2)
+    strong = [t for t in tasks if t.workload == "nemotron4"]
+    assert strong and all(t.strong_scaling and t.gpus == 128 for t in strong)
+    assert {t.variant for t in tasks if t.workload == "llama31"} == {"megatron-bridge"}
+    assert {t.repeat for t in tasks} == {1, 2}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--all-workloads",), "--all-workloads needs --max-gpus N"),
+    (("--all-workloads", "--max-gpus", "4"), "no published configuration runs on 4 GPUs or fewer; the smallest "
+                                             "published GPU count is 8"),
+    (("--all-workloads", "--max-gpus", "64", "--gpu", "x100"), "no installed workload publishes figures for GPU "
+                                                               "type 'x100'"),
+    (("--all-workloads", "--max-gpus", "64", "--size", "8b"), "--all-workloads takes each published configuration "
+                                                              "as published; drop --size"),
+    (("llama31", "--all-workloads", "--max-gpus", "64"), "not a WORKLOAD and --all-workloads"),
+    (("llama31", "--gpus", "8", "--max-gpus", "64"), "--max-gpus goes with --all-workloads"),
+])
+def test_all_workloads_mistakes(llmb_proc, install, args, needle):
+    result = llmb_proc("sweep", *args, "--dry-run", env=install)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert needle in result.err, result.err
