@@ -311,6 +311,16 @@ def test_finished_jobs_come_from_sacct_once_squeue_forgets_them(llmb_proc, acct_
     assert (ended["slurm_state"], ended["nodes"]) == ("FAILED", "node1")
 
 
+def test_a_flag_wins_over_the_sbatch_variable_sbatch_itself_would_prefer(llmb_proc, acct_env):
+    """sbatch lets SBATCH_ACCOUNT override the script's #SBATCH --account; llmb
+    renders the flag and keeps the variable away from sbatch, so the flag wins."""
+    result = llmb_proc("run", *PROXY, "--gpus", "1", "--steps", "3", "--account", "bench", "--detach",
+                       "--json", env={**acct_env, "SBATCH_ACCOUNT": "nosuch"})
+    assert result.code == 0, result.err
+    job = json.loads(result.out)["job_id"]
+    llmb_proc("cancel", job, env=acct_env)
+
+
 def test_an_unknown_account_is_refused_with_slurms_reason(llmb_proc, acct_env):
     result = llmb_proc("run", *PROXY, "--gpus", "1", "--account", "nosuch", "--detach", env=acct_env)
     assert result.code == 2 and "Traceback" not in result.err

@@ -14,12 +14,15 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from llmb.cluster_settings import VARIABLES
 from llmb.errors import UsageError
 
 TIMEOUT_S = 60.0
 SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
 SINFO_GPUS = "%G|%f"  # generic resources, node features
+# sbatch's input variables that llmb reads and renders as #SBATCH lines (the seeds' SBATCH_GPUS_PER_NODE too).
+RENDERED_VARIABLES = frozenset({*(v for v in VARIABLES.values() if v.startswith("SBATCH_")), "SBATCH_GPUS_PER_NODE"})
 # Answers that depend only on the installed Slurm (its configuration file), asked once per process.
 _ASKED: dict[tuple, str | None] = {}
 
@@ -206,8 +209,10 @@ def _reason(stderr: str) -> str:
 
 def submission_env(secrets: tuple[str, ...]) -> dict[str, str]:
     """sbatch's environment: this shell's (sbatch exports it to the job), which is
-    how secrets travel; nothing else carries them."""
-    env = dict(os.environ)
+    how secrets travel; nothing else carries them. Without the ``SBATCH_*``
+    variables llmb reads itself: sbatch would let them override the script's
+    ``#SBATCH`` lines, so ``SBATCH_QOS=a llmb run --qos b`` would run under ``a``."""
+    env = {name: value for name, value in os.environ.items() if name not in RENDERED_VARIABLES}
     missing = [name for name in secrets if name not in env]
     if missing:
         raise UsageError(f"secret variable(s) {', '.join(missing)} not set in this shell.")
