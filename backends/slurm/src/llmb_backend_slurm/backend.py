@@ -30,13 +30,13 @@ says why it ended (``ended``).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import time
 from dataclasses import replace
 
 from llmb import experiment
+from llmb.cluster_settings import time_limit
 from llmb.errors import LlmbError, UsageError
 from llmb.flaky import FlakyFailure, flaky_failure, retry_nan_asked
 from llmb.images import check_reference, image_path
@@ -71,20 +71,12 @@ from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 RUN_FILE = "run.json"
 CANCEL_WAIT_S = 60.0
 LOOK_UP_AGAIN_S = 2.0  # after sbatch's answer was lost and squeue showed no such job: once more, later
-_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
 _HEALTHY = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "plnd", "planned", "resv", "reserved")
 
 
 def worker_pythonpath() -> str:
     """Where ``llmb install`` puts llmb's pure-Python packages for the container's Python."""
     return os.path.join(install_dir(), "python")
-
-
-def _check_time_limit(value: str | None) -> str | None:
-    if value and not _TIME.match(value.strip()):
-        raise UsageError(f"--time-limit {value!r}: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
-                         f"(Slurm's forms), e.g. --time-limit 30 or --time-limit 2:00:00.")
-    return value.strip() if value else None
 
 
 def submission_marker(job_id: str, attempt: int) -> str:
@@ -143,7 +135,7 @@ class SlurmBackend:
         gpus_per_node = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres
         return {
             "account": submit.account, "partition": submit.partition,
-            "time_limit": _check_time_limit(submit.time_limit), "gpus_per_node": gpus_per_node,
+            "time_limit": submit.time_limit and time_limit(submit.time_limit, "--time-limit"), "gpus_per_node": gpus_per_node,
             "requeue": submit.requeue, "exclusive": True, "mem": "0",
             "container": container, "worker": worker, "retries": submit.retries, "secrets": list(secrets),
             "pythonpath": None if submit.bare else worker_pythonpath(),
