@@ -26,7 +26,6 @@ import pytest
 from llmb import gpu_seen, job_env, provenance
 from llmb.gpus import catalogue
 from llmb.runspec import RunSpec
-from waiting import wait_for
 
 # Lines nvidia-smi printed on real nodes (--query-gpu=name,driver_version --format=csv,noheader).
 H100_NODE = "\n".join(["NVIDIA H100 80GB HBM3, 550.54.15"] * 8) + "\n"
@@ -238,10 +237,10 @@ def every_file_without(root: Path, *values: str) -> list[Path]:
 
 
 @torch_needed
-def test_a_local_run_records_its_provenance_without_any_secret(llmb_proc, tmp_path):
+def test_a_local_run_records_its_provenance_and_environment_without_any_secret(llmb_proc, tmp_path):
     hf, other = f"hf_{secrets.token_hex(16)}", f"cred_{secrets.token_hex(16)}"
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "HF_TOKEN": hf, "LLMB_TEST_LOGIN": other}
-    result = llmb_proc("run", *PROXY, "--secret", "LLMB_TEST_LOGIN", "--json", env=env, timeout=900)
+    result = llmb_proc("run", *PROXY, "--secret", "LLMB_TEST_LOGIN", "--dump-env", "--json", env=env, timeout=900)
     summary = json.loads(result.out)
     assert result.code == 0 and summary["state"] == "SUCCEEDED", result.err[-3000:]
     run_dir = Path(summary["experiment_dir"])
@@ -261,6 +260,12 @@ def test_a_local_run_records_its_provenance_without_any_secret(llmb_proc, tmp_pa
     environment = job["environment"]
     assert environment["HF_TOKEN"] == environment["LLMB_TEST_LOGIN"] == "***"
     assert (environment["RANK"], environment["WORLD_SIZE"], environment["MASTER_ADDR"]) == ("0", "2", "127.0.0.1")
+    # --dump-env: rank 0's whole environment beside the log, secrets redacted, values shell-quoted.
+    dumped = Path(summary["log"]).parent / f"env-{Path(summary['log']).parent.name}.txt"
+    assert job["environment_file"] == str(dumped)
+    lines = dumped.read_text().splitlines()
+    assert {"HF_TOKEN='***'", "LLMB_TEST_LOGIN='***'", "LLMB_DUMP_ENV=1", "RANK=0", "WORLD_SIZE=2"} <= set(lines)
+    assert f"LLMB_INSTALL={shlex.quote(env['LLMB_INSTALL'])}" in lines
     assert len(every_file_without(Path(env["LLMB_INSTALL"]), hf, other)) > 5
 
     shown = json.loads(llmb_proc("results", str(run_dir), "--json", env=env).out)
@@ -271,30 +276,6 @@ def test_a_local_run_records_its_provenance_without_any_secret(llmb_proc, tmp_pa
     with tarfile.open(archive) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(f"{run_dir.name}/provenance.json"))
         assert json.loads(tar.extractfile(member).read()) == data
-
-
-@torch_needed
-def test_dump_env_writes_the_jobs_environment_beside_the_log(host, install_root, monkeypatch):
-    from llmb.jobs import read_exit
-    from llmb.launch import submit_run
-    from llmb.records import RecipeRequest
-    from llmb.runspec import RunOptions, SubmitOptions
-
-    hf, other = f"hf_{secrets.token_hex(16)}", f"cred_{secrets.token_hex(16)}"
-    monkeypatch.setenv("HF_TOKEN", hf)
-    monkeypatch.setenv("LLMB_TEST_LOGIN", other)
-    monkeypatch.setenv("LLMB_NO_CACHE", "1")
-    options = RunOptions(proxy="tiny", steps=3, dump_env=True, submit=SubmitOptions(secrets=("LLMB_TEST_LOGIN",)))
-    submitted = submit_run(host, RecipeRequest("llama31", "8b", "h100", "bf16", 2), options, "local")
-    ended = wait_for(lambda: read_exit(submitted.job.id), timeout=600, interval=1, what="the job to end")
-    assert ended["state"] == "SUCCEEDED", Path(submitted.job.log).read_text()[-3000:]
-    log = Path(submitted.job.log)
-    dumped = log.parent / f"env-{submitted.spec.experiment}.txt"
-    text = dumped.read_text()
-    assert "HF_TOKEN='***'" in text and "LLMB_TEST_LOGIN='***'" in text and "LLMB_DUMP_ENV=1" in text
-    assert f"LLMB_INSTALL={install_root}" in text and "RANK=0" in text.splitlines()
-    assert provenance.of_log(str(log))["job"]["environment_file"] == str(dumped)
-    every_file_without(install_root, hf, other)
 
 
 @torch_needed
