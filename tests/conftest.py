@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # loggen: logs in the seeds' formats
 
+from llmb.cluster_settings import SETTINGS  # noqa: E402
 from llmb.host import PluginHost  # noqa: E402
 from seed_tables import seeds_dir  # noqa: E402
 
@@ -76,7 +77,8 @@ def llmb_proc(tmp_path_factory):
 _SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE",
               "SBATCH_ACCOUNT", "SBATCH_PARTITION", "SBATCH_TIMELIMIT", "SBATCH_GPUS_PER_NODE",
               "ADDITIONAL_SLURM_PARAMS", "LLMB_BACKEND", "HF_TOKEN", "ENABLE_PROFILE", "ENABLE_NCCLTRACE",
-              "ENABLE_CHECKPOINT", "ENABLE_GPU_METRICS", "LOAD_CHECKPOINT_PATH", "CHECKPOINT_DIR")
+              "ENABLE_CHECKPOINT", "ENABLE_GPU_METRICS", "LOAD_CHECKPOINT_PATH", "CHECKPOINT_DIR",
+              *(setting.variable for setting in SETTINGS))  # every cluster setting's variable (SBATCH_QOS, ...)
 
 
 def _private_slurm(tmp_path_factory, accounting: bool):
