@@ -186,6 +186,11 @@ def test_a_flaky_failure_is_retried_on_a_fresh_job_that_completes(llmb_proc, env
     failed_log = Path(first["log"]).read_text()
     assert f"RuntimeError: {NCCL}" in failed_log and f"ended: {first['ended']}" in failed_log
     assert summary["result"]["status"] == "too_short"  # 3 steps: the retry ran to its end
+    # The retry's run directory carries the submission's provenance as well as its own job's.
+    retried = json.loads((Path(second["run_dir"]) / "provenance.json").read_text())
+    first_record = json.loads((Path(first["run_dir"]) / "provenance.json").read_text())
+    assert retried["submission"] == first_record["submission"]
+    assert retried["job"]["scheduler"] != first_record["job"]["scheduler"]
 
 
 @pytest.mark.slurm

@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import replace
 
-from llmb import experiment
+from llmb import experiment, provenance
 from llmb.cluster_settings import time_limit
 from llmb.errors import LlmbError, UsageError
 from llmb.flaky import FlakyFailure, flaky_failure, retry_nan_asked
@@ -466,6 +466,9 @@ class SlurmBackend:
         recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}
         recipe.update({"attempt": job.attempts + 1, "retry_of": attempt["slurm_id"], "submitted_at": now()})
         experiment.write_json(fresh.recipe_file, recipe)
+        submitted = (provenance.read(old.run_dir) or {}).get("submission")
+        if submitted and (problem := provenance.write_section(fresh.run_dir, "submission", submitted)):
+            _note(old.log, f"warning: {problem}")  # the retry runs all the same
         excluded = f", excluding {','.join(slurm['exclude'])}" if slurm["exclude"] else ""
         _note(old.log, f"attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}) ended: {ended}, a fresh "
                        f"job{excluded}: {spec.log}")
