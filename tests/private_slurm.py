@@ -96,9 +96,12 @@ class PrivateSlurm:
             for name, port in zip(NODES, node_ports, strict=True)
         )
         r = self.root
+        # FirstJobId: job ids (and so the jobs' MASTER_PORT, 20000 + id) of two clusters running at once on
+        # this host start apart, not both at 1 (their ranks would compete for one port on 127.0.0.1).
         self.conf.write_text(f"""\
 ClusterName=llmbtest
 SlurmctldHost={host}(127.0.0.1)
+FirstJobId={1 + ctld_port % 10000}
 SlurmctldPort={ctld_port}
 SlurmUser=root
 SlurmdUser=root
