@@ -152,8 +152,9 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
         given = _given(ctx, (*SUITE_OPTIONS, "rerun", "suite_id", "max_parallel", "dry_run", "detach", "as_json",
                              *run_kw))
         if given:
-            raise UsageError(f"{' '.join(given)} go after the subcommand, or with llmb certify alone "
-                             f"(llmb certify {ctx.invoked_subcommand} --help).")
+            sub = ctx.invoked_subcommand
+            raise UsageError(f"{', '.join(given)} apply to running a suite (llmb certify ...), not to llmb certify "
+                             f"{sub}; see llmb certify {sub} --help.")
         return
     from llmb.certify import suite as suites
 
