@@ -24,8 +24,8 @@ from llmb.certify.suite import EXEMPLAR_SCALE, Attempt, published_suite
 from llmb.certify.verdict import FAIL, PASS, PENDING, Configuration, Judged
 from llmb.results.records import RunContext, RunResult, Sample, WindowStats
 from llmb.sweeps import Task
+from readme_blocks import walkthrough_commands
 
-ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED_MS = 1000.0
 
 
@@ -285,24 +285,15 @@ def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_
     assert json.loads(archived.stdout)["passed"] is True
 
 
-def walkthrough_commands() -> list[str]:
-    """The indented command block of the README's "Certifying a cluster"."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Certifying a cluster\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"\n\n((?:    \S.*\n)+)", section)
-    assert block, "the walkthrough's command block is missing"
-    return [line[4:] for line in block.group(1).splitlines()]
-
-
 def test_the_certification_walkthrough_is_the_promised_workflow():
-    commands = [c.split()[:2] for c in walkthrough_commands() if c.startswith("llmb ")]
+    commands = [c.split()[:2] for c in walkthrough_commands("Certifying a cluster") if c.startswith("llmb ")]
     assert commands == [["llmb", "certify"], ["llmb", "certify"], ["llmb", "certify"], ["llmb", "archive"]]
 
 
 @pytest.mark.slurm
 def test_readme_certification_walkthrough_runs_as_written(slurm, tmp_path):
     pytest.importorskip("torch", reason="the walkthrough trains proxies")
-    script = "set -euo pipefail\n" + "\n".join(walkthrough_commands()) + "\n"
+    script = "set -euo pipefail\n" + "\n".join(walkthrough_commands("Certifying a cluster")) + "\n"
     env = {k: v for k, v in os.environ.items() if k not in ("LLMB_INSTALL", "LLMB_BACKEND", "GPU_TYPE")}
     env.update(slurm.env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed

@@ -4,37 +4,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from readme_blocks import walkthrough_commands
 
 pytest.importorskip("torch", reason="the walkthrough trains proxies (./dev.sh installs torch==2.13.0)")
 pytest.importorskip("matplotlib", reason="the walkthrough draws a report (./dev.sh installs matplotlib)")
 
 
-def walkthrough_commands() -> list[str]:
-    """The indented command block that follows the section's heading."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## A scaling study\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"\n\n((?:    \S.*\n)+)", section)
-    assert block, "the walkthrough's command block is missing"
-    return [line[4:] for line in block.group(1).splitlines()]
-
-
 def test_the_walkthrough_is_the_promised_study():
-    commands = walkthrough_commands()
+    commands = walkthrough_commands("A scaling study")
     assert [c.split()[1] for c in commands if c.startswith("llmb ")] == \
         ["sweep", "sweep", "results", "report", "archive"]
 
 
 def test_readme_scaling_study_runs_as_written(tmp_path):
-    script = "set -euo pipefail\n" + "\n".join(walkthrough_commands()) + "\n"
+    script = "set -euo pipefail\n" + "\n".join(walkthrough_commands("A scaling study")) + "\n"
     env = {k: v for k, v in os.environ.items() if k != "LLMB_INSTALL"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
