@@ -10,7 +10,7 @@ from click.core import ParameterSource
 from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
-from llmb.cli.sweep_cmd import checked_tasks, follow, show_planned
+from llmb.cli.sweep_cmd import checked_tasks, follow, following_options, show_planned
 from llmb.errors import UsageError
 
 SUITE_OPTIONS = ("gpu", "scale", "repeats", "profile_last", "suite_file")
@@ -126,11 +126,7 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
 @click.option("--rerun", metavar="WORKLOAD", help="Re-run this workload of the suite alone (--suite; default: the last).")
 @click.option("--suite", "suite_id", metavar="ID", help="With --rerun: the suite (default: the most recent).")
 @run_options
-@click.option("--max-parallel", type=click.IntRange(min=0),
-              help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster.")
-@click.option("--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing.")
-@click.option("--detach", is_flag=True, help="Submit every job and return at once with the suite id.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@following_options("suite")
 @click.pass_context
 def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, suite_id, max_parallel, dry_run, detach,
                     as_json, **run_kw):

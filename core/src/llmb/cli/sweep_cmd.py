@@ -34,6 +34,24 @@ def _result_cells(status) -> list[str]:
     return [f"{result['time_mean_ms']:.1f}", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-"]
 
 
+def following_options(what: str):
+    """The options of a command that submits many jobs and follows them (sweep, certify)."""
+    options = [
+        click.option("--max-parallel", type=click.IntRange(min=0),
+                     help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster."),
+        click.option("--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing."),
+        click.option("--detach", is_flag=True, help=f"Submit every job and return at once with the {what} id."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+    ]
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 def checked_tasks(host, tasks: list, base: dict) -> list:
     """Every task checked as llmb run --dry-run checks a run; a UsageError listing each that cannot run."""
     from llmb import sweep_runner
@@ -145,11 +163,7 @@ def _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, s
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Override a recipe field. Repeatable.")
 @run_options
-@click.option("--max-parallel", type=click.IntRange(min=0),
-              help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster.")
-@click.option("--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing.")
-@click.option("--detach", is_flag=True, help="Submit every job and return at once with the sweep id.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@following_options("sweep")
 @click.pass_context
 def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
                   strong_scaling, variant, gpus_per_node, settings, max_parallel, dry_run, detach, as_json, **run_kw):
