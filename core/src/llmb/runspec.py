@@ -95,6 +95,37 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
+class ParallelLayout:
+    """The parallel layout the torch engine applies (``llmb.engine.parallel``).
+
+    The recipe's TP, PP, CP, EP and VP sizes, whether parameters are sharded
+    (FSDP), whether TP also splits the sequence between its matmuls (sequence
+    parallel), and how many decoder layers recompute their activations in
+    the backward pass. The default is data parallel only. DP is derived:
+    ``ranks / (TP * PP * CP)``.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vp: int | None = None
+    fsdp: bool = False
+    sequence_parallel: bool = False
+    recompute_layers: int = 0
+
+    def model_parallel(self) -> int:
+        """Ranks that hold one copy of the model between them: TP * PP * CP."""
+        return self.tp * self.pp * self.cp
+
+    def dp(self, ranks: int) -> int:
+        """Data-parallel replicas over ``ranks``; ValueError when they do not divide."""
+        if ranks % self.model_parallel():
+            raise ValueError(f"{ranks} ranks do not divide into TP {self.tp} x PP {self.pp} x CP {self.cp}")
+        return ranks // self.model_parallel()
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything a worker needs; JSON-serialisable."""
 
@@ -133,6 +164,7 @@ class RunSpec:
     framework_config: dict | None = None
     nodes: int = 1
     ranks_per_node: int | None = None  # None: all ranks on one node
+    layout: ParallelLayout = field(default_factory=ParallelLayout)  # the torch engine's; default: DP only
 
     def relocated(self, old_root: str, new_root: str) -> RunSpec:
         """This spec with every path under ``old_root`` moved under ``new_root`` (a retry's fresh
@@ -159,6 +191,8 @@ class RunSpec:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["wrapper"] = tuple(values.get("wrapper", ()))
+        if isinstance(values.get("layout"), dict):
+            values["layout"] = ParallelLayout(**values["layout"])
         return cls(**values)
 
 
