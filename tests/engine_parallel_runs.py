@@ -1,0 +1,154 @@
+"""Short training runs of tiny models, unsharded and under each parallel layout.
+
+``tests/test_engine_pipeline_experts.py`` runs the unsharded reference in its
+own process and each layout here, one real process per rank
+(``python engine_parallel_runs.py SCENARIO RANK WORLD STORE OUT``), with
+gloo over a file store (no ports to race for). Every run trains the way the
+engine does (``llmb.engine.train``: AdamW with its betas and weight decay,
+the learning-rate schedule, clipping at 1.0, loss / GA per micro-batch) on
+the same global batches, and writes its per-step losses and gradient norms
+as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SEED = 7
+SEQ = 32
+
+
+@dataclass(frozen=True)
+class Layout:
+    workload: str
+    steps: int
+    mbs: int  # rows per micro-batch on each data-parallel rank
+    ga: int
+    dp: int = 1  # data-parallel ranks (each sees its own rows of the global batch)
+
+
+def tiny_model(workload: str):
+    """The workload's tiny proxy of its smallest size, initialised from SEED (the same on every rank)."""
+    from llmb.engine import blocks
+    from llmb.host import PluginHost
+    from llmb.proxies import shrink
+
+    host = PluginHost()
+    spec = host.workload(workload)
+    arch = shrink(spec.architecture(spec.sizes()[0]), "tiny")
+    torch.manual_seed(SEED)
+    return blocks.initialize(host.build_model(spec, arch)), arch
+
+
+def global_batch(layout: Layout, vocab: int, step: int) -> torch.Tensor:
+    """The step's tokens, ``[dp * ga * mbs, SEQ + 1]``: data-parallel rank d owns rows ``d * ga * mbs`` on."""
+    generator = torch.Generator().manual_seed(SEED * 1000 + step)
+    return torch.randint(0, vocab, (layout.dp * layout.ga * layout.mbs, SEQ + 1), generator=generator)
+
+
+def optimizer(parameters):
+    from llmb.engine.train import learning_rate
+
+    return torch.optim.AdamW(parameters, lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8)
+
+
+def set_lr(opt, step: int) -> None:
+    from llmb.engine.train import learning_rate
+
+    for group in opt.param_groups:
+        group["lr"] = learning_rate(step)
+
+
+def loss_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def reference(layout: Layout, float8: str | None = None) -> dict:
+    """The unsharded model on the whole global batch (GA over all of it), in one process.
+    ``float8``: the model converted with ``apply_float8`` (emulated on CPU) first."""
+    from llmb.engine.train import CLIP_NORM
+
+    torch.set_num_threads(1)
+    model, arch = tiny_model(layout.workload)
+    if float8:
+        from llmb.engine.parallel.float8 import apply_float8
+
+        apply_float8(model, float8, emulate=True)
+    opt = optimizer(model.parameters())
+    losses, norms = [], []
+    micro = layout.dp * layout.mbs  # the global batch in GA micro-batches, each all DP ranks' rows
+    for step in range(1, layout.steps + 1):
+        set_lr(opt, step)
+        tokens = global_batch(layout, arch.vocab, step)
+        rows = tokens.view(layout.dp, layout.ga, layout.mbs, SEQ + 1).transpose(0, 1).reshape(layout.ga, micro, -1)
+        total = 0.0
+        for chunk in rows:
+            loss = loss_of(model(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
+            loss.backward()
+            total += loss.item()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+    return {"losses": losses, "grad_norms": norms}
+
+
+# --------------------------------------------------------------------------
+# Layouts, one process per rank
+
+
+def pipeline_run(rank: int, world: int, vp: int) -> dict:
+    """PP over all ``world`` ranks (vp virtual stages each), one pipeline, no DP."""
+    import torch.distributed as dist
+    from llmb.engine.parallel.gradnorm import clip_grad_norm_
+    from llmb.engine.parallel.pipeline import apply_pipeline
+    from llmb.engine.train import CLIP_NORM
+
+    layout = PIPELINE
+    model, arch = tiny_model(layout.workload)
+    group = dist.new_group(list(range(world)))
+    pipe = apply_pipeline(model, group, layout.ga, vp)
+    opt = optimizer(pipe.parameters())
+    losses, norms = [], []
+    for step in range(1, layout.steps + 1):
+        set_lr(opt, step)
+        tokens = global_batch(layout, arch.vocab, step)
+        loss = pipe.step(tokens[:, :-1], tokens[:, 1:])
+        norms.append(float(clip_grad_norm_([(pipe.parameters(), [group])], CLIP_NORM, torch.device("cpu"))))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    names = sorted(name for module in pipe.modules for name, _ in module.named_parameters())
+    return {"losses": losses, "grad_norms": norms, "stages": pipe.stage_ids, "parameters": names}
+
+
+PIPELINE = Layout("llama31", steps=4, mbs=2, ga=4)
+
+SCENARIOS = {
+    "pp": lambda rank, world: pipeline_run(rank, world, vp=1),
+    "pp-vp2": lambda rank, world: pipeline_run(rank, world, vp=2),
+}
+
+
+def main(argv: list[str]) -> None:
+    import torch.distributed as dist
+
+    scenario, rank, world, store, out = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        result = SCENARIOS[scenario](rank, world)
+        with open(out, "w") as handle:
+            json.dump(result, handle)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
