@@ -86,9 +86,7 @@ def test_tiny_proxy_runs_forward_and_backward(host, name):
     assert logits.dtype == torch.get_default_dtype()
     assert torch.isfinite(logits).all()
     assert math.isfinite(loss.item())
-    for pname, p in model.named_parameters():
-        if ".experts." in pname:  # a routed expert may receive no token of this batch
-            continue
+    for pname, p in model.named_parameters():  # routed experts included, even one that received no token
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
 
 
@@ -145,9 +143,10 @@ def _reference_gqa(attn: blocks.GroupedQueryAttention, x: torch.Tensor) -> torch
     """Attention with the KV heads explicitly repeated and the softmax written out."""
     b, s, _ = x.shape
     h, g, d = attn.heads, attn.query_groups, attn.head_dim
-    q = (x @ attn.q_proj.weight.T).view(b, s, h, d).transpose(1, 2)
-    k = (x @ attn.k_proj.weight.T).view(b, s, g, d).transpose(1, 2)
-    v = (x @ attn.v_proj.weight.T).view(b, s, g, d).transpose(1, 2)
+    wq, wk, wv = attn.qkv_proj.weight.split([h * d, g * d, g * d])  # the fused projection: q, k, v end to end
+    q = (x @ wq.T).view(b, s, h, d).transpose(1, 2)
+    k = (x @ wk.T).view(b, s, g, d).transpose(1, 2)
+    v = (x @ wv.T).view(b, s, g, d).transpose(1, 2)
     if attn.rope is not None:
         q, k = attn.rope(q, k)
     k = k.repeat_interleave(h // g, dim=1)  # query head i reads KV head i // (h/g)
@@ -232,8 +231,9 @@ def test_mlps():
     swiglu, relu2 = blocks.SwiGLU(8, 20), blocks.SquaredReLUMLP(8, 20)
     assert blocks.count_parameters(swiglu) == 3 * 8 * 20 and blocks.count_parameters(relu2) == 2 * 8 * 20
     x = torch.randn(5, 8)
-    a = x @ swiglu.gate_proj.weight.T
-    torch.testing.assert_close(swiglu(x), (a * torch.sigmoid(a) * (x @ swiglu.up_proj.weight.T)) @ swiglu.down_proj.weight.T)
+    gate, up = swiglu.gate_up_proj.weight.chunk(2)  # the fused projection: gate rows, then up rows
+    a = x @ gate.T
+    torch.testing.assert_close(swiglu(x), (a * torch.sigmoid(a) * (x @ up.T)) @ swiglu.down_proj.weight.T)
     torch.testing.assert_close(relu2(x), (x @ relu2.up_proj.weight.T).clamp(min=0) ** 2 @ relu2.down_proj.weight.T)
 
 
@@ -267,8 +267,9 @@ def test_moe_top1_sends_each_token_to_exactly_one_routed_expert():
     for expert in moe.experts:
         expert.register_forward_hook(lambda module, args, out: received.append(args[0].shape[0]))
     out = moe(x)
+    assert len(received) == 6  # every expert runs, on an empty batch when it received no token
     assert sum(received) == 30  # every token once, to one routed expert
-    assert len(received) >= 2  # and the tokens really are spread over experts
+    assert sum(n > 0 for n in received) >= 2  # and the tokens really are spread over experts
     torch.testing.assert_close(out, _dense_moe_reference(moe, x), rtol=1e-4, atol=1e-5)
 
     # zero all routed experts but one: only the tokens routed to it change from the shared expert's output

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmb.engine import kernels, loss
 from llmb.records import ModelArch
 
 __all__ = [
@@ -151,7 +152,8 @@ class RotaryEmbedding(nn.Module):
     taken as ``rotary_dim / 2`` pairs ``(x[i], x[i + rotary_dim/2])``; pair
     ``i`` at position ``p`` is rotated by the angle ``p * base^(-2i/rotary_dim)``.
     The remaining channels pass through unchanged (Nemotron-4 rotates half).
-    No parameters; the angles are computed for the sequence at hand.
+    No parameters. The cos/sin tables are built once per sequence length,
+    device and dtype and kept (one instance serves every layer of a model).
     """
 
     def __init__(self, head_dim: int, base: float = 10_000.0, fraction: float = 1.0) -> None:
@@ -163,27 +165,48 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.base = base
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def angles(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position's angles, ``[seq_len, rotary_dim]`` in float32."""
-        exponent = torch.arange(0, self.rotary_dim, 2, device=device, dtype=torch.float32) / self.rotary_dim
-        inv_freq = self.base ** -exponent
-        positions = torch.arange(seq_len, device=device, dtype=torch.float32)
-        theta = torch.outer(positions, inv_freq)
-        theta = torch.cat((theta, theta), dim=-1)
-        return theta.cos(), theta.sin()
+    def angles(self, seq_len: int, device: torch.device,
+               dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's angles, ``[seq_len, rotary_dim]`` in ``dtype`` (cached)."""
+        key = (seq_len, torch.device(device), dtype)
+        tables = self._tables.get(key)
+        return tables if tables is not None else self._build(key)
+
+    @torch.compiler.disable
+    def _build(self, key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        seq_len, device, dtype = key
+        wide = torch.promote_types(dtype, torch.float32)
+        with torch.no_grad(), torch.inference_mode(False):  # usable by later training steps
+            exponent = torch.arange(0, self.rotary_dim, 2, device=device, dtype=wide) / self.rotary_dim
+            inv_freq = self.base ** -exponent
+            positions = torch.arange(seq_len, device=device, dtype=wide)
+            theta = torch.outer(positions, inv_freq)
+            theta = torch.cat((theta, theta), dim=-1)
+            tables = theta.cos().to(dtype), theta.sin().to(dtype)
+        self._tables[key] = tables
+        return tables
 
     def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` of shape ``[..., seq, head_dim]``."""
+        """Rotate ``x [..., head_dim]`` by ``cos``/``sin``, which broadcast against ``x[..., :rotary_dim]``.
+
+        Computed in the tables' dtype, returned in ``x``'s.
+        """
         rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
-        first, second = rot.float().chunk(2, dim=-1)
-        rotated = torch.cat((-second, first), dim=-1)
-        rot = (rot.float() * cos + rotated * sin).to(x.dtype)
+        wide = rot.to(cos.dtype)
+        first, second = wide.chunk(2, dim=-1)
+        rot = (wide * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
         return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot
+
+    def rotate_sequence_first(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x [batch, seq, heads, head_dim]`` (the projection's own layout)."""
+        cos, sin = self.angles(x.shape[1], x.device, torch.promote_types(x.dtype, torch.float32))
+        return self.rotate(x, cos.unsqueeze(1), sin.unsqueeze(1))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate queries and keys, both ``[batch, heads, seq, head_dim]``."""
-        cos, sin = self.angles(q.shape[-2], q.device)
+        cos, sin = self.angles(q.shape[-2], q.device, torch.promote_types(q.dtype, torch.float32))
         return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
 
 
@@ -194,11 +217,16 @@ class RotaryEmbedding(nn.Module):
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention with grouped queries (GQA).
 
-    ``heads`` query heads share ``query_groups`` key/value heads (each KV head
-    serves ``heads / query_groups`` query heads). Separate q, k, v projections
-    and an output projection, none with a bias; optional RoPE on q and k;
-    softmax(q k^T / sqrt(head_dim)) v under a causal mask through
-    ``scaled_dot_product_attention``. The layer's pre-norm is not part of it.
+    ``heads`` query heads share ``query_groups`` key/value heads (query head
+    ``i`` reads KV head ``i // (heads / query_groups)``). One fused input
+    projection ``qkv_proj`` whose output is q, k and v laid end to end
+    (``heads * head_dim``, then ``query_groups * head_dim`` twice), and an
+    output projection, none with a bias; optional RoPE on q and k (rotated in
+    one call); softmax(q k^T / sqrt(head_dim)) v under a causal mask through
+    ``kernels.attention`` (SDPA; an explicit fused-kernel choice on GPU).
+    Tensor parallelism may lower ``heads`` and ``query_groups`` to a rank's
+    local counts, with ``qkv_proj`` holding that rank's q|k|v rows. The
+    layer's pre-norm is not part of it.
     """
 
     def __init__(self, hidden: int, heads: int, query_groups: int, head_dim: int,
@@ -207,21 +235,20 @@ class GroupedQueryAttention(nn.Module):
         if heads % query_groups:
             raise ValueError(f"GroupedQueryAttention: {heads} heads do not split into {query_groups} groups")
         self.heads, self.query_groups, self.head_dim = heads, query_groups, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, query_groups * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, query_groups * head_dim, bias=False)
+        self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.rope = rope
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, seq, self.query_groups, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, seq, self.query_groups, self.head_dim).transpose(1, 2)
+        heads, groups = self.heads, self.query_groups
+        qkv = self.qkv_proj(x).unflatten(-1, (heads + 2 * groups, self.head_dim))  # [b, s, h + 2g, d]
+        qk, v = qkv[:, :, : heads + groups], qkv[:, :, heads + groups :]
         if self.rope is not None:
-            q, k = self.rope(q, k)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.heads != self.query_groups)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+            qk = self.rope.rotate_sequence_first(qk)
+        q, k = qk[:, :, :heads], qk[:, :, heads:]
+        out = kernels.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim))
 
 
 # --------------------------------------------------------------------------
@@ -229,16 +256,21 @@ class GroupedQueryAttention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """Gated MLP: ``down(silu(gate(x)) * up(x))``; three ``hidden x ffn`` matrices."""
+    """Gated MLP: ``down(silu(gate(x)) * up(x))``; three ``hidden x ffn`` matrices.
+
+    The gate and up matrices are one fused projection ``gate_up_proj``
+    (``2 * ffn`` outputs: the gate's, then the up's), computed in one product
+    and split in two.
+    """
 
     def __init__(self, hidden: int, ffn: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
-        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.gate_up_proj = nn.Linear(hidden, 2 * ffn, bias=False)
         self.down_proj = nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class SquaredReLUMLP(nn.Module):
@@ -276,8 +308,15 @@ class RoutedMoE(nn.Module):
     its expert (Llama 4's choice), otherwise the expert's output. The shared
     expert, when present, sees every token and is added unweighted.
 
-    Tokens are grouped by expert (sorted by expert id) and each expert that
-    received any runs once on its batch of tokens. No load-balancing loss.
+    Tokens are grouped by expert (a stable sort by expert id) with no host
+    synchronisation; each expert is a ``SwiGLU`` and runs once on its batch
+    of tokens, an empty batch included, so every expert's parameters take
+    part in every step (DDP then reduces all of them, whatever the routing).
+    On a GPU where the grouped GEMM is fast the experts run as two grouped
+    products over their stacked weights (``kernels.grouped_mm``); elsewhere
+    one product per expert. The outputs return to token order by a
+    permutation and a sum over each token's k choices (no atomics). No
+    load-balancing loss.
     """
 
     def __init__(self, hidden: int, experts: int, moe_ffn: int, topk: int, shared_ffn: int = 0,
@@ -299,25 +338,34 @@ class RoutedMoE(nn.Module):
         weights = torch.sigmoid(top.float()) if self.score == "sigmoid" else torch.softmax(top.float(), dim=-1)
         return weights, ids
 
+    def run_experts(self, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on its ``counts[e]`` consecutive rows of ``tokens`` (grouped by expert, in order)."""
+        device = tokens.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else tokens.dtype
+        ffn = self.experts[0].down_proj.in_features
+        if kernels.grouped_mm_usable(device, dtype, self.hidden, ffn):
+            offsets = counts.cumsum(0).to(torch.int32)
+            gate_up = torch.stack([e.gate_up_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
+            down = torch.stack([e.down_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
+            gate, up = kernels.grouped_mm(tokens.to(dtype), gate_up, offsets).chunk(2, dim=-1)
+            return kernels.grouped_mm(F.silu(gate) * up, down, offsets)
+        chunks = tokens.split(counts.tolist())  # on CPU a host read, not a device synchronisation
+        return torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks, strict=True)])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, self.hidden)
         weights, ids = self.route(tokens)
         flat_ids = ids.flatten()  # assignment j is token j // topk
         order = flat_ids.argsort(stable=True)
-        counts = torch.bincount(flat_ids, minlength=len(self.experts)).tolist()
-        flat_weights = weights.flatten()
-        out = torch.zeros_like(tokens)
-        start = 0
-        for expert, count in zip(self.experts, counts, strict=True):
-            if count == 0:
-                continue
-            assignments = order[start : start + count]
-            start += count
-            token_ids = assignments // self.topk
-            w = flat_weights[assignments].unsqueeze(-1)
-            chosen = tokens[token_ids]
-            y = expert((chosen * w).to(chosen.dtype)) if self.weight_inputs else expert(chosen) * w
-            out.index_add_(0, token_ids, y.to(out.dtype))
+        counts = torch.zeros(len(self.experts), dtype=torch.int64, device=x.device)
+        counts.scatter_add_(0, flat_ids, torch.ones_like(flat_ids))
+        w = weights.flatten()[order].unsqueeze(-1)
+        chosen = tokens[order // self.topk]
+        if self.weight_inputs:
+            y = self.run_experts((chosen * w).to(chosen.dtype), counts).to(tokens.dtype)
+        else:
+            y = (self.run_experts(chosen, counts) * w).to(tokens.dtype)
+        out = torch.empty_like(y).index_copy(0, order, y).view(-1, self.topk, self.hidden).sum(dim=1)
         if self.shared_expert is not None:
             out = out + self.shared_expert(tokens).to(out.dtype)
         return out.view_as(x)
@@ -451,15 +499,23 @@ class Mamba2Mixer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = hidden_states.shape
+        fused = kernels.mamba_kernels(hidden_states.device)  # None on CPU: the plain-PyTorch path
         z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
-        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))  # causal: drop the look-ahead
+        if fused is not None and fused.conv is not None:
+            xbc = fused.conv(xbc.transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
+                             activation="silu").transpose(1, 2)
+        else:
+            xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))  # causal: drop the look-ahead
         x, B, C = xbc.split([self.d_inner, self.groups * self.state, self.groups * self.state], dim=-1)
         x = x.view(batch, seq, self.heads, self.head_dim)
+        B, C = B.view(batch, seq, self.groups, self.state), C.view(batch, seq, self.groups, self.state)
         dt = F.softplus(_wide(dt) + _wide(self.dt_bias))
         A = -torch.exp(_wide(self.A_log))
-        y, _ = ssd_scan(x, dt, A, B.view(batch, seq, self.groups, self.state),
-                        C.view(batch, seq, self.groups, self.state), self.chunk)
-        y = y + x * self.D.view(-1, 1).to(x.dtype)
+        if fused is not None and fused.scan is not None:
+            y = fused.scan(x, dt, A, B, C, self.chunk, D=self.D)  # the skip D * x included
+        else:
+            y, _ = ssd_scan(x, dt, A, B, C, self.chunk)
+            y = y + x * self.D.view(-1, 1).to(x.dtype)
         y = self.norm(y.reshape(batch, seq, self.d_inner), z)
         return self.out_proj(y)
 
@@ -539,8 +595,13 @@ class CausalLM(nn.Module):
 
     Token embedding (vocab x hidden) -> the layers, one per kind character ->
     final norm -> output layer (hidden -> vocab, no bias; the embedding
-    matrix itself when ``arch.tied_embeddings``). ``forward`` maps int64
-    token ids ``[batch, seq]`` to logits ``[batch, seq, vocab]``.
+    matrix itself when ``arch.tied_embeddings``). ``forward(input_ids)`` maps
+    int64 token ids ``[batch, seq]`` to logits ``[batch, seq, vocab]``;
+    ``forward(input_ids, labels)`` returns the mean next-token cross-entropy
+    instead, computed chunk by chunk from the final hidden states
+    (``llmb.engine.loss``) so that the full float32 logits never exist.
+    Training calls the latter through the (DDP-wrapped) module, so the
+    gradients are reduced as usual.
     """
 
     def __init__(self, arch: ModelArch, parts: LayerParts) -> None:
@@ -551,14 +612,28 @@ class CausalLM(nn.Module):
         self.final_norm = parts.norm(arch.hidden)
         self.output = None if arch.tied_embeddings else nn.Linear(arch.hidden, arch.vocab, bias=False)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The final hidden states ``[batch, seq, hidden]`` (after the final norm)."""
         x = self.embedding(input_ids)
         for layer in self.layers:
             x = layer(x)
-        x = self.final_norm(x)
+        return self.final_norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer on ``hidden``: ``[..., vocab]``."""
         if self.output is None:
-            return F.linear(x, self.embedding.weight)
-        return self.output(x)
+            return F.linear(hidden, self.embedding.weight)
+        return self.output(hidden)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        hidden = self.hidden(input_ids)
+        if labels is None:
+            return self.logits(hidden)
+        weight = self.embedding.weight if self.output is None else self.output.weight
+        if not loss.chunkable(weight):  # e.g. a vocabulary split by tensor parallelism: its own loss path
+            logits = self.logits(hidden)
+            return F.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
+        return loss.chunked_cross_entropy(hidden.flatten(0, -2), weight, labels.flatten())
 
 
 # --------------------------------------------------------------------------
