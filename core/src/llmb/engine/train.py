@@ -256,7 +256,6 @@ class Engine:
     def step(self, step: int) -> tuple[float, float, float]:
         """One optimizer step over GA micro-batches: (loss, grad norm, seconds)."""
         torch, spec = self.torch, self.spec
-        import torch.nn.functional as F
 
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step)
@@ -269,9 +268,8 @@ class Engine:
                 sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
                 with sync:
                     with self.range("forward"), self.autocast:
-                        logits = self.module(inputs)
-                        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
-                        loss = loss / spec.ga
+                        # the model's own chunked cross-entropy (no full fp32 logits), through DDP's forward
+                        loss = self.module(inputs, labels=labels) / spec.ga
                         if injected_nan(step):
                             loss = loss * float("nan")
                     with self.range("backward"):
