@@ -12,6 +12,7 @@ as JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -127,11 +128,89 @@ def pipeline_run(rank: int, world: int, vp: int) -> dict:
     return {"losses": losses, "grad_norms": norms, "stages": pipe.stage_ids, "parameters": names}
 
 
+def expert_train_run(rank: int, world: int) -> dict:
+    """EP over all ``world`` ranks, which are also the data-parallel ranks (edp 1): each rank trains on
+    its own rows under DDP, which leaves the experts to ``reduce_expert_gradients``."""
+    import torch.distributed as dist
+    from llmb.engine.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
+    from llmb.engine.parallel.gradnorm import clip_grad_norm_
+    from llmb.engine.train import CLIP_NORM
+    from torch.nn.parallel import DistributedDataParallel
+
+    layout = EXPERTS
+    model, arch = tiny_model(layout.workload)
+    group = dist.new_group(list(range(world)))
+    converted = apply_expert_parallel(model, group)
+    names = expert_parameter_names(model)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+    ddp = DistributedDataParallel(model)
+    experts = [p for name, p in model.named_parameters() if name in names]
+    dense = [p for name, p in model.named_parameters() if name not in names]
+    opt = optimizer(model.parameters())
+    losses, norms = [], []
+    for step in range(1, layout.steps + 1):
+        set_lr(opt, step)
+        mine = global_batch(layout, arch.vocab, step).view(world, layout.ga, layout.mbs, SEQ + 1)[rank]
+        total = torch.zeros(())
+        for micro, chunk in enumerate(mine):
+            with ddp.no_sync() if micro < layout.ga - 1 else contextlib.nullcontext():
+                loss = loss_of(ddp(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
+                loss.backward()
+            total += loss.detach()
+        reduce_expert_gradients(model, dp=world)
+        norms.append(float(clip_grad_norm_([(dense, []), (experts, [group])], CLIP_NORM, torch.device("cpu"))))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+    return {"losses": losses, "grad_norms": norms, "converted": converted, "experts": names}
+
+
+def moe_block(config: dict):
+    """A lone ``RoutedMoE`` from SEED, with probe tokens and a probe to weigh its output with."""
+    from llmb.engine.blocks import RoutedMoE
+
+    torch.manual_seed(SEED)
+    moe = RoutedMoE(**config)
+    tokens = torch.randn(2, MOE_TOKENS, config["hidden"])  # rank r's tokens: row r
+    probe = torch.randn(2, MOE_TOKENS, config["hidden"])
+    return moe, tokens, probe
+
+
+def expert_block_run(rank: int, world: int, out: str) -> dict:
+    """Each MoE_CONFIGS layer under EP on this rank's tokens: its output, the gradient of
+    ``sum(output * probe)`` for its tokens and its parameters (saved to ``out``.pt)."""
+    import torch.distributed as dist
+    from llmb.engine.parallel.experts import ExpertParallelMoE
+
+    group = dist.new_group(list(range(world)))
+    saved = {}
+    for label, config in MOE_CONFIGS.items():
+        moe, tokens, probe = moe_block(config)
+        layer = ExpertParallelMoE(moe, group)
+        x = tokens[rank].clone().requires_grad_(True)
+        y = layer(x)
+        (y * probe[rank]).sum().backward()
+        saved[label] = {"output": y.detach(), "input_grad": x.grad,
+                        "grads": {name: p.grad for name, p in layer.named_parameters() if p.grad is not None},
+                        "parameters": sorted(name for name, _ in layer.named_parameters())}
+    torch.save(saved, out + ".pt")
+    return {"configs": list(saved)}
+
+
 PIPELINE = Layout("llama31", steps=4, mbs=2, ga=4)
+EXPERTS = Layout("llama4", steps=4, mbs=2, ga=2, dp=2)
+MOE_TOKENS = 6
+MOE_CONFIGS = {  # Llama 4's routing (sigmoid, weights before the expert, shared expert) and Mixtral-style
+    "llama4": dict(hidden=16, experts=8, moe_ffn=32, topk=1, shared_ffn=24, score="sigmoid", weight_inputs=True),
+    "top2": dict(hidden=16, experts=4, moe_ffn=32, topk=2, score="softmax", weight_inputs=False),
+}
 
 SCENARIOS = {
     "pp": lambda rank, world: pipeline_run(rank, world, vp=1),
     "pp-vp2": lambda rank, world: pipeline_run(rank, world, vp=2),
+    "ep-train": lambda rank, world: expert_train_run(rank, world),
+    "ep-block": expert_block_run,
 }
 
 
@@ -142,7 +221,8 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        result = SCENARIOS[scenario](rank, world)
+        run = SCENARIOS[scenario]
+        result = run(rank, world, out) if scenario == "ep-block" else run(rank, world)
         with open(out, "w") as handle:
             json.dump(result, handle)
         dist.barrier()
