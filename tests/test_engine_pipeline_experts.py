@@ -163,6 +163,8 @@ def test_precision_is_chosen_from_the_recipe_and_the_device():
         "fp8-tensorwise-emulated", "tensorwise", True, None)
     nvfp4 = choose_precision("nvfp4", cpu, "float32")
     assert nvfp4.name == "float32" and "Transformer Engine" in nvfp4.warning
+    assert nvfp4.lines() == ["[llmb] precision: float32", f"[llmb] warning: {nvfp4.warning}."]
+    assert emulated.lines() == ["[llmb] precision: fp8-tensorwise-emulated"]
 
 
 def test_precision_is_recorded_beside_the_planned_dtype(tmp_path):

@@ -56,6 +56,10 @@ class Precision:
     emulate: bool = False
     warning: str | None = None
 
+    def lines(self) -> list[str]:
+        """The run log's lines for it: the precision used, and the warning when there is one."""
+        return [f"[llmb] precision: {self.name}", *([f"[llmb] warning: {self.warning}."] if self.warning else [])]
+
 
 def _torchao_float8():
     """torchao's float8 module, or None when torchao is not installed.
