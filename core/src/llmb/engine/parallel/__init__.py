@@ -1,0 +1,130 @@
+"""The recipe's parallel layout, with torch's own distributed APIs.
+
+``parallelize(model, spec, world)`` applies what ``spec.layout`` (a
+``llmb.runspec.ParallelLayout``) asks, in torchtitan's order: tensor
+parallel (``tensor_parallel``), activation checkpointing
+(``checkpointing``), then the data-parallel wrapping: FSDP2 for ``fsdp``
+layouts (``fsdp``), gradient and optimizer-state sharding over the
+data-parallel ranks when TP splits the model, and DDP when the layout is
+data parallel only (as the engine always did). The device mesh comes from
+``mesh``. Create the optimizer after ``parallelize``, over the parameters it
+leaves (DTensor shards under FSDP and TP).
+
+In the training step: ``no_sync(module)`` skips the gradient reduction of
+all but the last micro-batch (DDP and FSDP alike), ``loss_context(spec)``
+computes the cross-entropy on logits split over the vocabulary (loss
+parallel, with TP), and ``plain(loss)`` is the loss as an ordinary tensor.
+``torch.nn.utils.clip_grad_norm_`` works on the parameters as they are:
+under each layout here they are all plain tensors or all DTensors of one mesh.
+
+Context parallelism runs only on GPUs and is refused here; pipeline and
+expert parallelism live in their own modules of this package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from llmb.engine.parallel.mesh import Meshes, build_mesh, check_layout, coordinates, data_rank
+from llmb.errors import UsageError
+from llmb.runspec import ParallelLayout, RunSpec
+
+__all__ = ["Meshes", "apply_layout", "build_mesh", "coordinates", "data_rank", "loss_context", "no_sync", "parallelize", "plain"]
+
+
+def _check_supported(spec: RunSpec) -> None:
+    layout = spec.layout
+    if layout.cp > 1:
+        raise UsageError(f"context parallel (CP {layout.cp}) is not available in the torch engine: it runs only on "
+                         f"GPUs (ring attention over CUDA attention kernels), and needs the rotary tables split with "
+                         f"the sequence. Use CP 1, or the production engine.")
+    if layout.ep > 1 and (layout.model_parallel() > 1 or layout.fsdp):
+        raise UsageError(f"expert parallelism (EP {layout.ep}) runs in the torch engine with data parallelism only, "
+                         f"not yet with TP, PP or FSDP (the experts would need their own sharding). Use EP 1 with "
+                         f"those, or the production engine.")
+    if layout.tp > 1 and layout.sequence_parallel and spec.seq_len % layout.tp:
+        raise UsageError(f"sequence parallel splits the sequence over TP {layout.tp} ranks; a sequence of "
+                         f"{spec.seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel.")
+
+
+def parallelize(model, spec: RunSpec, world: int):
+    """``model`` (a ``CausalLM``, every rank's copy initialised alike) laid out as ``spec.layout`` over
+    ``world`` ranks; the module to train (the model itself, changed in place, or its DDP wrapper)."""
+    layout = spec.layout
+    check_layout(layout, world)
+    _check_supported(spec)
+    if world == 1 or (layout.model_parallel() == 1 and layout.ep == 1 and not layout.fsdp):
+        return apply_layout(model, layout, None, spec.compute_dtype, data_parallel=world)  # DDP, as ever
+    mesh = build_mesh(layout, world, "cuda" if spec.device == "cuda" else "cpu")
+    if layout.ep > 1:  # the module to train; the step calls experts.reduce_expert_gradients after backward
+        from llmb.engine.parallel.experts import apply_expert_data_parallel
+
+        return apply_expert_data_parallel(model, mesh)
+    if layout.pp > 1:  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
+        from llmb.engine.parallel.pipeline import apply_pipeline
+
+        return apply_pipeline(model, mesh["pp"], spec.ga, layout.vp,
+                              wrap=lambda stage: apply_layout(stage, layout, mesh, spec.compute_dtype))
+    return apply_layout(model, layout, mesh, spec.compute_dtype)
+
+
+def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dtype: str, data_parallel: int | None = None):
+    """TP, recompute and the data-parallel wrapping of ``layout`` on ``model`` (or a pipeline stage),
+    over ``mesh`` (``build_mesh``'s; None: one rank, or ``data_parallel`` ranks of the default group and DDP)."""
+    from llmb.engine.parallel.checkpointing import apply_checkpointing
+    from llmb.engine.parallel.fsdp import apply_fsdp
+
+    if layout.tp > 1:
+        from llmb.engine.parallel.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(model, mesh.tp, layout.sequence_parallel)
+    if layout.recompute_layers:
+        apply_checkpointing(model, layout.recompute_layers)
+    if mesh is None:
+        if not data_parallel or data_parallel < 2:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = next(model.parameters()).device
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    data = mesh.dp_cp
+    if data.size() > 1 and (layout.fsdp or layout.model_parallel() > 1):
+        # FSDP asked for, or the ZeRO-2 sharding that stands for Megatron's distributed optimizer
+        apply_fsdp(model, data, compute_dtype, reshard_after_forward=layout.fsdp)
+    return model
+
+
+@contextlib.contextmanager
+def no_sync(module):
+    """Within: backward passes accumulate gradients without reducing them over the data-parallel ranks."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(module, DistributedDataParallel):
+        with module.no_sync():
+            yield
+    elif isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            module.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def loss_context(spec: RunSpec):
+    """Where the loss and its backward run: ``loss_parallel()`` when TP left the logits split over the
+    vocabulary, else nothing."""
+    if spec.layout.tp > 1:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
+    return contextlib.nullcontext()
+
+
+def plain(tensor):
+    """``tensor`` as an ordinary tensor (a DTensor loss or norm made whole)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

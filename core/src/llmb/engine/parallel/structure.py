@@ -1,0 +1,34 @@
+"""Where the decoder layers of an engine model are.
+
+A ``CausalLM`` keeps its layers in a ``ModuleList``; a pipeline stage
+(``llmb.engine.parallel.pipeline``) keeps its share in a ``ModuleDict``
+under the model's own indices. The layouts here work on either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from torch import nn
+
+__all__ = ["decoder_layers", "replace_layer"]
+
+
+def decoder_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """``(key, layer)`` for each decoder layer of ``model``, in order."""
+    layers = getattr(model, "layers", None)
+    if isinstance(layers, nn.ModuleDict):
+        yield from layers.items()
+    elif isinstance(layers, nn.ModuleList):
+        yield from ((str(i), layer) for i, layer in enumerate(layers))
+    else:
+        raise TypeError(f"{type(model).__name__} has no decoder layers (a 'layers' ModuleList or ModuleDict)")
+
+
+def replace_layer(model: nn.Module, key: str, layer: nn.Module) -> None:
+    """Put ``layer`` in the place of the decoder layer ``key`` (as ``decoder_layers`` names it)."""
+    layers = model.layers
+    if isinstance(layers, nn.ModuleDict):
+        layers[key] = layer
+    else:
+        layers[int(key)] = layer
