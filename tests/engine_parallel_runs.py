@@ -106,7 +106,7 @@ def reference(layout: Layout, float8: str | None = None) -> dict:
 def pipeline_run(rank: int, world: int, vp: int) -> dict:
     """PP over all ``world`` ranks (vp virtual stages each), one pipeline, no DP."""
     import torch.distributed as dist
-    from llmb.engine.parallel.gradnorm import clip_grad_norm_
+    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
     from llmb.engine.parallel.pipeline import apply_pipeline
     from llmb.engine.train import CLIP_NORM
 
@@ -120,7 +120,7 @@ def pipeline_run(rank: int, world: int, vp: int) -> dict:
         set_lr(opt, step)
         tokens = global_batch(layout, arch.vocab, step)
         loss = pipe.step(tokens[:, :-1], tokens[:, 1:])
-        norms.append(float(clip_grad_norm_([(pipe.parameters(), [group])], CLIP_NORM, torch.device("cpu"))))
+        norms.append(float(clip_layout_grad_norm_(pipe, CLIP_NORM, torch.device("cpu"))))
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss))
@@ -133,7 +133,7 @@ def expert_train_run(rank: int, world: int) -> dict:
     its own rows under DDP, which leaves the experts to ``reduce_expert_gradients``."""
     import torch.distributed as dist
     from llmb.engine.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
-    from llmb.engine.parallel.gradnorm import clip_grad_norm_
+    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
     from llmb.engine.train import CLIP_NORM
     from torch.nn.parallel import DistributedDataParallel
 
@@ -144,8 +144,6 @@ def expert_train_run(rank: int, world: int) -> dict:
     names = expert_parameter_names(model)
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
     ddp = DistributedDataParallel(model)
-    experts = [p for name, p in model.named_parameters() if name in names]
-    dense = [p for name, p in model.named_parameters() if name not in names]
     opt = optimizer(model.parameters())
     losses, norms = [], []
     for step in range(1, layout.steps + 1):
@@ -157,13 +155,54 @@ def expert_train_run(rank: int, world: int) -> dict:
                 loss = loss_of(ddp(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
                 loss.backward()
             total += loss.detach()
-        reduce_expert_gradients(model, dp=world)
-        norms.append(float(clip_grad_norm_([(dense, []), (experts, [group])], CLIP_NORM, torch.device("cpu"))))
+        reduce_expert_gradients(ddp)
+        norms.append(float(clip_layout_grad_norm_(ddp, CLIP_NORM, torch.device("cpu"))))
         opt.step()
         opt.zero_grad(set_to_none=True)
         dist.all_reduce(total)
         losses.append(float(total) / world)
     return {"losses": losses, "grad_norms": norms, "converted": converted, "experts": names}
+
+
+def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
+    """The engine's way in: ``parallelize`` with a ``ParallelLayout`` of ``sizes``, then the step the
+    module it returns asks for (a pipeline's ``step``, or GA forward/backward passes), expert
+    gradients finished, clipping over the layout (``clip_layout_grad_norm_``)."""
+    import torch.distributed as dist
+    from llmb.engine import parallel
+    from llmb.engine.parallel.experts import reduce_expert_gradients
+    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
+    from llmb.engine.parallel.pipeline import Pipeline
+    from llmb.engine.train import CLIP_NORM
+    from parallel_layout_ranks import run_spec
+
+    spec = run_spec({"workload": layout.workload, "layout": sizes, "ga": layout.ga, "rows": layout.dp * layout.mbs,
+                     "steps": layout.steps}, world)
+    assert spec.layout.dp(world) == layout.dp
+    model, arch = tiny_model(layout.workload)
+    module = parallel.parallelize(model, spec, world)
+    replica = parallel.data_rank(spec.layout, world, rank)
+    opt = optimizer(module.parameters())
+    losses, norms = [], []
+    for step in range(1, layout.steps + 1):
+        set_lr(opt, step)
+        mine = global_batch(layout, arch.vocab, step).view(layout.dp, layout.ga * layout.mbs, SEQ + 1)[replica]
+        if isinstance(module, Pipeline):
+            total = module.step(mine[:, :-1], mine[:, 1:])
+        else:
+            total = torch.zeros(())
+            for micro, chunk in enumerate(mine.view(layout.ga, layout.mbs, SEQ + 1)):
+                with parallel.no_sync(module) if micro < layout.ga - 1 else contextlib.nullcontext():
+                    loss = loss_of(module(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
+                    loss.backward()
+                total += loss.detach()
+        reduce_expert_gradients(model)
+        norms.append(float(clip_layout_grad_norm_(module, CLIP_NORM, torch.device("cpu"))))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+    return {"losses": losses, "grad_norms": norms, "module": type(module).__name__}
 
 
 def moe_block(config: dict):
@@ -200,6 +239,7 @@ def expert_block_run(rank: int, world: int, out: str) -> dict:
 
 PIPELINE = Layout("llama31", steps=4, mbs=2, ga=4)
 EXPERTS = Layout("llama4", steps=4, mbs=2, ga=2, dp=2)
+PIPELINE_DP = Layout("llama31", steps=3, mbs=1, ga=4, dp=2)
 MOE_TOKENS = 6
 MOE_CONFIGS = {  # Llama 4's routing (sigmoid, weights before the expert, shared expert) and Mixtral-style
     "llama4": dict(hidden=16, experts=8, moe_ffn=32, topk=1, shared_ffn=24, score="sigmoid", weight_inputs=True),
@@ -211,6 +251,9 @@ SCENARIOS = {
     "pp-vp2": lambda rank, world: pipeline_run(rank, world, vp=2),
     "ep-train": lambda rank, world: expert_train_run(rank, world),
     "ep-block": expert_block_run,
+    "parallelize-pp2-dp2": lambda rank, world: parallelize_run(rank, world, PIPELINE_DP, {"pp": 2}),
+    "parallelize-pp2-vp2-dp2": lambda rank, world: parallelize_run(rank, world, PIPELINE_DP, {"pp": 2, "vp": 2}),
+    "parallelize-ep2": lambda rank, world: parallelize_run(rank, world, EXPERTS, {"ep": 2}),
 }
 
 

@@ -150,6 +150,23 @@ def test_experts_split_into_contiguous_equal_shares():
 
 
 # --------------------------------------------------------------------------
+# Through the engine's entry: parallelize
+
+
+@pytest.mark.parametrize(("scenario", "world", "layout", "module"), [
+    ("parallelize-pp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
+    ("parallelize-pp2-vp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
+    ("parallelize-ep2", 2, runs.EXPERTS, "DistributedDataParallel"),
+], ids=["pp2-dp2", "pp2-vp2-dp2", "ep2"])
+def test_parallelize_lays_out_pipelines_and_experts(tmp_path, scenario, world, layout, module):
+    """PP with two data-parallel replicas (each stage sharded over them by ``parallelize``'s wrapping),
+    and EP under DDP, as the engine's step drives them, against the unsharded model."""
+    results = launch(scenario, world, tmp_path)
+    assert_same_training(results, runs.reference(layout))
+    assert {r["module"] for r in results} == {module}
+
+
+# --------------------------------------------------------------------------
 # Float8
 
 

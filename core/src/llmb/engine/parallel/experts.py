@@ -15,7 +15,8 @@ data-parallel parameter's. An expert's gradient already sums the
 contributions of every token of the EP group; data parallelism that averages
 over ``dp`` ranks must therefore divide it by ``dp`` and sum it only over the
 ranks that hold the same experts (``reduce_expert_gradients``), never average
-it with other ranks' experts (``expert_parameter_names`` tells DDP which to leave alone).
+it with other ranks' experts (``expert_parameter_names`` tells DDP which to
+leave alone; ``apply_expert_data_parallel`` does both for EP with DDP).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["ExpertParallelMoE", "apply_expert_parallel", "expert_parameter_names", "expert_range",
-           "reduce_expert_gradients"]
+__all__ = ["ExpertParallelMoE", "apply_expert_data_parallel", "apply_expert_parallel", "expert_parameter_names",
+           "expert_range", "reduce_expert_gradients"]
 
 EXPERT_FLAG = "_llmb_expert_parallel"  # set on every expert parameter sharded over an EP group
 
@@ -71,9 +72,11 @@ class ExpertParallelMoE(nn.Module):
     unsharded layer's and a distributed checkpoint maps across EP sizes.
     """
 
-    def __init__(self, moe: nn.Module, group: dist.ProcessGroup) -> None:
+    def __init__(self, moe: nn.Module, group: dist.ProcessGroup, dp: int | None = None,
+                 edp_group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
         ep, rank = dist.get_world_size(group), dist.get_rank(group)
+        self.dp, self.edp_group = dp or ep, edp_group  # how ``finish_gradients`` reduces
         held = expert_range(len(moe.experts), ep, rank)
         self.group, self.ep, self.experts_total, self.local = group, ep, len(moe.experts), len(held)
         self.hidden, self.topk, self.weight_inputs = moe.hidden, moe.topk, moe.weight_inputs
@@ -86,6 +89,17 @@ class ExpertParallelMoE(nn.Module):
         object.__setattr__(self, "_layer", moe)
         for parameter in self.experts.parameters():
             setattr(parameter, EXPERT_FLAG, True)
+
+    def finish_gradients(self) -> None:
+        """After backward: sum the expert gradients over the expert-data-parallel group (the ranks that
+        hold the same experts) and divide by the data-parallel size the loss is averaged over. An
+        expert without a gradient gets zeros, so every rank reduces the same tensors."""
+        for p in self.experts.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if self.edp_group is not None and dist.get_world_size(self.edp_group) > 1:
+                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.edp_group)
+            p.grad.div_(self.dp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, self.hidden)
@@ -121,7 +135,11 @@ class ExpertParallelMoE(nn.Module):
         return out.view_as(x)
 
 
-def apply_expert_parallel(model: nn.Module, group) -> int:
+def _group(group_or_mesh):
+    return group_or_mesh.get_group() if hasattr(group_or_mesh, "get_group") else group_or_mesh
+
+
+def apply_expert_parallel(model: nn.Module, group, dp: int | None = None, edp_group=None) -> int:
     """Spread the experts of every MoE layer of ``model`` over the expert-parallel ``group``, in place.
 
     Contract:
@@ -129,27 +147,41 @@ def apply_expert_parallel(model: nn.Module, group) -> int:
     * ``group``: the expert-parallel process group (or a 1-d ``DeviceMesh``)
       of ``ep`` ranks; the experts per layer must divide by ``ep``. Ranks of
       one EP group see different tokens (EP lies inside data parallelism).
+    * ``dp``: the data-parallel size the loss is averaged over (default
+      ``ep``); ``edp_group``: the ranks that hold the same experts (None when
+      the EP group spans all of data parallelism).
     * ``model`` holds real, equal weights on every rank (call it after the
       weights are initialised, before DDP / FSDP wrapping, ``torch.compile``
       and pipeline splitting); each rank then keeps only its own experts.
     * Afterwards, data parallelism must leave the expert parameters
-      (``expert_parameter_names``) out of its all-reduce and call
-      ``reduce_expert_gradients`` after backward; gradient clipping takes
-      their norm over the EP group (``gradnorm.clip_grad_norm_``).
+      (``expert_parameter_names``) out of its all-reduce, and the step must
+      call ``reduce_expert_gradients(model)`` after the last backward and
+      take the gradient norm over the EP group (``gradnorm.clip_layout_grad_norm_``).
 
     Returns the number of MoE layers converted (0 for a dense model).
     """
     from llmb.engine.blocks import RoutedMoE
 
-    if hasattr(group, "get_group"):
-        group = group.get_group()
+    group, edp_group = _group(group), _group(edp_group)
     converted = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, RoutedMoE):
-                setattr(module, name, ExpertParallelMoE(child, group))
+                setattr(module, name, ExpertParallelMoE(child, group, dp, edp_group))
                 converted += 1
     return converted
+
+
+def apply_expert_data_parallel(model: nn.Module, mesh) -> nn.Module:
+    """EP over ``mesh.ep`` and DDP over ``mesh.dp`` for everything but the experts (the layout with EP
+    and no TP, PP, CP or FSDP); the module to train. ``mesh``: ``llmb.engine.parallel.mesh.build_mesh``'s."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    apply_expert_parallel(model, mesh.ep, dp=mesh.dp.size(), edp_group=mesh.edp)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, expert_parameter_names(model))
+    device = next(model.parameters()).device
+    return DistributedDataParallel(model, process_group=mesh.dp.get_group(),
+                                   device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def expert_parameter_names(model: nn.Module) -> list[str]:
@@ -157,16 +189,8 @@ def expert_parameter_names(model: nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters() if getattr(p, EXPERT_FLAG, False)]
 
 
-def reduce_expert_gradients(model: nn.Module, dp: int, group: dist.ProcessGroup | None = None) -> None:
-    """Finish the expert gradients after backward: sum them over ``group`` (the ranks that hold the
-    same experts, i.e. the data-parallel ranks outside this EP group; None when the EP group spans
-    all of data parallelism) and divide by ``dp``, the data-parallel size the loss is averaged over.
-    An expert that received no tokens gets a zero gradient, so every rank reduces the same tensors."""
-    for p in model.parameters():
-        if not getattr(p, EXPERT_FLAG, False):
-            continue
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        if group is not None and dist.get_world_size(group) > 1:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
-        p.grad.div_(dp)
+def reduce_expert_gradients(model: nn.Module) -> None:
+    """``finish_gradients`` of every expert-parallel layer of ``model`` (a DDP wrapper or a plain module)."""
+    for layer in model.modules():
+        if isinstance(layer, ExpertParallelMoE):
+            layer.finish_gradients()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-__all__ = ["clip_grad_norm_", "squared_norm"]
+__all__ = ["clip_grad_norm_", "clip_layout_grad_norm_", "layout_parts", "squared_norm"]
 
 
 def squared_norm(parameters: Iterable[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -60,3 +60,30 @@ def clip_grad_norm_(parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.
     norm = total.sqrt()
     torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], max_norm, norm)
     return norm
+
+
+def layout_parts(module) -> list[tuple[list[torch.Tensor], list[dist.ProcessGroup]]]:
+    """``clip_grad_norm_``'s parts for what ``parallelize`` returned: a pipeline's parameters differ
+    over its pipeline group, an expert-parallel layer's experts over its EP group as well; the
+    rest is replicated (or a DTensor, which reduces itself)."""
+    from llmb.engine.parallel.experts import ExpertParallelMoE
+    from llmb.engine.parallel.pipeline import Pipeline
+
+    outer = [module.group] if isinstance(module, Pipeline) else []
+    modules = module.modules if isinstance(module, Pipeline) else [module]
+    experts: dict[int, dist.ProcessGroup] = {}
+    for part in modules:
+        for layer in part.modules():
+            if isinstance(layer, ExpertParallelMoE):
+                experts.update((id(p), layer.group) for p in layer.experts.parameters())
+    parts: dict[tuple, list[torch.Tensor]] = {}
+    for part in modules:
+        for p in part.parameters():
+            key = (experts[id(p)],) if id(p) in experts else ()
+            parts.setdefault(key, []).append(p)
+    return [(params, [*key, *outer]) for key, params in parts.items()]
+
+
+def clip_layout_grad_norm_(module, max_norm: float, device: torch.device) -> torch.Tensor:
+    """``clip_grad_norm_`` over ``layout_parts(module)``: the unsharded model's clipping, under any layout."""
+    return clip_grad_norm_(layout_parts(module), max_norm, device)
