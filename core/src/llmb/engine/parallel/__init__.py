@@ -63,7 +63,7 @@ def parallelize(model, spec: RunSpec, world: int):
     if layout.pp > 1:  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
         from llmb.engine.parallel.pipeline import apply_pipeline
 
-        return apply_pipeline(model, mesh["pp"], spec.ga, layout.vp,
+        return apply_pipeline(model, mesh.pp, spec.ga, layout.vp,
                               wrap=lambda stage: apply_layout(stage, layout, mesh, spec.compute_dtype))
     return apply_layout(model, layout, mesh, spec.compute_dtype)
 
