@@ -47,8 +47,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         h_all, w = hidden.to(dtype), weight.to(dtype)
         accumulate = torch.promote_types(weight.dtype, torch.float32)
         grad_hidden = torch.empty_like(hidden) if with_grad and hidden.requires_grad else None
-        grad_weight = (torch.zeros(weight.shape, dtype=accumulate, device=weight.device)
-                       if with_grad and weight.requires_grad else None)
+        want_weight, grad_weight = with_grad and weight.requires_grad, None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, tokens, chunk):
@@ -56,7 +55,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 logits = (h @ w.T).float()  # [chunk, vocab]: the only logits alive
                 lse = torch.logsumexp(logits, dim=-1)
                 total += (lse - logits.gather(1, y.unsqueeze(1)).squeeze(1)).sum()
-                if grad_hidden is None and grad_weight is None:
+                if grad_hidden is None and not want_weight:
                     continue
                 # d(mean loss)/d(logits) = (softmax - one_hot(label)) / tokens, built in place of the logits
                 g = logits.sub_(lse.unsqueeze(1)).exp_()
@@ -64,11 +63,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 g = g.to(dtype)
                 if grad_hidden is not None:
                     grad_hidden[start : start + chunk] = g @ w
-                if grad_weight is not None:
-                    if grad_weight.dtype == dtype:
-                        grad_weight.addmm_(g.T, h)
-                    else:
-                        grad_weight += g.T @ h
+                if grad_weight is None and want_weight:
+                    grad_weight = (g.T @ h).to(accumulate)  # the first chunk's: no zero-filled buffer to add to
+                elif grad_weight is not None and grad_weight.dtype == dtype:
+                    grad_weight.addmm_(g.T, h)
+                elif grad_weight is not None:
+                    grad_weight += g.T @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total / tokens
 
