@@ -226,6 +226,35 @@ def test_causal_lm_loss_equals_cross_entropy_of_its_logits(host, tied):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7, msg=name)
 
 
+def test_causal_lm_loss_with_a_vocabulary_split_takes_the_logits_path(host, tmp_path):
+    """An output layer split over the vocabulary (tensor parallel's loss parallel) is a DTensor: the
+    model computes the loss from its sharded logits instead of chunking (one rank, gloo)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
+
+    workload = host.workload("llama31")
+    arch = shrink(workload.architecture("8b"), "tiny")
+    model = host.build_model(workload, arch)
+    tokens = torch.randint(0, arch.vocab, (2, 17))
+    expected = model(tokens[:, :-1], labels=tokens[:, 1:])
+    (expected_grad,) = torch.autograd.grad(expected, [model.output.weight])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        parallelize_module(model, init_device_mesh("cpu", (1,)),
+                           {"output": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+        assert not loss.chunkable(model.output.weight)
+        with loss_parallel():
+            value = model(tokens[:, :-1], labels=tokens[:, 1:])
+            value.backward()
+        assert isinstance(value, DTensor)
+        torch.testing.assert_close(value.full_tensor(), expected.detach())
+        torch.testing.assert_close(model.output.weight.grad.full_tensor(), expected_grad)
+    finally:
+        dist.destroy_process_group()
+
+
 # --------------------------------------------------------------------------
 # Routed MoE
 

@@ -632,7 +632,7 @@ class CausalLM(nn.Module):
         weight = self.embedding.weight if self.output is None else self.output.weight
         if not loss.chunkable(weight):  # e.g. a vocabulary split by tensor parallelism: its own loss path
             logits = self.logits(hidden)
-            return F.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss.chunked_cross_entropy(hidden.flatten(0, -2), weight, labels.flatten())
 
 
