@@ -501,8 +501,9 @@ class Mamba2Mixer(nn.Module):
         batch, seq, _ = hidden_states.shape
         fused = kernels.mamba_kernels(hidden_states.device)  # None on CPU: the plain-PyTorch path
         z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
-        if fused is not None and fused.conv is not None:
-            xbc = fused.conv(xbc.transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
+        if fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4:  # its widths: 2-4
+            # channel-last and contiguous, so the kernel's 16-byte stride alignment holds whatever the head count
+            xbc = fused.conv(xbc.contiguous().transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
                              activation="silu").transpose(1, 2)
         else:
             xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))  # causal: drop the look-ahead
