@@ -150,7 +150,8 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
     assert [j["state"] for j in shown["jobs"]] == ["SUCCEEDED", "FAILED"]
     progress = [line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")]
     assert progress[-1] == f"{shown['sweep_id']}: 0 queued, 0 running, 1 done, 1 failed (of 2)"
-    assert not any("1 queued" in line for line in progress)  # a cluster takes the whole sweep at once
+    # A cluster takes the whole sweep at once: both jobs were submitted before either ended. (The progress line's
+    # "queued" also counts a submitted job Slurm holds PENDING, so it cannot tell held-back from pending.)
     jobs = Path(env["LLMB_INSTALL"]) / "jobs"
     ids = [j["job_id"] for j in shown["jobs"]]
     submitted = [json.loads((jobs / i / "job.json").read_text())["submitted_at"] for i in ids]
