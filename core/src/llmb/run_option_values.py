@@ -114,7 +114,7 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
         gpus_per_node = config.gpus_per_node
     options = RunOptions(
         proxy=proxy, layers=kw.get("layers"), steps=kw.get("steps"), seed=kw.get("seed", 1234),
-        compile=bool(kw.get("compile_")), profile=bool(kw.get("profile")), gpu_metrics=bool(kw.get("gpu_metrics")),
+        compile=kw.get("compile_"), profile=bool(kw.get("profile")), gpu_metrics=bool(kw.get("gpu_metrics")),
         nccl_trace=bool(kw.get("nccl_trace")), profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
         checkpoint_save=bool(kw.get("checkpoint_save")), checkpoint_dir=kw.get("checkpoint_dir"),
         checkpoint_load=kw.get("checkpoint_load"), env=env, engine=kw.get("engine"), dump_env=bool(kw.get("dump_env")),

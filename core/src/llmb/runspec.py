@@ -70,7 +70,7 @@ class RunOptions:
     layers: int | None = None
     steps: int | None = None
     seed: int = 1234
-    compile: bool = False
+    compile: bool | None = None  # torch.compile per block; None: the torch engine's default (on GPU only)
     profile: bool = False
     gpu_metrics: bool = False
     nccl_trace: bool = False
@@ -148,7 +148,7 @@ class RunSpec:
     seq_len: int
     steps: int
     seed: int
-    compile: bool
+    compile: bool | None  # None: on GPU, off on CPU (decided where the job runs)
     flops_per_sample: float
     experiment: str
     run_dir: str

@@ -9,11 +9,21 @@ step, forward, backward and optimizer on GPU; the profiling window opens
 and closes nsys's capture or a torch.profiler trace. Checkpoints are
 ``torch.distributed.checkpoint`` (``.distcp``) with the save/load timing
 lines of the workload's framework.
+
+Speed: AdamW's fused kernel where the device has one (else its multi-tensor
+``foreach`` one), multi-tensor gradient clipping, DDP reducing straight from
+its buckets (``gradient_as_bucket_view``), each decoder layer compiled on its
+own (``compile_blocks``: on GPU by default, on CPU with ``--compile``) before
+the DDP wrapping, so the gradient reduction still overlaps backward; loss and
+grad norm stay on the device until the step's one host read (the log prints
+every iteration); Python's garbage collector runs every ``GC_EVERY`` steps
+instead of whenever allocations trigger it (``GarbageCollection``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import math
 import os
@@ -28,6 +38,11 @@ from llmb.runspec import RunSpec
 
 MAX_LR, MIN_LR, WARMUP_STEPS, DECAY_STEPS = 3e-4, 3e-5, 10, 50
 CLIP_NORM = 1.0
+# Python's garbage collector: automatic collection off, generations 0-1 collected every GC_EVERY steps,
+# so every rank collects at the same step instead of whenever its allocations trigger it (a rank that
+# collects mid-step stalls the others at the next gradient reduction). 50: outside the seeds' statistics
+# windows (e.g. steps 35-44) of a default 50-step run.
+GC_EVERY = 50
 # Fault injection: test hooks, to test how backends report and retry a failing rank.
 # LLMB_FAIL_AT_STEP: "STEP" or "STEP:RANK" makes that rank (default: every rank) raise at that step;
 # LLMB_FAIL_MESSAGE: the message it raises (e.g. a flaky signature; default: "injected failure ...");
@@ -112,7 +127,86 @@ def resolve_device(spec: RunSpec, cuda: bool, record: bool) -> RunSpec:
     return replace(spec, device=device, compute_dtype=dtype)
 
 
+class GarbageCollection:
+    """Python's garbage collector on a fixed cadence: ``start`` collects fully and turns automatic
+    collection off, ``after_step(step)`` collects generations 0 and 1 every ``every`` steps, ``stop``
+    turns automatic collection back on (when it was on at ``start``)."""
+
+    def __init__(self, every: int = GC_EVERY):
+        self.every = every
+        self.was_enabled = gc.isenabled()
+
+    def start(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
+
+    def after_step(self, step: int) -> None:
+        if step % self.every == 0:
+            gc.collect(1)
+
+    def stop(self) -> None:
+        if self.was_enabled:
+            gc.enable()
+
+
+def fused_devices() -> set[str]:
+    """Device types with a fused AdamW kernel in this torch (CUDA; CPU and others since torch 2.4)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:
+        return {"cuda"}
+    return set(_get_fused_kernels_supported_devices())
+
+
+def make_optimizer(parameters):
+    """AdamW with the benchmarks' settings (betas 0.9/0.95, weight decay 0.1): one fused kernel for all
+    parameters where their device has one, else the multi-tensor (``foreach``) implementation."""
+    import torch
+
+    params = list(parameters)
+    fused = all(p.device.type in fused_devices() and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8,
+                             **({"fused": True} if fused else {"foreach": True}))
+
+
+def wants_compile(asked: bool | None, cuda: bool) -> bool:
+    """Per-block ``torch.compile``: as asked (``--compile`` / ``--no-compile``), else on GPU only."""
+    return cuda if asked is None else bool(asked)
+
+
+def compile_blocks(model) -> int:
+    """``torch.compile`` each decoder layer of ``model`` (its ``layers``) in place; how many.
+
+    Per block, not the whole model: one compiled graph serves every layer of a kind, compile time does
+    not grow with depth, and DDP/FSDP wrapped around the compiled layers still reduce each bucket's
+    gradients while backward goes on. ``Module.compile`` keeps the parameter names (no ``_orig_mod``),
+    so checkpoints read the same compiled or not."""
+    layers = list(model.layers.children())
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
+def flops_line(spec: RunSpec) -> str:
+    """The start-up line with both FLOP counts: the workload's seed formula (the log's MODEL_TFLOP/s/GPU)
+    and Megatron-Bridge's (causal attention), so MFU compares with either."""
+    from llmb.flops import megatron_bridge_sample
+
+    ours = spec.flops_per_sample
+    megatron = megatron_bridge_sample(spec.model_arch(), spec.seq_len)
+    line = f"[llmb] model FLOPs per sample: {ours:.4e} (the workload's formula: the logged MODEL_TFLOP/s/GPU)"
+    if megatron is None:
+        return line + "; Megatron-Bridge's formula does not describe this architecture"
+    line += f"; Megatron-Bridge's count (causal attention): {megatron.per_sample:.4e}"
+    if ours:
+        line += f" (TFLOP/s on that count: the logged value x {megatron.per_sample / ours:.4f})"
+    return line
+
+
 class Engine:
+    gc_every = GC_EVERY
+
     def __init__(self, spec: RunSpec, rank: int, world: int, local_rank: int):
         import torch
 
@@ -134,6 +228,8 @@ class Engine:
             dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world,
                                     timeout=timedelta(minutes=10))
         self.range = _nvtx(self.cuda)
+        self.compile = wants_compile(spec.compile, self.cuda)
+        self.gc = GarbageCollection(self.gc_every)
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda and spec.compute_dtype == "bfloat16"
                          else contextlib.nullcontext())
 
@@ -166,17 +262,26 @@ class Engine:
             f"computing in {spec.compute_dtype} (recipe {spec.dtype}), MBS {spec.mbs} x GA {spec.ga} x DP "
             f"{spec.ranks} = GBS {spec.gbs}, sequence {spec.seq_len}, {spec.steps} steps",
             *logfmt.parameters(total - embedding, embedding, total),
+            flops_line(spec),
         )
-        module = torch.compile(self.model) if spec.compile else self.model
-        if self.distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
-            module = DistributedDataParallel(module, device_ids=[self.device.index] if self.cuda else None)
-        self.module = module
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate(1), betas=(0.9, 0.95),
-                                           weight_decay=0.1, eps=1e-8)
+        self.module = self.wrap(self.model)
+        self.optimizer = make_optimizer(self.model.parameters())
+        self.gc.start()
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + self.rank)
         self.vocab = arch.vocab
+
+    def wrap(self, model):
+        """The module to train: ``model`` with each layer compiled when asked (first, so that the
+        wrapping sees the compiled layers), in DDP over the ranks when there are several; DDP's
+        gradients are views into its reduction buckets (no copy in or out of them)."""
+        if self.compile:
+            compile_blocks(model)
+        if not self.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.cuda else None,
+                                       gradient_as_bucket_view=True)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -250,11 +355,15 @@ class Engine:
     def micro_batch(self):
         torch, spec = self.torch, self.spec
         tokens = torch.randint(0, self.vocab, (spec.mbs, spec.seq_len + 1), generator=self.generator)
-        tokens = tokens.to(self.device, non_blocking=True)
+        if self.cuda:  # from pinned memory the copy is asynchronous (from pageable memory it waits for the GPU)
+            tokens = tokens.pin_memory().to(self.device, non_blocking=True)
         return tokens[:, :-1], tokens[:, 1:]
 
     def step(self, step: int) -> tuple[float, float, float]:
-        """One optimizer step over GA micro-batches: (loss, grad norm, seconds)."""
+        """One optimizer step over GA micro-batches: (loss, grad norm, seconds).
+
+        The loss and the grad norm stay on the device; reading them is the step's one host sync (it
+        waits for every kernel of the step, the optimizer's included), then the step time's reduction."""
         torch, spec = self.torch, self.spec
 
         for group in self.optimizer.param_groups:
@@ -276,18 +385,17 @@ class Engine:
                         loss.backward()
                 loss_sum += loss.detach()
             with self.range("optimizer"):
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
-            if self.cuda:
-                torch.cuda.synchronize()
-        seconds = time.perf_counter() - begin
-        if self.distributed:
-            import torch.distributed as dist
+            if self.distributed:
+                import torch.distributed as dist
 
-            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            loss_sum /= self.world
-        return float(loss_sum.item()), float(grad_norm.item()), self._reduce(seconds, "max")
+                dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+            loss, norm = torch.stack((loss_sum / self.world, grad_norm.float())).tolist()
+        seconds = time.perf_counter() - begin
+        self.gc.after_step(step)
+        return loss, norm, self._reduce(seconds, "max")
 
     def profiler(self):
         """(start(step), stop(step)) for the profiling window."""
@@ -353,6 +461,7 @@ class Engine:
         self.say(self.memory_line(spec.steps), f"[llmb] training finished after {spec.steps} steps")
 
     def close(self) -> None:
+        self.gc.stop()
         if self.distributed:
             import torch.distributed as dist
 
