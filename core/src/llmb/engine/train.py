@@ -275,6 +275,7 @@ class Engine:
         wrapping sees the compiled layers), in DDP over the ranks when there are several; DDP's
         gradients are views into its reduction buckets (no copy in or out of them)."""
         if self.compile:
+            self.warm(model)
             compile_blocks(model)
         if not self.distributed:
             return model
@@ -282,6 +283,17 @@ class Engine:
 
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.cuda else None,
                                        gradient_as_bucket_view=True)
+
+    def warm(self, model) -> None:
+        """One forward pass without gradients over a batch of zeros of the run's shape, before compiling:
+        what the model builds on its first call (the RoPE tables) then exists when its layers are
+        traced, and their graphs do not break around its construction. A layer graph broken there was
+        seen to fail intermittently in torch 2.13 (AOTAutograd replaying the views of q|k|v it returned:
+        "shape '[<garbage>, ...]' is invalid")."""
+        torch, spec = self.torch, self.spec
+        tokens = torch.zeros((spec.mbs, spec.seq_len), dtype=torch.long, device=self.device)
+        with torch.no_grad(), self.autocast:
+            model(tokens, labels=tokens)
 
     # ------------------------------------------------------------ checkpoints
 
