@@ -388,3 +388,33 @@ def test_mamba2_mixer_against_a_step_by_step_reference():
     groups = y.view(b, s, m.groups, -1)
     y = (groups / groups.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()).reshape(b, s, d_inner) * m.norm.weight
     torch.testing.assert_close(m(x), y @ m.out_proj.weight.T, rtol=1e-9, atol=1e-9)
+
+
+# --------------------------------------------------------------------------
+# The benchmark's reference Llama (benchmarks/engine_throughput.py)
+
+
+def test_benchmark_reference_llama_matches_the_engine_model(host):
+    """The throughput benchmark compares the engine with a minimal Llama written there: the comparison
+    is fair only with the same parameter count (hence FLOPs) at the tiny and the 8B-width shapes, and
+    the reference must be a causal language model too."""
+    from dataclasses import replace
+
+    from engine_throughput import WIDE_VOCAB, Reference
+
+    workload = host.workload("llama31")
+    wide = replace(workload.architecture("8b").with_layers(1), vocab=WIDE_VOCAB)
+    for arch in (shrink(workload.architecture("8b"), "tiny"), wide):
+        with torch.device("meta"):
+            engine_model, reference = host.build_model(workload, arch), Reference(arch)
+        assert blocks.count_parameters(reference) == blocks.count_parameters(engine_model) == count_params(arch).total
+    arch = shrink(workload.architecture("8b"), "tiny")
+    reference = Reference(arch).eval()
+    tokens = torch.randint(0, arch.vocab, (1, 40))
+    changed = tokens.clone()
+    changed[0, 25:] = (changed[0, 25:] + 1) % arch.vocab
+    with torch.no_grad():
+        before, after = reference(tokens), reference(changed)
+    assert before.shape == (1, 40, arch.vocab)
+    torch.testing.assert_close(after[:, :25], before[:, :25], rtol=0, atol=1e-5)
+    assert not torch.allclose(after[:, 25:], before[:, 25:])

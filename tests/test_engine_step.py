@@ -1,0 +1,252 @@
+"""The torch engine's training step (``llmb.engine.train.Engine``), on CPU, in real processes.
+
+Behaviour only, never speed (that is ``benchmarks/engine_throughput.py``'s
+business): which optimizer and clipping kernels a step runs (seen through
+torch.profiler), DDP's bucket views, per-block ``torch.compile``, both FLOP
+counts on the start-up line, the garbage-collection cadence, and that two
+data-parallel ranks train exactly as one rank on the same global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import os
+import socket
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from engine_throughput import engine_spec
+from llmb.engine.train import Engine, GarbageCollection, compile_blocks, flops_line, make_optimizer, wants_compile
+from llmb.flops import megatron_bridge_sample
+from llmb.proxies import shrink
+
+STEPS = 4
+HANG_GUARD_S = 900  # generous: the machine running the tests may be loaded
+
+
+def tiny_spec(host, ranks: int = 1, ga: int = 1, compile_: bool | None = False, workload: str = "llama31"):
+    work = host.workload(workload)
+    arch = shrink(work.architecture(work.sizes()[0]), "tiny")
+    return engine_spec(host, work, arch, seq=32, mbs=2, ga=ga, ranks=ranks, compile_=compile_)
+
+
+def built(spec, engine_class=Engine) -> Engine:
+    engine = engine_class(spec, 0, 1, 0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        engine.build()
+    return engine
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # the engine sets one thread per CPU rank
+
+
+# --------------------------------------------------------------------------
+# Optimizer and clipping
+
+
+def test_optimizer_is_fused_where_the_device_has_a_kernel_else_foreach():
+    cpu = make_optimizer([torch.nn.Parameter(torch.zeros(3))])
+    assert cpu.defaults["fused"] is True and not cpu.defaults["foreach"]  # torch >= 2.4 has a CPU kernel
+    meta = make_optimizer([torch.nn.Parameter(torch.zeros(3, device="meta"))])  # no fused kernel there
+    assert meta.defaults["foreach"] is True and not meta.defaults["fused"]
+    for opt in (cpu, meta):  # the benchmarks' AdamW settings either way
+        assert (opt.defaults["betas"], opt.defaults["weight_decay"], opt.defaults["eps"]) == ((0.9, 0.95), 0.1, 1e-8)
+
+
+def test_a_step_runs_the_fused_adamw_and_multi_tensor_clipping_kernels(host):
+    engine = built(tiny_spec(host))
+    assert engine.optimizer.defaults["fused"] is True
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        loss, norm, seconds = engine.step(1)
+    ops = {event.key: event.count for event in prof.key_averages()}
+    assert ops.get("aten::_fused_adamw_") == 1  # one kernel call for every parameter
+    # clip_grad_norm_(foreach=True): one call for every gradient's norm, one to scale them all
+    # (on CPU, torch runs the foreach ops as loops inside the call; on GPU they are multi-tensor kernels)
+    assert ops.get("aten::_foreach_norm") == 1 and ops.get("aten::_foreach_mul_") == 1
+    assert isinstance(loss, float) and isinstance(norm, float) and loss > 0 and norm > 0 and seconds > 0
+    assert engine.optimizer.state  # the step did update: AdamW has its moments now
+    engine.close()
+
+
+# --------------------------------------------------------------------------
+# torch.compile per block
+
+
+def test_compile_default_is_on_for_gpu_and_off_for_cpu():
+    assert wants_compile(None, cuda=True) and not wants_compile(None, cuda=False)
+    assert wants_compile(True, cuda=False) and not wants_compile(False, cuda=True)
+
+
+def test_compile_per_block_wraps_each_layer_in_place(host):
+    plain = built(tiny_spec(host, compile_=None))  # the CPU default: not compiled
+    compiled = built(tiny_spec(host, compile_=True))
+    assert all(layer._compiled_call_impl is None for layer in plain.model.layers)
+    assert len(compiled.model.layers) >= 2
+    assert all(layer._compiled_call_impl is not None for layer in compiled.model.layers)
+    assert compiled.model._compiled_call_impl is None  # the blocks, not the whole model
+    assert compiled.module is compiled.model  # one rank: no DDP wrapper
+    # parameter names are unchanged (no _orig_mod.): a checkpoint reads compiled or not
+    assert list(compiled.model.state_dict()) == list(plain.model.state_dict())
+    for engine in (plain, compiled):
+        engine.close()
+
+
+def test_compile_blocks_on_a_hybrid_model(host):
+    engine = built(tiny_spec(host, workload="nemotronh"))
+    assert compile_blocks(engine.model) == len(engine.model.layers) == len(engine.spec.model_arch().layer_kinds())
+    assert all(layer._compiled_call_impl is not None for layer in engine.model.layers)
+    engine.close()
+
+
+# --------------------------------------------------------------------------
+# FLOP counts
+
+
+def test_startup_line_gives_both_flop_counts(host, capsys):
+    workload = host.workload("llama31")
+    arch = workload.architecture("8b")
+    spec = engine_spec(host, workload, arch, seq=8192, mbs=1, ga=1, ranks=8, compile_=None)
+    line = flops_line(spec)
+    megatron = megatron_bridge_sample(arch, 8192).per_sample
+    assert f"{spec.flops_per_sample:.4e}" in line and f"{megatron:.4e}" in line
+    assert f"x {megatron / spec.flops_per_sample:.4f}" in line
+    assert spec.flops_per_sample / megatron == pytest.approx(1.125, abs=1e-3)  # full vs causal attention at 8B/8k
+    hybrid = tiny_spec(host, workload="nemotronh")
+    assert "does not describe" in flops_line(hybrid)
+    engine = Engine(tiny_spec(host), 0, 1, 0)
+    engine.build()
+    assert flops_line(engine.spec) in capsys.readouterr().out.splitlines()
+    engine.close()
+
+
+# --------------------------------------------------------------------------
+# Garbage collection
+
+
+def test_garbage_collection_runs_on_the_cadence_and_only_then(host):
+    class EveryTwo(Engine):
+        gc_every = 2
+
+    collections: list[int] = []
+
+    def record(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    assert gc.isenabled()
+    engine = built(tiny_spec(host), EveryTwo)
+    gc.callbacks.append(record)
+    try:
+        per_step = []
+        for step in range(1, 6):
+            engine.step(step)
+            assert not gc.isenabled()
+            per_step.append(list(collections))
+            garbage = [[]]
+            garbage[0].append(garbage)  # a cycle: automatic collection would find it, were it on
+            del garbage
+    finally:
+        gc.callbacks.remove(record)
+        engine.close()
+    assert per_step == [[], [1], [1], [1, 1], [1, 1]]  # generations 0-1 after steps 2 and 4, nothing else
+    assert gc.isenabled()
+
+
+def test_garbage_collection_leaves_a_disabled_collector_disabled():
+    gc.disable()
+    try:
+        cadence = GarbageCollection(every=3)
+        cadence.start()
+        cadence.stop()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+# --------------------------------------------------------------------------
+# Two ranks against one
+
+
+class OneRankForTwo(Engine):
+    """One rank drawing the micro-batches two data-parallel ranks would draw: each step, rank 0's GA
+    micro-batches (its generator), then rank 1's. GA doubles, so the global batch is the same."""
+
+    def build(self) -> None:
+        super().build()
+        seed = self.spec.seed * 1000
+        self.generators = [torch.Generator().manual_seed(seed + rank) for rank in (0, 1)]
+        self.drawn = 0
+
+    def micro_batch(self):
+        per_rank = self.spec.ga // 2
+        self.generator = self.generators[(self.drawn // per_rank) % 2]
+        self.drawn += 1
+        return super().micro_batch()
+
+
+def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
+    from llmb.runspec import RunSpec
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    spec = RunSpec.from_dict(spec_dict)
+    engine = Engine(spec, rank, spec.ranks, rank)
+    with contextlib.redirect_stdout(io.StringIO()):
+        engine.build()
+    trajectory = [engine.step(step)[:2] for step in range(1, STEPS + 1)]
+    module = engine.module
+    facts = {"ddp": type(module).__name__, "bucket_view": getattr(module, "gradient_as_bucket_view", None),
+             "compiled": [layer._compiled_call_impl is not None for layer in engine.model.layers]}
+    engine.close()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
+        json.dump({"trajectory": trajectory, **facts}, handle)
+
+
+def run_two_ranks(spec, out_dir) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.start_processes(_rank_main, args=(spec.to_dict(), port, str(out_dir)), nprocs=2,
+                                 start_method="spawn", join=False)
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not context.join(timeout=5):  # raises when a rank failed
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"two ranks still running after {HANG_GUARD_S} s (a hang guard, not a speed check)")
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def test_two_ranks_with_ddp_train_as_one_rank_on_the_same_global_batch(host, tmp_path):
+    spec = tiny_spec(host, ranks=2, ga=2)
+    ranks = run_two_ranks(spec, tmp_path)
+    for result in ranks:
+        assert result["ddp"] == "DistributedDataParallel" and result["bucket_view"] is True
+        assert not any(result["compiled"])  # CPU default
+    assert ranks[0]["trajectory"] == ranks[1]["trajectory"]  # the logged loss is the mean over ranks
+
+    one = built(replace(spec, ranks=1, ga=4, gbs=spec.gbs), OneRankForTwo)
+    expected = [one.step(step)[:2] for step in range(1, STEPS + 1)]
+    one.close()
+    losses = [loss for loss, _ in expected]
+    assert losses[-1] < losses[0]  # it trains
+    torch.testing.assert_close(torch.tensor(ranks[0]["trajectory"]), torch.tensor(expected), rtol=2e-5, atol=1e-6)
+
+
+def test_compiled_blocks_train_as_the_eager_model(host):
+    eager, compiled = built(tiny_spec(host, ga=2)), built(tiny_spec(host, ga=2, compile_=True))
+    expected = [eager.step(step)[:2] for step in range(1, 3)]
+    got = [compiled.step(step)[:2] for step in range(1, 3)]
+    for engine in (eager, compiled):
+        engine.close()
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-5)
