@@ -11,7 +11,8 @@ race for). Every step's global batch is the same whatever the layout:
 taking its share of the rows. Rank 0 writes the per-step losses and
 gradient norms as JSON to OUT, and the trained weights, whole and under the
 unsharded model's names, to OUT + ``.pt``. With WORLD 1 it is the unsharded
-reference (no process group).
+reference (no process group). With ``"engine": true`` in CONFIG the ranks run
+``llmb.engine.train.Engine`` itself instead (its own process group, env://).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from llmb.engine import parallel
-    from llmb.engine.train import CLIP_NORM, learning_rate
+    from llmb.engine.train import CLIP_NORM, learning_rate, make_optimizer
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import FSDPModule
@@ -90,8 +91,7 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
         layer.register_forward_pre_hook(lambda *_, i=index: calls.__setitem__(i, calls[i] + 1))
     qkv_rows = first_qkv(model).weight.shape[0]
     module = parallel.parallelize(model, spec, world)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1,
-                                  eps=1e-8)
+    optimizer = make_optimizer(model.parameters())
     dp = spec.layout.dp(world)
     replica = parallel.data_rank(spec.layout, world, rank)
     rows, ga = config["rows"], spec.ga
@@ -133,11 +133,38 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
     return {"losses": losses, "grad_norms": norms, **facts}, weights
 
 
+def engine_steps(config: dict, rank: int, world: int) -> dict:
+    """The engine itself (``llmb.engine.train.Engine``) under CONFIG's layout: its per-step losses and
+    gradient norms. It starts its own process group (env://: MASTER_ADDR and MASTER_PORT)."""
+    import io
+    from dataclasses import asdict
+
+    from llmb.engine.train import Engine
+
+    spec = replace(run_spec(config, world), arch=asdict(tiny_arch(config["workload"])), mbs=config["rows"])
+    engine = Engine(spec, rank, world, rank)
+    with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
+        engine.build()
+    losses, norms = [], []
+    for step in range(1, spec.steps + 1):
+        loss, norm, _ = engine.step(step)
+        losses.append(loss)
+        norms.append(norm)
+    engine.close()
+    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__}
+
+
 def main(argv: list[str]) -> None:
     import torch.distributed as dist
 
     config, rank, world, store, out = json.loads(argv[0]), int(argv[1]), int(argv[2]), argv[3], argv[4]
     torch.set_num_threads(1)
+    if config.get("engine"):
+        result = engine_steps(config, rank, world)
+        if rank == 0:
+            with open(out, "w") as handle:
+                json.dump(result, handle)
+        return
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         result, weights = train(config, rank, world)

@@ -8,7 +8,8 @@ gradient norm at every step, and the same weights afterwards (gathered
 whole, under the unsharded model's names), to float32 round-off. Each run
 also reports what the layout did to the model (FSDP units, DTensor
 parameters, the share of a weight a rank holds, recomputed layers), so a
-layout that silently did nothing fails too.
+layout that silently did nothing fails too. One run goes through the
+engine itself (``Engine.wrap`` calls ``parallelize``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,11 +51,19 @@ def _reference(workload: str, recompute_layers: int = 0) -> tuple[dict, dict]:
         torch.set_num_threads(threads)
 
 
-def _run(tmp_path: Path, workload: str, world: int, **layout) -> tuple[dict, dict]:
-    """The layout's run over ``world`` rank processes: (rank 0's result, the whole trained weights)."""
-    config = {"workload": workload, "layout": layout, **RUN, "checkpoint": str(tmp_path / "checkpoint")}
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layout) -> tuple[dict, dict | None]:
+    """The layout's run over ``world`` rank processes: (rank 0's result, the whole trained weights).
+    With ``engine`` the ranks run ``llmb.engine.train.Engine`` itself (no weights come back)."""
+    config = {"workload": workload, "layout": layout, **RUN, "checkpoint": str(tmp_path / "checkpoint"),
+              "engine": engine}
     out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     logs = [tmp_path / f"rank{rank}.log" for rank in range(world)]
     procs = []
     for rank, log in enumerate(logs):
@@ -71,7 +82,7 @@ def _run(tmp_path: Path, workload: str, world: int, **layout) -> tuple[dict, dic
                 proc.wait()
     failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode]
     assert not failed, f"ranks failed {failed}:\n" + "\n".join(log.read_text()[-4000:] for log in logs)
-    return json.loads(out.read_text()), torch.load(str(out) + ".pt")
+    return json.loads(out.read_text()), None if engine else torch.load(str(out) + ".pt")
 
 
 def _assert_equivalent(result: dict, weights: dict, reference: tuple[dict, dict]) -> None:
@@ -89,7 +100,9 @@ def _assert_checkpoint_reads_unsharded(tmp_path: Path, workload: str, weights: d
 
     model, _ = ranks.tiny_model(workload)
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=str(tmp_path / "checkpoint"), no_dist=True)
+    with warnings.catch_warnings():  # that no process group exists here is the point
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(tmp_path / "checkpoint"), no_dist=True)
     for name, value in weights.items():
         torch.testing.assert_close(state["model"][name], value, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
 
@@ -151,6 +164,21 @@ def test_activation_checkpointing_recomputes_and_matches(tmp_path):
     micro_batches = RUN["steps"] * RUN["ga"]
     assert result["layer_forward_calls"] == [2 * micro_batches, micro_batches]  # the first ran again in backward
     _assert_equivalent(result, weights, _reference("llama31"))
+
+
+def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
+    """``llmb.engine.train.Engine`` itself, TP 2 with sequence parallel over 2 ranks, against the engine
+    on one rank: both ranks of the TP group read the one replica's batches, and the step computes the
+    loss on the vocabulary-split logits."""
+    result, _ = _run(tmp_path, "llama31", 2, engine=True, tp=2, sequence_parallel=True)
+    threads = torch.get_num_threads()
+    try:
+        expected = ranks.engine_steps({"workload": "llama31", **RUN}, rank=0, world=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert expected["module"] == "CausalLM" and result["module"] == "CausalLM"
+    assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
+    assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
 
 def test_activation_checkpointing_in_one_process_is_exact():

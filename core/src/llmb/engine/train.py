@@ -33,7 +33,7 @@ import time
 from datetime import timedelta
 
 from llmb.checkpoint_metadata import safe_reader
-from llmb.engine import logfmt
+from llmb.engine import logfmt, parallel
 from llmb.runspec import RunSpec
 
 MAX_LR, MIN_LR, WARMUP_STEPS, DECAY_STEPS = 3e-4, 3e-5, 10, 50
@@ -267,22 +267,20 @@ class Engine:
         self.module = self.wrap(self.model)
         self.optimizer = make_optimizer(self.model.parameters())
         self.gc.start()
-        self.generator = torch.Generator().manual_seed(spec.seed * 1000 + self.rank)
+        # seeded by the data-parallel rank: the ranks of one model replica (TP, PP, CP) read the same batches
+        self.generator = torch.Generator().manual_seed(spec.seed * 1000 + parallel.data_rank(spec.layout, self.world,
+                                                                                               self.rank))
         self.vocab = arch.vocab
 
     def wrap(self, model):
         """The module to train: ``model`` with each layer compiled when asked (first, so that the
-        wrapping sees the compiled layers), in DDP over the ranks when there are several; DDP's
-        gradients are views into its reduction buckets (no copy in or out of them)."""
+        wrapping sees the compiled layers), laid out as the run's parallel layout asks
+        (``llmb.engine.parallel.parallelize``: DDP over the ranks when it is data parallel only, with
+        gradients as views into DDP's reduction buckets; FSDP2, tensor parallel, recompute)."""
         if self.compile:
             self.warm(model)
             compile_blocks(model)
-        if not self.distributed:
-            return model
-        from torch.nn.parallel import DistributedDataParallel
-
-        return DistributedDataParallel(model, device_ids=[self.device.index] if self.cuda else None,
-                                       gradient_as_bucket_view=True)
+        return parallel.parallelize(model, self.spec, self.world)
 
     def warm(self, model) -> None:
         """One forward pass without gradients over a batch of zeros of the run's shape, before compiling:
@@ -313,9 +311,12 @@ class Engine:
         return {"model": model_state, "optim": optim_state}
 
     def digest(self) -> str:
-        """sha256 over the model's weights, in name order (rank 0's copy)."""
+        """sha256 over the model's weights, whole, in name order (on rank 0; every rank must call it)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        whole = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         sha = hashlib.sha256()
-        for name, tensor in sorted(self.model.state_dict().items()):
+        for name, tensor in sorted(whole.items()):
             sha.update(name.encode())
             sha.update(tensor.detach().to("cpu").contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
         return sha.hexdigest()
@@ -386,8 +387,8 @@ class Engine:
             for micro in range(spec.ga):
                 inputs, labels = self.micro_batch()
                 last = micro == spec.ga - 1
-                sync = contextlib.nullcontext() if (last or not self.distributed) else self.module.no_sync()
-                with sync:
+                sync = contextlib.nullcontext() if last else parallel.no_sync(self.module)
+                with sync, parallel.loss_context(spec):
                     with self.range("forward"), self.autocast:
                         # the model's own chunked cross-entropy (no full fp32 logits), through DDP's forward
                         loss = self.module(inputs, labels=labels) / spec.ga
@@ -395,7 +396,7 @@ class Engine:
                             loss = loss * float("nan")
                     with self.range("backward"):
                         loss.backward()
-                loss_sum += loss.detach()
+                loss_sum += parallel.plain(loss.detach())
             with self.range("optimizer"):
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)
                 self.optimizer.step()
@@ -404,7 +405,7 @@ class Engine:
                 import torch.distributed as dist
 
                 dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            loss, norm = torch.stack((loss_sum / self.world, grad_norm.float())).tolist()
+            loss, norm = torch.stack((loss_sum / self.world, parallel.plain(grad_norm).float())).tolist()
         seconds = time.perf_counter() - begin
         self.gc.after_step(step)
         return loss, norm, self._reduce(seconds, "max")

@@ -86,7 +86,9 @@ def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dty
         from torch.nn.parallel import DistributedDataParallel
 
         device = next(model.parameters()).device
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # gradients as views into DDP's reduction buckets: no copy in or out of them
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                       gradient_as_bucket_view=True)
     data = mesh.dp_cp
     if data.size() > 1 and (layout.fsdp or layout.model_parallel() > 1):
         # FSDP asked for, or the ZeRO-2 sharding that stands for Megatron's distributed optimizer
