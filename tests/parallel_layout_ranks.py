@@ -150,8 +150,9 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
         loss, norm, _ = engine.step(step)
         losses.append(loss)
         norms.append(norm)
+    experts = sorted({len(m.experts) for m in engine.model.modules() if hasattr(m, "experts") and hasattr(m, "router")})
     engine.close()
-    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__}
+    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__, "local_experts": experts}
 
 
 def main(argv: list[str]) -> None:

@@ -62,6 +62,7 @@ def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layo
     With ``engine`` the ranks run ``llmb.engine.train.Engine`` itself (no weights come back)."""
     config = {"workload": workload, "layout": layout, **RUN, "checkpoint": str(tmp_path / "checkpoint"),
               "engine": engine}
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     logs = [tmp_path / f"rank{rank}.log" for rank in range(world)]
@@ -179,6 +180,31 @@ def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
     assert expected["module"] == "CausalLM" and result["module"] == "CausalLM"
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
+
+
+def test_the_engine_under_pipeline_parallel_trains_as_one_rank(tmp_path):
+    """The engine with PP 2 over 2 ranks (1F1B over the GA micro-batches, the loss broadcast from the last
+    stage, the gradient norm over both stages) against the engine on one rank on the same batches."""
+    result, _ = _run(tmp_path, "llama31", 2, engine=True, pp=2)
+    threads = torch.get_num_threads()
+    try:
+        expected = ranks.engine_steps({"workload": "llama31", **RUN}, rank=0, world=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert result["module"] == "Pipeline"
+    assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
+    assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
+
+
+def test_the_engine_under_expert_parallel_trains_as_data_parallel(tmp_path):
+    """The engine with EP 2 over 2 data-parallel ranks (each holds half of the experts; tokens travel by
+    all-to-all) against the engine with the experts replicated under DDP on the same 2 ranks' batches."""
+    expert, _ = _run(tmp_path / "ep", "llama4", 2, engine=True, ep=2)
+    replicated, _ = _run(tmp_path / "dp", "llama4", 2, engine=True)
+    assert expert["module"] == replicated["module"] == "DistributedDataParallel"
+    assert expert["local_experts"] == [2] and replicated["local_experts"] == [4]
+    assert expert["losses"] == pytest.approx(replicated["losses"], rel=1e-5)
+    assert expert["grad_norms"] == pytest.approx(replicated["grad_norms"], rel=1e-5)
 
 
 def test_activation_checkpointing_in_one_process_is_exact():

@@ -128,6 +128,33 @@ def test_startup_line_gives_both_flop_counts(host, capsys):
     engine.close()
 
 
+def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(host, tmp_path, monkeypatch, capsys):
+    """An fp8 row converts the linear layers to torchao float8 (emulated on CPU when asked), says so on the
+    start-up lines, and records what it computed in beside the planned compute dtype in recipe.json."""
+    pytest.importorskip("torchao", reason="float8 training needs torchao (./dev.sh installs it)")
+    from torchao.float8.float8_linear import Float8Linear
+
+    (tmp_path / "recipe.json").write_text(json.dumps({"compute_dtype": "float32"}))
+    spec = replace(tiny_spec(host), dtype="fp8", run_dir=str(tmp_path))
+    monkeypatch.setenv("LLMB_FLOAT8_EMULATE", "1")
+    engine = Engine(spec, 0, 1, 0)
+    engine.build()
+    converted = [name for name, module in engine.model.named_modules() if isinstance(module, Float8Linear)]
+    assert converted and not any(name.endswith(("output", "router")) for name in converted)
+    losses = [engine.step(step)[0] for step in range(1, 3)]
+    engine.close()
+    assert all(loss == loss for loss in losses)  # finite: the float8 casts trained
+    assert "[llmb] precision: fp8-tensorwise-emulated" in capsys.readouterr().out.splitlines()
+    assert json.loads((tmp_path / "recipe.json").read_text()) == {"compute_dtype": "float32",
+                                                                   "compute_precision": "fp8-tensorwise-emulated"}
+
+    monkeypatch.delenv("LLMB_FLOAT8_EMULATE")  # without emulation a CPU run computes in float32 and says why
+    engine = built(spec)
+    engine.close()
+    assert json.loads((tmp_path / "recipe.json").read_text())["compute_precision"] == "float32"
+    assert not any(isinstance(module, Float8Linear) for module in engine.model.modules())
+
+
 # --------------------------------------------------------------------------
 # Garbage collection
 

@@ -3,6 +3,8 @@ profiling windows, checkpoint paths."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from llmb.capability import Machine
 from llmb.errors import UsageError
@@ -10,7 +12,16 @@ from llmb.params import count_params
 from llmb.profiling import ProfileRequest, asked_window, llmb_profile, nccl_trace, profile_window
 from llmb.proxies import shrink
 from llmb.records import RecipeRequest
-from llmb.runspec import RunOptions, check_machine, checkpoint_dirs, compute_dtype, engine_layout, proxy_arch
+from llmb.runspec import (
+    ParallelLayout,
+    RunOptions,
+    check_machine,
+    checkpoint_dirs,
+    compute_dtype,
+    engine_layout,
+    proxy_arch,
+    torch_engine_layout,
+)
 
 GPU_BOX = Machine(gpus=8, gpu_names=("NVIDIA H100 80GB HBM3",) * 8, cpus=64)
 LAPTOP = Machine(gpus=0, gpu_names=(), cpus=2)
@@ -20,15 +31,29 @@ def recipe(host, *args, **kw):
     return host.resolve(RecipeRequest(*args, **kw))
 
 
-def test_full_size_needs_the_gpus_and_a_precision_the_engine_has(host):
+def test_full_size_needs_the_gpus(host):
     bf16 = recipe(host, "llama31", "8b", "h100", "bf16", 8)
     assert check_machine(bf16, RunOptions(), GPU_BOX, 8) == ("cuda", [])
+    assert check_machine(recipe(host, "llama31", "8b", "h100", "fp8", 8), RunOptions(), GPU_BOX, 8) == ("cuda", [])
     with pytest.raises(UsageError, match="this machine has 8 GPUs; use --gpus 8 or fewer"):
         check_machine(recipe(host, "llama31", "8b", "h100", "bf16", 16), RunOptions(), GPU_BOX, 16)
-    with pytest.raises(UsageError, match="fp8 at full size needs the production engine"):
-        check_machine(recipe(host, "llama31", "8b", "h100", "fp8", 8), RunOptions(), GPU_BOX, 8)
     with pytest.raises(UsageError, match="this machine has none"):
         check_machine(bf16, RunOptions(), LAPTOP, 8)
+
+
+def test_full_size_runs_the_recipes_own_layout_with_cp_folded_into_dp(host):
+    seventy = recipe(host, "llama31", "70b", "h100", "fp8", 64)
+    layout, ga, warnings = torch_engine_layout(seventy, 64)
+    assert layout == ParallelLayout(tp=seventy.tp, pp=seventy.pp, cp=1, ep=1, vp=seventy.vp, fsdp=seventy.fsdp,
+                                    sequence_parallel=seventy.tp > 1, recompute_layers=seventy.recompute_layers)
+    assert seventy.cp == 1 and ga == seventy.ga and warnings == []
+    assert layout.dp(64) == seventy.dp
+    eight = recipe(host, "llama31", "8b", "h100", "bf16", 8)
+    assert eight.cp == 2  # the published row: TP 1, CP 2, DP 4
+    layout, ga, warnings = torch_engine_layout(eight, 8)
+    assert layout.cp == 1 and layout.dp(8) == 2 * eight.dp
+    assert eight.mbs * ga * layout.dp(8) == eight.gbs and ga == eight.ga // 2
+    assert "CP 2 runs as data parallelism" in warnings[0]
 
 
 def test_proxies_run_where_they_can(host):
@@ -43,7 +68,11 @@ def test_precision_actually_computed_is_recorded_with_a_warning():
     assert compute_dtype("cuda", "bf16") == ("bfloat16", [])
     dtype, warnings = compute_dtype("cuda", "nvfp4")
     assert dtype == "bfloat16" and "nvfp4 is computed in bfloat16" in warnings[0]
+    assert "Transformer Engine" in warnings[0]
+    dtype, warnings = compute_dtype("cuda", "fp8")
+    assert dtype == "bfloat16" and "torchao float8" in warnings[0]  # the job decides, by the GPU it finds
     assert compute_dtype("cpu", "fp8")[0] == "float32"
+    assert "computed in float32" in compute_dtype("cpu", "bf16")[1][0]
 
 
 def test_proxy_takes_the_seed_recipe_at_its_smallest_scale(host):
@@ -119,3 +148,34 @@ def test_checkpoints_go_where_the_seeds_put_them(tmp_path):
     nemo, fmt = checkpoint_dirs(RunOptions(checkpoint_save=True, checkpoint_dir="/ckpt"), "nemo2", "/x", 50, 128)
     assert (nemo, fmt) == ("/ckpt/default--None=0.0000-epoch=0-consumed_samples=6400.0/weights", "nemo")
     assert checkpoint_dirs(RunOptions(), "nemo2", "/x", 50, 1) == (None, "nemo")
+
+
+def _dry_run(llmb_proc, *args):
+    return llmb_proc("run", *args, "--engine", "torch", "--backend", "slurm", "--bare", "--dry-run", "--json",
+                     env={"SBATCH_GRES": "none"})
+
+
+def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
+    result = _dry_run(llmb_proc, "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "64")
+    assert result.code == 0, result.err
+    spec = json.loads(result.out)["run_spec"]
+    assert spec["layout"] == {"tp": 4, "pp": 8, "cp": 1, "ep": 1, "vp": 5, "fsdp": False, "sequence_parallel": True,
+                              "recompute_layers": 0}
+    assert (spec["ranks"], spec["mbs"], spec["ga"], spec["gbs"]) == (64, 1, 64, 128)  # DP 2 = 64 / (TP 4 x PP 8)
+
+    result = _dry_run(llmb_proc, "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8")
+    assert result.code == 0, result.err
+    shown = json.loads(result.out)
+    assert shown["run_spec"]["layout"]["cp"] == 1
+    assert "CP 2 runs as data parallelism" in result.err + " ".join(shown["warnings"])
+
+    proxy = _dry_run(llmb_proc, "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "2",
+                     "--proxy", "tiny")
+    assert proxy.code == 0, proxy.err
+    assert json.loads(proxy.out)["run_spec"]["layout"]["tp"] == 1  # a proxy stays data parallel over its ranks
+
+
+def test_a_layout_the_torch_engine_cannot_apply_is_refused_before_submission(llmb_proc):
+    result = _dry_run(llmb_proc, "llama4", "--size", "400b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "512")
+    assert result.code == 2 and "expert parallelism (EP 128)" in result.err and "production engine" in result.err
+    assert "Traceback" not in result.err

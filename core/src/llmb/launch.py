@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from llmb import experiment, job_env, provenance
 from llmb.capability import detect
+from llmb.engine.parallel import check_supported
 from llmb.env_names import env_name_problem
 from llmb.errors import PluginError, UsageError
 from llmb.host import PluginHost
@@ -28,6 +29,7 @@ from llmb.records import RecipeRequest
 from llmb.runspec import (
     NCCL_TRACE_STEPS,
     SECRET_VARIABLES,
+    ParallelLayout,
     RunOptions,
     RunSpec,
     check_machine,
@@ -36,6 +38,7 @@ from llmb.runspec import (
     engine_layout,
     find_checkpoint,
     proxy_arch,
+    torch_engine_layout,
 )
 
 
@@ -120,13 +123,22 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     nodes, per_node = placement(ranks, recipe.gpus_per_node)
 
     arch, seq_len = proxy_arch(workload, recipe, options)
-    if torch_engine:
+    layout = ParallelLayout()
+    if torch_engine and options.is_proxy:
         mbs, ga, gbs = engine_layout(recipe, ranks)
-        # Named after what runs: the torch engine is data parallel over the ranks.
+        # Named after what runs: a proxy is data parallel over the ranks.
         ran = replace(recipe, gpus=ranks, tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, mbs=mbs, gbs=gbs)
-    else:
+    else:  # the production engine, and the torch engine at full size: the recipe's own layout and batch
         mbs, ga, gbs = recipe.mbs, recipe.ga, recipe.gbs
         ran = recipe
+        if torch_engine:
+            layout, ga, layout_warnings = torch_engine_layout(recipe, ranks)
+            warnings += layout_warnings
+            check_supported(layout, ranks, seq_len)  # refused here, not in the job
+            if layout.pp > 1 and (options.checkpoint_save or options.checkpoint_load):
+                raise UsageError(f"checkpoints of a pipeline-parallel run (PP {layout.pp}) are not written or read "
+                                 f"by the torch engine yet; run without --checkpoint-save/--checkpoint-load, or "
+                                 f"with the production engine.")
     steps = options.steps or recipe.steps
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
     if load_dir:
@@ -192,7 +204,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         job_id=job_id, workload=recipe.workload, variant=recipe.variant, framework=recipe.framework, engine=engine,
         size=recipe.size, arch=arch.__dict__.copy(), proxy=options.proxy_label, gpu=recipe.gpu, dtype=recipe.dtype,
         compute_dtype=dtype, device=device, ranks=ranks, nodes=nodes, ranks_per_node=per_node, mbs=mbs, ga=ga,
-        gbs=gbs, seq_len=seq_len, steps=steps, seed=options.seed, compile=options.compile,
+        gbs=gbs, layout=layout, seq_len=seq_len, steps=steps, seed=options.seed, compile=options.compile,
         flops_per_sample=flops.per_sample if flops else 0.0, experiment=name, run_dir=where.run_dir,
         inner_dir=where.inner, log=where.log, checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir,
         checkpoint_format=ckpt_format, profile=engine_profile, env=env, wrapper=wrapper,

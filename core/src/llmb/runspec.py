@@ -1,12 +1,14 @@
 """What a run is: the seed's recipe, and what the worker actually runs.
 
 ``RunSpec`` is the worker's whole input (written as ``run.json`` in the job
-directory). The torch engine runs data parallel on every rank, so the
-recipe's TP, PP, CP and EP are recorded but not emulated; it keeps the
-recipe's micro-batch size and gradient accumulation, so its global batch is
-``MBS * GA * ranks``. Proxies (``--proxy tiny``, ``--layers N``) take the
-recipe at the seed's smallest tested scale of the chosen configuration when
-the requested GPU count is not one the seed tests.
+directory). At full size the torch engine runs the recipe's own layout
+(``recipe_layout``: TP, PP, VP, EP, FSDP, sequence parallel, recompute; DP
+derived) and batch. A proxy (``--proxy tiny``, ``--layers N``) runs data
+parallel only over the ranks asked for, keeping the recipe's micro-batch size
+and gradient accumulation, so its global batch is ``MBS * GA * ranks``
+(``engine_layout``); it takes the recipe at the seed's smallest tested scale
+of the chosen configuration when the requested GPU count is not one the seed
+tests.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from llmb.records import ModelArch, Recipe, Workload
 
 # The torch engine (embedded) and the production frameworks (inside NVIDIA's container).
 ENGINES = ("torch", "megatron_bridge", "nemo2")
-LOW_PRECISION = ("fp8", "nvfp4")
+# Precisions the torch engine computes in bfloat16 with a warning (Transformer Engine's block-scaled formats);
+# fp8 runs as torchao float8 on GPUs with float8 matrix products (llmb.engine.parallel.float8).
+BLOCK_SCALED = ("nvfp4", "mxfp8")
 NCCL_TRACE_STEPS = 5
 # Never written into a job's files: they travel in the submission environment only.
 SECRET_VARIABLES = ("HF_TOKEN",)  # the seeds trace only the first five steps: the logs grow past a gigabyte
@@ -197,8 +201,38 @@ class RunSpec:
 
 
 def engine_layout(recipe: Recipe, ranks: int) -> tuple[int, int, int]:
-    """(MBS, GA, GBS) of the torch engine: the recipe's MBS and GA, data parallel over ``ranks``."""
+    """(MBS, GA, GBS) of the torch engine running a proxy: the recipe's MBS and GA, data parallel over ``ranks``."""
     return recipe.mbs, recipe.ga, recipe.mbs * recipe.ga * ranks
+
+
+def recipe_layout(recipe: Recipe) -> ParallelLayout:
+    """The recipe row's own parallel layout. Sequence parallel is on whenever TP is above 1, as the
+    production frameworks configure these recipes."""
+    return ParallelLayout(tp=recipe.tp, pp=recipe.pp, cp=recipe.cp, ep=recipe.ep or 1, vp=recipe.vp,
+                          fsdp=recipe.fsdp, sequence_parallel=recipe.tp > 1,
+                          recompute_layers=recipe.recompute_layers)
+
+
+def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int, list[str]]:
+    """(layout, GA, warnings) of the torch engine running ``recipe`` at full size over ``ranks``.
+
+    The recipe's own layout and global batch, except context parallelism, which the torch engine does
+    not apply (``llmb.engine.parallel``): its CP ranks become data-parallel ranks, each holding whole
+    sequences, and GA shrinks so that the global batch stays the recipe's. UsageError when the global
+    batch does not split that way."""
+    layout = recipe_layout(recipe)
+    if layout.cp == 1:
+        return layout, recipe.ga, []
+    folded = replace(layout, cp=1)
+    dp = ranks // folded.model_parallel()
+    if recipe.gbs % (recipe.mbs * dp):
+        raise UsageError(f"the torch engine runs {recipe.workload} {recipe.size}'s CP {layout.cp} as data "
+                         f"parallelism (it has no context parallelism), but GBS {recipe.gbs} does not split into "
+                         f"MBS {recipe.mbs} x DP {dp}; use the production engine for this row.")
+    return folded, recipe.gbs // (recipe.mbs * dp), [
+        f"the torch engine has no context parallelism: the recipe's CP {layout.cp} runs as data parallelism "
+        f"(DP {dp}, GA {recipe.gbs // (recipe.mbs * dp)}, the same GBS {recipe.gbs}); each GPU holds whole "
+        f"sequences of {recipe.seq_len} tokens."]
 
 
 def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: int) -> tuple[str, list[str]]:
@@ -216,12 +250,6 @@ def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: 
                 f"--gpus {ranks} but this machine has {machine.gpus} GPU{'s' if machine.gpus != 1 else ''}; "
                 f"use --gpus {machine.gpus} or fewer, a proxy (--proxy tiny, --layers N), or a cluster backend."
             )
-        if recipe.dtype in LOW_PRECISION:
-            raise UsageError(
-                f"{recipe.dtype} at full size needs the production engine (Transformer Engine); the torch "
-                f"engine computes in bf16. Submit to a cluster backend, or add --proxy tiny / --layers N to run "
-                f"this recipe's model in bf16 here."
-            )
         return "cuda", warnings
     if machine.gpus >= ranks:
         device = "cuda"
@@ -237,21 +265,32 @@ def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: 
 
 
 def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
-    """bf16 autocast on GPU, float32 on CPU; a warning when the recipe asked for more.
-    ``auto``: decided where the job runs (recorded in ``recipe.json`` then)."""
+    """The torch engine's high precision: bf16 autocast on GPU, float32 on CPU; a warning when the recipe
+    asked for a precision that will not run. An fp8 recipe runs as torchao float8 on GPUs of SM 8.9 or
+    newer (the job decides and records ``compute_precision``); nvfp4 and mxfp8 compute in the high
+    precision. ``auto``: decided where the job runs (recorded in ``recipe.json`` then)."""
     if device == "auto":
         warnings = []
-        if requested != "bf16":
+        if requested in BLOCK_SCALED:
             warnings.append(f"the recipe's {requested} is computed in bfloat16 on GPU nodes, float32 on CPU nodes "
-                            f"(both are recorded with the run).")
+                            f"(the torch engine does not drive Transformer Engine's {requested} kernels; both are "
+                            f"recorded with the run).")
+        elif requested != "bf16":
+            warnings.append(f"the recipe's {requested} runs as torchao float8 on GPU nodes of SM 8.9 or newer, "
+                            f"else in bfloat16 (float32 on CPU nodes); what ran is recorded with the run.")
         return "auto", warnings
     actual = "bfloat16" if device == "cuda" else "float32"
     warnings = []
-    if requested in LOW_PRECISION or (device == "cpu" and requested == "bf16"):
+    if requested in BLOCK_SCALED or device == "cpu":
+        why = (f" (the torch engine does not drive Transformer Engine's {requested} kernels)"
+               if requested in BLOCK_SCALED else "")
         warnings.append(
-            f"the recipe's {requested} is computed in {actual} by the torch engine on {device} "
+            f"the recipe's {requested} is computed in {actual} by the torch engine on {device}{why} "
             f"(both are recorded with the run)."
         )
+    elif requested != "bf16":
+        warnings.append(f"the recipe's {requested} runs as torchao float8 on GPUs of SM 8.9 or newer, else in "
+                        f"bfloat16; what ran is recorded with the run.")
     return actual, warnings
 
 

@@ -53,6 +53,9 @@ FAIL_AT_STEP = "LLMB_FAIL_AT_STEP"
 FAIL_MESSAGE = "LLMB_FAIL_MESSAGE"
 FAIL_ONCE = "LLMB_FAIL_ONCE"
 NAN_FROM_STEP = "LLMB_NAN_FROM_STEP"
+# LLMB_FLOAT8_EMULATE=1: an fp8 recipe on CPU runs torchao's float8 emulation (a test of the numerics, slower
+# than float32; on GPU the real float8 kernels run without it).
+FLOAT8_EMULATE = "LLMB_FLOAT8_EMULATE"
 
 
 def injected_failure(step: int, rank: int) -> str | None:
@@ -243,6 +246,8 @@ class Engine:
     def build(self) -> None:
         torch, spec = self.torch, self.spec
         from llmb.engine import blocks
+        from llmb.engine.parallel.float8 import apply_float8, record_precision
+        from llmb.engine.parallel.pipeline import Pipeline
         from llmb.host import PluginHost
 
         host = PluginHost()
@@ -257,20 +262,37 @@ class Engine:
         total = sum(p.numel() for p in self.model.parameters())
         embedding = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
         label = f" ({spec.proxy} proxy)" if spec.proxy else ""
+        self.precision = self.choose_precision()
         self.say(
             f"[llmb] torch engine: {spec.workload} {spec.size}{label}, {spec.ranks} rank(s) on {spec.device}, "
             f"computing in {spec.compute_dtype} (recipe {spec.dtype}), MBS {spec.mbs} x GA {spec.ga} x DP "
-            f"{spec.ranks} = GBS {spec.gbs}, sequence {spec.seq_len}, {spec.steps} steps",
+            f"{spec.layout.dp(self.world)} = GBS {spec.gbs}, sequence {spec.seq_len}, {spec.steps} steps",
+            f"[llmb] parallel layout: {parallel.describe(spec.layout, self.world)}",
+            *self.precision.lines(),
             *logfmt.parameters(total - embedding, embedding, total),
             flops_line(spec),
         )
+        if self.rank == 0:
+            record_precision(spec.run_dir, self.precision)
+        if self.precision.float8:
+            apply_float8(self.model, self.precision.float8, emulate=self.precision.emulate)
         self.module = self.wrap(self.model)
-        self.optimizer = make_optimizer(self.model.parameters())
+        self.pipeline = self.module if isinstance(self.module, Pipeline) else None
+        self.experts = spec.layout.ep > 1
+        self.optimizer = make_optimizer(self.pipeline.parameters() if self.pipeline else self.model.parameters())
         self.gc.start()
         # seeded by the data-parallel rank: the ranks of one model replica (TP, PP, CP) read the same batches
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + parallel.data_rank(spec.layout, self.world,
                                                                                                self.rank))
         self.vocab = arch.vocab
+
+    def choose_precision(self):
+        """What this run computes in (``llmb.engine.parallel.float8.choose_precision``): float8 for an fp8
+        recipe on a GPU that has float8 matrix products, else the run's compute dtype, with the reason."""
+        from llmb.engine.parallel.float8 import choose_precision
+
+        emulate = os.environ.get(FLOAT8_EMULATE) == "1"
+        return choose_precision(self.spec.dtype, self.device, self.spec.compute_dtype, emulate_on_cpu=emulate)
 
     def wrap(self, model):
         """The module to train: ``model`` with each layer compiled when asked (first, so that the
@@ -384,7 +406,9 @@ class Engine:
         begin = time.perf_counter()
         loss_sum = torch.zeros((), device=self.device)
         with self.range("step"):
-            for micro in range(spec.ga):
+            if self.pipeline:
+                loss_sum += self.pipeline_backward()
+            for micro in range(0 if self.pipeline else spec.ga):
                 inputs, labels = self.micro_batch()
                 last = micro == spec.ga - 1
                 sync = contextlib.nullcontext() if last else parallel.no_sync(self.module)
@@ -398,7 +422,15 @@ class Engine:
                         loss.backward()
                 loss_sum += parallel.plain(loss.detach())
             with self.range("optimizer"):
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)
+                from llmb.engine.parallel.experts import reduce_expert_gradients
+                from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
+
+                if self.experts:
+                    reduce_expert_gradients(self.module)
+                if self.pipeline or self.experts:  # the norm over every stage's / expert shard's gradients
+                    grad_norm = clip_layout_grad_norm_(self.module, CLIP_NORM, self.device)
+                else:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
             if self.distributed:
@@ -409,6 +441,17 @@ class Engine:
         seconds = time.perf_counter() - begin
         self.gc.after_step(step)
         return loss, norm, self._reduce(seconds, "max")
+
+    def pipeline_backward(self):
+        """Forward and backward of the step's GA micro-batches through the pipeline schedule (1F1B, or
+        interleaved with VP): its mean loss, on every rank of the pipeline. The tokens are the ones the
+        unsplit model would draw, micro-batch after micro-batch, from the data-parallel rank's generator."""
+        torch = self.torch
+        batches = [self.micro_batch() for _ in range(self.spec.ga)]
+        inputs = torch.cat([inputs for inputs, _ in batches])
+        labels = torch.cat([labels for _, labels in batches])
+        with self.range("forward-backward"), self.autocast:
+            return self.pipeline.step(inputs, labels)
 
     def profiler(self):
         """(start(step), stop(step)) for the profiling window."""

@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import contextlib
 
-from llmb.engine.parallel.mesh import Meshes, build_mesh, check_layout, coordinates, data_rank
+from llmb.engine.parallel.mesh import Meshes, build_mesh, check_layout, coordinates, data_rank, describe
 from llmb.errors import UsageError
 from llmb.runspec import ParallelLayout, RunSpec
 
-__all__ = ["Meshes", "apply_layout", "build_mesh", "coordinates", "data_rank", "loss_context", "no_sync", "parallelize", "plain"]
+__all__ = ["Meshes", "apply_layout", "build_mesh", "check_supported", "coordinates", "data_rank", "describe", "loss_context",
+           "no_sync", "parallelize", "plain"]
 
 
-def _check_supported(spec: RunSpec) -> None:
-    layout = spec.layout
+def check_supported(layout: ParallelLayout, world: int, seq_len: int) -> int:
+    """The data-parallel size of ``layout`` over ``world`` ranks; UsageError when the layout does not fit
+    the ranks or the torch engine cannot apply it. Imports no torch: launch checks a run before submitting."""
+    dp = check_layout(layout, world)
     if layout.cp > 1:
         raise UsageError(f"context parallel (CP {layout.cp}) is not available in the torch engine: it runs only on "
                          f"GPUs (ring attention over CUDA attention kernels), and needs the rotary tables split with "
@@ -42,17 +45,17 @@ def _check_supported(spec: RunSpec) -> None:
         raise UsageError(f"expert parallelism (EP {layout.ep}) runs in the torch engine with data parallelism only, "
                          f"not yet with TP, PP or FSDP (the experts would need their own sharding). Use EP 1 with "
                          f"those, or the production engine.")
-    if layout.tp > 1 and layout.sequence_parallel and spec.seq_len % layout.tp:
+    if layout.tp > 1 and layout.sequence_parallel and seq_len % layout.tp:
         raise UsageError(f"sequence parallel splits the sequence over TP {layout.tp} ranks; a sequence of "
-                         f"{spec.seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel.")
+                         f"{seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel.")
+    return dp
 
 
 def parallelize(model, spec: RunSpec, world: int):
     """``model`` (a ``CausalLM``, every rank's copy initialised alike) laid out as ``spec.layout`` over
     ``world`` ranks; the module to train (the model itself, changed in place, or its DDP wrapper)."""
     layout = spec.layout
-    check_layout(layout, world)
-    _check_supported(spec)
+    check_supported(layout, world, spec.seq_len)
     if world == 1 or (layout.model_parallel() == 1 and layout.ep == 1 and not layout.fsdp):
         return apply_layout(model, layout, None, spec.compute_dtype, data_parallel=world)  # DDP, as ever
     mesh = build_mesh(layout, world, "cuda" if spec.device == "cuda" else "cpu")

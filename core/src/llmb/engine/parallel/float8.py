@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -63,12 +64,15 @@ class Precision:
 
 def _torchao_float8():
     """torchao's float8 module, or None when torchao is not installed.
-    Its import logs a warning for each CUDA-only kernel library a CPU build cannot load: muted."""
+    Its import logs a warning for each CUDA-only kernel library a CPU build cannot load, and torch warns
+    that torchao still uses ``torch.jit.script_method``: both muted (nothing the user can act on)."""
     log = logging.getLogger("torchao")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        import torchao.float8 as float8
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+            import torchao.float8 as float8
     except ImportError:
         return None
     finally:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from llmb.errors import UsageError
 from llmb.runspec import ParallelLayout
 
-__all__ = ["GRID", "Meshes", "build_mesh", "check_layout", "coordinates", "data_rank"]
+__all__ = ["GRID", "Meshes", "build_mesh", "check_layout", "coordinates", "data_rank", "describe"]
 
 GRID = ("pp", "dp", "cp", "tp")  # outermost first
 
@@ -50,6 +50,23 @@ def check_layout(layout: ParallelLayout, world: int) -> int:
         raise UsageError(f"parallel layout: EP {layout.ep} does not divide the {dp} data-parallel ranks "
                          f"({world} ranks / (TP x PP x CP)); expert parallelism splits the data-parallel ranks.")
     return dp
+
+
+def describe(layout: ParallelLayout, world: int) -> str:
+    """``layout`` over ``world`` ranks in words, for the run's start-up lines: the sizes, DP derived."""
+    dp = check_layout(layout, world)
+    words = [f"TP {layout.tp} x PP {layout.pp} x CP {layout.cp} x DP {dp} = {world} ranks"]
+    if layout.vp:
+        words.append(f"VP {layout.vp}")
+    if layout.ep > 1:
+        words.append(f"EP {layout.ep} (within DP)")
+    if layout.fsdp:
+        words.append("FSDP")
+    if layout.sequence_parallel and layout.tp > 1:
+        words.append("sequence parallel")
+    if layout.recompute_layers:
+        words.append(f"{layout.recompute_layers} layers recomputed")
+    return ", ".join(words)
 
 
 def coordinates(layout: ParallelLayout, world: int, rank: int) -> dict[str, int]:
