@@ -150,9 +150,14 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
         loss, norm, _ = engine.step(step)
         losses.append(loss)
         norms.append(norm)
+    from torch.distributed.tensor import DTensor
+
     experts = sorted({len(m.experts) for m in engine.model.modules() if hasattr(m, "experts") and hasattr(m, "router")})
+    held = engine.pipeline.parameters() if engine.pipeline else list(engine.model.parameters())
     engine.close()
-    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__, "local_experts": experts}
+    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__, "local_experts": experts,
+            "sharded": any(isinstance(p.data, DTensor) for p in held),
+            "held": sum((p.to_local() if isinstance(p.data, DTensor) else p).numel() for p in held)}
 
 
 def main(argv: list[str]) -> None:

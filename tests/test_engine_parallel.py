@@ -178,6 +178,7 @@ def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert expected["module"] == "CausalLM" and result["module"] == "CausalLM"
+    assert result["sharded"] and result["held"] < expected["held"]  # built as shards (on meta first)
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
@@ -191,7 +192,7 @@ def test_the_engine_under_pipeline_parallel_trains_as_one_rank(tmp_path):
         expected = ranks.engine_steps({"workload": "llama31", **RUN}, rank=0, world=1)
     finally:
         torch.set_num_threads(threads)
-    assert result["module"] == "Pipeline"
+    assert result["module"] == "Pipeline" and result["held"] < expected["held"]  # this stage's layers only
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
@@ -205,6 +206,17 @@ def test_the_engine_under_expert_parallel_trains_as_data_parallel(tmp_path):
     assert expert["local_experts"] == [2] and replicated["local_experts"] == [4]
     assert expert["losses"] == pytest.approx(replicated["losses"], rel=1e-5)
     assert expert["grad_norms"] == pytest.approx(replicated["grad_norms"], rel=1e-5)
+
+
+def test_the_engine_under_fsdp_trains_as_data_parallel(tmp_path):
+    """The engine with FSDP2 over 2 ranks (built on meta, each rank materialising its half of every
+    parameter) against the engine under DDP on the same 2 ranks' batches."""
+    sharded, _ = _run(tmp_path / "fsdp", "llama31", 2, engine=True, fsdp=True)
+    replicated, _ = _run(tmp_path / "dp", "llama31", 2, engine=True)
+    assert sharded["module"] == "FSDPCausalLM" and replicated["module"] == "DistributedDataParallel"
+    assert sharded["sharded"] and sharded["held"] < replicated["held"]
+    assert sharded["losses"] == pytest.approx(replicated["losses"], rel=1e-5)
+    assert sharded["grad_norms"] == pytest.approx(replicated["grad_norms"], rel=1e-5)
 
 
 def test_activation_checkpointing_in_one_process_is_exact():

@@ -646,15 +646,28 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def initialize(module: nn.Module) -> nn.Module:
+def initialize(module: nn.Module, seed: int | None = None) -> nn.Module:
     """Give every parameter of ``module`` its initial value again.
 
     Calls ``reset_parameters()`` on every sub-module that has one (each
     resets only its own direct parameters). Use it after
     ``module.to_empty(device=...)`` on a model built on the meta device.
+    With ``seed``, each sub-module draws from its own seed
+    (``module_seed(seed, i)``, i its place in ``module.modules()``), so a
+    sub-module's values do not depend on the others: a rank that builds
+    only its shard of a model (``llmb.engine.parallel.materialize``) gets
+    the values the whole model would have. Without it, one stream serves
+    them all, from the current RNG state.
     """
-    for sub in module.modules():
+    for index, sub in enumerate(module.modules()):
         reset = getattr(sub, "reset_parameters", None)
         if callable(reset):
+            if seed is not None:
+                torch.manual_seed(module_seed(seed, index))
             reset()
     return module
+
+
+def module_seed(seed: int, index: int) -> int:
+    """The seed of the ``index``-th sub-module's initial values in a model initialised from ``seed``."""
+    return (seed * 1_000_003 + index) % 2**63

@@ -173,6 +173,12 @@ def make_optimizer(parameters):
                              **({"fused": True} if fused else {"foreach": True}))
 
 
+def sharded_build(layout, world: int) -> bool:
+    """Whether the model is laid out on the meta device and only this rank's share materialised: under
+    FSDP, TP and PP (what a full-size row needs to fit); not under DDP, which starts from whole weights."""
+    return world > 1 and layout.ep == 1 and (layout.fsdp or layout.tp > 1 or layout.pp > 1)
+
+
 def wants_compile(asked: bool | None, cuda: bool) -> bool:
     """Per-block ``torch.compile``: as asked (``--compile`` / ``--no-compile``), else on GPU only."""
     return cuda if asked is None else bool(asked)
@@ -247,19 +253,19 @@ class Engine:
         torch, spec = self.torch, self.spec
         from llmb.engine import blocks
         from llmb.engine.parallel.float8 import apply_float8, record_precision
+        from llmb.engine.parallel.materialize import materialize, meta_template
         from llmb.engine.parallel.pipeline import Pipeline
         from llmb.host import PluginHost
 
         host = PluginHost()
         workload = host.workload(spec.workload)
         arch = spec.model_arch()
-        # Built on the meta device (no memory, no wasted init), then materialised where it runs
-        # and initialised there; the seed makes every rank start from the same weights.
+        # Built on the meta device (no memory, no wasted init), then materialised where it runs and
+        # initialised there, each sub-module from its own seed: every rank starts from the same weights,
+        # and a sharded layout is laid out on meta first and materialises only this rank's share.
         with torch.device("meta"):
             model = host.build_model(workload, arch)
-        torch.manual_seed(spec.seed)
-        self.model = blocks.initialize(model.to_empty(device=self.device))
-        total = sum(p.numel() for p in self.model.parameters())
+        total = sum(p.numel() for p in model.parameters())
         embedding = arch.vocab * arch.hidden * (1 if arch.tied_embeddings else 2)
         label = f" ({spec.proxy} proxy)" if spec.proxy else ""
         self.precision = self.choose_precision()
@@ -275,8 +281,18 @@ class Engine:
         if self.rank == 0:
             record_precision(spec.run_dir, self.precision)
         if self.precision.float8:
-            apply_float8(self.model, self.precision.float8, emulate=self.precision.emulate)
-        self.module = self.wrap(self.model)
+            apply_float8(model, self.precision.float8, emulate=self.precision.emulate)
+        self.model = model
+        if sharded_build(spec.layout, self.world):
+            template = meta_template(model)
+            self.module = self.wrap(model)
+            stages = self.module.modules if isinstance(self.module, Pipeline) else None
+            materialize(model, template, spec.seed, self.device, stages)
+            self.prepare(stages or [model])
+        else:  # DDP (and EP's) wrapping starts from real weights: it checks them across ranks
+            blocks.initialize(model.to_empty(device=self.device), spec.seed)
+            self.prepare([model])
+            self.module = self.wrap(model)
         self.pipeline = self.module if isinstance(self.module, Pipeline) else None
         self.experts = spec.layout.ep > 1
         self.optimizer = make_optimizer(self.pipeline.parameters() if self.pipeline else self.model.parameters())
@@ -296,24 +312,25 @@ class Engine:
 
     def wrap(self, model):
         """The module to train: ``model`` with each layer compiled when asked (first, so that the
-        wrapping sees the compiled layers), laid out as the run's parallel layout asks
-        (``llmb.engine.parallel.parallelize``: DDP over the ranks when it is data parallel only, with
-        gradients as views into DDP's reduction buckets; FSDP2, tensor parallel, recompute)."""
+        wrapping sees the compiled layers; compiling is lazy, so this works on meta weights too), laid
+        out as the run's parallel layout asks (``llmb.engine.parallel.parallelize``: DDP over the ranks
+        when it is data parallel only, with gradients as views into DDP's reduction buckets; FSDP2,
+        tensor parallel, pipeline stages, expert parallel, recompute)."""
         if self.compile:
-            self.warm(model)
             compile_blocks(model)
         return parallel.parallelize(model, self.spec, self.world)
 
-    def warm(self, model) -> None:
-        """One forward pass without gradients over a batch of zeros of the run's shape, before compiling:
-        what the model builds on its first call (the RoPE tables) then exists when its layers are
-        traced, and their graphs do not break around its construction. A layer graph broken there was
-        seen to fail intermittently in torch 2.13 (AOTAutograd replaying the views of q|k|v it returned:
-        "shape '[<garbage>, ...]' is invalid")."""
-        torch, spec = self.torch, self.spec
-        tokens = torch.zeros((spec.mbs, spec.seq_len), dtype=torch.long, device=self.device)
-        with torch.no_grad(), self.autocast:
-            model(tokens, labels=tokens)
+    def prepare(self, modules) -> None:
+        """Build what the model would otherwise build on its first call, before any layer is traced: the
+        RoPE tables of the run's sequence length on this device. A compiled layer graph broken around
+        their construction was seen to fail intermittently in torch 2.13 (AOTAutograd replaying the views
+        of q|k|v it returned: "shape '[<garbage>, ...]' is invalid")."""
+        from llmb.engine.blocks import RotaryEmbedding
+
+        for module in modules:
+            for sub in module.modules():
+                if isinstance(sub, RotaryEmbedding):
+                    sub.angles(self.spec.seq_len, self.device)
 
     # ------------------------------------------------------------ checkpoints
 

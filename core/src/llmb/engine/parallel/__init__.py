@@ -64,9 +64,13 @@ def parallelize(model, spec: RunSpec, world: int):
 
         return apply_expert_data_parallel(model, mesh)
     if layout.pp > 1:  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
+        import torch
+
         from llmb.engine.parallel.pipeline import apply_pipeline
 
-        return apply_pipeline(model, mesh.pp, spec.ga, layout.vp,
+        # the stages' device: where the run computes (the model may still be on meta: a sharded build)
+        device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" else torch.device("cpu")
+        return apply_pipeline(model, mesh.pp, spec.ga, layout.vp, device=device,
                               wrap=lambda stage: apply_layout(stage, layout, mesh, spec.compute_dtype))
     return apply_layout(model, layout, mesh, spec.compute_dtype)
 

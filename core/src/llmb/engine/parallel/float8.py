@@ -71,7 +71,7 @@ def _torchao_float8():
     log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+            warnings.filterwarnings("ignore", message=r".*torch\.jit\.script_method.* is deprecated", category=DeprecationWarning)
             import torchao.float8 as float8
     except ImportError:
         return None

@@ -41,7 +41,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from llmb.engine import blocks
-from llmb.engine.parallel.structure import decoder_layers
+from llmb.engine.parallel.structure import decoder_layers, mark_reordered
 from llmb.errors import UsageError
 
 __all__ = ["ReplicatedCompute", "apply_tensor_parallel", "check_tensor_parallel"]
@@ -139,6 +139,7 @@ class FusedColwiseParallel(ColwiseParallel):
             requires_grad=module.weight.requires_grad))
         forward = functools.partial(rank_order, parts=self.parts, tp=tp)
         inverse = functools.partial(canonical_order, parts=self.parts, tp=tp)
+        mark_reordered(module, "weight", forward)
 
         def saving(mod, state_dict, prefix, local_metadata):
             key = prefix + "weight"
