@@ -23,8 +23,9 @@ from llmb.records import ModelArch, Recipe, Workload
 
 # The torch engine (embedded) and the production frameworks (inside NVIDIA's container).
 ENGINES = ("torch", "megatron_bridge", "nemo2")
-# Precisions the torch engine computes in bfloat16 with a warning (Transformer Engine's block-scaled formats);
-# fp8 runs as torchao float8 on GPUs with float8 matrix products (llmb.engine.parallel.float8).
+# Transformer Engine's block-scaled formats: the torch engine runs them through Transformer Engine's layers
+# where it is installed and the GPU supports them, else in bfloat16 with a warning; fp8 runs as torchao float8
+# on GPUs with float8 matrix products (llmb.engine.parallel.float8 decides in the job).
 BLOCK_SCALED = ("nvfp4", "mxfp8")
 NCCL_TRACE_STEPS = 5
 # Never written into a job's files: they travel in the submission environment only.
@@ -269,28 +270,22 @@ def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
     asked for a precision that will not run. An fp8 recipe runs as torchao float8 on GPUs of SM 8.9 or
     newer (the job decides and records ``compute_precision``); nvfp4 and mxfp8 compute in the high
     precision. ``auto``: decided where the job runs (recorded in ``recipe.json`` then)."""
+    gpu_path = (f"through Transformer Engine's {requested} layers where it is installed and the GPUs support "
+                f"{requested}" if requested in BLOCK_SCALED else "as torchao float8 on GPUs of SM 8.9 or newer")
     if device == "auto":
         warnings = []
-        if requested in BLOCK_SCALED:
-            warnings.append(f"the recipe's {requested} is computed in bfloat16 on GPU nodes, float32 on CPU nodes "
-                            f"(the torch engine does not drive Transformer Engine's {requested} kernels; both are "
-                            f"recorded with the run).")
-        elif requested != "bf16":
-            warnings.append(f"the recipe's {requested} runs as torchao float8 on GPU nodes of SM 8.9 or newer, "
-                            f"else in bfloat16 (float32 on CPU nodes); what ran is recorded with the run.")
+        if requested != "bf16":
+            warnings.append(f"the recipe's {requested} runs {gpu_path}, else in bfloat16 (float32 on CPU nodes); "
+                            f"what ran is recorded with the run.")
         return "auto", warnings
     actual = "bfloat16" if device == "cuda" else "float32"
     warnings = []
-    if requested in BLOCK_SCALED or device == "cpu":
-        why = (f" (the torch engine does not drive Transformer Engine's {requested} kernels)"
-               if requested in BLOCK_SCALED else "")
-        warnings.append(
-            f"the recipe's {requested} is computed in {actual} by the torch engine on {device}{why} "
-            f"(both are recorded with the run)."
-        )
+    if device == "cpu":
+        warnings.append(f"the recipe's {requested} is computed in {actual} by the torch engine on {device} "
+                        f"(both are recorded with the run).")
     elif requested != "bf16":
-        warnings.append(f"the recipe's {requested} runs as torchao float8 on GPUs of SM 8.9 or newer, else in "
-                        f"bfloat16; what ran is recorded with the run.")
+        warnings.append(f"the recipe's {requested} runs {gpu_path}, else in bfloat16; what ran is recorded with "
+                        f"the run.")
     return actual, warnings
 
 

@@ -239,8 +239,19 @@ class Engine:
         self.range = _nvtx(self.cuda)
         self.compile = wants_compile(spec.compile, self.cuda)
         self.gc = GarbageCollection(self.gc_every)
-        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda and spec.compute_dtype == "bfloat16"
-                         else contextlib.nullcontext())
+        self.bf16_autocast = self.cuda and spec.compute_dtype == "bfloat16"
+
+    def autocast(self):
+        """The context of a forward pass: bf16 autocast on GPU, and Transformer Engine's autocast with the
+        row's recipe when its layers compute the row's nvfp4 / mxfp8 (``self.precision.te``)."""
+        stack = contextlib.ExitStack()
+        if self.bf16_autocast:
+            stack.enter_context(self.torch.autocast("cuda", dtype=self.torch.bfloat16))
+        if getattr(self, "precision", None) is not None and self.precision.te:
+            from llmb.engine.parallel.transformer_engine import te_autocast
+
+            stack.enter_context(te_autocast(self.precision.te))
+        return stack
 
     def say(self, *lines: str) -> None:
         if self.rank == 0:
@@ -282,6 +293,10 @@ class Engine:
             record_precision(spec.run_dir, self.precision)
         if self.precision.float8:
             apply_float8(model, self.precision.float8, emulate=self.precision.emulate)
+        if self.precision.te:
+            from llmb.engine.parallel.transformer_engine import apply_te_linears
+
+            apply_te_linears(model)
         self.model = model
         if sharded_build(spec.layout, self.world):
             template = meta_template(model)
@@ -308,7 +323,8 @@ class Engine:
         from llmb.engine.parallel.float8 import choose_precision
 
         emulate = os.environ.get(FLOAT8_EMULATE) == "1"
-        return choose_precision(self.spec.dtype, self.device, self.spec.compute_dtype, emulate_on_cpu=emulate)
+        return choose_precision(self.spec.dtype, self.device, self.spec.compute_dtype, emulate_on_cpu=emulate,
+                                tensor_parallel=self.spec.layout.tp)
 
     def wrap(self, model):
         """The module to train: ``model`` with each layer compiled when asked (first, so that the
@@ -430,7 +446,7 @@ class Engine:
                 last = micro == spec.ga - 1
                 sync = contextlib.nullcontext() if last else parallel.no_sync(self.module)
                 with sync, parallel.loss_context(spec):
-                    with self.range("forward"), self.autocast:
+                    with self.range("forward"), self.autocast():
                         # the model's own chunked cross-entropy (no full fp32 logits), through DDP's forward
                         loss = self.module(inputs, labels=labels) / spec.ga
                         if injected_nan(step):
@@ -467,7 +483,7 @@ class Engine:
         batches = [self.micro_batch() for _ in range(self.spec.ga)]
         inputs = torch.cat([inputs for inputs, _ in batches])
         labels = torch.cat([labels for _, labels in batches])
-        with self.range("forward-backward"), self.autocast:
+        with self.range("forward-backward"), self.autocast():
             return self.pipeline.step(inputs, labels)
 
     def profiler(self):

@@ -15,9 +15,10 @@ multiples of 16 (float8 GEMMs need them). On a CPU, torchao's ``emulate``
 mode does the same casts and computes the products in float32: a test of
 the numerics, not a speed-up, so the engine uses it only when asked.
 
-NVFP4 and MXFP8 need Transformer Engine's kernels; the torch engine does not
-drive them and computes those rows in bfloat16, saying so (see
-``choose_precision``).
+NVFP4 and MXFP8 need Transformer Engine's kernels: where it is installed and
+supports the format on the GPU, its linear layers compute them
+(``transformer_engine.py``); elsewhere those rows compute in bfloat16, saying
+why (see ``choose_precision``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Precision:
     float8: str | None = None
     emulate: bool = False
     warning: str | None = None
+    te: str | None = None  # the block-scaled format Transformer Engine's layers compute, or None
 
     def lines(self) -> list[str]:
         """The run log's lines for it: the precision used, and the warning when there is one."""
@@ -80,8 +82,8 @@ def _torchao_float8():
     return float8
 
 
-def choose_precision(requested: str, device: torch.device, compute_dtype: str, emulate_on_cpu: bool = False
-                     ) -> Precision:
+def choose_precision(requested: str, device: torch.device, compute_dtype: str, emulate_on_cpu: bool = False,
+                     tensor_parallel: int = 1) -> Precision:
     """The precision a run of a ``requested`` recipe (bf16, fp8, nvfp4, ...) computes in on ``device``.
 
     ``compute_dtype`` is the engine's high precision there (bfloat16 on GPU,
@@ -94,8 +96,12 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
     fallback = f"the recipe's {requested} is computed in {compute_dtype} by the torch engine on {device.type}"
     if recipe is None:
         if requested in LOW_PRECISION:
-            return Precision(compute_dtype, warning=fallback + " (NVFP4 and MXFP8 need Transformer Engine's "
-                                                               "kernels, which the torch engine does not drive)")
+            from llmb.engine.parallel.transformer_engine import availability
+
+            available, reason = availability(requested, device, tensor_parallel)
+            if available:
+                return Precision(f"{requested}-transformer-engine", te=requested)
+            return Precision(compute_dtype, warning=fallback + f" ({reason})")
         return Precision(compute_dtype)
     if _torchao_float8() is None:
         return Precision(compute_dtype, warning=fallback + " (torchao is not installed: pip install 'llmb[fp8]')")
