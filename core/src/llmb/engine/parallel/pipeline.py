@@ -27,6 +27,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from llmb.engine.loss import chunkable, chunked_cross_entropy
+
 __all__ = ["Pipeline", "PipelineStageModule", "apply_pipeline", "language_model_loss", "split_layers", "stage_ids"]
 
 
@@ -65,8 +67,13 @@ class PipelineStageModule(nn.Module):
 
     It holds the model's own sub-modules (no copies), under the model's names.
     The first stage maps token ids ``[b, s]`` to hidden states, a middle stage
-    hidden states to hidden states, the last stage to logits ``[b, s, vocab]``.
+    hidden states to hidden states, the last stage to logits ``[b, s, vocab]``
+    or, with ``hidden_out`` (set by ``apply_pipeline`` when the loss is the
+    chunked one), to the final norm's hidden states, from which the loss
+    computes the logits chunk by chunk.
     """
+
+    hidden_out = False
 
     def __init__(self, model: nn.Module, layers: range, first: bool, last: bool) -> None:
         super().__init__()
@@ -85,13 +92,23 @@ class PipelineStageModule(nn.Module):
         for layer in self.layers.values():
             x = layer(x)
         if self.last:
-            x = self.output(self.final_norm(x))
+            x = self.final_norm(x)
+            return x if self.hidden_out else self.output(x)
         return x
 
 
 def language_model_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of one micro-batch, computed in float32 (the engine's loss)."""
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def chunked_language_model_loss(output: nn.Linear) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``language_model_loss`` from the last stage's hidden states and its ``output`` layer: the logits
+    are computed chunk by chunk (``llmb.engine.loss``), never whole in float32."""
+    def loss(hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return chunked_cross_entropy(hidden.flatten(0, -2), output.weight, labels.flatten())
+
+    return loss
 
 
 @dataclass
@@ -162,7 +179,9 @@ def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
       checkpointing, ``torch.compile``); the schedule then skips gradient
       synchronisation on all but the last micro-batch itself.
     * ``loss_fn(output, labels)`` is the per-micro-batch loss (default: the
-      engine's cross-entropy in float32).
+      engine's cross-entropy in float32; where the output layer's weight is
+      whole on this rank, its chunked form: the last stage then returns
+      hidden states and the loss computes the logits chunk by chunk).
     * The ranks of one pipeline must see the same batch: seed data by the
       data-parallel rank, not the global rank.
     * Gradient clipping must take the norm over all stages
@@ -184,9 +203,11 @@ def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
     ids = stage_ids(pp_rank, pp, vp)
     modules, pipeline_stages = [], []
     for stage in ids:
-        module = PipelineStageModule(model, ranges[stage], first=stage == 0, last=stage == stages - 1)
-        if wrap is not None:
-            module = wrap(module)
+        part = PipelineStageModule(model, ranges[stage], first=stage == 0, last=stage == stages - 1)
+        module = wrap(part) if wrap is not None else part
+        if part.last and loss_fn is language_model_loss and chunkable(part.output.weight):  # not split by TP/FSDP
+            part.hidden_out = True  # the output layer's product happens in the chunked loss
+            loss_fn = chunked_language_model_loss(part.output)
         modules.append(module)
         pipeline_stages.append(PipelineStage(module, stage, stages, device, group=group))
     if vp == 1:
