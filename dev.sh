@@ -30,9 +30,10 @@ setup() {
   fi
   echo "dev.sh: installing llmb and its plugins (editable) into $VENV" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1"
-  # The torch engine and its tests (numpy for distributed checkpoints, torchao for float8 training),
+  # The torch engine and its tests (numpy for distributed checkpoints, torchao for float8 training, pinned
+  # to the version the float8 tests were written against),
   # matplotlib for reports. torch is pinned exactly so that no resolver pulls another (CUDA) build.
-  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy torchao matplotlib
+  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy "torchao==0.18.0" matplotlib
   "$VENV/bin/python" -m pip install --quiet --group dev
   local editable=()
   for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done
