@@ -53,9 +53,9 @@ def global_batch(layout: Layout, vocab: int, step: int) -> torch.Tensor:
 
 
 def optimizer(parameters):
-    from llmb.engine.train import learning_rate
+    from llmb.engine.train import make_optimizer
 
-    return torch.optim.AdamW(parameters, lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8)
+    return make_optimizer(parameters)  # the engine's own AdamW
 
 
 def set_lr(opt, step: int) -> None:
@@ -258,19 +258,14 @@ SCENARIOS = {
 
 
 def main(argv: list[str]) -> None:
-    import torch.distributed as dist
+    from gloo_ranks import gloo_group
 
     scenario, rank, world, store, out = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, store):
         run = SCENARIOS[scenario]
         result = run(rank, world, out) if scenario == "ep-block" else run(rank, world)
         with open(out, "w") as handle:
             json.dump(result, handle)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

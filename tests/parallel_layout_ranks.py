@@ -161,26 +161,22 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    import torch.distributed as dist
+    from gloo_ranks import gloo_group
 
     config, rank, world, store, out = json.loads(argv[0]), int(argv[1]), int(argv[2]), argv[3], argv[4]
-    torch.set_num_threads(1)
     if config.get("engine"):
+        torch.set_num_threads(1)
         result = engine_steps(config, rank, world)
         if rank == 0:
             with open(out, "w") as handle:
                 json.dump(result, handle)
         return
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, store):
         result, weights = train(config, rank, world)
         if rank == 0:
             torch.save(weights, out + ".pt")
             with open(out, "w") as handle:
                 json.dump(result, handle)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
