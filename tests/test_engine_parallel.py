@@ -197,15 +197,28 @@ def test_the_engine_under_pipeline_parallel_trains_as_one_rank(tmp_path):
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
 
-def test_the_engine_under_expert_parallel_trains_as_data_parallel(tmp_path):
-    """The engine with EP 2 over 2 data-parallel ranks (each holds half of the experts; tokens travel by
-    all-to-all) against the engine with the experts replicated under DDP on the same 2 ranks' batches."""
-    expert, _ = _run(tmp_path / "ep", "llama4", 2, engine=True, ep=2)
-    replicated, _ = _run(tmp_path / "dp", "llama4", 2, engine=True)
-    assert expert["module"] == replicated["module"] == "DistributedDataParallel"
-    assert expert["local_experts"] == [2] and replicated["local_experts"] == [4]
-    assert expert["losses"] == pytest.approx(replicated["losses"], rel=1e-5)
-    assert expert["grad_norms"] == pytest.approx(replicated["grad_norms"], rel=1e-5)
+@pytest.fixture(scope="module")
+def llama4_under_ddp(tmp_path_factory):
+    """The engine under DDP on 2 ranks, Llama 4's tiny proxy: what each expert-parallel layout must match."""
+    result, _ = _run(tmp_path_factory.mktemp("dp"), "llama4", 2, engine=True)
+    assert result["module"] == "DistributedDataParallel" and result["local_experts"] == [4]
+    return result
+
+
+@pytest.mark.parametrize(("world", "layout"), [
+    (2, {"ep": 2}),  # DDP for the dense layers, the experts spread over the 2 data-parallel ranks
+    (2, {"ep": 2, "fsdp": True}),  # FSDP2 for the dense layers, the experts left out of it
+    (4, {"ep": 2, "tp": 2, "sequence_parallel": True}),  # Llama 4's layout in miniature (DP 2, ZeRO-2 over it)
+    (4, {"ep": 2, "pp": 2}),  # two pipeline stages, each with its own MoE layer's experts over EP
+], ids=["ep", "ep-fsdp", "ep-tp-sp", "ep-pp"])
+def test_the_engine_under_expert_parallel_layouts_trains_as_data_parallel(tmp_path, llama4_under_ddp, world, layout):
+    """The engine with the experts spread over EP 2 (tokens travel by all-to-all; under TP each TP rank
+    computes the MoE alike) against the engine with the experts replicated under DDP, on the same 2
+    data-parallel replicas' batches."""
+    result, _ = _run(tmp_path, "llama4", world, engine=True, **layout)
+    assert result["local_experts"] == [2]
+    assert result["losses"] == pytest.approx(llama4_under_ddp["losses"], rel=1e-5)
+    assert result["grad_norms"] == pytest.approx(llama4_under_ddp["grad_norms"], rel=1e-5)
 
 
 def test_the_engine_under_fsdp_trains_as_data_parallel(tmp_path):
@@ -269,7 +282,7 @@ def _spec(**layout) -> RunSpec:
 
 @pytest.mark.parametrize(("layout", "world", "says"), [
     ({"cp": 2}, 2, "context parallel .* runs only on GPUs"),
-    ({"tp": 2, "ep": 2}, 4, "expert parallelism .* with data parallelism only"),
+    ({"tp": 2, "ep": 4}, 4, "EP 4 does not divide the 2 data-parallel ranks"),
     ({"tp": 2, "sequence_parallel": True, "seq": 15}, 2, "a sequence of 15 does not split evenly"),
 ])
 def test_layouts_it_cannot_apply_are_refused(layout, world, says):

@@ -174,7 +174,18 @@ def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
     assert json.loads(proxy.out)["run_spec"]["layout"]["tp"] == 1  # a proxy stays data parallel over its ranks
 
 
-def test_a_layout_the_torch_engine_cannot_apply_is_refused_before_submission(llmb_proc):
+def test_llama4_runs_its_expert_and_tensor_parallel_layout_and_says_what_differs(llmb_proc):
     result = _dry_run(llmb_proc, "llama4", "--size", "400b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "512")
-    assert result.code == 2 and "expert parallelism (EP 128)" in result.err and "production engine" in result.err
-    assert "Traceback" not in result.err
+    assert result.code == 0, result.err
+    shown = json.loads(result.out)
+    layout = shown["run_spec"]["layout"]
+    assert (layout["tp"], layout["ep"], layout["sequence_parallel"]) == (4, 128, True)
+    assert "ETP 4 runs each expert whole on every TP rank" in result.err + " ".join(shown["warnings"])
+
+
+def test_a_cp_row_whose_batch_does_not_split_over_the_folded_dp_is_refused(host):
+    from dataclasses import replace
+
+    eight = recipe(host, "llama31", "8b", "h100", "bf16", 8)
+    with pytest.raises(UsageError, match="GBS 36 does not split into MBS 1 x DP 8"):
+        torch_engine_layout(replace(eight, gbs=36), 8)

@@ -222,15 +222,19 @@ def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int
     sequences, and GA shrinks so that the global batch stays the recipe's. UsageError when the global
     batch does not split that way."""
     layout = recipe_layout(recipe)
+    warnings = []
+    if (recipe.etp or 1) > 1:
+        warnings.append(f"the torch engine has no expert tensor parallelism: the recipe's ETP {recipe.etp} runs "
+                        f"each expert whole on every TP rank (the experts are still spread over EP {layout.ep}).")
     if layout.cp == 1:
-        return layout, recipe.ga, []
+        return layout, recipe.ga, warnings
     folded = replace(layout, cp=1)
     dp = ranks // folded.model_parallel()
     if recipe.gbs % (recipe.mbs * dp):
         raise UsageError(f"the torch engine runs {recipe.workload} {recipe.size}'s CP {layout.cp} as data "
                          f"parallelism (it has no context parallelism), but GBS {recipe.gbs} does not split into "
                          f"MBS {recipe.mbs} x DP {dp}; use the production engine for this row.")
-    return folded, recipe.gbs // (recipe.mbs * dp), [
+    return folded, recipe.gbs // (recipe.mbs * dp), [*warnings,
         f"the torch engine has no context parallelism: the recipe's CP {layout.cp} runs as data parallelism "
         f"(DP {dp}, GA {recipe.gbs // (recipe.mbs * dp)}, the same GBS {recipe.gbs}); each GPU holds whole "
         f"sequences of {recipe.seq_len} tokens."]

@@ -169,14 +169,20 @@ def make_optimizer(parameters):
 
     params = list(parameters)
     fused = all(p.device.type in fused_devices() and p.is_floating_point() for p in params)
-    return torch.optim.AdamW(params, lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8,
+    # one parameter group per kind (plain tensors, DTensors of each mesh): a fused or foreach kernel takes
+    # one kind at a time (expert parallelism leaves the experts plain beside FSDP's DTensors)
+    groups: dict[int, list] = {}
+    for p in params:
+        groups.setdefault(id(getattr(p, "device_mesh", None)), []).append(p)
+    return torch.optim.AdamW([{"params": group} for group in groups.values()], lr=learning_rate(1),
+                             betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8,
                              **({"fused": True} if fused else {"foreach": True}))
 
 
 def sharded_build(layout, world: int) -> bool:
     """Whether the model is laid out on the meta device and only this rank's share materialised: under
     FSDP, TP and PP (what a full-size row needs to fit); not under DDP, which starts from whole weights."""
-    return world > 1 and layout.ep == 1 and (layout.fsdp or layout.tp > 1 or layout.pp > 1)
+    return world > 1 and (layout.fsdp or layout.tp > 1 or layout.pp > 1)
 
 
 def wants_compile(asked: bool | None, cuda: bool) -> bool:

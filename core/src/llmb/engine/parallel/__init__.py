@@ -41,10 +41,6 @@ def check_supported(layout: ParallelLayout, world: int, seq_len: int) -> int:
         raise UsageError(f"context parallel (CP {layout.cp}) is not available in the torch engine: it runs only on "
                          f"GPUs (ring attention over CUDA attention kernels), and needs the rotary tables split with "
                          f"the sequence. Use CP 1, or the production engine.")
-    if layout.ep > 1 and (layout.model_parallel() > 1 or layout.fsdp):
-        raise UsageError(f"expert parallelism (EP {layout.ep}) runs in the torch engine with data parallelism only, "
-                         f"not yet with TP, PP or FSDP (the experts would need their own sharding). Use EP 1 with "
-                         f"those, or the production engine.")
     if layout.tp > 1 and layout.sequence_parallel and seq_len % layout.tp:
         raise UsageError(f"sequence parallel splits the sequence over TP {layout.tp} ranks; a sequence of "
                          f"{seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel.")
@@ -59,10 +55,14 @@ def parallelize(model, spec: RunSpec, world: int):
     if world == 1 or (layout.model_parallel() == 1 and layout.ep == 1 and not layout.fsdp):
         return apply_layout(model, layout, None, spec.compute_dtype, data_parallel=world)  # DDP, as ever
     mesh = build_mesh(layout, world, "cuda" if spec.device == "cuda" else "cpu")
-    if layout.ep > 1:  # the module to train; the step calls experts.reduce_expert_gradients after backward
-        from llmb.engine.parallel.experts import apply_expert_data_parallel
+    if layout.ep > 1:  # the step calls experts.reduce_expert_gradients after backward
+        from llmb.engine.parallel.experts import apply_expert_data_parallel, apply_expert_parallel
 
-        return apply_expert_data_parallel(model, mesh)
+        if layout.model_parallel() == 1 and not layout.fsdp:
+            return apply_expert_data_parallel(model, mesh)  # DDP for the dense parameters
+        # before TP and the pipeline split: the experts stay whole (computed alike on each TP rank) and plain
+        # tensors of this rank's EP share, left out of FSDP; the dense layers are laid out as without EP
+        apply_expert_parallel(model, mesh.ep, dp=mesh.dp.size(), edp_group=mesh.edp)
     if layout.pp > 1:  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
         import torch
 
@@ -85,6 +85,11 @@ def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dty
         from llmb.engine.parallel.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(model, mesh.tp, layout.sequence_parallel)
+    experts = set()
+    if layout.ep > 1:
+        from llmb.engine.parallel.experts import flag_expert_parameters
+
+        experts = flag_expert_parameters(model)  # again: TP made new (replicated DTensor) parameters of them
     if layout.recompute_layers:
         apply_checkpointing(model, layout.recompute_layers)
     if mesh is None:
@@ -99,7 +104,7 @@ def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dty
     data = mesh.dp_cp
     if data.size() > 1 and (layout.fsdp or layout.model_parallel() > 1):
         # FSDP asked for, or the ZeRO-2 sharding that stands for Megatron's distributed optimizer
-        apply_fsdp(model, data, compute_dtype, reshard_after_forward=layout.fsdp)
+        apply_fsdp(model, data, compute_dtype, reshard_after_forward=layout.fsdp, ignored=experts)
     return model
 
 

@@ -87,8 +87,7 @@ class ExpertParallelMoE(nn.Module):
         # The unsharded layer computes routing and the local experts (``route``, ``run_experts``:
         # grouped GEMMs where they pay); kept unregistered, its modules are this one's.
         object.__setattr__(self, "_layer", moe)
-        for parameter in self.experts.parameters():
-            setattr(parameter, EXPERT_FLAG, True)
+        flag_expert_parameters(self)
 
     def finish_gradients(self) -> None:
         """After backward: sum the expert gradients over the expert-data-parallel group (the ranks that
@@ -97,9 +96,12 @@ class ExpertParallelMoE(nn.Module):
         for p in self.experts.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            # under TP the experts are replicated DTensors (computed alike on each TP rank): reduce the local
+            # tensor, which is the whole gradient
+            grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
             if self.edp_group is not None and dist.get_world_size(self.edp_group) > 1:
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.edp_group)
-            p.grad.div_(self.dp)
+                dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=self.edp_group)
+            grad.div_(self.dp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, self.hidden)
@@ -184,13 +186,29 @@ def apply_expert_data_parallel(model: nn.Module, mesh) -> nn.Module:
                                    device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def flag_expert_parameters(model: nn.Module) -> set[nn.Parameter]:
+    """Mark the expert parameters of every expert-parallel layer of ``model`` (``EXPERT_FLAG``), as a
+    layout that replaces parameters (TP) must do again; the set of them."""
+    flagged = set()
+    for layer in model.modules():
+        if isinstance(layer, ExpertParallelMoE):
+            for parameter in layer.experts.parameters():
+                setattr(parameter, EXPERT_FLAG, True)
+                flagged.add(parameter)
+    return flagged
+
+
 def expert_parameter_names(model: nn.Module) -> list[str]:
     """Names (as ``model.named_parameters`` gives them) of the parameters sharded over an EP group."""
     return [name for name, p in model.named_parameters() if getattr(p, EXPERT_FLAG, False)]
 
 
 def reduce_expert_gradients(model: nn.Module) -> None:
-    """``finish_gradients`` of every expert-parallel layer of ``model`` (a DDP wrapper or a plain module)."""
-    for layer in model.modules():
-        if isinstance(layer, ExpertParallelMoE):
-            layer.finish_gradients()
+    """``finish_gradients`` of every expert-parallel layer of ``model`` (a DDP wrapper, a plain module, or
+    a ``pipeline.Pipeline``: its stage modules)."""
+    from llmb.engine.parallel.pipeline import Pipeline
+
+    for part in model.modules if isinstance(model, Pipeline) else [model]:
+        for layer in part.modules():
+            if isinstance(layer, ExpertParallelMoE):
+                layer.finish_gradients()

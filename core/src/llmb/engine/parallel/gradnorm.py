@@ -35,17 +35,21 @@ def squared_norm(parameters: Iterable[torch.Tensor], device: torch.device) -> to
 
 
 def clip_grad_norm_(parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.ProcessGroup | None]]],
-                    max_norm: float, device: torch.device) -> torch.Tensor:
+                    max_norm: float, device: torch.device,
+                    outer: Sequence[dist.ProcessGroup | None] = ()) -> torch.Tensor:
     """Clip the gradients of every parameter in ``parts`` to a joint L2 norm of ``max_norm``.
 
     ``parts`` is a sequence of ``(parameters, groups)``: ``groups`` are the
     process groups over whose ranks those parameters are distinct (each rank
-    holds other ones), e.g. ``[(dense, [pp_group]), (experts, [ep_group,
-    pp_group])]``; ``None`` entries are skipped. Replicated parameters (DP)
-    belong in no group: their gradients are equal on every rank after the
-    reduction. Every rank of every group must call it. The norm is reduced
-    on ``device`` (the accelerator under NCCL). Returns the total norm
-    before clipping, the same on every rank, as ``clip_grad_norm_`` does.
+    holds other ones), e.g. ``[(dense, []), (experts, [ep_group])]``; every
+    rank of such a group must hold the same parts. ``outer`` are the groups
+    over which the whole total is distinct (a pipeline's: its stages hold
+    different parts, e.g. only one stage has experts), reduced once at the
+    end. ``None`` entries are skipped. Replicated parameters (DP) belong in no
+    group: their gradients are equal on every rank after the reduction. The
+    norm is reduced on ``device`` (the accelerator under NCCL). Returns the
+    total norm before clipping, the same on every rank, as ``clip_grad_norm_``
+    does.
     """
     total = torch.zeros((), dtype=torch.float32, device=device)
     params: list[torch.Tensor] = []
@@ -57,15 +61,25 @@ def clip_grad_norm_(parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.
             if group is not None:
                 dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=group)
         total = total + squared
+    for group in outer:
+        if group is not None:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
     norm = total.sqrt()
-    torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], max_norm, norm)
+    # scaled in groups of one mesh each (DTensor arithmetic does not mix meshes: under TP with EP the experts
+    # are replicated over the TP mesh, the dense parameters sharded over the data-parallel x TP one)
+    by_mesh: dict[int, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            by_mesh.setdefault(id(getattr(p.grad, "device_mesh", None)), []).append(p)
+    for group in by_mesh.values():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
     return norm
 
 
-def layout_parts(module) -> list[tuple[list[torch.Tensor], list[dist.ProcessGroup]]]:
-    """``clip_grad_norm_``'s parts for what ``parallelize`` returned: a pipeline's parameters differ
-    over its pipeline group, an expert-parallel layer's experts over its EP group as well; the
-    rest is replicated (or a DTensor, which reduces itself)."""
+def layout_parts(module) -> tuple[list[tuple[list[torch.Tensor], list[dist.ProcessGroup]]], list[dist.ProcessGroup]]:
+    """``clip_grad_norm_``'s parts and outer groups for what ``parallelize`` returned: an expert-parallel
+    layer's experts differ over its EP group, a pipeline's whole total over its pipeline group; the rest
+    is replicated (or a DTensor, which reduces itself)."""
     from llmb.engine.parallel.experts import ExpertParallelMoE
     from llmb.engine.parallel.pipeline import Pipeline
 
@@ -81,9 +95,10 @@ def layout_parts(module) -> list[tuple[list[torch.Tensor], list[dist.ProcessGrou
         for p in part.parameters():
             key = (experts[id(p)],) if id(p) in experts else ()
             parts.setdefault(key, []).append(p)
-    return [(params, [*key, *outer]) for key, params in parts.items()]
+    return [(params, list(key)) for key, params in parts.items()], outer
 
 
 def clip_layout_grad_norm_(module, max_norm: float, device: torch.device) -> torch.Tensor:
     """``clip_grad_norm_`` over ``layout_parts(module)``: the unsharded model's clipping, under any layout."""
-    return clip_grad_norm_(layout_parts(module), max_norm, device)
+    parts, outer = layout_parts(module)
+    return clip_grad_norm_(parts, max_norm, device, outer)
