@@ -4,6 +4,7 @@ profiling windows, checkpoint paths."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from llmb.capability import Machine
@@ -166,7 +167,11 @@ def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
     assert result.code == 0, result.err
     shown = json.loads(result.out)
     assert shown["run_spec"]["layout"]["cp"] == 1
-    assert "CP 2 runs as data parallelism" in result.err + " ".join(shown["warnings"])
+    said = result.err + " ".join(shown["warnings"])
+    assert "CP 2 runs as data parallelism" in said
+    # whole 8192-token sequences per GPU: the estimate of the folded layout, beside the row's own
+    assert re.search(r"with CP run as DP the memory estimate is [\d.]+ GB per GPU \(the row as published: [\d.]+ GB; "
+                     r"the h100 has 80 GB\)", said)
 
     proxy = _dry_run(llmb_proc, "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "2",
                      "--proxy", "tiny")
@@ -189,3 +194,17 @@ def test_a_cp_row_whose_batch_does_not_split_over_the_folded_dp_is_refused(host)
     eight = recipe(host, "llama31", "8b", "h100", "bf16", 8)
     with pytest.raises(UsageError, match="GBS 36 does not split into MBS 1 x DP 8"):
         torch_engine_layout(replace(eight, gbs=36), 8)
+
+
+def test_the_folded_layouts_memory_estimate_holds_whole_sequences(host):
+    from llmb.launch import folded_memory_note
+    from llmb.planning import make_plan
+    from llmb.records import RecipeRequest
+
+    plan = make_plan(host, RecipeRequest("llama31", "8b", "h100", "bf16", 8))
+    layout, ga, _ = torch_engine_layout(plan.recipe, 8)
+    note = folded_memory_note(plan, layout, ga, 8)
+    found = re.search(r"estimate is ([\d.]+) GB per GPU \(the row as published: ([\d.]+) GB", note)
+    folded, published = (float(x) for x in found.groups())
+    assert published == pytest.approx(plan.memory.total_gb, abs=0.05)
+    assert folded > published  # CP 2 split each sequence's activations over two GPUs; DP does not

@@ -23,6 +23,7 @@ from llmb.env_names import env_name_problem
 from llmb.errors import PluginError, UsageError
 from llmb.host import PluginHost
 from llmb.jobs import Job, new_job_dir, new_job_id, now, save_job
+from llmb.memory import MARGIN, estimate_memory
 from llmb.planning import Plan, make_plan
 from llmb.profiling import DEFAULT_WINDOW, ProfileRequest
 from llmb.records import RecipeRequest
@@ -40,6 +41,23 @@ from llmb.runspec import (
     proxy_arch,
     torch_engine_layout,
 )
+
+
+def folded_memory_note(plan: Plan, layout: ParallelLayout, ga: int, ranks: int) -> str:
+    """The memory estimate of a row whose CP the torch engine runs as DP (whole sequences per GPU), beside
+    the plan's estimate of the row as published."""
+    folded = replace(plan.recipe, cp=layout.cp, dp=layout.dp(ranks), ga=ga)
+    estimate = estimate_memory(folded, plan.arch, plan.memory.capacity_gb)
+    note = (f"with CP run as DP the memory estimate is {estimate.total_gb:.1f} GB per GPU "
+            f"(the row as published: {plan.memory.total_gb:.1f} GB")
+    if estimate.capacity_gb is None:
+        return note + ")."
+    note += f"; the {plan.recipe.gpu} has {estimate.capacity_gb:g} GB)"
+    if estimate.exceeds_margin:
+        return note + ": this will not fit; use the production engine for this row."
+    if estimate.exceeds_capacity:
+        return note + f": just above capacity, within the estimate's ~{MARGIN:.0%} margin, so it may still fit."
+    return note + "."
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         if torch_engine:
             layout, ga, layout_warnings = torch_engine_layout(recipe, ranks)
             warnings += layout_warnings
+            if layout.cp != recipe.cp:
+                warnings.append(folded_memory_note(plan, layout, ga, ranks))
             check_supported(layout, ranks, seq_len)  # refused here, not in the job
             if layout.pp > 1 and (options.checkpoint_save or options.checkpoint_load):
                 raise UsageError(f"checkpoints of a pipeline-parallel run (PP {layout.pp}) are not written or read "

@@ -223,7 +223,7 @@ def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int
     batch does not split that way."""
     layout = recipe_layout(recipe)
     warnings = []
-    if (recipe.etp or 1) > 1:
+    if (recipe.etp or 1) > 1 and layout.ep > 1:
         warnings.append(f"the torch engine has no expert tensor parallelism: the recipe's ETP {recipe.etp} runs "
                         f"each expert whole on every TP rank (the experts are still spread over EP {layout.ep}).")
     if layout.cp == 1:
