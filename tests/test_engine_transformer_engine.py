@@ -73,6 +73,9 @@ def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says
 
 
 def test_with_transformer_engine_the_row_runs_its_own_format(fake_te):
+    from llmb.runspec import BLOCK_SCALED
+
+    assert set(te_path.BLOCK_SCALED_RECIPES) == set(BLOCK_SCALED)  # a recipe for every format planning names
     assert choose_precision("nvfp4", CUDA, "bfloat16") == Precision("nvfp4-transformer-engine", te="nvfp4")
     assert choose_precision("mxfp8", CUDA, "bfloat16").te == "mxfp8"
     tp = choose_precision("nvfp4", CUDA, "bfloat16", tensor_parallel=2)  # TE's own TP is not driven
@@ -98,7 +101,7 @@ def test_converted_linears_keep_their_weights_and_outputs(fake_te, host):
     converted = {name for name, m in model.named_modules() if isinstance(m, fake_te.module.Linear)}
     assert converted and converted < before and not any(n.endswith(("output", "router")) for n in converted)
     torch.testing.assert_close(model(tokens), expected, rtol=0, atol=0)
-    with te_path.te_autocast("mxfp8"):
+    with te_path.te_autocast("mxfp8")():
         pass
     assert fake_te.entered == ["MXFP8BlockScaling"]
 

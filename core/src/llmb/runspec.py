@@ -26,7 +26,7 @@ ENGINES = ("torch", "megatron_bridge", "nemo2")
 # Transformer Engine's block-scaled formats: the torch engine runs them through Transformer Engine's layers
 # where it is installed and the GPU supports them, else in bfloat16 with a warning; fp8 runs as torchao float8
 # on GPUs with float8 matrix products (llmb.engine.parallel.float8 decides in the job).
-BLOCK_SCALED = ("nvfp4", "mxfp8")
+BLOCK_SCALED = ("nvfp4", "mxfp8", "fp8_mx")
 NCCL_TRACE_STEPS = 5
 # Never written into a job's files: they travel in the submission environment only.
 SECRET_VARIABLES = ("HF_TOKEN",)  # the seeds trace only the first five steps: the logs grow past a gigabyte
@@ -234,10 +234,11 @@ def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int
         raise UsageError(f"the torch engine runs {recipe.workload} {recipe.size}'s CP {layout.cp} as data "
                          f"parallelism (it has no context parallelism), but GBS {recipe.gbs} does not split into "
                          f"MBS {recipe.mbs} x DP {dp}; use the production engine for this row.")
-    return folded, recipe.gbs // (recipe.mbs * dp), [*warnings,
+    ga = recipe.gbs // (recipe.mbs * dp)
+    return folded, ga, [*warnings,
         f"the torch engine has no context parallelism: the recipe's CP {layout.cp} runs as data parallelism "
-        f"(DP {dp}, GA {recipe.gbs // (recipe.mbs * dp)}, the same GBS {recipe.gbs}); each GPU holds whole "
-        f"sequences of {recipe.seq_len} tokens."]
+        f"(DP {dp}, GA {ga}, the same GBS {recipe.gbs}); each GPU holds whole sequences of {recipe.seq_len} "
+        f"tokens."]
 
 
 def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: int) -> tuple[str, list[str]]:

@@ -246,6 +246,7 @@ class Engine:
         self.compile = wants_compile(spec.compile, self.cuda)
         self.gc = GarbageCollection(self.gc_every)
         self.bf16_autocast = self.cuda and spec.compute_dtype == "bfloat16"
+        self.te_autocast = None  # set by build when Transformer Engine's layers compute the row's format
 
     def autocast(self):
         """The context of a forward pass: bf16 autocast on GPU, and Transformer Engine's autocast with the
@@ -253,10 +254,8 @@ class Engine:
         stack = contextlib.ExitStack()
         if self.bf16_autocast:
             stack.enter_context(self.torch.autocast("cuda", dtype=self.torch.bfloat16))
-        if getattr(self, "precision", None) is not None and self.precision.te:
-            from llmb.engine.parallel.transformer_engine import te_autocast
-
-            stack.enter_context(te_autocast(self.precision.te))
+        if self.te_autocast is not None:
+            stack.enter_context(self.te_autocast())
         return stack
 
     def say(self, *lines: str) -> None:
@@ -300,9 +299,10 @@ class Engine:
         if self.precision.float8:
             apply_float8(model, self.precision.float8, emulate=self.precision.emulate)
         if self.precision.te:
-            from llmb.engine.parallel.transformer_engine import apply_te_linears
+            from llmb.engine.parallel.transformer_engine import apply_te_linears, te_autocast
 
             apply_te_linears(model)
+            self.te_autocast = te_autocast(self.precision.te)
         self.model = model
         if sharded_build(spec.layout, self.world):
             template = meta_template(model)
@@ -461,12 +461,13 @@ class Engine:
                         loss.backward()
                 loss_sum += parallel.plain(loss.detach())
             with self.range("optimizer"):
-                from llmb.engine.parallel.experts import reduce_expert_gradients
-                from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
-
                 if self.experts:
+                    from llmb.engine.parallel.experts import reduce_expert_gradients
+
                     reduce_expert_gradients(self.module)
                 if self.pipeline or self.experts:  # the norm over every stage's / expert shard's gradients
+                    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
+
                     grad_norm = clip_layout_grad_norm_(self.module, CLIP_NORM, self.device)
                 else:
                     grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM, foreach=True)

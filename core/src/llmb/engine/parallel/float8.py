@@ -33,12 +33,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from llmb.runspec import BLOCK_SCALED
+
 __all__ = ["FLOAT8_RECIPES", "Precision", "apply_float8", "choose_precision", "float8_eligible", "record_precision"]
 
 # The recipe's precision name -> torchao's float8 recipe (fp8 is current scaling: tensorwise).
 FLOAT8_RECIPES = {"fp8": "tensorwise", "fp8_cs": "tensorwise", "fp8_tensorwise": "tensorwise",
                   "fp8_rowwise": "rowwise"}
-LOW_PRECISION = ("nvfp4", "mxfp8", "fp8_mx")  # Transformer Engine's block-scaled formats
 _SKIPPED = ("output", "router")  # module names kept in high precision
 _ALIGNMENT = 16
 
@@ -95,7 +96,7 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
     recipe = FLOAT8_RECIPES.get(requested)
     fallback = f"the recipe's {requested} is computed in {compute_dtype} by the torch engine on {device.type}"
     if recipe is None:
-        if requested in LOW_PRECISION:
+        if requested in BLOCK_SCALED:  # Transformer Engine's formats
             from llmb.engine.parallel.transformer_engine import availability
 
             available, reason = availability(requested, device, tensor_parallel)

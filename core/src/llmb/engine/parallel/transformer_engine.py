@@ -19,7 +19,9 @@ drive.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -87,10 +89,12 @@ def apply_te_linears(model: nn.Module) -> int:
     return len(swaps)
 
 
-def te_autocast(requested: str):
-    """The context the forward pass runs under: Transformer Engine's autocast with the format's recipe."""
+def te_autocast(requested: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of the context each forward pass runs under: Transformer Engine's autocast with the
+    format's recipe. The module lookup and the recipe are made once, here, not on every forward."""
     te = _te()
     if te is None:
-        return contextlib.nullcontext()
+        return contextlib.nullcontext
     recipes = importlib.import_module("transformer_engine.common.recipe")
-    return te.autocast(enabled=True, recipe=getattr(recipes, BLOCK_SCALED_RECIPES[requested])())
+    recipe = getattr(recipes, BLOCK_SCALED_RECIPES[requested])()
+    return functools.partial(te.autocast, enabled=True, recipe=recipe)
