@@ -2,14 +2,23 @@
 
 ``tests/engine_parallel_runs.py`` and ``tests/parallel_layout_ranks.py`` run
 as ``python SCRIPT ... RANK WORLD STORE OUT``, one process per rank; each
-rank's body runs inside ``gloo_group``.
+rank's body runs inside ``gloo_group``. Tests whose ranks rendezvous over TCP
+(env://) take their port from ``free_port``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 
 import torch
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for MASTER_PORT: env:// rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
 
 import parallel_layout_ranks as ranks  # noqa: E402
+from gloo_ranks import free_port  # noqa: E402
 from llmb.engine import parallel  # noqa: E402
 from llmb.engine.parallel import mesh  # noqa: E402
 from llmb.engine.parallel.tensor_parallel import canonical_order, rank_order  # noqa: E402
@@ -51,12 +51,6 @@ def _reference(workload: str, recompute_layers: int = 0) -> tuple[dict, dict]:
         torch.set_num_threads(threads)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layout) -> tuple[dict, dict | None]:
     """The layout's run over ``world`` rank processes: (rank 0's result, the whole trained weights).
     With ``engine`` the ranks run ``llmb.engine.train.Engine`` itself (no weights come back)."""
@@ -64,7 +58,7 @@ def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layo
               "engine": engine}
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     logs = [tmp_path / f"rank{rank}.log" for rank in range(world)]
     procs = []
     for rank, log in enumerate(logs):

@@ -15,13 +15,13 @@ import io
 import json
 import math
 import os
-import socket
 import time
 from dataclasses import replace
 
 import pytest
 import torch
 from engine_throughput import engine_spec
+from gloo_ranks import free_port
 from llmb.engine.train import Engine, GarbageCollection, compile_blocks, flops_line, make_optimizer, wants_compile
 from llmb.flops import megatron_bridge_sample
 from llmb.proxies import shrink
@@ -243,10 +243,7 @@ def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
 def run_two_ranks(spec, out_dir) -> list[dict]:
     import torch.multiprocessing as mp
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = mp.start_processes(_rank_main, args=(spec.to_dict(), port, str(out_dir)), nprocs=2,
+    context = mp.start_processes(_rank_main, args=(spec.to_dict(), free_port(), str(out_dir)), nprocs=2,
                                  start_method="spawn", join=False)
     deadline = time.monotonic() + HANG_GUARD_S
     while not context.join(timeout=5):  # raises when a rank failed
