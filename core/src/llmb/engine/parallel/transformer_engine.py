@@ -26,13 +26,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from llmb.engine.parallel.float8 import float8_eligible
+
 __all__ = ["BLOCK_SCALED_RECIPES", "apply_te_linears", "availability", "te_autocast"]
 
 # The recipe's precision name -> Transformer Engine's recipe class (transformer_engine.common.recipe).
 BLOCK_SCALED_RECIPES = {"nvfp4": "NVFP4BlockScaling", "mxfp8": "MXFP8BlockScaling", "fp8_mx": "MXFP8BlockScaling"}
 _AVAILABLE = {"NVFP4BlockScaling": "is_nvfp4_available", "MXFP8BlockScaling": "is_mxfp8_available"}
-_ALIGNMENT = 32
-_SKIPPED = ("output", "router")
+_ALIGNMENT = 32  # the formats' scaling blocks
 
 
 def _te():
@@ -62,9 +63,9 @@ def availability(requested: str, device: torch.device, tensor_parallel: int) -> 
 
 
 def te_eligible(module: nn.Module, name: str) -> bool:
-    if not isinstance(module, nn.Linear) or name.rsplit(".", 1)[-1] in _SKIPPED:
-        return False
-    return module.in_features % _ALIGNMENT == 0 and module.out_features % _ALIGNMENT == 0
+    """A layer float8 would convert (``float8_eligible``) whose dimensions are also multiples of 32."""
+    return (float8_eligible(module, name) and module.in_features % _ALIGNMENT == 0
+            and module.out_features % _ALIGNMENT == 0)
 
 
 def apply_te_linears(model: nn.Module) -> int:
