@@ -292,13 +292,23 @@ def test_a_job_on_gpus_of_another_type_stops_before_training(llmb_proc, tmp_path
     assert (job["gpu"]["check"], job["gpu"]["count"], job["gpu"]["driver"]) == ("mismatch", 2, "570.86.15")
 
 
+def job_story(summary: dict, err: str) -> str:
+    """What a failed run said, and the end of its log and of Slurm's output file, for the assertion message."""
+    parts = [f"reason: {summary.get('reason')}", err[-2000:]]
+    log = Path(summary.get("log") or "/nonexistent")
+    for path in (log, *log.parent.glob("sbatch_*.out")):
+        if path.is_file():
+            parts.append(f"--- {path.name} (end) ---\n" + path.read_text(errors="replace")[-3000:])
+    return "\n".join(parts)
+
+
 @torch_needed
 @pytest.mark.slurm
 def test_a_slurm_run_records_its_slurm_job_and_nodes(llmb_proc, slurm, tmp_path):
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env()}
     result = llmb_proc("run", *PROXY, "--backend", "slurm", "--bare", "--json", env=env, timeout=900)
     summary = json.loads(result.out)
-    assert result.code == 0 and summary["state"] == "SUCCEEDED", result.err[-3000:]
+    assert result.code == 0 and summary["state"] == "SUCCEEDED", job_story(summary, result.err)
     record = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "job.json").read_text())
     slurm_id = record["details"]["attempts"][-1]["slurm_id"]
     ended = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "exit.json").read_text())
