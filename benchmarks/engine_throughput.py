@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/engine_throughput.py [--rounds 5] [--ga 1] [--ranks 1,2] [--only tiny|8b] [--compile]
 
 Each row trains the way ``llmb run`` trains: the torch engine's own ``Engine``
-(``llmb.engine.train``) builds the model through the plugin host and runs
+(``llmb.engines.torch.train``) builds the model through the plugin host and runs
 ``Engine.step`` (its optimizer, gradient clipping, gradient accumulation over
 --ga micro-batches, DDP when --ranks has 2). Models: every workload's ``tiny``
 proxy (micro-batch 4, sequence 128), and Llama 3.1 8B's width with one layer
@@ -101,7 +101,7 @@ class Reference(nn.Module):
 
 def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
     """A plain training loop with the engine's data, AdamW settings, clipping and GA: step(i) -> loss."""
-    from llmb.engine.train import CLIP_NORM, learning_rate
+    from llmb.engines.torch.train import CLIP_NORM, learning_rate
 
     torch.manual_seed(seed)
     model = Reference(arch)
@@ -131,7 +131,7 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
 
 
 def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, compile_: bool):
-    from llmb.runspec import RunSpec
+    from llmb.runs.runspec import RunSpec
 
     flops = host.model_flops(workload, arch, seq)
     return RunSpec(
@@ -143,7 +143,7 @@ def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, c
 
 
 def build_engine(spec, rank: int = 0, world: int = 1):
-    from llmb.engine.train import Engine
+    from llmb.engines.torch.train import Engine
 
     engine = Engine(spec, rank, world, rank)
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
@@ -214,7 +214,7 @@ def measure_ddp(spec, steps: int, warmup: int) -> float:
 
 def models(host, only: str | None):
     """(label, workload, arch, seq, mbs, has a reference) for each row."""
-    from llmb.proxies import PROXIES, shrink
+    from llmb.recipes.proxies import PROXIES, shrink
 
     rows = []
     if only in (None, "tiny"):
@@ -237,8 +237,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("tiny", "8b"))
     parser.add_argument("--compile", action="store_true", help="the engine's --compile (per-block torch.compile)")
     args = parser.parse_args()
-    from llmb.engine.train import cpu_threads
-    from llmb.host import PluginHost
+    from llmb.engines.torch.train import cpu_threads
+    from llmb.plugins.host import PluginHost
 
     torch.set_num_threads(cpu_threads())
     host = PluginHost()

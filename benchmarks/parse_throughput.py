@@ -26,7 +26,7 @@ import loggen  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
-from llmb.host import PluginHost
+from llmb.plugins.host import PluginHost
 from llmb.results.scan import scan
 host = PluginHost()
 parsers = host.log_parsers()

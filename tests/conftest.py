@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # loggen: logs in the seeds' formats
 
-from llmb.cluster_settings import SETTINGS  # noqa: E402
-from llmb.host import PluginHost  # noqa: E402
+from llmb.install.cluster_settings import SETTINGS  # noqa: E402
+from llmb.plugins.host import PluginHost  # noqa: E402
 from seed_tables import seeds_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@
 own process and each layout here, one real process per rank
 (``python engine_parallel_runs.py SCENARIO RANK WORLD STORE OUT``), with
 gloo over a file store (no ports to race for). Every run trains the way the
-engine does (``llmb.engine.train``: AdamW with its betas and weight decay,
+engine does (``llmb.engines.torch.train``: AdamW with its betas and weight decay,
 the learning-rate schedule, clipping at 1.0, loss / GA per micro-batch) on
 the same global batches, and writes its per-step losses and gradient norms
 as JSON.
@@ -35,9 +35,9 @@ class Layout:
 
 def tiny_model(workload: str):
     """The workload's tiny proxy of its smallest size, initialised from SEED (the same on every rank)."""
-    from llmb.engine import blocks
-    from llmb.host import PluginHost
-    from llmb.proxies import shrink
+    from llmb.engines.torch import blocks
+    from llmb.plugins.host import PluginHost
+    from llmb.recipes.proxies import shrink
 
     host = PluginHost()
     spec = host.workload(workload)
@@ -53,13 +53,13 @@ def global_batch(layout: Layout, vocab: int, step: int) -> torch.Tensor:
 
 
 def optimizer(parameters):
-    from llmb.engine.train import make_optimizer
+    from llmb.engines.torch.train import make_optimizer
 
     return make_optimizer(parameters)  # the engine's own AdamW
 
 
 def set_lr(opt, step: int) -> None:
-    from llmb.engine.train import learning_rate
+    from llmb.engines.torch.train import learning_rate
 
     for group in opt.param_groups:
         group["lr"] = learning_rate(step)
@@ -72,12 +72,12 @@ def loss_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def reference(layout: Layout, float8: str | None = None) -> dict:
     """The unsharded model on the whole global batch (GA over all of it), in one process.
     ``float8``: the model converted with ``apply_float8`` (emulated on CPU) first."""
-    from llmb.engine.train import CLIP_NORM
+    from llmb.engines.torch.train import CLIP_NORM
 
     torch.set_num_threads(1)
     model, arch = tiny_model(layout.workload)
     if float8:
-        from llmb.engine.parallel.float8 import apply_float8
+        from llmb.engines.torch.parallel.float8 import apply_float8
 
         apply_float8(model, float8, emulate=True)
     opt = optimizer(model.parameters())
@@ -106,9 +106,9 @@ def reference(layout: Layout, float8: str | None = None) -> dict:
 def pipeline_run(rank: int, world: int, vp: int) -> dict:
     """PP over all ``world`` ranks (vp virtual stages each), one pipeline, no DP."""
     import torch.distributed as dist
-    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
-    from llmb.engine.parallel.pipeline import apply_pipeline
-    from llmb.engine.train import CLIP_NORM
+    from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
+    from llmb.engines.torch.parallel.pipeline import apply_pipeline
+    from llmb.engines.torch.train import CLIP_NORM
 
     layout = PIPELINE
     model, arch = tiny_model(layout.workload)
@@ -132,9 +132,9 @@ def expert_train_run(rank: int, world: int) -> dict:
     """EP over all ``world`` ranks, which are also the data-parallel ranks (edp 1): each rank trains on
     its own rows under DDP, which leaves the experts to ``reduce_expert_gradients``."""
     import torch.distributed as dist
-    from llmb.engine.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
-    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
-    from llmb.engine.train import CLIP_NORM
+    from llmb.engines.torch.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
+    from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
+    from llmb.engines.torch.train import CLIP_NORM
     from torch.nn.parallel import DistributedDataParallel
 
     layout = EXPERTS
@@ -169,11 +169,11 @@ def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
     module it returns asks for (a pipeline's ``step``, or GA forward/backward passes), expert
     gradients finished, clipping over the layout (``clip_layout_grad_norm_``)."""
     import torch.distributed as dist
-    from llmb.engine import parallel
-    from llmb.engine.parallel.experts import reduce_expert_gradients
-    from llmb.engine.parallel.gradnorm import clip_layout_grad_norm_
-    from llmb.engine.parallel.pipeline import Pipeline
-    from llmb.engine.train import CLIP_NORM
+    from llmb.engines.torch import parallel
+    from llmb.engines.torch.parallel.experts import reduce_expert_gradients
+    from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
+    from llmb.engines.torch.parallel.pipeline import Pipeline
+    from llmb.engines.torch.train import CLIP_NORM
     from parallel_layout_ranks import run_spec
 
     spec = run_spec({"workload": layout.workload, "layout": sizes, "ga": layout.ga, "rows": layout.dp * layout.mbs,
@@ -207,7 +207,7 @@ def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
 
 def moe_block(config: dict):
     """A lone ``RoutedMoE`` from SEED, with probe tokens and a probe to weigh its output with."""
-    from llmb.engine.blocks import RoutedMoE
+    from llmb.engines.torch.blocks import RoutedMoE
 
     torch.manual_seed(SEED)
     moe = RoutedMoE(**config)
@@ -220,7 +220,7 @@ def expert_block_run(rank: int, world: int, out: str) -> dict:
     """Each MoE_CONFIGS layer under EP on this rank's tokens: its output, the gradient of
     ``sum(output * probe)`` for its tokens and its parameters (saved to ``out``.pt)."""
     import torch.distributed as dist
-    from llmb.engine.parallel.experts import ExpertParallelMoE
+    from llmb.engines.torch.parallel.experts import ExpertParallelMoE
 
     group = dist.new_group(list(range(world)))
     saved = {}

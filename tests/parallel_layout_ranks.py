@@ -2,7 +2,7 @@
 
 ``python parallel_layout_ranks.py CONFIG RANK WORLD STORE OUT`` builds a
 workload's model at a tiny width that tensor parallelism can split (4 heads
-in 2 KV groups), lays it out with ``llmb.engine.parallel.parallelize`` as
+in 2 KV groups), lays it out with ``llmb.engines.torch.parallel.parallelize`` as
 CONFIG's layout asks, and trains it for a few steps the way the engine
 does (AdamW with the engine's settings and schedule, loss / GA per
 micro-batch, clipping at 1.0), with gloo over a file store (no ports to
@@ -12,7 +12,7 @@ taking its share of the rows. Rank 0 writes the per-step losses and
 gradient norms as JSON to OUT, and the trained weights, whole and under the
 unsharded model's names, to OUT + ``.pt``. With WORLD 1 it is the unsharded
 reference (no process group). With ``"engine": true`` in CONFIG the ranks run
-``llmb.engine.train.Engine`` itself instead (its own process group, env://).
+``llmb.engines.torch.train.Engine`` itself instead (its own process group, env://).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ SEQ = 16
 def tiny_arch(workload: str):
     """The workload's tiny proxy at width 64, 4 heads in 2 KV groups, a short vocabulary, and the fewest
     layers that keep its structure (attention + MLP; + MoE; Mamba2 + attention + MLP)."""
-    from llmb.host import PluginHost
-    from llmb.proxies import shrink
+    from llmb.plugins.host import PluginHost
+    from llmb.recipes.proxies import shrink
 
     spec = PluginHost().workload(workload)
     arch = shrink(spec.architecture(spec.sizes()[0]), "tiny")
@@ -46,8 +46,8 @@ def tiny_arch(workload: str):
 
 
 def tiny_model(workload: str):
-    from llmb.engine import blocks
-    from llmb.host import PluginHost
+    from llmb.engines.torch import blocks
+    from llmb.plugins.host import PluginHost
 
     host = PluginHost()
     arch = tiny_arch(workload)
@@ -62,7 +62,7 @@ def first_qkv(model):
 
 def run_spec(config: dict, world: int):
     """A RunSpec with the layout and the few fields ``parallelize`` reads."""
-    from llmb.runspec import ParallelLayout, RunSpec
+    from llmb.runs.runspec import ParallelLayout, RunSpec
 
     layout = ParallelLayout(**config.get("layout", {}))
     return RunSpec(
@@ -78,8 +78,8 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
     """(losses and gradient norms per step, the whole trained weights) of this rank's run."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from llmb.engine import parallel
-    from llmb.engine.train import CLIP_NORM, learning_rate, make_optimizer
+    from llmb.engines.torch import parallel
+    from llmb.engines.torch.train import CLIP_NORM, learning_rate, make_optimizer
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import FSDPModule
@@ -134,12 +134,12 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
 
 
 def engine_steps(config: dict, rank: int, world: int) -> dict:
-    """The engine itself (``llmb.engine.train.Engine``) under CONFIG's layout: its per-step losses and
+    """The engine itself (``llmb.engines.torch.train.Engine``) under CONFIG's layout: its per-step losses and
     gradient norms. It starts its own process group (env://: MASTER_ADDR and MASTER_PORT)."""
     import io
     from dataclasses import asdict
 
-    from llmb.engine.train import Engine
+    from llmb.engines.torch.train import Engine
 
     spec = replace(run_spec(config, world), arch=asdict(tiny_arch(config["workload"])), mbs=config["rows"])
     engine = Engine(spec, rank, world, rank)

@@ -23,7 +23,7 @@ from llmb.certify.gates import MAX_STEP_CV, judge, passed
 from llmb.certify.suite import EXEMPLAR_SCALE, Attempt, published_suite
 from llmb.certify.verdict import FAIL, PASS, PENDING, Configuration, Judged
 from llmb.results.records import RunContext, RunResult, Sample, WindowStats
-from llmb.sweeps import Task
+from llmb.runs.sweeps import Task
 from readme_blocks import walkthrough_commands
 
 PUBLISHED_MS = 1000.0

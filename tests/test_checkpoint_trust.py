@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="distributed checkpoints need torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
-from llmb.checkpoint_metadata import UnsafeCheckpoint, check_metadata, safe_reader  # noqa: E402
+from llmb.runs.checkpoint_metadata import UnsafeCheckpoint, check_metadata, safe_reader  # noqa: E402
 
 RUN = ("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "1", "--proxy", "tiny")
 

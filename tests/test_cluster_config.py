@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 import pytest
-from llmb import cluster_config, cluster_settings
 from llmb.cli.run_options import parameter_names, run_options
 from llmb.errors import UsageError
-from llmb.records import RecipeRequest
-from llmb.run_option_values import run_inputs
+from llmb.install import cluster_config, cluster_settings
+from llmb.recipes.records import RecipeRequest
+from llmb.runs.run_option_values import run_inputs
 
 RUN = ("run", "llama31", "--size", "8b", "--dtype", "bf16", "--gpus", "8", "--backend", "slurm", "--dry-run")
 # Every variable the cluster settings read, emptied unless a test sets it (a developer's shell may hold them;
@@ -332,7 +332,7 @@ def test_the_template_examples_cover_every_key_and_are_valid(tmp_path):
 def test_every_setting_is_a_field_of_the_record_and_of_submit_options():
     from dataclasses import fields
 
-    from llmb.runspec import SubmitOptions
+    from llmb.runs.runspec import SubmitOptions
 
     record = {f.name for f in fields(cluster_config.ClusterConfig)}
     submit = {f.name for f in fields(SubmitOptions)}

@@ -9,9 +9,10 @@ import sys
 from importlib.metadata import entry_points as stdlib_entry_points
 
 import pytest
-from llmb import entrypoints, yamlio
+from llmb import yamlio
 from llmb.errors import DataError
-from llmb.workload_file import load_workload, workload_from_dict
+from llmb.plugins import entrypoints
+from llmb.recipes.workload_file import load_workload, workload_from_dict
 from workload_dicts import minimal_workload
 
 
@@ -110,6 +111,6 @@ def test_base_architectures_copy_and_convert():
 
 
 def test_load_workload_wraps_errors_with_the_file(monkeypatch):
-    monkeypatch.setattr("llmb.workload_file._read", lambda package, resource: broken("variants.0.framework", "jax"))
+    monkeypatch.setattr("llmb.recipes.workload_file._read", lambda package, resource: broken("variants.0.framework", "jax"))
     with pytest.raises(DataError, match="llmb_plugin_x/workload.yaml: variant v: unknown framework 'jax'"):
         load_workload("llmb_plugin_x")

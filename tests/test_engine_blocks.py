@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from llmb.engine import blocks, kernels, loss
-from llmb.host import PluginHost
-from llmb.proxies import shrink
+from llmb.engines.torch import blocks, kernels, loss
+from llmb.plugins.host import PluginHost
+from llmb.recipes.proxies import shrink
 
 HANG_GUARD = 600  # seconds for the two-rank DDP run: a guard against a hang, never a speed limit
 
@@ -419,7 +419,7 @@ _STAND_INS = {
 CALLS = []
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False):
-    from llmb.engine.blocks import ssd_scan
+    from llmb.engines.torch.blocks import ssd_scan
     CALLS.append(dict(x=x.shape, dt=dt.shape, A=A.shape, B=B.shape, C=C.shape, chunk=chunk_size, D=D.shape))
     y, _ = ssd_scan(x, dt, A, B, C, chunk_size)
     return y + x * D.view(-1, 1).to(x.dtype)

@@ -1,7 +1,7 @@
 """The torch engine's models: real torch on CPU, no mocks.
 
 Full-size models are built on the meta device through the plugin host and
-counted against ``llmb.params`` and the published figures; the tiny proxies
+counted against ``llmb.recipes.params`` and the published figures; the tiny proxies
 run forward and backward; the blocks are checked against references written
 here from the math (causality, the chunked Mamba2 scan against a step-by-step
 recurrence, GQA against explicitly repeated KV heads, MoE routing, RoPE,
@@ -15,10 +15,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from llmb.engine import blocks
-from llmb.host import PluginHost
-from llmb.params import count_params
-from llmb.proxies import shrink
+from llmb.engines.torch import blocks
+from llmb.plugins.host import PluginHost
+from llmb.recipes.params import count_params
+from llmb.recipes.proxies import shrink
 
 WORKLOADS = ("llama31", "llama4", "nemotron4", "nemotronh")
 
@@ -345,7 +345,7 @@ def _mixer() -> blocks.Mamba2Mixer:
 def test_mamba2_mixer_parameters_match_params(host):
     from dataclasses import replace
 
-    from llmb.params import mamba_params
+    from llmb.recipes.params import mamba_params
 
     mixer = _mixer()
     arch = replace(shrink(host.workload("nemotronh").architecture("56b"), "tiny"), hidden=24, mamba_heads=4,

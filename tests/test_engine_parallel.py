@@ -1,4 +1,4 @@
-"""The torch engine's parallel layouts (``llmb.engine.parallel``), against the unsharded model.
+"""The torch engine's parallel layouts (``llmb.engines.torch.parallel``), against the unsharded model.
 
 Every layout runs as real processes, one per rank, over gloo on this CPU
 (``parallel_layout_ranks.py``), and trains a tiny model of a real workload
@@ -30,11 +30,11 @@ torch = pytest.importorskip("torch", reason="the torch engine needs torch (./dev
 
 import parallel_layout_ranks as ranks  # noqa: E402
 from gloo_ranks import free_port  # noqa: E402
-from llmb.engine import parallel  # noqa: E402
-from llmb.engine.parallel import mesh  # noqa: E402
-from llmb.engine.parallel.tensor_parallel import canonical_order, rank_order  # noqa: E402
+from llmb.engines.torch import parallel  # noqa: E402
+from llmb.engines.torch.parallel import mesh  # noqa: E402
+from llmb.engines.torch.parallel.tensor_parallel import canonical_order, rank_order  # noqa: E402
 from llmb.errors import UsageError  # noqa: E402
-from llmb.runspec import ParallelLayout, RunSpec  # noqa: E402
+from llmb.runs.runspec import ParallelLayout, RunSpec  # noqa: E402
 
 RANKS = Path(__file__).with_name("parallel_layout_ranks.py")
 HANG_GUARD = 900  # seconds: a run that takes longer is stuck (a collective some rank never joins)
@@ -53,7 +53,7 @@ def _reference(workload: str, recompute_layers: int = 0) -> tuple[dict, dict]:
 
 def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layout) -> tuple[dict, dict | None]:
     """The layout's run over ``world`` rank processes: (rank 0's result, the whole trained weights).
-    With ``engine`` the ranks run ``llmb.engine.train.Engine`` itself (no weights come back)."""
+    With ``engine`` the ranks run ``llmb.engines.torch.train.Engine`` itself (no weights come back)."""
     config = {"workload": workload, "layout": layout, **RUN, "checkpoint": str(tmp_path / "checkpoint"),
               "engine": engine}
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ def test_activation_checkpointing_recomputes_and_matches(tmp_path):
 
 
 def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
-    """``llmb.engine.train.Engine`` itself, TP 2 with sequence parallel over 2 ranks, against the engine
+    """``llmb.engines.torch.train.Engine`` itself, TP 2 with sequence parallel over 2 ranks, against the engine
     on one rank: both ranks of the TP group read the one replica's batches, and the step computes the
     loss on the vocabulary-split logits."""
     result, _ = _run(tmp_path, "llama31", 2, engine=True, tp=2, sequence_parallel=True)
@@ -289,7 +289,7 @@ def test_layouts_it_cannot_apply_are_refused(layout, world, says):
 
 
 def test_tensor_parallel_needs_heads_and_groups_it_can_split():
-    from llmb.engine.parallel.tensor_parallel import check_tensor_parallel
+    from llmb.engines.torch.parallel.tensor_parallel import check_tensor_parallel
 
     model, _ = ranks.tiny_model("llama31")  # 4 heads in 2 KV groups
     check_tensor_parallel(model, 2)

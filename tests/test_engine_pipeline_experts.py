@@ -19,9 +19,9 @@ from pathlib import Path
 import engine_parallel_runs as runs
 import pytest
 import torch
-from llmb.engine.parallel.experts import expert_range
-from llmb.engine.parallel.float8 import apply_float8, choose_precision, float8_eligible, record_precision
-from llmb.engine.parallel.pipeline import split_layers, stage_ids
+from llmb.engines.torch.parallel.experts import expert_range
+from llmb.engines.torch.parallel.float8 import apply_float8, choose_precision, float8_eligible, record_precision
+from llmb.engines.torch.parallel.pipeline import split_layers, stage_ids
 
 HANG_GUARD = 900  # seconds for a whole multi-process run: a guard against a hang, not a speed limit
 EXACT = dict(rel=2e-5, abs=2e-5)  # float32 sums in another order: a few ulps of a loss near 6.4

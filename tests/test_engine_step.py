@@ -1,4 +1,4 @@
-"""The torch engine's training step (``llmb.engine.train.Engine``), on CPU, in real processes.
+"""The torch engine's training step (``llmb.engines.torch.train.Engine``), on CPU, in real processes.
 
 Behaviour only, never speed (that is ``benchmarks/engine_throughput.py``'s
 business): which optimizer and clipping kernels a step runs (seen through
@@ -22,9 +22,9 @@ import pytest
 import torch
 from engine_throughput import engine_spec
 from gloo_ranks import free_port
-from llmb.engine.train import Engine, GarbageCollection, compile_blocks, flops_line, make_optimizer, wants_compile
-from llmb.flops import megatron_bridge_sample
-from llmb.proxies import shrink
+from llmb.engines.torch.train import Engine, GarbageCollection, compile_blocks, flops_line, make_optimizer, wants_compile
+from llmb.recipes.flops import megatron_bridge_sample
+from llmb.recipes.proxies import shrink
 
 STEPS = 4
 HANG_GUARD_S = 900  # generous: the machine running the tests may be loaded
@@ -133,7 +133,7 @@ def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(host, 
     """An fp8 row converts the linear layers to torchao float8 (emulated on CPU when asked), says so on the
     start-up lines, and records what it computed in beside the planned compute dtype in recipe.json."""
     pytest.importorskip("torchao", reason="float8 training needs torchao (./dev.sh installs it)")
-    from llmb.engine.parallel.float8 import _torchao_float8
+    from llmb.engines.torch.parallel.float8 import _torchao_float8
 
     Float8Linear = _torchao_float8().float8_linear.Float8Linear  # imported as the engine imports it (quietly)
 
@@ -224,7 +224,7 @@ class OneRankForTwo(Engine):
 
 
 def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
-    from llmb.runspec import RunSpec
+    from llmb.runs.runspec import RunSpec
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     spec = RunSpec.from_dict(spec_dict)

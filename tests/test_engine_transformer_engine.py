@@ -1,4 +1,4 @@
-"""NVFP4 / MXFP8 rows through Transformer Engine's layers (``llmb.engine.parallel.transformer_engine``).
+"""NVFP4 / MXFP8 rows through Transformer Engine's layers (``llmb.engines.torch.parallel.transformer_engine``).
 
 Transformer Engine's CUDA extension cannot load on a machine without a GPU,
 so ``transformer_engine.pytorch`` is replaced here by a stand-in with the
@@ -20,9 +20,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from llmb.engine.parallel import transformer_engine as te_path
-from llmb.engine.parallel.float8 import Precision, choose_precision
-from llmb.engine.train import Engine
+from llmb.engines.torch.parallel import transformer_engine as te_path
+from llmb.engines.torch.parallel.float8 import Precision, choose_precision
+from llmb.engines.torch.train import Engine
 from test_engine_step import STEPS, tiny_spec
 
 CUDA = torch.device("cuda")  # a device object only: nothing runs on it
@@ -73,7 +73,7 @@ def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says
 
 
 def test_with_transformer_engine_the_row_runs_its_own_format(fake_te):
-    from llmb.runspec import BLOCK_SCALED
+    from llmb.runs.runspec import BLOCK_SCALED
 
     assert set(te_path.BLOCK_SCALED_RECIPES) == set(BLOCK_SCALED)  # a recipe for every format planning names
     assert choose_precision("nvfp4", CUDA, "bfloat16") == Precision("nvfp4-transformer-engine", te="nvfp4")
@@ -87,8 +87,8 @@ def test_with_transformer_engine_the_row_runs_its_own_format(fake_te):
 
 
 def test_converted_linears_keep_their_weights_and_outputs(fake_te, host):
-    from llmb.engine import blocks
-    from llmb.proxies import shrink
+    from llmb.engines.torch import blocks
+    from llmb.recipes.proxies import shrink
 
     work = host.workload("llama31")
     arch = shrink(work.architecture(work.sizes()[0]), "tiny")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llmb.errors import RecipeError
-from llmb.gpus import gpu_type
-from llmb.records import RecipeRequest
+from llmb.recipes.gpus import gpu_type
+from llmb.recipes.records import RecipeRequest
 
 
 def printed_dp_ga_disagreements(host) -> dict[tuple[str, int, int], str]:
@@ -137,7 +137,7 @@ def test_random_requests_are_possible_or_refused(host, pick, gpus, overrides, gb
     all_series = [(w, v, s) for w in host.workloads().values() for v in w.variants for s in v.series]
     workload, variant, series = all_series[pick % len(all_series)]
     if gbs is not None:
-        from llmb.scale_expr import ScaleExpr
+        from llmb.recipes.scale_expr import ScaleExpr
 
         overrides = {**overrides, "gbs": ScaleExpr.constant(gbs)}
     request = RecipeRequest(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from llmb import hookimpl
-from llmb.flaky import TAIL_BYTES, builtin_signatures, first_signature, flaky_failure, retry_nan_asked
-from llmb.host import PluginHost
+from llmb.plugins.host import PluginHost
+from llmb.runs.flaky import TAIL_BYTES, builtin_signatures, first_signature, flaky_failure, retry_nan_asked
 
 # The retryable failures of NVIDIA's performance launcher (Megatron-Bridge scripts/performance), verbatim.
 REFERENCE_LIST = [

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent / "frameworks"))
 import envs  # noqa: E402
 from contract_configs import MODES, configurations  # noqa: E402
 from hf_cache import write_model_configs  # noqa: E402
+from llmb.engines.frameworks import megatron_bridge  # noqa: E402
+from llmb.engines.frameworks.description import valid_layers  # noqa: E402
 from llmb.errors import UsageError  # noqa: E402
-from llmb.frameworks import megatron_bridge  # noqa: E402
-from llmb.frameworks.description import valid_layers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_TIMEOUT = 3600  # seconds for one leg's checker; a loaded 2-core machine is slow
@@ -89,7 +89,7 @@ def failures(results: dict) -> str:
 
 @pytest.fixture(scope="module")
 def host():
-    from llmb.host import PluginHost
+    from llmb.plugins.host import PluginHost
 
     return PluginHost()
 
@@ -188,8 +188,8 @@ def test_405b_pipeline_layouts_refuse_layer_counts_megatron_refuses(host, fixed_
 
 def _build_with_layers(workload, recipe, layers):
     from contract_configs import INNER
-    from llmb.frameworks import build_config
-    from llmb.runspec import RunOptions
+    from llmb.engines.frameworks import build_config
+    from llmb.runs.runspec import RunOptions
 
     return build_config(workload, recipe, RunOptions(layers=layers), experiment="x", inner_dir=INNER,
                         checkpoint_save_dir=None, checkpoint_load_dir=None)

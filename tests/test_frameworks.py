@@ -1,4 +1,4 @@
-"""The production frameworks' configuration (``llmb.frameworks``) against the seeds.
+"""The production frameworks' configuration (``llmb.engines.frameworks``) against the seeds.
 
 Every seed row of every workload and variant, resolved at its smallest tested
 scale, becomes a framework configuration; each is checked against the seed
@@ -21,12 +21,12 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from llmb.engines.frameworks import build_config, nemo2
+from llmb.engines.frameworks.overrides import OverrideError, apply, class_name
 from llmb.errors import UsageError
-from llmb.frameworks import build_config, nemo2
-from llmb.frameworks.overrides import OverrideError, apply, class_name
-from llmb.records import RecipeRequest
-from llmb.runspec import RunOptions, RunSpec, checkpoint_dirs
-from llmb.workload_file import COLUMN_NAMES, workload_from_dict
+from llmb.recipes.records import RecipeRequest
+from llmb.recipes.workload_file import COLUMN_NAMES, workload_from_dict
+from llmb.runs.runspec import RunOptions, RunSpec, checkpoint_dirs
 from seed_tables import read_tables
 
 sys.path.insert(0, str(Path(__file__).parent / "frameworks"))
@@ -400,7 +400,7 @@ NOT_VARIABLES = {"TFLOPS_GPU"}  # a term of the MFU formula ("avg(TFLOPS_GPU)"),
 def test_every_seed_variable_has_a_place(seeds):
     import re
 
-    from llmb.frameworks.settings import FRAMEWORK_SETTINGS, SEED_VARIABLES
+    from llmb.engines.frameworks.settings import FRAMEWORK_SETTINGS, SEED_VARIABLES
 
     named = set()
     for path in seeds.glob("*.md"):
@@ -521,10 +521,10 @@ def _tripwires(root: Path, names=TRIPWIRES, exit_code: int | None = 97) -> Path:
 def test_building_a_configuration_imports_no_framework(tmp_path):
     script = textwrap.dedent("""
         import json
-        from llmb.host import PluginHost
-        from llmb.records import RecipeRequest
-        from llmb.runspec import RunOptions
-        from llmb.frameworks import build_config
+        from llmb.plugins.host import PluginHost
+        from llmb.recipes.records import RecipeRequest
+        from llmb.runs.runspec import RunOptions
+        from llmb.engines.frameworks import build_config
         host = PluginHost()
         for args, variant in ((("llama31", "8b", "b200", "nvfp4", 8), None), (("llama4", "400b", "h100", "fp8", 512), None)):
             recipe = host.resolve(RecipeRequest(*args, variant=variant))
@@ -623,7 +623,7 @@ def test_profiled_ranks_run_their_worker_under_nsys(host, tmp_path):
 
 
 def test_a_run_records_the_framework_versions_it_ran_with(tmp_path, capsys):
-    from llmb.frameworks.runtime import VERSIONS_FILE, record_versions
+    from llmb.engines.frameworks.runtime import VERSIONS_FILE, record_versions
 
     config = {"framework": "megatron_bridge", "inner_dir": str(tmp_path / "inner")}
     found = record_versions(config, 0, ("pluggy", "click", "no-such-distribution"))

@@ -8,10 +8,10 @@ import re
 
 import pytest
 from llmb.cli.run_options import parameter_names
-from llmb.env_names import is_env_name
 from llmb.errors import UsageError
-from llmb.sweeps import tasks_from_file
-from llmb.workload_file import workload_from_dict
+from llmb.recipes.workload_file import workload_from_dict
+from llmb.runs.env_names import is_env_name
+from llmb.runs.sweeps import tasks_from_file
 from workload_dicts import minimal_workload
 
 INJECTIONS = ["A$(id>{marker})B", "A`id>{marker}`B", "A;id>{marker};B", "A B", "1A", "A-B", "", "A\nB", "A=B",

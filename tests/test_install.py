@@ -271,7 +271,7 @@ def test_the_worker_library_lets_a_bare_python_find_every_plugin(llmb_proc, tmp_
     assert result.code == 0, result.err
     (library,) = [s for s in result.json()["steps"] if s["kind"] == "library"]
     assert library["status"] == "done" and library["target"] == str(install / "python")
-    probe = ("from llmb.host import PluginHost; h = PluginHost(); "
+    probe = ("from llmb.plugins.host import PluginHost; h = PluginHost(); "
              "print(sorted(h.workloads()), sorted(h.backends()), h.workload('llama31').architecture('8b').hidden)")
     # -S: no site-packages, so only the library (and the standard library) can be imported.
     shown = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
@@ -288,7 +288,7 @@ def test_the_hugging_face_token_never_follows_a_change_of_scheme():
     import io
     import urllib.request
 
-    from llmb.hf import _KeepTokenOnOrigin
+    from llmb.install.hf import _KeepTokenOnOrigin
 
     request = urllib.request.Request("https://hub.example:8443/org/m/resolve/main/config.json",
                                      headers={"Authorization": "Bearer hf_secret"})
@@ -304,7 +304,7 @@ def test_the_hugging_face_token_never_follows_a_change_of_scheme():
 
 
 def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(llmb_proc, tmp_path):
-    from llmb.cluster_config import TEMPLATE
+    from llmb.install.cluster_config import TEMPLATE
 
     install = tmp_path / "install"
     cluster = install / "cluster.yaml"

@@ -236,7 +236,7 @@ def test_a_job_that_ends_while_its_state_is_read_is_not_taken_for_killed(install
     ended as it recorded, it was not killed. A sweep polling a busy machine
     met this interleaving; it is forced here by ending the job at that moment."""
     from llmb.backends.local import LocalBackend
-    from llmb.jobs import Job, write_exit
+    from llmb.runs.jobs import Job, write_exit
 
     monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])
     job = Job(id="local-0000ab", backend="local", workload="nemotronh", experiment="e", run_dir=str(tmp_path),

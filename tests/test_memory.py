@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from llmb.memory import GIB, MARGIN, estimate_memory
-from llmb.params import count_params
-from llmb.records import RecipeRequest
+from llmb.recipes.memory import GIB, MARGIN, estimate_memory
+from llmb.recipes.params import count_params
+from llmb.recipes.records import RecipeRequest
 
 
 def recipe_and_arch(host, workload, size, gpu, dtype, gpus, **kw):

@@ -4,9 +4,9 @@ every published performance figure against llmb's formulas."""
 from __future__ import annotations
 
 import pytest
-from llmb.gpus import gpu_type
-from llmb.metrics import days_to_train, mfu, tflops_per_gpu, tokens_per_second
-from llmb.records import RecipeRequest
+from llmb.recipes.gpus import gpu_type
+from llmb.recipes.metrics import days_to_train, mfu, tflops_per_gpu, tokens_per_second
+from llmb.recipes.records import RecipeRequest
 from printed import agrees
 
 

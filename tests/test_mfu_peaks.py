@@ -14,8 +14,8 @@ from experiment_dirs import make_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
-from llmb.gpus import catalogue  # noqa: E402
-from llmb.metrics import mfu_at_bf16_pct, mfu_pcts  # noqa: E402
+from llmb.recipes.gpus import catalogue  # noqa: E402
+from llmb.recipes.metrics import mfu_at_bf16_pct, mfu_pcts  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
 from llmb.results.records import RunResult  # noqa: E402
 
@@ -120,8 +120,8 @@ def test_plan_shows_the_published_mfu_against_both_peaks(cli):
 
 
 def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
-    from llmb.follow import summary
-    from llmb.jobs import Job, JobStatus
+    from llmb.runs.follow import summary
+    from llmb.runs.jobs import Job, JobStatus
 
     job = Job(id="local-1", backend="local", workload="llama31", experiment="x", run_dir="/r", log="/r/log",
               ranks=8, submitted_at="2026-11-23T00:00:00Z")

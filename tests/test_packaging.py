@@ -289,7 +289,7 @@ def test_plan_uses_the_toy_recipe_and_its_flops_hook(toy_venv):
     assert plan["warnings"] == [] and plan["errata"] == []
 
     # The toy's own llmb_model_flops answered, not the core's fallback.
-    assert plan["model_flops_formula"] == "toy: llmb.flops.dense_transformer"
+    assert plan["model_flops_formula"] == "toy: llmb.recipes.flops.dense_transformer"
     s, L, h, ffn, V, groups, heads = 4096, 16, 2048, 5632, 32000, 4, 16
     per_token = 12 * L * h * h * (1 + groups / heads + s / h) + 18 * L * ffn * h + 6 * V * h
     assert plan["model_flops_per_sample"] == pytest.approx(s * per_token, rel=1e-12)

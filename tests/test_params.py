@@ -4,7 +4,7 @@ the structure the seeds describe (layer mix, experts, hybrid pattern)."""
 from __future__ import annotations
 
 import pytest
-from llmb.params import count_params
+from llmb.recipes.params import count_params
 
 
 def every_arch(host):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from llmb import hookimpl
 from llmb.errors import PluginError
-from llmb.host import PluginHost
-from llmb.records import ModelFlops, RecipeRequest
-from llmb.workload_file import workload_from_dict
+from llmb.plugins.host import PluginHost
+from llmb.recipes.records import ModelFlops, RecipeRequest
+from llmb.recipes.workload_file import workload_from_dict
 from workload_dicts import minimal_workload
 
 
@@ -67,7 +67,7 @@ def test_a_plugin_with_a_malformed_data_file_fails_when_selected(llmb_proc, tmp_
         tmp_path, "badyaml",
         """
         from llmb import hookimpl
-        from llmb.workload_file import load_workload
+        from llmb.recipes.workload_file import load_workload
 
         @hookimpl
         def llmb_workloads():

@@ -23,9 +23,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from llmb import gpu_seen, job_env, provenance
-from llmb.gpus import catalogue
-from llmb.runspec import RunSpec
+from llmb.recipes.gpus import catalogue
+from llmb.runs import gpu_seen, job_env, provenance
+from llmb.runs.runspec import RunSpec
 
 # Lines nvidia-smi printed on real nodes (--query-gpu=name,driver_version --format=csv,noheader).
 H100_NODE = "\n".join(["NVIDIA H100 80GB HBM3, 550.54.15"] * 8) + "\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from llmb.errors import RecipeError
-from llmb.records import RecipeRequest
-from llmb.scale_expr import ScaleExpr
+from llmb.recipes.records import RecipeRequest
+from llmb.recipes.scale_expr import ScaleExpr
 
 
 def resolve(host, workload, size=None, gpu=None, dtype=None, gpus=None, **kw):

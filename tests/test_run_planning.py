@@ -7,13 +7,13 @@ import json
 import re
 
 import pytest
-from llmb.capability import Machine
 from llmb.errors import UsageError
-from llmb.params import count_params
-from llmb.profiling import ProfileRequest, asked_window, llmb_profile, nccl_trace, profile_window
-from llmb.proxies import shrink
-from llmb.records import RecipeRequest
-from llmb.runspec import (
+from llmb.recipes.params import count_params
+from llmb.recipes.proxies import shrink
+from llmb.recipes.records import RecipeRequest
+from llmb.runs.capability import Machine
+from llmb.runs.profiling import ProfileRequest, asked_window, llmb_profile, nccl_trace, profile_window
+from llmb.runs.runspec import (
     ParallelLayout,
     RunOptions,
     check_machine,
@@ -197,9 +197,9 @@ def test_a_cp_row_whose_batch_does_not_split_over_the_folded_dp_is_refused(host)
 
 
 def test_the_folded_layouts_memory_estimate_holds_whole_sequences(host):
-    from llmb.launch import folded_memory_note
-    from llmb.planning import make_plan
-    from llmb.records import RecipeRequest
+    from llmb.recipes.planning import make_plan
+    from llmb.recipes.records import RecipeRequest
+    from llmb.runs.launch import folded_memory_note
 
     plan = make_plan(host, RecipeRequest("llama31", "8b", "h100", "bf16", 8))
     layout, ga, _ = torch_engine_layout(plan.recipe, 8)

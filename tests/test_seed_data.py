@@ -12,7 +12,7 @@ from collections import defaultdict
 from importlib.resources import files
 
 import pytest
-from llmb.workload_file import COLUMN_NAMES
+from llmb.recipes.workload_file import COLUMN_NAMES
 from llmb.yamlio import load_yaml
 from seed_tables import read_tables
 
@@ -119,7 +119,7 @@ def test_every_published_performance_table_is_in_the_references(host, seeds):
 
 
 def test_reference_rows_name_a_recipe_llmb_can_resolve(host):
-    from llmb.records import RecipeRequest
+    from llmb.recipes.records import RecipeRequest
 
     for workload in host.workloads().values():
         for ref in workload.references:

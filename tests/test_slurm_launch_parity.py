@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 from llmb.errors import UsageError
-from llmb.gpus import catalogue
-from llmb.launch import submit_run
-from llmb.records import RecipeRequest
-from llmb.runspec import RunOptions, SubmitOptions
+from llmb.recipes.gpus import catalogue
+from llmb.recipes.records import RecipeRequest
+from llmb.runs.launch import submit_run
+from llmb.runs.runspec import RunOptions, SubmitOptions
 from llmb_backend_slurm import binding, cluster_gpus, launch_settings
 from llmb_backend_slurm.backend import SlurmBackend, worker_started
 from llmb_backend_slurm.commands import QueryFailed, SlurmCommands

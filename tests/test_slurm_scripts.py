@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from llmb.errors import UsageError
-from llmb.jobs import STATES
+from llmb.runs.jobs import STATES
 from llmb_backend_slurm import params
 from llmb_backend_slurm.script import BatchScript, Container, directive, render
 from llmb_backend_slurm.states import INFRASTRUCTURE, LLMB_STATE, llmb_state

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from llmb.cli.run_options import parameter_names
 from llmb.errors import UsageError
-from llmb.sweeps import expand, load_sweep, tasks_from_file
+from llmb.runs.sweeps import expand, load_sweep, tasks_from_file
 
 SWEEP_FILE = """\
 defaults:
@@ -178,7 +178,7 @@ def test_all_workloads_is_every_published_configuration_up_to_max_gpus(host, llm
 
 
 def test_all_workloads_tasks_carry_the_published_variant_and_scaling(host):
-    from llmb.sweeps import published_tasks
+    from llmb.runs.sweeps import published_tasks
 
     tasks = published_tasks(host.workloads(), "gb200", 128, 2)
     strong = [t for t in tasks if t.workload == "nemotron4"]

@@ -5,7 +5,7 @@
 runs in a Python 3.12 environment with Megatron-Bridge installed (see
 ``tests/frameworks/envs.py``) and ``llmb`` importable (PYTHONPATH). For each
 ``{"id", "config"}`` of CONFIGS.json it builds the recipe's
-``ConfigContainer`` exactly as the worker does (``llmb.frameworks.runtime.
+``ConfigContainer`` exactly as the worker does (``llmb.engines.frameworks.runtime.
 build_recipe``: the recipe function, then llmb's overrides), runs
 ``ConfigContainer.validate()`` with WORLD_SIZE set to the run's GPU count,
 and reads back the values that decide what runs. RESULTS.json:
@@ -24,8 +24,8 @@ import traceback
 
 def versions() -> dict[str, str | None]:
     """What this environment runs, as the worker records it (``runtime.framework_versions``)."""
-    from llmb.frameworks import megatron_bridge
-    from llmb.frameworks.runtime import framework_versions
+    from llmb.engines.frameworks import megatron_bridge
+    from llmb.engines.frameworks.runtime import framework_versions
 
     return framework_versions(megatron_bridge.DISTRIBUTIONS + ("transformers",))
 
@@ -103,7 +103,7 @@ def observe(container) -> dict:
 
 
 def check(config: dict) -> dict:
-    from llmb.frameworks.runtime import build_recipe
+    from llmb.engines.frameworks.runtime import build_recipe
 
     os.environ["WORLD_SIZE"] = str(config["gpus"])
     # The recipe and validate() print progress; only the outcome goes to RESULTS.json.

@@ -7,7 +7,7 @@ runs in a Python 3.12 environment with NeMo 2 installed
 ``HF_HOME`` pointing at an offline Hugging Face cache holding the tokenizers
 the configurations name (``nemo2_inputs.py`` writes stand-ins). For each
 ``{"id", "config"}`` of CONFIGS.json it builds the recipe as the worker does
-(the recipe function, then ``llmb.frameworks.overrides.apply``), reads back
+(the recipe function, then ``llmb.engines.frameworks.overrides.apply``), reads back
 the values that decide what runs, and builds with fiddle every part that
 can be built without GPUs: the precision plugin, each callback, the data
 module (with its tokenizer), the model configuration (Megatron's own
@@ -17,7 +17,7 @@ place of the GPU one (the only field changed, on a copy). It then compares
 what it read with what the configuration asked for. RESULTS.json:
 ``{"framework", "versions", "results": [{"id", "ok", "error", "observed"}]}``.
 
-Only NeMo, NeMo-Run, fiddle and ``llmb.frameworks.overrides`` are imported.
+Only NeMo, NeMo-Run, fiddle and ``llmb.engines.frameworks.overrides`` are imported.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import traceback
 
 def versions() -> dict[str, str | None]:
     """What this environment runs, as the worker records it (``runtime.framework_versions``)."""
-    from llmb.frameworks import nemo2
-    from llmb.frameworks.runtime import framework_versions
+    from llmb.engines.frameworks import nemo2
+    from llmb.engines.frameworks.runtime import framework_versions
 
     return framework_versions(nemo2.DISTRIBUTIONS + ("transformers",))
 
@@ -120,8 +120,8 @@ PRECISION_FIELDS = ("precision", "params_dtype", "fp8", "fp8_recipe", "fp8_margi
 
 
 def build_recipe(config: dict):
-    """What ``llmb.frameworks.runtime.build_recipe`` does (that module also imports llmb.errors)."""
-    from llmb.frameworks.overrides import apply, resolve_ref
+    """What ``llmb.engines.frameworks.runtime.build_recipe`` does (that module also imports llmb.errors)."""
+    from llmb.engines.frameworks.overrides import apply, resolve_ref
 
     recipe = resolve_ref(config["recipe_function"])(**config["recipe_arguments"])
     return apply(recipe, config["overrides"])

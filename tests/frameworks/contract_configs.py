@@ -12,11 +12,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import replace
 
+from llmb.engines.frameworks import build_config, framework
+from llmb.engines.frameworks.description import production_of, valid_layers
 from llmb.errors import UsageError
-from llmb.frameworks import build_config, framework
-from llmb.frameworks.description import production_of, valid_layers
-from llmb.records import RecipeRequest
-from llmb.runspec import RunOptions, checkpoint_dirs
+from llmb.recipes.records import RecipeRequest
+from llmb.runs.runspec import RunOptions, checkpoint_dirs
 
 INNER = "/exp/inner"  # the experiment's inner directory inside the job
 LOAD_STEP = 50  # the seeds load the checkpoint their 50-step run saved

@@ -3,7 +3,7 @@
 Megatron-Bridge's Llama recipes build their model provider from the Hugging
 Face ``config.json`` of the repository they name (no weights). The contract
 tests write those files from the workloads' own architecture data into a
-cache laid out as ``llmb install`` lays it out (``llmb.hf``), so the real
+cache laid out as ``llmb install`` lays it out (``llmb.install.hf``), so the real
 recipes run with ``HF_HUB_OFFLINE=1``. What the architecture records do not
 carry (RoPE base and scaling, norm epsilon, context length) is taken from
 Meta's published config.json of each repository.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from llmb.hf import REVISION, repo_dir
+from llmb.install.hf import REVISION, repo_dir
 
 COMMIT = "0" * 40
 # Meta's published values beside the architecture (config.json of each repository).

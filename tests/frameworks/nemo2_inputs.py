@@ -7,7 +7,7 @@ scale in each run mode of ``contract_configs.MODES``) and ``OUT_DIR/hf_home``:
 for every Hugging Face tokenizer the configurations name, a stand-in of the
 repository's tokenizer (a word-level fast tokenizer with the model's
 vocabulary size and the Llama special tokens) and a ``config.json``, in the
-layout ``llmb install`` writes (``llmb.hf``). The real tokenizers are gated;
+layout ``llmb install`` writes (``llmb.install.hf``). The real tokenizers are gated;
 recipe construction only needs a loadable tokenizer of the right vocabulary.
 """
 
@@ -55,7 +55,7 @@ def model_config(config: dict) -> dict:
 
 
 def main(out_dir: str) -> None:
-    from llmb.host import PluginHost
+    from llmb.plugins.host import PluginHost
 
     os.makedirs(out_dir, exist_ok=True)
     entries = [{"id": id_, "config": config} for id_, config in configurations(PluginHost(), "nemo2")]

@@ -3,21 +3,30 @@
 Plugins import what they need from here::
 
     from llmb import hookimpl
-    from llmb.records import Workload, ModelFlops
+    from llmb.recipes.records import Workload, ModelFlops
+
+(the whole list: ``llmb.public_api.PUBLIC``, shown in docs/plugin-api.md).
 """
 
 from __future__ import annotations
 
 import pluggy
 
+from llmb.public_api import MOVED, install_moved_modules
+
 hookimpl = pluggy.HookimplMarker("llmb")
+install_moved_modules()  # plugins written against the old module paths keep importing
 
 __all__ = ["hookimpl", "__version__"]
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str) -> object:
     if name == "__version__":
         from importlib.metadata import version
 
         return version("llmb")
+    if f"llmb.{name}" in MOVED:  # ``from llmb import records``, as before the regrouping
+        import importlib
+
+        return importlib.import_module(f"llmb.{name}")
     raise AttributeError(name)

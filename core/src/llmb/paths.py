@@ -39,3 +39,8 @@ def workload_dir(workload: str) -> str:
 def experiments_dirs() -> list[str]:
     """Every workload's experiments directory that exists under the install."""
     return sorted(glob.glob(os.path.join(install_dir(), "workloads", "*", "experiments")))
+
+
+def packaged_data(name: str) -> str:
+    """The path of one of llmb's own data files (``llmb/data/NAME``: GPU peaks, flaky signatures, ...)."""
+    return os.path.join(os.path.dirname(__file__), "data", name)

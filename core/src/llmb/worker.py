@@ -1,7 +1,7 @@
 """The worker every rank runs: ``python -m llmb.worker RUN_JSON``.
 
 It reads the ``RunSpec`` and runs its engine: the torch engine, or the
-production framework (``llmb.frameworks``) inside NVIDIA's container. The
+production framework (``llmb.engines.frameworks``) inside NVIDIA's container. The
 rank comes from the launcher: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (the local
 backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
 ``SLURM_LOCALID`` (``srun``). An exception is printed with a ``[rankN]:``
@@ -10,7 +10,7 @@ told from the run's log, and the process exits 1.
 
 Before training, each node's local rank 0 checks the node's GPUs against
 the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
-(``llmb.provenance``).
+(``llmb.runs.provenance``).
 """
 
 from __future__ import annotations
@@ -41,18 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rank, world, local_rank = placement()
         with open(argv[0], encoding="utf-8") as handle:
-            from llmb.runspec import ENGINES, RunSpec
+            from llmb.runs.runspec import ENGINES, RunSpec
 
             spec = RunSpec.from_dict(json.load(handle))
         if spec.engine not in ENGINES:
             raise ValueError(f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}")
-        from llmb.provenance import start_job
+        from llmb.runs.provenance import start_job
 
         start_job(spec, rank=rank, world=world, local_rank=local_rank)  # the GPU check; rank 0 records provenance
         if spec.engine == "torch":
-            from llmb.engine.train import train
+            from llmb.engines.torch.train import train
         else:
-            from llmb.frameworks import train  # imports the framework lazily, inside the container
+            from llmb.engines.frameworks import train  # imports the framework lazily, inside the container
         train(spec, rank=rank, world=world, local_rank=local_rank)
     except BaseException as exc:  # noqa: BLE001 - report everything, including KeyboardInterrupt
         if isinstance(exc, SystemExit) and exc.code in (0, None):

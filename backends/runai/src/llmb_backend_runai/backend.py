@@ -14,7 +14,8 @@ import re
 from dataclasses import replace
 
 from llmb.errors import LlmbError, UsageError
-from llmb.jobs import (
+from llmb.paths import install_dir
+from llmb.runs.jobs import (
     TERMINAL,
     Job,
     JobStatus,
@@ -27,9 +28,8 @@ from llmb.jobs import (
     request_cancel,
     wait_until_ended,
 )
-from llmb.outcome import finish
-from llmb.paths import install_dir
-from llmb.runspec import RunSpec, SubmitOptions
+from llmb.runs.outcome import finish
+from llmb.runs.runspec import RunSpec, SubmitOptions
 
 from llmb_backend_runai import settings as runai_settings
 from llmb_backend_runai import workload
@@ -100,7 +100,7 @@ class RunaiBackend:
             return submit.image
         if spec.framework_config and spec.framework_config.get("container"):
             return spec.framework_config["container"]
-        from llmb.host import PluginHost
+        from llmb.plugins.host import PluginHost
 
         return PluginHost().workload(spec.workload).variant(spec.variant).container
 

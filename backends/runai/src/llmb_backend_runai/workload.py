@@ -26,7 +26,7 @@ import shlex
 import zlib
 
 from llmb.errors import UsageError
-from llmb.runspec import SECRET_VARIABLES, RunSpec
+from llmb.runs.runspec import SECRET_VARIABLES, RunSpec
 
 from llmb_backend_runai.settings import RunaiSettings
 

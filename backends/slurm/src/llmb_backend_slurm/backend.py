@@ -22,7 +22,7 @@ attempt (llmb stopped during its first sbatch) is looked up the same way.
 Retries (``--retries N``) resubmit a fresh job, excluding the nodes that
 failed, for infrastructure failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, a
 launch that never started the worker) and for flaky application failures:
-a failed job whose log ends with a known flaky signature (``llmb.flaky``),
+a failed job whose log ends with a known flaky signature (``llmb.runs.flaky``),
 unless it follows the run's own NaN grad norm. Each retried attempt's record
 says why it ended (``ended``).
 """
@@ -35,12 +35,15 @@ import sys
 import time
 from dataclasses import replace
 
-from llmb import experiment, provenance
-from llmb.cluster_settings import time_limit
 from llmb.errors import LlmbError, UsageError
-from llmb.flaky import FlakyFailure, flaky_failure, retry_nan_asked
-from llmb.images import check_reference, image_path
-from llmb.jobs import (
+from llmb.install.cluster_settings import time_limit
+from llmb.install.images import check_reference, image_path
+from llmb.log import get_logger
+from llmb.paths import install_dir
+from llmb.results.scan import read_tail
+from llmb.runs import experiment, provenance
+from llmb.runs.flaky import FlakyFailure, flaky_failure, retry_nan_asked
+from llmb.runs.jobs import (
     CANCEL_FILE,
     TERMINAL,
     Job,
@@ -56,11 +59,8 @@ from llmb.jobs import (
     save_job,
     wait_until_ended,
 )
-from llmb.log import get_logger
-from llmb.outcome import finish
-from llmb.paths import install_dir
-from llmb.results.scan import read_tail
-from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
+from llmb.runs.outcome import finish
+from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
 from llmb_backend_slurm import launch_plan
 from llmb_backend_slurm.commands import AnswerLost, QueryFailed, Row, SlurmCommands, submission_env
@@ -109,7 +109,7 @@ class SlurmBackend:
         else:
             reference = submit.image or spec.framework_config and spec.framework_config.get("container") or None
             if reference is None:
-                from llmb.host import PluginHost
+                from llmb.plugins.host import PluginHost
 
                 reference = PluginHost().workload(spec.workload).variant(spec.variant).container
             if reference.endswith(".sqsh"):
@@ -445,7 +445,7 @@ class SlurmBackend:
     def _flaky(job: Job) -> FlakyFailure | None:
         """The known flaky signature (the core's and the plugins') at the end of the failed attempt's log.
         The run's environment may opt in to retrying one that follows its own NaN (LLMB_RETRY_NAN=1)."""
-        from llmb.host import PluginHost
+        from llmb.plugins.host import PluginHost
 
         run = experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)) or {}
         env = run.get("env") if isinstance(run.get("env"), dict) else {}

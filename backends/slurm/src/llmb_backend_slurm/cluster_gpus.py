@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from llmb.errors import UsageError
-from llmb.gpus import catalogue
+from llmb.recipes.gpus import catalogue
 
 _PARENTHESES = re.compile(r"\([^)]*\)")
 _WORD = re.compile(r"[a-z0-9]+")

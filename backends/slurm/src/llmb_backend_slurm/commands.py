@@ -14,8 +14,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from llmb.cluster_settings import VARIABLES
 from llmb.errors import UsageError
+from llmb.install.cluster_settings import VARIABLES
 
 TIMEOUT_S = 60.0
 SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
-from llmb.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
+from llmb.runs.env_names import env_name_problem
+from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
 from llmb_backend_slurm import cluster_gpus, launch_settings, params
 from llmb_backend_slurm.commands import QueryFailed, SlurmCommands

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from llmb.errors import UsageError
-from llmb.gpus import gpu_type
+from llmb.recipes.gpus import gpu_type
 from llmb.yamlio import load_yaml_file
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # importing a backend's record must stay cheap: plugins register them at start-up
-    from llmb.jobs import Job, JobStatus
-    from llmb.runspec import RunSpec, SubmitOptions
+    from llmb.runs.jobs import Job, JobStatus
+    from llmb.runs.runspec import RunSpec, SubmitOptions
 
 
 class BackendImpl(Protocol):

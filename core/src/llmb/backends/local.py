@@ -27,8 +27,8 @@ import sys
 import time
 
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, Proc, job_processes, job_tag, signal_process
-from llmb.experiment import read_json, write_json
-from llmb.jobs import (
+from llmb.runs.experiment import read_json, write_json
+from llmb.runs.jobs import (
     Job,
     JobStatus,
     alive,
@@ -45,7 +45,7 @@ from llmb.jobs import (
     submitter_alive,
     write_exit,
 )
-from llmb.runspec import RunSpec, SubmitOptions
+from llmb.runs.runspec import RunSpec, SubmitOptions
 
 SUPERVISOR_FILE = "supervisor.json"
 RANKS_FILE = "ranks.json"
@@ -226,7 +226,7 @@ class LocalBackend:
                              f"{[p.pid for p in survivors]}", current.progress)
         ended, _ = read_exit_checked(job.id)
         if ended is None:  # the supervisor was gone, or never got to record it
-            from llmb.outcome import finish
+            from llmb.runs.outcome import finish
 
             try:
                 finish(job, "CANCELLED", "cancelled", prefer_log_reason=False, exit_codes={})

@@ -19,7 +19,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-from llmb.jobs import process_stat
+from llmb.runs.jobs import process_stat
 
 JOB_DIR_VARIABLE = "LLMB_JOB_DIR"
 

@@ -23,8 +23,8 @@ import traceback
 
 from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE, supervisor_record
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
-from llmb.experiment import read_json, write_json
-from llmb.jobs import (
+from llmb.runs.experiment import read_json, write_json
+from llmb.runs.jobs import (
     JOB_FILE,
     cancel_requested,
     describe_os_error,
@@ -35,8 +35,8 @@ from llmb.jobs import (
     reserve_exit_space,
     write_exit,
 )
-from llmb.outcome import finish
-from llmb.runspec import RunSpec
+from llmb.runs.outcome import finish
+from llmb.runs.runspec import RunSpec
 
 STOP_GRACE_S = 10.0
 

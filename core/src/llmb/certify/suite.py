@@ -22,10 +22,10 @@ import secrets
 from dataclasses import asdict, dataclass, field, replace
 
 from llmb.errors import UsageError
-from llmb.experiment import read_json, write_json
-from llmb.jobs import now
 from llmb.paths import install_dir
-from llmb.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
+from llmb.runs.experiment import read_json, write_json
+from llmb.runs.jobs import now
+from llmb.runs.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
 
 SUITE_FILE = "suite.json"
 EXEMPLAR_SCALE = 512  # GPUs: the scale the Exemplar validation guide certifies at
@@ -128,8 +128,8 @@ def load_suite(suite_id: str | None) -> Suite:
 def archive_roots(suite: Suite) -> list[tuple[str, str]]:
     """What ``llmb archive --suite`` packs, as (directory, name in the archive): the suite's record, the
     sweeps of its attempts and the run directory of each of its jobs, named from the install directory."""
-    from llmb.jobs import Job, read_job
-    from llmb.sweeps import sweeps_root
+    from llmb.runs.jobs import Job, read_job
+    from llmb.runs.sweeps import sweeps_root
 
     install = install_dir()
     directories = [suite_dir(suite.id)] + [os.path.join(sweeps_root(), a.sweep) for a in suite.attempts]

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from llmb.certify.gates import Gate, judge, passed
 from llmb.certify.suite import Attempt, Suite
 from llmb.errors import LlmbError
-from llmb.host import PluginHost
-from llmb.jobs import TERMINAL, Job, load_job
+from llmb.plugins.host import PluginHost
 from llmb.results.collect import Collector
 from llmb.results.experiments import RunLocation, find_runs
 from llmb.results.records import RunResult
-from llmb.sweep_runner import statuses
-from llmb.sweeps import Task
+from llmb.runs.jobs import TERMINAL, Job, load_job
+from llmb.runs.sweep_runner import statuses
+from llmb.runs.sweeps import Task
 
 PASS, FAIL, PENDING, NOT_RUN = "pass", "fail", "pending", "not run"
 

@@ -75,7 +75,7 @@ def cli() -> None:
 def get_host(ctx: click.Context):  # -> PluginHost, imported lazily
     root = ctx.find_root()
     if root.obj is None:
-        from llmb.host import PluginHost
+        from llmb.plugins.host import PluginHost
 
         root.obj = PluginHost()
     return root.obj

@@ -19,7 +19,7 @@ def _suite_roots(ctx, suite_id: str):
     (``certify/<id>/status.json``) first, so the archive says what llmb certify status said."""
     from llmb.certify.suite import archive_roots, load_suite, suite_dir
     from llmb.certify.verdict import judge_suite
-    from llmb.experiment import write_json
+    from llmb.runs.experiment import write_json
 
     suite = load_suite(suite_id)
     write_json(os.path.join(suite_dir(suite.id), "status.json"), judge_suite(get_host(ctx), suite).to_dict())
@@ -43,7 +43,7 @@ def _experiment_roots(dirs: tuple[str, ...]):
 
 def _output(output: str | None, fmt: str | None, stem: str) -> tuple[str, str]:
     """(file, format): the format from --format, else from the file's name, else gz."""
-    from llmb.archive import SUFFIXES, format_of
+    from llmb.results.archive import SUFFIXES, format_of
 
     named = format_of(output) if output else None
     if output and named is None:
@@ -79,8 +79,7 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
     *.pt.trace.json), archives (*.tar.*) and the code, checkpoints,
     nsys_profile, torch_profile and pytorch_profile folders. Logs, recipes
     and provenance files are kept."""
-    from llmb import archive
-
+    from llmb.results import archive
     if suite_id and dirs:
         raise UsageError("give DIRS or --suite ID, not both.")
     if suite_id:

@@ -94,7 +94,7 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
     """(tasks, gpu, scale, source, notes) of a new suite."""
     from llmb.certify import suite as suites
     from llmb.cli.run_options import parameter_names
-    from llmb.sweeps import tasks_from_file
+    from llmb.runs.sweeps import tasks_from_file
 
     proxy = bool(run_kw.get("proxy") or run_kw.get("layers"))
     if suite_file:

@@ -39,7 +39,7 @@ def config_command() -> None:
 @config_command.command("path")
 def path_command() -> None:
     """Print the cluster file's path (whether or not it exists)."""
-    from llmb.cluster_config import cluster_file
+    from llmb.install.cluster_config import cluster_file
 
     click.echo(cluster_file())
 
@@ -51,7 +51,7 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
     """Every cluster setting, its value and where it came from: an
     environment variable, the cluster file, or llmb's default. A flag on
     llmb run or llmb sweep wins over all of them; local runs use none."""
-    from llmb.cluster_config import cluster_file, effective, load
+    from llmb.install.cluster_config import cluster_file, effective, load
 
     path = cluster_file()
     config = load(path)

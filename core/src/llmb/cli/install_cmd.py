@@ -45,8 +45,8 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
     repositories; HF_ENDPOINT for a Hugging Face mirror. Exit codes: 0 done,
     1 a step failed, 2 something missing or a bad request (nothing was done).
     """
-    from llmb import install
     from llmb.errors import UsageError
+    from llmb.install import installer as install
     from llmb.paths import install_dir
 
     host = get_host(ctx)

@@ -12,7 +12,7 @@ from llmb.cli.output import emit_json, render_table
 from llmb.cli.plan_cmd import build_request, recipe_options
 from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
-from llmb.run_option_values import run_inputs
+from llmb.runs.run_option_values import run_inputs
 
 
 def _backend_of(ctx, job):
@@ -26,7 +26,7 @@ def _status_of(ctx, job):
 def _current(job):
     """The job's record as it is now (a backend may have moved the job on: a retry is a new
     attempt); the one in hand when the record has gone or become unreadable meanwhile."""
-    from llmb.jobs import Job, read_job
+    from llmb.runs.jobs import Job, read_job
 
     found = read_job(job.id)
     return found if isinstance(found, Job) else job
@@ -34,7 +34,7 @@ def _current(job):
 
 def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
     try:  # an interrupt from here on detaches: the job runs on
-        from llmb.follow import follow, summary
+        from llmb.runs.follow import follow, summary
 
         if announce:
             click.echo(f"{job.id}: {job.experiment} ({job.ranks} rank(s), {job.backend}); log {job.log}", err=True)
@@ -57,7 +57,7 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
     is removed, once a backend that can (``withdraw``) has stopped what it
     started. A job that may have reached a cluster's scheduler keeps its
     record (its status tells)."""
-    from llmb.jobs import BrokenJob, discard_job_dir, read_job
+    from llmb.runs.jobs import BrokenJob, discard_job_dir, read_job
 
     for job_id in job_ids:
         found = read_job(job_id)
@@ -89,8 +89,8 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
     experiment directory in the seeds' layout, start the job and follow it
     (step, step time, ETA) to its summary. With --detach, print the job id
     and return; llmb status, logs and cancel take it from any shell."""
-    from llmb.jobs import created_job_ids
-    from llmb.launch import submit_run
+    from llmb.runs.jobs import created_job_ids
+    from llmb.runs.launch import submit_run
 
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
     request, options, backend = run_inputs(run_kw, request)  # with the cluster file on a cluster backend
@@ -132,8 +132,8 @@ def status_command(ctx, job_id, show_all, as_json):
     """Show one job's state (and its summary once it ended), or list jobs.
     A job whose record or state cannot be read is shown as UNKNOWN with
     what is wrong; the others are listed as usual."""
-    from llmb.follow import summary
-    from llmb.jobs import BrokenJob, list_job_ids, load_job, read_job
+    from llmb.runs.follow import summary
+    from llmb.runs.jobs import BrokenJob, list_job_ids, load_job, read_job
 
     if job_id:
         found = read_job(job_id)
@@ -197,7 +197,7 @@ def status_command(ctx, job_id, show_all, as_json):
 def _one_status(ctx, job):
     """The job's status; UNKNOWN with the cause when it cannot be had."""
     from llmb.errors import LlmbError
-    from llmb.jobs import JobStatus, describe_os_error
+    from llmb.runs.jobs import JobStatus, describe_os_error
 
     try:
         return _status_of(ctx, job)
@@ -236,7 +236,7 @@ def logs_command(ctx, job_id, follow_, tail):
     Terminal escape sequences and control characters in the log are not
     passed to the terminal (the log file keeps them)."""
     from llmb.cli.output import terminal_safe
-    from llmb.jobs import load_job
+    from llmb.runs.jobs import load_job
 
     job = load_job(job_id)
     path = _backend_of(ctx, job).log_path(job)
@@ -263,7 +263,7 @@ def cancel_command(ctx, job_id, as_json):
     """Stop a job (every process of it, for the local backend, even when its
     record is gone or unreadable) and report its state once it has really
     ended."""
-    from llmb.jobs import TERMINAL, BrokenJob, read_job, store_error
+    from llmb.runs.jobs import TERMINAL, BrokenJob, read_job, store_error
 
     job = read_job(job_id)
     if job is None or isinstance(job, BrokenJob):
@@ -285,7 +285,7 @@ def cancel_command(ctx, job_id, as_json):
 def _cancel_unrecorded(ctx, job_id, broken) -> tuple[str, str]:
     """Cancel a job whose record is gone or unreadable: stop the processes
     its backend still finds for it (the local backend does). (state, reason)."""
-    from llmb.jobs import JobStoreError, load_job
+    from llmb.runs.jobs import JobStoreError, load_job
 
     stop = getattr(_backend_by_id(ctx, job_id), "stop_unrecorded", None)
     count, survivors = stop(job_id) if stop else (0, [])

@@ -25,7 +25,7 @@ def _compact(counts: tuple[int, ...]) -> str:
 def support_matrix(workloads: list) -> list[dict[str, Any]]:
     """One entry per (workload, variant, size, GPU type, scaling, GPU counts),
     with the dtypes that share them."""
-    from llmb.gpus import catalogue
+    from llmb.recipes.gpus import catalogue
 
     gpus = catalogue()
     entries: dict[tuple, dict[str, Any]] = {}

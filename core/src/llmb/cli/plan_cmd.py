@@ -6,7 +6,7 @@ import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json
-from llmb.gpus import MAX_GPUS_PER_NODE
+from llmb.recipes.gpus import MAX_GPUS_PER_NODE
 
 
 def recipe_options(func):
@@ -32,8 +32,8 @@ def recipe_options(func):
 
 
 def build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings):
-    from llmb.overrides import parse_overrides
-    from llmb.records import RecipeRequest
+    from llmb.recipes.overrides import parse_overrides
+    from llmb.recipes.records import RecipeRequest
 
     return RecipeRequest(
         workload=workload,
@@ -86,7 +86,7 @@ def render_plan(plan) -> str:
         f"logits {m.logits_gb:.1f})"
     )
     if plan.expected:
-        from llmb.planning import published_mfu_bf16_pct
+        from llmb.recipes.planning import published_mfu_bf16_pct
 
         e = plan.expected
         at_bf16 = published_mfu_bf16_pct(e) if e.dtype != "bf16" else None
@@ -120,7 +120,7 @@ def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant,
     show it: parallel layout with DP and GA derived, model FLOPs, a per-GPU
     memory estimate, the seed's published numbers where it has them, and any
     warnings or seed errata that apply."""
-    from llmb.planning import make_plan
+    from llmb.recipes.planning import make_plan
 
     host = get_host(ctx)
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)

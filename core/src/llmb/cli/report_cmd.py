@@ -39,11 +39,11 @@ def _rows_from_results(ctx, paths: tuple[str, ...]) -> tuple[list[dict], str]:
 
 def _rows_from_sweep(ctx, sweep_id: str) -> tuple[list[dict], str]:
     """Rows for each submitted job of the sweep, read from the job's run directory."""
-    from llmb.jobs import load_job
     from llmb.results.collect import Collector
     from llmb.results.experiments import RunLocation
     from llmb.results.export import row
-    from llmb.sweeps import load_sweep
+    from llmb.runs.jobs import load_job
+    from llmb.runs.sweeps import load_sweep
 
     sweep = load_sweep(sweep_id)
     jobs = [load_job(job_id) for job_id in sweep.job_ids]

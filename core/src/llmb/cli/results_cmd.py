@@ -199,7 +199,7 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     if fmt == "csv":
         click.echo(terminal_safe(to_csv(rows)), nl=False)
     elif fmt == "json":
-        from llmb.provenance import of_log
+        from llmb.runs.provenance import of_log
 
         for r, (_, result, _) in zip(rows, picked, strict=True):
             r["notes"] = list(result.notes)

@@ -1,13 +1,13 @@
 """``llmb run``'s options beyond the recipe as click options, shared with
-``llmb sweep``; ``llmb.run_option_values`` turns their values into RunOptions.
+``llmb sweep``; ``llmb.runs.run_option_values`` turns their values into RunOptions.
 A cluster option a flag does not give comes from its variable, then from
-``$LLMB_INSTALL/cluster.yaml`` (``llmb.cluster_settings``)."""
+``$LLMB_INSTALL/cluster.yaml`` (``llmb.install.cluster_settings``)."""
 
 from __future__ import annotations
 
 import click
 
-from llmb.cluster_settings import VARIABLES
+from llmb.install.cluster_settings import VARIABLES
 
 _OPTIONS = [
     click.option("--backend", envvar="LLMB_BACKEND", default="local", show_default=True,

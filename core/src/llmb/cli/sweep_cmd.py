@@ -54,8 +54,7 @@ def following_options(what: str):
 
 def checked_tasks(host, tasks: list, base: dict) -> list:
     """Every task checked as llmb run --dry-run checks a run; a UsageError listing each that cannot run."""
-    from llmb import sweep_runner
-
+    from llmb.runs import sweep_runner
     checked = sweep_runner.check(host, tasks, base)
     problem = sweep_runner.problems(checked)
     if problem:
@@ -80,8 +79,7 @@ def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detac
     """Submit the checked tasks as one sweep and follow it to its end (or only submit, ``detach``), the
     sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
     submission. Returns the SweepRun (exit 130 when interrupted)."""
-    from llmb import sweep_runner
-
+    from llmb.runs import sweep_runner
     backends = {c.planned.job.backend for c in checked}
     parallel = sweep_runner.default_parallel(backends, max_parallel)
     tty = sys.stderr.isatty()
@@ -111,8 +109,8 @@ def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detac
 
 def _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
            strong_scaling, variant, gpus_per_node, settings) -> list:
-    from llmb import sweeps
-    from llmb.overrides import parse_overrides
+    from llmb.recipes.overrides import parse_overrides
+    from llmb.runs import sweeps
 
     chosen = [name for name, given in (("a WORKLOAD", workload), ("--file", sweep_file),
                                        ("--all-workloads", all_workloads)) if given]

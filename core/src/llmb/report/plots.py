@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmb.errors import UsageError
-from llmb.records import ReferenceResult
+from llmb.recipes.records import ReferenceResult
 from llmb.report.series import EFFICIENCY_FORMULAS, Point, ReportData, Spread
 
 INSTALL_HINT = "pip install 'llmb[report]'"

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmb.records import ReferenceResult, Workload
+from llmb.recipes.records import ReferenceResult, Workload
 from llmb.results.analyze import delta_pct, mean_std
 
 STRONG = "strong"

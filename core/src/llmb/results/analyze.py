@@ -43,9 +43,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
-from llmb.gpus import catalogue
-from llmb.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
-from llmb.records import ReferenceResult, Variant, Workload
+from llmb.recipes.gpus import catalogue
+from llmb.recipes.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
+from llmb.recipes.records import ReferenceResult, Variant, Workload
 from llmb.results.records import (
     CheckpointTimings,
     Failure,

@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from llmb.gpus import catalogue
-from llmb.host import PluginHost
+from llmb.plugins.host import PluginHost
+from llmb.recipes.gpus import catalogue
 from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
 from llmb.results.records import RunContext, RunResult

@@ -20,11 +20,11 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from llmb.experiment import RECIPE_FILE
-from llmb.gpus import catalogue
-from llmb.records import Workload
+from llmb.recipes.gpus import catalogue
+from llmb.recipes.records import Workload
 from llmb.results.records import RunContext
 from llmb.results.scan import read_regular
+from llmb.runs.experiment import RECIPE_FILE
 
 MAX_RECIPE = 1 << 20  # bytes: a recipe is a few hundred
 
@@ -138,7 +138,7 @@ def _job_state(job_id) -> str | None:
     """The end state llmb recorded for the job that ran this (None: unknown, or not ended)."""
     if not isinstance(job_id, str) or not job_id:
         return None
-    from llmb.jobs import read_exit
+    from llmb.runs.jobs import read_exit
 
     try:
         ended = read_exit(job_id)

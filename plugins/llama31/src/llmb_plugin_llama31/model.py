@@ -1,4 +1,4 @@
-"""Llama 3.1 for the torch engine, composed from ``llmb.engine.blocks``.
+"""Llama 3.1 for the torch engine, composed from ``llmb.engines.torch.blocks``.
 
 A dense decoder: every layer is RMSNorm -> grouped-query attention with RoPE
 (base 500,000, all head dimensions) -> residual, RMSNorm -> SwiGLU MLP ->
@@ -11,8 +11,8 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engine.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, SwiGLU
-from llmb.records import ModelArch
+from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, SwiGLU
+from llmb.recipes.records import ModelArch
 
 ROPE_BASE = 500_000.0
 

@@ -1,4 +1,4 @@
-"""Llama 4 Maverick for the torch engine, composed from ``llmb.engine.blocks``.
+"""Llama 4 Maverick for the torch engine, composed from ``llmb.engines.torch.blocks``.
 
 Llama-style layers (RMSNorm pre-norms, grouped-query attention with RoPE base
 500,000, residuals) whose MLP alternates: every ``moe_layer_step``-th layer
@@ -17,8 +17,8 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engine.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, RoutedMoE, SwiGLU
-from llmb.records import ModelArch
+from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, RoutedMoE, SwiGLU
+from llmb.recipes.records import ModelArch
 
 ROPE_BASE = 500_000.0
 

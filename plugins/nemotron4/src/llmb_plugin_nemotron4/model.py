@@ -1,4 +1,4 @@
-"""Nemotron-4 for the torch engine, composed from ``llmb.engine.blocks``.
+"""Nemotron-4 for the torch engine, composed from ``llmb.engines.torch.blocks``.
 
 A dense decoder: every layer is LayerNorm1p -> grouped-query attention with
 RoPE on half of each head's dimensions (base 10,000) -> residual,
@@ -10,8 +10,8 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engine.blocks import CausalLM, GroupedQueryAttention, LayerNorm1p, LayerParts, RotaryEmbedding, SquaredReLUMLP
-from llmb.records import ModelArch
+from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerNorm1p, LayerParts, RotaryEmbedding, SquaredReLUMLP
+from llmb.recipes.records import ModelArch
 
 ROPE_BASE = 10_000.0
 ROTARY_FRACTION = 0.5

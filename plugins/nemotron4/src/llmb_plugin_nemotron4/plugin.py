@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmb import hookimpl
-from llmb.flops import dense_transformer
-from llmb.records import ModelArch, ModelFlops, Workload
-from llmb.workload_file import load_workload
+from llmb.recipes.flops import dense_transformer
+from llmb.recipes.records import ModelArch, ModelFlops, Workload
+from llmb.recipes.workload_file import load_workload
 
 
 @hookimpl

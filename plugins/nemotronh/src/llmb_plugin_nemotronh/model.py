@@ -1,4 +1,4 @@
-"""Nemotron-H for the torch engine, composed from ``llmb.engine.blocks``.
+"""Nemotron-H for the torch engine, composed from ``llmb.engines.torch.blocks``.
 
 A hybrid decoder that follows ``arch.layer_pattern`` one layer per
 character, each with its own RMSNorm pre-norm and residual: ``M`` a Mamba2
@@ -12,8 +12,8 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engine.blocks import CausalLM, GroupedQueryAttention, LayerParts, Mamba2Mixer, RMSNorm, SquaredReLUMLP
-from llmb.records import ModelArch
+from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, Mamba2Mixer, RMSNorm, SquaredReLUMLP
+from llmb.recipes.records import ModelArch
 
 
 def build(arch: ModelArch) -> CausalLM:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from llmb import hookimpl
-from llmb.flops import dense_transformer
-from llmb.records import ModelArch, ModelFlops, Workload
-from llmb.workload_file import load_workload
+from llmb.recipes.flops import dense_transformer
+from llmb.recipes.records import ModelArch, ModelFlops, Workload
+from llmb.recipes.workload_file import load_workload
 
 
 @hookimpl
@@ -19,4 +19,4 @@ def llmb_model_flops(workload: Workload, arch: ModelArch, seq_len: int) -> Model
     # Called only for the workload this plugin registered (toy). A real plugin
     # returns its recipe document's own formula; the toy uses the core's
     # dense-transformer formula, split into attention, mlp and embedding.
-    return dense_transformer(arch, seq_len, formula="toy: llmb.flops.dense_transformer")
+    return dense_transformer(arch, seq_len, formula="toy: llmb.recipes.flops.dense_transformer")

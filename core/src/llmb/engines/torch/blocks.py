@@ -1,0 +1,673 @@
+"""Reusable PyTorch building blocks of the benchmark model families.
+
+Every block is written from the math it computes and creates its parameters
+in the default dtype on the default device (the engine builds under
+``torch.device("meta")`` to count parameters without memory, and applies
+autocast on GPU). No block has a bias except the ones the models have: the
+Mamba2 depthwise convolution and LayerNorm1p. The parameter shapes reproduce
+``llmb.recipes.params`` exactly, layer kind by layer kind:
+
+* ``A``: pre-norm -> attention -> residual, pre-norm -> dense MLP -> residual
+* ``E``: pre-norm -> attention -> residual, pre-norm -> routed MoE -> residual
+* ``M``: pre-norm -> Mamba2 mixer -> residual
+* ``*``: pre-norm -> attention -> residual
+* ``-``: pre-norm -> dense MLP -> residual
+
+After materialising a meta-built model (``model.to_empty(device=...)``), call
+``initialize(model)`` to give every parameter its initial value again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llmb.engines.torch import kernels, loss
+from llmb.recipes.records import ModelArch
+
+__all__ = [
+    "CausalLM",
+    "DecoderLayer",
+    "GatedRMSNorm",
+    "GroupedQueryAttention",
+    "LayerNorm1p",
+    "LayerParts",
+    "Mamba2Mixer",
+    "PreNormResidual",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "RoutedMoE",
+    "SquaredReLUMLP",
+    "SwiGLU",
+    "count_parameters",
+    "initialize",
+    "make_norm",
+    "ssd_scan",
+]
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or kept in float64: norms, decays and step sizes need the range."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+# --------------------------------------------------------------------------
+# Norms
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm: ``x / sqrt(mean(x^2) + eps) * weight``.
+
+    No centring and no bias; ``dim`` parameters. Computed in (at least)
+    float32 and returned in the input's dtype.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = _wide(x)
+        normed = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * _wide(self.weight)).to(x.dtype)
+
+
+class LayerNorm1p(nn.Module):
+    """Nemotron's LayerNorm with a zero-centred scale.
+
+    Normalises to zero mean and unit variance, then applies ``(1 + weight)``
+    and ``bias``. The weight is stored as the offset from one (initialised to
+    zero), which is what makes weight decay pull the scale towards one.
+    ``2 * dim`` parameters. At zero weight it is exactly a plain LayerNorm.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (self.dim,), 1 + self.weight, self.bias, self.eps)
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba2's output norm: RMS-normalise ``x * silu(gate)``, then scale.
+
+    The mean square is taken over groups of ``group_size`` channels (one
+    group per Mamba2 B/C group, as Nemotron-H does); ``dim`` parameters.
+    """
+
+    def __init__(self, dim: int, group_size: int | None = None, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.group_size = group_size or dim
+        if dim % self.group_size:
+            raise ValueError(f"GatedRMSNorm: dim {dim} is not a multiple of group_size {self.group_size}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        gated = _wide(x) * F.silu(_wide(gate))
+        grouped = gated.unflatten(-1, (-1, self.group_size))
+        grouped = grouped * torch.rsqrt(grouped.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (grouped.flatten(-2) * _wide(self.weight)).to(x.dtype)
+
+
+def make_norm(arch: ModelArch) -> Callable[[int], nn.Module]:
+    """The norm class that ``arch.norm`` names (``rmsnorm`` or ``layernorm1p``)."""
+    norms: dict[str, Callable[[int], nn.Module]] = {"rmsnorm": RMSNorm, "layernorm1p": LayerNorm1p}
+    if arch.norm not in norms:
+        raise ValueError(f"unknown norm {arch.norm!r}; known: {', '.join(norms)}")
+    return norms[arch.norm]
+
+
+# --------------------------------------------------------------------------
+# Rotary position embedding
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE) over the first ``fraction`` of each head.
+
+    The first ``rotary_dim = fraction * head_dim`` channels of a head are
+    taken as ``rotary_dim / 2`` pairs ``(x[i], x[i + rotary_dim/2])``; pair
+    ``i`` at position ``p`` is rotated by the angle ``p * base^(-2i/rotary_dim)``.
+    The remaining channels pass through unchanged (Nemotron-4 rotates half).
+    No parameters. The cos/sin tables are built once per sequence length,
+    device and dtype and kept (one instance serves every layer of a model).
+    """
+
+    def __init__(self, head_dim: int, base: float = 10_000.0, fraction: float = 1.0) -> None:
+        super().__init__()
+        rotary_dim = int(head_dim * fraction)
+        rotary_dim -= rotary_dim % 2
+        if not 0 < rotary_dim <= head_dim:
+            raise ValueError(f"RotaryEmbedding: fraction {fraction} of head_dim {head_dim} rotates nothing")
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim
+        self.base = base
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def angles(self, seq_len: int, device: torch.device,
+               dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's angles, ``[seq_len, rotary_dim]`` in ``dtype`` (cached)."""
+        key = (seq_len, torch.device(device), dtype)
+        tables = self._tables.get(key)
+        return tables if tables is not None else self._build(key)
+
+    @torch.compiler.disable
+    def _build(self, key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        seq_len, device, dtype = key
+        wide = torch.promote_types(dtype, torch.float32)
+        with torch.no_grad(), torch.inference_mode(False):  # usable by later training steps
+            exponent = torch.arange(0, self.rotary_dim, 2, device=device, dtype=wide) / self.rotary_dim
+            inv_freq = self.base ** -exponent
+            positions = torch.arange(seq_len, device=device, dtype=wide)
+            theta = torch.outer(positions, inv_freq)
+            theta = torch.cat((theta, theta), dim=-1)
+            tables = theta.cos().to(dtype), theta.sin().to(dtype)
+        self._tables[key] = tables
+        return tables
+
+    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x [..., head_dim]`` by ``cos``/``sin``, which broadcast against ``x[..., :rotary_dim]``.
+
+        Computed in the tables' dtype, returned in ``x``'s.
+        """
+        rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        wide = rot.to(cos.dtype)
+        first, second = wide.chunk(2, dim=-1)
+        rot = (wide * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
+        return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot
+
+    def rotate_sequence_first(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x [batch, seq, heads, head_dim]`` (the projection's own layout)."""
+        cos, sin = self.angles(x.shape[1], x.device, torch.promote_types(x.dtype, torch.float32))
+        return self.rotate(x, cos.unsqueeze(1), sin.unsqueeze(1))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate queries and keys, both ``[batch, heads, seq, head_dim]``."""
+        cos, sin = self.angles(q.shape[-2], q.device, torch.promote_types(q.dtype, torch.float32))
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+
+
+# --------------------------------------------------------------------------
+# Attention
+
+
+class GroupedQueryAttention(nn.Module):
+    """Causal self-attention with grouped queries (GQA).
+
+    ``heads`` query heads share ``query_groups`` key/value heads (query head
+    ``i`` reads KV head ``i // (heads / query_groups)``). One fused input
+    projection ``qkv_proj`` whose output is q, k and v laid end to end
+    (``heads * head_dim``, then ``query_groups * head_dim`` twice), and an
+    output projection, none with a bias; optional RoPE on q and k (rotated in
+    one call); softmax(q k^T / sqrt(head_dim)) v under a causal mask through
+    ``kernels.attention`` (SDPA; an explicit fused-kernel choice on GPU).
+    Tensor parallelism may lower ``heads`` and ``query_groups`` to a rank's
+    local counts, with ``qkv_proj`` holding that rank's q|k|v rows. The
+    layer's pre-norm is not part of it.
+    """
+
+    def __init__(self, hidden: int, heads: int, query_groups: int, head_dim: int,
+                 rope: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        if heads % query_groups:
+            raise ValueError(f"GroupedQueryAttention: {heads} heads do not split into {query_groups} groups")
+        self.heads, self.query_groups, self.head_dim = heads, query_groups, head_dim
+        self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.rope = rope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        heads, groups = self.heads, self.query_groups
+        qkv = self.qkv_proj(x).unflatten(-1, (heads + 2 * groups, self.head_dim))  # [b, s, h + 2g, d]
+        qk, v = qkv[:, :, : heads + groups], qkv[:, :, heads + groups :]
+        if self.rope is not None:
+            qk = self.rope.rotate_sequence_first(qk)
+        q, k = qk[:, :, :heads], qk[:, :, heads:]
+        out = kernels.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim))
+
+
+# --------------------------------------------------------------------------
+# MLPs
+
+
+class SwiGLU(nn.Module):
+    """Gated MLP: ``down(silu(gate(x)) * up(x))``; three ``hidden x ffn`` matrices.
+
+    The gate and up matrices are one fused projection ``gate_up_proj``
+    (``2 * ffn`` outputs: the gate's, then the up's), computed in one product
+    and split in two.
+    """
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden, 2 * ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class SquaredReLUMLP(nn.Module):
+    """Ungated MLP with a squared ReLU: ``down(relu(up(x))^2)``; two matrices."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.relu(self.up_proj(x)).square())
+
+
+def make_mlp(arch: ModelArch) -> Callable[[int], nn.Module]:
+    """The MLP class that ``arch.activation`` names, as ``ffn -> module``."""
+    mlps: dict[str, type[nn.Module]] = {"swiglu": SwiGLU, "squared_relu": SquaredReLUMLP}
+    if arch.activation not in mlps:
+        raise ValueError(f"unknown activation {arch.activation!r}; known: {', '.join(mlps)}")
+    mlp = mlps[arch.activation]
+    return lambda ffn: mlp(arch.hidden, ffn)
+
+
+# --------------------------------------------------------------------------
+# Mixture of experts
+
+
+class RoutedMoE(nn.Module):
+    """Token-choice mixture of SwiGLU experts, plus an optional shared expert.
+
+    A bias-free router scores every token against every expert; each token
+    goes to its ``topk`` highest-scoring experts. The routing weights are the
+    chosen logits through a sigmoid (Llama 4) or a softmax over the chosen k
+    (Mixtral-style). With ``weight_inputs`` the weight scales the token before
+    its expert (Llama 4's choice), otherwise the expert's output. The shared
+    expert, when present, sees every token and is added unweighted.
+
+    Tokens are grouped by expert (a stable sort by expert id) with no host
+    synchronisation; each expert is a ``SwiGLU`` and runs once on its batch
+    of tokens, an empty batch included, so every expert's parameters take
+    part in every step (DDP then reduces all of them, whatever the routing).
+    On a GPU where the grouped GEMM is fast the experts run as two grouped
+    products over their stacked weights (``kernels.grouped_mm``); elsewhere
+    one product per expert. The outputs return to token order by a
+    permutation and a sum over each token's k choices (no atomics). No
+    load-balancing loss.
+    """
+
+    def __init__(self, hidden: int, experts: int, moe_ffn: int, topk: int, shared_ffn: int = 0,
+                 score: str = "softmax", weight_inputs: bool = False) -> None:
+        super().__init__()
+        if score not in ("softmax", "sigmoid"):
+            raise ValueError(f"RoutedMoE: unknown score {score!r}; known: softmax, sigmoid")
+        if not 0 < topk <= experts:
+            raise ValueError(f"RoutedMoE: topk {topk} must be in 1..{experts}")
+        self.hidden, self.topk, self.score, self.weight_inputs = hidden, topk, score, weight_inputs
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(hidden, moe_ffn) for _ in range(experts))
+        self.shared_expert = SwiGLU(hidden, shared_ffn) if shared_ffn else None
+
+    def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Routing weights and expert ids of ``tokens [T, hidden]``, both ``[T, topk]``."""
+        logits = self.router(tokens)
+        top, ids = logits.topk(self.topk, dim=-1)
+        weights = torch.sigmoid(top.float()) if self.score == "sigmoid" else torch.softmax(top.float(), dim=-1)
+        return weights, ids
+
+    def run_experts(self, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on its ``counts[e]`` consecutive rows of ``tokens`` (grouped by expert, in order)."""
+        device = tokens.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else tokens.dtype
+        ffn = self.experts[0].down_proj.in_features
+        if kernels.grouped_mm_usable(device, dtype, self.hidden, ffn):
+            offsets = counts.cumsum(0).to(torch.int32)
+            gate_up = torch.stack([e.gate_up_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
+            down = torch.stack([e.down_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
+            gate, up = kernels.grouped_mm(tokens.to(dtype), gate_up, offsets).chunk(2, dim=-1)
+            return kernels.grouped_mm(F.silu(gate) * up, down, offsets)
+        chunks = tokens.split(counts.tolist())  # on CPU a host read, not a device synchronisation
+        return torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks, strict=True)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, self.hidden)
+        weights, ids = self.route(tokens)
+        flat_ids = ids.flatten()  # assignment j is token j // topk
+        order = flat_ids.argsort(stable=True)
+        counts = torch.zeros(len(self.experts), dtype=torch.int64, device=x.device)
+        counts.scatter_add_(0, flat_ids, torch.ones_like(flat_ids))
+        w = weights.flatten()[order].unsqueeze(-1)
+        chosen = tokens[order // self.topk]
+        if self.weight_inputs:
+            y = self.run_experts((chosen * w).to(chosen.dtype), counts).to(tokens.dtype)
+        else:
+            y = (self.run_experts(chosen, counts) * w).to(tokens.dtype)
+        out = torch.empty_like(y).index_copy(0, order, y).view(-1, self.topk, self.hidden).sum(dim=1)
+        if self.shared_expert is not None:
+            out = out + self.shared_expert(tokens).to(out.dtype)
+        return out.view_as(x)
+
+
+# --------------------------------------------------------------------------
+# Mamba2
+
+
+def _segment_decay(log_decay: torch.Tensor) -> torch.Tensor:
+    """``exp(sum_{s < r <= t} log_decay[r])`` for every ``t >= s`` (zero above).
+
+    ``log_decay [..., L]`` -> ``[..., L(t), L(s)]``, computed from the
+    cumulative sum in (at least) float32; the masked entries become exactly zero.
+    """
+    cumulative = _wide(log_decay).cumsum(dim=-1)
+    length = log_decay.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=log_decay.device).tril()
+    segment = (cumulative.unsqueeze(-1) - cumulative.unsqueeze(-2)).masked_fill(~causal, -math.inf)
+    return segment.exp()
+
+
+def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+             chunk: int, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mamba2's selective state-space scan (SSD), computed chunk by chunk.
+
+    Shapes: ``x [b, s, h, p]`` (h heads of p channels), ``dt [b, s, h]``
+    (positive step sizes), ``A [h]`` (negative), ``B, C [b, s, g, n]`` (g
+    groups of state size n; head i uses group ``i // (h / g)``). The
+    recurrence it computes, per head, with a state ``H [p, n]``::
+
+        H_t = exp(dt_t * A) * H_{t-1} + dt_t * x_t B_t^T
+        y_t = H_t C_t
+
+    Within a chunk of ``chunk`` steps the outputs are the quadratic
+    (attention-like) form ``y_t = sum_{s<=t} (C_t . B_s) exp(sum_{s<r<=t} dt_r A) dt_s x_s``;
+    each chunk also yields the state it leaves behind, and a recurrence over
+    chunks carries the state forward, contributing ``exp(sum_{r<=t} dt_r A) H_prev C_t``
+    to every output of the next chunk. A sequence that is not a multiple of
+    ``chunk`` is zero-padded at the end (``dt = 0`` there: no decay, no input).
+
+    Returns ``y [b, s, h, p]`` and the final state ``[b, h, p, n]``.
+    """
+    batch, seq, heads, head_dim = x.shape
+    groups, state = B.shape[-2], B.shape[-1]
+    per_group = heads // groups
+    pad = (-seq) % chunk
+    if pad:
+        x, dt, B, C = (F.pad(t, (0,) * (2 * (t.dim() - 2)) + (0, pad)) for t in (x, dt, B, C))
+    chunks = (seq + pad) // chunk
+
+    # [b, c, l, g, r, p]: sequence into chunks of l steps, heads into g groups of r
+    xs = x.reshape(batch, chunks, chunk, groups, per_group, head_dim)
+    dts = dt.reshape(batch, chunks, chunk, groups, per_group)
+    Bs = B.reshape(batch, chunks, chunk, groups, state)
+    Cs = C.reshape(batch, chunks, chunk, groups, state)
+    x_dt = xs * dts.unsqueeze(-1).to(xs.dtype)
+
+    # log-decay per step, laid out [b, g, r, c, l]
+    log_decay = (_wide(dts) * _wide(A).view(groups, per_group)).permute(0, 3, 4, 1, 2)
+    cumulative = log_decay.cumsum(dim=-1)
+
+    # 1. within chunks: the quadratic form, masked to s <= t
+    decay = _segment_decay(log_decay)  # [b, g, r, c, l(t), l(s)]
+    scores = torch.einsum("bctgn,bcsgn->bgcts", Cs, Bs)  # C_t . B_s, shared by a group's heads
+    weights = (scores.unsqueeze(2) * decay).to(x_dt.dtype)  # [b, g, r, c, t, s]
+    y = torch.einsum("bgrcts,bcsgrp->bctgrp", weights, x_dt)
+
+    # 2. the state each chunk leaves behind (from its own inputs only)
+    to_end = (cumulative[..., -1:] - cumulative).exp()  # [b, g, r, c, l]
+    chunk_states = torch.einsum("bgrcl,bclgn,bclgrp->bcgrpn", to_end.to(x_dt.dtype), Bs, x_dt)
+
+    # 3. across chunks: carry the state forward, decaying by each whole chunk
+    chunk_decay = cumulative[..., -1].exp()  # [b, g, r, c]
+    carried = (torch.zeros(batch, groups, per_group, head_dim, state, dtype=chunk_states.dtype, device=x.device)
+               if initial_state is None else initial_state.reshape(batch, groups, per_group, head_dim, state))
+    entering = []
+    for c in range(chunks):
+        entering.append(carried)
+        carried = chunk_decay[..., c, None, None].to(carried.dtype) * carried + chunk_states[:, c]
+    previous = torch.stack(entering, dim=1)  # [b, c, g, r, p, n]: the state entering each chunk
+
+    # 4. what the entering state contributes to each output of its chunk
+    from_start = cumulative.exp().to(x_dt.dtype)  # [b, g, r, c, l]
+    y = y + torch.einsum("bctgn,bcgrpn,bgrct->bctgrp", Cs.to(previous.dtype), previous, from_start)
+
+    y = y.reshape(batch, chunks * chunk, heads, head_dim)[:, :seq]
+    return y, carried.reshape(batch, heads, head_dim, state)
+
+
+class Mamba2Mixer(nn.Module):
+    """The Mamba2 mixer: a gated selective state-space layer.
+
+    ``in_proj`` maps each token to the gate ``z`` (d_inner), the scan input
+    ``x`` (d_inner), ``B`` and ``C`` (groups x state each) and one step size
+    per head. ``x``, ``B`` and ``C`` go through a depthwise causal 1-d
+    convolution (kernel ``conv_kernel``, with bias) and SiLU. The step size
+    is ``softplus(dt + dt_bias)``, the decay rate ``A = -exp(A_log)``; the SSD
+    scan (``ssd_scan``) runs per head, plus the skip ``D * x``. The result is
+    normalised with ``z`` as its gate (``GatedRMSNorm``) and projected back by
+    ``out_proj``. d_inner = heads * head_dim. The layer's pre-norm is not part of it.
+    """
+
+    def __init__(self, hidden: int, heads: int, head_dim: int, state: int, groups: int, conv_kernel: int,
+                 chunk: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        if heads % groups:
+            raise ValueError(f"Mamba2Mixer: {heads} heads do not split into {groups} groups")
+        self.heads, self.head_dim, self.state, self.groups, self.chunk = heads, head_dim, state, groups, chunk
+        self.d_inner = heads * head_dim
+        self.conv_dim = self.d_inner + 2 * groups * state
+        self.in_proj = nn.Linear(hidden, self.d_inner + self.conv_dim + heads, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_kernel, groups=self.conv_dim,
+                                padding=conv_kernel - 1, bias=True)
+        self.dt_bias = nn.Parameter(torch.empty(heads))
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.D = nn.Parameter(torch.empty(heads))
+        self.norm = GatedRMSNorm(self.d_inner, group_size=self.d_inner // groups, eps=eps)
+        self.out_proj = nn.Linear(self.d_inner, hidden, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self, dt_min: float = 1e-3, dt_max: float = 0.1) -> None:
+        """Mamba's initialisation of its own per-head parameters: step sizes
+        log-uniform in [dt_min, dt_max] (stored through softplus's inverse),
+        decay rates uniform in [1, 16], skip 1."""
+        with torch.no_grad():
+            dt = torch.empty_like(self.dt_bias, dtype=torch.float32).uniform_(math.log(dt_min), math.log(dt_max)).exp()
+            self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+            self.A_log.copy_(torch.empty_like(self.A_log, dtype=torch.float32).uniform_(1, 16).log())
+            self.D.fill_(1.0)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = hidden_states.shape
+        fused = kernels.mamba_kernels(hidden_states.device)  # None on CPU: the plain-PyTorch path
+        z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
+        if fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4:  # its widths: 2-4
+            # channel-last and contiguous, so the kernel's 16-byte stride alignment holds whatever the head count
+            xbc = fused.conv(xbc.contiguous().transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
+                             activation="silu").transpose(1, 2)
+        else:
+            xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))  # causal: drop the look-ahead
+        x, B, C = xbc.split([self.d_inner, self.groups * self.state, self.groups * self.state], dim=-1)
+        x = x.view(batch, seq, self.heads, self.head_dim)
+        B, C = B.view(batch, seq, self.groups, self.state), C.view(batch, seq, self.groups, self.state)
+        dt = F.softplus(_wide(dt) + _wide(self.dt_bias))
+        A = -torch.exp(_wide(self.A_log))
+        if fused is not None and fused.scan is not None:
+            y = fused.scan(x, dt, A, B, C, self.chunk, D=self.D)  # the skip D * x included
+        else:
+            y, _ = ssd_scan(x, dt, A, B, C, self.chunk)
+            y = y + x * self.D.view(-1, 1).to(x.dtype)
+        y = self.norm(y.reshape(batch, seq, self.d_inner), z)
+        return self.out_proj(y)
+
+
+# --------------------------------------------------------------------------
+# Layers and the causal LM
+
+
+class PreNormResidual(nn.Module):
+    """``x + mixer(norm(x))``: one pre-norm residual sub-layer."""
+
+    def __init__(self, norm: nn.Module, mixer: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+        self.mixer = mixer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mixer(self.norm(x))
+
+
+class DecoderLayer(nn.Sequential):
+    """One layer of kind ``kind``: its pre-norm residual sub-layers in order."""
+
+    def __init__(self, kind: str, *sublayers: PreNormResidual) -> None:
+        super().__init__(*sublayers)
+        self.kind = kind
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind!r}"
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """How a family builds the parts of its layers; each factory makes a fresh module.
+
+    ``norm(dim)`` is every pre-norm and the final norm; ``attention()`` the
+    token mixer of ``A``, ``E`` and ``*`` layers; ``mlp(ffn)`` the dense MLP
+    of ``A`` and ``-`` layers (called with ``arch.ffn``); ``moe()`` the MoE of
+    ``E`` layers; ``mamba()`` the mixer of ``M`` layers. A family leaves out
+    what its layer kinds do not use.
+    """
+
+    norm: Callable[[int], nn.Module]
+    attention: Callable[[], nn.Module] | None = None
+    mlp: Callable[[int], nn.Module] | None = None
+    moe: Callable[[], nn.Module] | None = None
+    mamba: Callable[[], nn.Module] | None = None
+
+
+def build_layer(kind: str, arch: ModelArch, parts: LayerParts) -> DecoderLayer:
+    """The layer of kind ``kind`` (see the module docstring), with its pre-norm(s)."""
+
+    def need(name: str) -> Callable:
+        factory = getattr(parts, name)
+        if factory is None:
+            raise ValueError(f"layer kind {kind!r} of {arch.family} {arch.size} needs a {name} part")
+        return factory
+
+    def sub(mixer: nn.Module) -> PreNormResidual:
+        return PreNormResidual(parts.norm(arch.hidden), mixer)
+
+    if kind == "A":
+        return DecoderLayer(kind, sub(need("attention")()), sub(need("mlp")(arch.ffn)))
+    if kind == "E":
+        return DecoderLayer(kind, sub(need("attention")()), sub(need("moe")()))
+    if kind == "M":
+        return DecoderLayer(kind, sub(need("mamba")()))
+    if kind == "*":
+        return DecoderLayer(kind, sub(need("attention")()))
+    if kind == "-":
+        return DecoderLayer(kind, sub(need("mlp")(arch.ffn)))
+    raise ValueError(f"unknown layer kind {kind!r} in {arch.family} {arch.size}; known: A E M * -")
+
+
+class CausalLM(nn.Module):
+    """A decoder-only language model assembled from ``arch.layer_kinds()``.
+
+    Token embedding (vocab x hidden) -> the layers, one per kind character ->
+    final norm -> output layer (hidden -> vocab, no bias; the embedding
+    matrix itself when ``arch.tied_embeddings``). ``forward(input_ids)`` maps
+    int64 token ids ``[batch, seq]`` to logits ``[batch, seq, vocab]``;
+    ``forward(input_ids, labels)`` returns the mean next-token cross-entropy
+    instead, computed chunk by chunk from the final hidden states
+    (``llmb.engines.torch.loss``) so that the full float32 logits never exist.
+    Training calls the latter through the (DDP-wrapped) module, so the
+    gradients are reduced as usual.
+    """
+
+    def __init__(self, arch: ModelArch, parts: LayerParts) -> None:
+        super().__init__()
+        self.arch = arch
+        self.embedding = nn.Embedding(arch.vocab, arch.hidden)
+        self.layers = nn.ModuleList(build_layer(kind, arch, parts) for kind in arch.layer_kinds())
+        self.final_norm = parts.norm(arch.hidden)
+        self.output = None if arch.tied_embeddings else nn.Linear(arch.hidden, arch.vocab, bias=False)
+
+    def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The final hidden states ``[batch, seq, hidden]`` (after the final norm)."""
+        x = self.embedding(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer on ``hidden``: ``[..., vocab]``."""
+        if self.output is None:
+            return F.linear(hidden, self.embedding.weight)
+        return self.output(hidden)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        hidden = self.hidden(input_ids)
+        if labels is None:
+            return self.logits(hidden)
+        weight = self.embedding.weight if self.output is None else self.output.weight
+        if not loss.chunkable(weight):  # e.g. a vocabulary split by tensor parallelism: its own loss path
+            logits = self.logits(hidden)
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return loss.chunked_cross_entropy(hidden.flatten(0, -2), weight, labels.flatten())
+
+
+# --------------------------------------------------------------------------
+# Helpers
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of distinct parameter elements (a tied matrix counts once)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def initialize(module: nn.Module, seed: int | None = None) -> nn.Module:
+    """Give every parameter of ``module`` its initial value again.
+
+    Calls ``reset_parameters()`` on every sub-module that has one (each
+    resets only its own direct parameters). Use it after
+    ``module.to_empty(device=...)`` on a model built on the meta device.
+    With ``seed``, each sub-module draws from its own seed
+    (``module_seed(seed, i)``, i its place in ``module.modules()``), so a
+    sub-module's values do not depend on the others: a rank that builds
+    only its shard of a model (``llmb.engines.torch.parallel.materialize``) gets
+    the values the whole model would have. Without it, one stream serves
+    them all, from the current RNG state.
+    """
+    for index, sub in enumerate(module.modules()):
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            if seed is not None:
+                torch.manual_seed(module_seed(seed, index))
+            reset()
+    return module
+
+
+def module_seed(seed: int, index: int) -> int:
+    """The seed of the ``index``-th sub-module's initial values in a model initialised from ``seed``."""
+    return (seed * 1_000_003 + index) % 2**63

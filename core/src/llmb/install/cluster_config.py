@@ -1,0 +1,246 @@
+"""``$LLMB_INSTALL/cluster.yaml``: what a site sets once for its cluster.
+
+``llmb install`` writes it as a commented template (never over an existing
+file); the user edits it. Every cluster run (a backend other than ``local``)
+takes from it what neither a flag nor an environment variable gave
+(``llmb.runs.run_option_values``); ``llmb config show`` lists the outcome. The
+format and every key are in docs/cluster-config.md.
+
+Every value is checked when the file is read: an unknown key, a wrong type
+or a bad value is a UsageError naming the file, the key and what is valid;
+malformed YAML names the line. Secrets never go in the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llmb.errors import UsageError
+from llmb.install import cluster_settings
+from llmb.paths import packaged_data
+from llmb.runs.env_names import env_name_problem
+
+FILE_NAME = "cluster.yaml"
+TEMPLATE = packaged_data("cluster-template.yaml")
+SLURM_SECTION = "slurm"
+KEYS = ("account", "partition", "gpu", "gpus_per_node", "gres", "images", "mounts", "env", "numa_binding",
+        SLURM_SECTION)
+SLURM_KEYS = tuple(s.key.split(".", 1)[1] for s in cluster_settings.SETTINGS if s.key.startswith(SLURM_SECTION + "."))
+_WORKLOAD = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_MOUNT_PATH = re.compile(r"/[A-Za-z0-9_.@+%=/-]*")  # pyxis separates mounts with commas: none inside a path
+# Names that hold credentials by convention; TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The checked contents of the cluster file; None: not set there."""
+
+    path: str
+    account: str | None = None
+    partition: str | None = None
+    gpu: str | None = None
+    gpus_per_node: int | None = None
+    gres: str | None = None
+    numa_binding: bool | None = None
+    time_limit: str | None = None  # slurm.time
+    nodelist: str | None = None
+    exclude: str | None = None
+    reservation: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    segment: int | None = None
+    images: tuple[tuple[str, str], ...] = ()  # workload -> container image
+    mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def value(self, name: str) -> Any:
+        """A setting by its name in ``llmb.install.cluster_settings`` (``time_limit``, ``qos``)."""
+        return getattr(self, name)
+
+    def image(self, workload: str) -> str | None:
+        return dict(self.images).get(workload)
+
+
+def cluster_file() -> str:
+    from llmb.paths import install_dir
+
+    return os.path.join(install_dir(), FILE_NAME)
+
+
+def load(path: str | None = None) -> ClusterConfig | None:
+    """The cluster file (default ``$LLMB_INSTALL/cluster.yaml``), checked; None when there is none."""
+    import yaml
+
+    from llmb.yamlio import load_yaml_file
+
+    path = path or cluster_file()
+    if not os.path.lexists(path):
+        return None
+    if os.path.isdir(path):
+        raise UsageError(f"the cluster file {path} is a directory; it must be a YAML file (see docs/cluster-config.md).")
+    try:
+        data = load_yaml_file(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UsageError(f"the cluster file {path} is not valid YAML{at}: {getattr(exc, 'problem', None) or exc}. "
+                         f"Fix it, or remove it and run llmb install for a fresh template.") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the cluster file {path}: {exc.strerror or exc}.") from None
+    if data is None:  # empty, or every line commented out (the template as written)
+        return ClusterConfig(path=path)
+    return from_dict(data, path)
+
+
+def from_dict(data: object, path: str) -> ClusterConfig:
+    _mapping(data, path, KEYS, "the cluster file")
+    slurm = data.get(SLURM_SECTION)
+    if slurm is not None:
+        _mapping(slurm, path, SLURM_KEYS, f"the {SLURM_SECTION} section")
+    values: dict[str, Any] = {}
+    for setting in cluster_settings.SETTINGS:
+        section, _, leaf = setting.key.rpartition(".")
+        raw = (slurm or {}).get(leaf) if section else data.get(leaf)
+        if raw is None:
+            continue
+        where = f"{path}: {setting.key}"
+        if setting.name == "time_limit" and not isinstance(raw, str):
+            raise UsageError(f"{where} {raw!r}: quote the time limit, e.g. time: \"30\" or time: \"2:00:00\" "
+                             f"(YAML reads an unquoted 2:00:00 as the number 7200).")
+        values[setting.name] = setting.check(raw, where)
+    return ClusterConfig(path=path, **values, images=_images(data.get("images"), path),
+                         mounts=_mounts(data.get("mounts"), path), env=_env(data.get("env"), path))
+
+
+def _mapping(data: object, where: str, keys: tuple[str, ...], what: str) -> None:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: {what} must be a mapping of {', '.join(keys)}; got {type(data).__name__}.")
+    unknown = [str(k) for k in data if k not in keys]
+    if unknown:
+        raise UsageError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {what}; "
+                         f"valid: {', '.join(keys)}.")
+
+
+def _images(raw: object, path: str) -> tuple[tuple[str, str], ...]:
+    from llmb.install.images import check_reference
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: images must map workload names to container images, e.g. "
+                         f"images: {{llama31: \"nvcr.io#nvidia/nemo:25.09\"}}.")
+    out = []
+    for workload, image in raw.items():
+        where = f"{path}: images.{workload}"
+        if not isinstance(workload, str) or not _WORKLOAD.fullmatch(workload):
+            raise UsageError(f"{where}: a workload name such as llama31 (lower-case letters, digits, _ and -).")
+        if not isinstance(image, str) or not image.strip():
+            raise UsageError(f"{where}: expected a container image, registry#repo:tag or a .sqsh file.")
+        image = image.strip()
+        if image.endswith(".sqsh"):
+            if not _MOUNT_PATH.fullmatch(image):
+                raise UsageError(f"{where} {image!r}: a .sqsh image must be an absolute path without spaces, "
+                                 f"commas or quotes.")
+        else:
+            try:
+                check_reference(image)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+        out.append((workload, image))
+    return tuple(out)
+
+
+def _mounts(raw: object, path: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise UsageError(f"{path}: mounts must be a list of SRC:DST or SRC:DST:ro, e.g. mounts: [/lustre:/lustre].")
+    out = []
+    for item in raw:
+        parts = item.split(":") if isinstance(item, str) else []
+        if not (2 <= len(parts) <= 3 and all(_MOUNT_PATH.fullmatch(p) for p in parts[:2])
+                and (len(parts) == 2 or parts[2] in ("ro", "rw"))):
+            raise UsageError(f"{path}: mounts item {item!r}: expected SRC:DST or SRC:DST:ro with absolute paths "
+                             f"(no spaces, commas or quotes), e.g. /lustre/datasets:/datasets:ro.")
+        out.append(item)
+    return tuple(dict.fromkeys(out))
+
+
+def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
+    from llmb.engines.frameworks.settings import SECRETS
+    from llmb.runs.runspec import SECRET_VARIABLES
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: env must be a mapping NAME: value, e.g. env: {{NCCL_IB_HCA: mlx5}}.")
+    out = []
+    for name, value in raw.items():
+        if problem := env_name_problem(name, f"{path}: env"):
+            raise UsageError(problem)
+        if name in SECRETS or name in SECRET_VARIABLES or _CREDENTIAL.search(name.upper()):
+            raise UsageError(f"{path}: env {name}: a secret never goes in a file (and would be recorded with every "
+                             f"run). Export it in the shell that runs llmb: HF_TOKEN always reaches the job that way, "
+                             f"another secret with llmb run --secret {name}.")
+        if value is None or isinstance(value, dict | list):
+            raise UsageError(f"{path}: env {name}: expected a single value (quote it; \"\" for an empty one).")
+        text = str(value)
+        if any(c in text for c in "\n\r\0"):
+            raise UsageError(f"{path}: env {name}: a value cannot contain a line break.")
+        out.append((name, text))
+    return tuple(out)
+
+
+def write_template(path: str) -> bool:
+    """Write the commented template at ``path`` unless a file is there; True when written."""
+    with open(TEMPLATE, encoding="utf-8") as handle:
+        text = handle.read()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        with open(path, "x", encoding="utf-8") as handle:  # exclusive: never over an existing (edited) file
+            handle.write(text)
+    except FileExistsError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Effective:
+    """One setting as a cluster run takes it (flags aside): its value and where it came from."""
+
+    name: str
+    key: str  # in the cluster file
+    flag: str
+    variable: str | None
+    value: Any
+    source: str  # env | file | default
+    origin: str | None  # the variable's name, the file's path; None for a default
+    default: str | None = None  # the default, in words
+
+
+# The file's collections: key, the flag that adds to it.
+_COLLECTIONS = (("images", "--image"), ("mounts", "--mount"), ("env", "--env"))
+
+
+def effective(config: ClusterConfig | None, environ: dict[str, str]) -> list[Effective]:
+    """Every setting: its variable when set (not empty), else the file's value, else the default."""
+    out = []
+    for s in cluster_settings.SETTINGS:
+        raw = environ.get(s.variable)
+        if raw:
+            found = (s.check(raw, s.variable), "env", s.variable, None)
+        elif config is not None and config.value(s.name) is not None:
+            found = (config.value(s.name), "file", config.path, None)
+        else:
+            found = (s.default_value, "default", None, s.default)
+        out.append(Effective(s.name, s.key, s.flag, s.variable, *found))
+    for key, flag in _COLLECTIONS:
+        held = config.value(key) if config is not None else ()
+        value = list(held) if key == "mounts" else dict(held)
+        found = (value, "file", config.path, None) if held else (value, "default", None, "none")
+        out.append(Effective(key, key, flag, None, *found))
+    return out

@@ -1,0 +1,462 @@
+"""Typed, frozen records that plugins hand to the core and the core hands back.
+
+Every record that is registered has a unique ``name``; the core indexes them
+and refuses duplicates. Nothing here does I/O or imports anything heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from llmb.recipes.scale_expr import ScaleExpr
+
+# --------------------------------------------------------------------------
+# Hardware
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class GpuType:
+    """A GPU model: how many sit in a node, its memory and its dense peaks."""
+
+    name: str
+    gpus_per_node: int
+    memory_gb: float | None  # GiB, as nvidia-smi and torch report it
+    peak_tflops: Mapping[str, float]  # dtype -> dense peak TFLOP/s
+    source: str = ""
+    sm: int | None = None  # architecture (SM version): 90 Hopper, 100 and 103 Blackwell
+
+    def peak(self, dtype: str) -> float | None:
+        """Dense peak TFLOP/s used for MFU at ``dtype``; None when unknown."""
+        return self.peak_tflops.get(dtype)
+
+
+# --------------------------------------------------------------------------
+# Models
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class ModelArch:
+    """One model size's architecture, as its public config describes it.
+
+    ``layer_pattern`` describes hybrid models one character per layer:
+    ``M`` Mamba2 mixer, ``*`` attention, ``-`` MLP (Nemotron-H's notation).
+    ``moe_layer_step`` k makes every k-th layer (1-based) a MoE layer, as
+    Llama 4's ``interleave_moe_layer_step`` does; 0 means no MoE layers.
+    """
+
+    size: str
+    family: str
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    query_groups: int
+    vocab: int
+    head_dim: int
+    activation: str  # "swiglu" | "squared_relu"
+    norm: str  # "rmsnorm" | "layernorm1p"
+    tied_embeddings: bool = False
+    experts: int = 0
+    topk: int = 0
+    moe_ffn: int = 0
+    shared_expert_ffn: int = 0
+    moe_layer_step: int = 0
+    layer_pattern: str | None = None
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state: int = 0
+    mamba_groups: int = 0
+    mamba_expand: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_chunk: int = 0
+    published_params: float | None = None
+    source: str = ""
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers // self.moe_layer_step if self.moe_layer_step else 0
+
+    def layer_kinds(self) -> str:
+        """One character per layer: ``A`` attention+MLP, ``E`` attention+MoE,
+        or the hybrid pattern's ``M``/``*``/``-``."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern
+        if not self.moe_layer_step:
+            return "A" * self.layers
+        return "".join(
+            "E" if (i + 1) % self.moe_layer_step == 0 else "A" for i in range(self.layers)
+        )
+
+    def with_layers(self, layers: int) -> ModelArch:
+        """The same width with ``layers`` layers (the seeds' proxy idea).
+
+        A hybrid pattern is cut to its first ``layers`` characters.
+        """
+        if layers == self.layers:
+            return self
+        pattern = self.layer_pattern[:layers] if self.layer_pattern else None
+        return replace(self, layers=layers, layer_pattern=pattern)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class ModelFlops:
+    """Model FLOPs for one sample (one sequence, forward and backward).
+
+    ``terms`` splits ``per_sample`` the way the workload's seed does, so a
+    reader can check each line of the seed's worked example.
+    """
+
+    per_sample: float
+    terms: Mapping[str, float]
+    formula: str
+
+
+# --------------------------------------------------------------------------
+# Recipes as the seeds print them
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Provenance:
+    """Where a record came from: seed file, table (0-based, in file order;
+    None for a worked example in the text) and the table's row numbers
+    (0-based, after the header)."""
+
+    seed: str  # the recipe document's file (llmb's tests check the data against it)
+    table: int | None
+    rows: tuple[int, ...]
+    title: str = ""  # the document's public name, what users are shown
+
+    @property
+    def document(self) -> str:
+        return self.title or self.seed
+
+    def describe(self) -> str:
+        if self.table is None:
+            return f"{self.document} (worked example)"
+        rows = ", ".join(str(r + 1) for r in self.rows)
+        return f"{self.document} table {self.table + 1}, row{'s' if len(self.rows) > 1 else ''} {rows}"
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Erratum:
+    """A place where a seed is wrong, and what llmb does instead.
+
+    ``kind`` says how it was found: ``dp-ga`` (the printed DP or GA contradict
+    DP = GPUs/(TP*PP*CP), GA = GBS/(MBS*DP)), ``memory`` (the row cannot fit
+    in GPU memory as printed), ``figure`` (a printed number is wrong).
+    """
+
+    id: str
+    seed: str
+    seed_says: str
+    resolution: str
+    source: str = ""
+    kind: str = "figure"
+
+    def describe(self) -> str:
+        return f"[{self.id}] {self.seed_says} — llmb uses {self.resolution}"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)  # identity equality: cheaper to define, never compared
+class RecipeLayout:
+    """What a seed table row fixes: the model size and precisions, sequence
+    and layers, the parallel layout, the batch, and the options."""
+
+    variant: str
+    gpu: str
+    scaling: str
+    size: str
+    dtypes: tuple[str, ...]
+    seq_len: int
+    layers: int
+    fsdp: bool
+    cuda_graphs: bool
+    tp: int
+    pp: int
+    cp: int
+    ep: int | None
+    etp: int | None
+    vp: int | None
+    mbs: int
+    gbs: ScaleExpr
+    provenance: Provenance
+    recompute_layers: int = 0
+    offload_layers: int = 0
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SeedRow(RecipeLayout):
+    """One table row exactly as the seed prints it (before any erratum).
+
+    ``gpus`` is the printed scale: one count, or ``(low, high)`` for a range
+    such as ``8-128``. DP and GA keep their printed expressions (0 where the
+    table has no such column); llmb only uses them to find seed errata.
+    """
+
+    gpus: tuple[int, int]
+    dp: ScaleExpr
+    ga: ScaleExpr
+
+    @property
+    def is_range(self) -> bool:
+        return self.gpus[0] != self.gpus[1]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RecipeSeries(RecipeLayout):
+    """A configuration that the seed tests at one or more GPU counts.
+
+    Rows of a seed table that differ only in their scale (and the GBS that
+    follows from it) form one series, one per dtype. ``gbs`` is a multiple of
+    the GPU count under weak scaling and a constant under strong scaling.
+    """
+
+    min_gpus: int
+    max_gpus: int
+    listed_gpus: tuple[int, ...]
+    is_range: bool
+    errata: tuple[Erratum, ...] = ()
+    adjustments: tuple[str, ...] = ()  # seed prose or framework presets applied
+
+    def describe_scales(self) -> str:
+        if self.is_range:
+            return f"{self.min_gpus}-{self.max_gpus}"
+        return ",".join(str(g) for g in self.listed_gpus)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class ProductionRule:
+    """A setting the production launcher applies to some recipes only, e.g.
+    MXFP8 instead of FP8 current scaling for Llama 3.1 70b on B200 from 128
+    GPUs. ``match`` maps ``size``/``gpu``/``dtype``/``scaling`` to the values
+    it accepts; ``min_gpus`` is the smallest GPU count it applies to."""
+
+    match: Mapping[str, tuple[str, ...]]
+    why: str
+    min_gpus: int = 0
+    precision: str | None = None  # the framework's mixed-precision preset to use instead of its default
+    env: Mapping[str, str] = field(default_factory=dict)  # production environment variables to add
+
+    def applies(self, size: str, gpu: str, dtype: str, scaling: str, gpus: int) -> bool:
+        have = {"size": size, "gpu": gpu, "dtype": dtype, "scaling": scaling}
+        return gpus >= self.min_gpus and all(have[key] in values for key, values in self.match.items())
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class HuggingFaceFiles:
+    """What ``llmb install`` downloads from Hugging Face for a variant: the
+    repository of each size and which of its files (``config``, ``tokenizer``)."""
+
+    repos: Mapping[str, str]  # size -> repository id, e.g. 8b -> meta-llama/Meta-Llama-3-8B
+    assets: tuple[str, ...]
+    gated: bool  # the repositories need an access token (HF_TOKEN)
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Production:
+    """How the variant's production framework is driven (``llmb.engines.frameworks``):
+    the framework's recipe per size, the seed's profiling defaults, the
+    launcher's per-recipe rules and the Hugging Face files it needs."""
+
+    recipes: Mapping[str, str]  # size -> the framework's recipe name, e.g. 8b -> llama3_8b
+    profile_window: tuple[int, int]  # the seed's default profiled steps
+    profile_ranks: tuple[int, int] | None = None  # ranks [first, last) the seed profiles; None: every rank
+    flops_callback: str | None = None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
+    rules: tuple[ProductionRule, ...] = ()
+    huggingface: HuggingFaceFiles | None = None
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Variant:
+    """One recipe family of a workload (Llama 3.1 has two: Megatron-Bridge
+    and NeMo 2), with the production framework that runs it."""
+
+    name: str
+    framework: str  # "megatron_bridge" | "nemo2"
+    seed: str
+    container: str
+    window: tuple[int, int]
+    description: str
+    defaults: Mapping[str, str]
+    series: tuple[RecipeSeries, ...]
+    seed_rows: tuple[SeedRow, ...]
+    errata: tuple[Erratum, ...]
+    log_tflops_valid: bool = True  # False: the framework logs no usable TFLOPS (compute them)
+    mfu_from: str = "formula"  # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
+    production: Production | None = None  # None: the torch engine only
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class FailureHint:
+    """Advice a seed gives for a failure, e.g. Nemotron-4 on GB200:
+    NCCL watchdog timeouts -> run with TP_COMM_OVERLAP=False."""
+
+    failure: str  # a Failure kind: cuda_oom | nccl_timeout | node_failure | python_exception
+    hint: str
+    gpu: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class ReferenceResult:
+    """One published performance figure set from a seed's tables."""
+
+    variant: str
+    size: str
+    gpu: str
+    dtype: str
+    gpus: int
+    step_time_s: float
+    tokens_per_s: float | None
+    mfu_pct: float | None
+    days_1t: float | None
+    provenance: Provenance
+    tflops_per_gpu: float | None = None
+    scaling: str = "weak"
+    note: str = ""
+    erratum: str | None = None  # id of a workload note that explains a printed figure
+    printed_mfu_pct: float | None = None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
+
+    def mfu_label(self) -> str:
+        """The MFU as users see it: a corrected figure is marked, with the printed one beside it."""
+        if self.mfu_pct is None:
+            return "-"
+        if self.printed_mfu_pct is None:
+            return f"{self.mfu_pct:g}%"
+        return f"{self.mfu_pct:g}% (corrected, erratum [{self.erratum}]; printed {self.printed_mfu_pct:g}%)"
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Workload:
+    """A registered benchmark workload: its recipes, models and references."""
+
+    name: str
+    description: str
+    variants: tuple[Variant, ...]
+    architectures: Mapping[str, ModelArch]
+    references: tuple[ReferenceResult, ...] = ()
+    notes: tuple[Erratum, ...] = ()  # errata outside the recipe tables
+    experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
+    failure_hints: tuple[FailureHint, ...] = ()
+    documents: Mapping[str, str] = field(default_factory=dict)  # recipe document file -> public title
+
+    def cite(self, seed: str, part: str = "") -> str:
+        """A recipe document as users are shown it, e.g. ``cite("llama31-nemo2.md", "Notes")``."""
+        title = self.documents.get(seed, seed)
+        return f"{title}, {part}" if part else title
+
+    @property
+    def default_variant(self) -> Variant:
+        return self.variants[0]
+
+    def variant(self, name: str | None) -> Variant | None:
+        if name is None:
+            return self.default_variant
+        wanted = name.lower().replace("_", "-")
+        return next((v for v in self.variants if v.name == wanted), None)
+
+    def sizes(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for v in self.variants:
+            for s in v.series:
+                seen.setdefault(s.size, None)
+        return list(seen)
+
+    def architecture(self, size: str) -> ModelArch:
+        return self.architectures[size]
+
+    def published(
+        self, variant: str | None, size: str | None, gpu: str | None, dtype: str | None, scaling: str,
+        gpus: int | None = None,
+    ) -> tuple[ReferenceResult, ...]:
+        """The published figures for one configuration: at ``gpus`` GPUs, or at
+        every GPU count the seed published (ordered by GPU count, the seed's
+        first row winning where a count appears twice)."""
+        by_gpus: dict[int, ReferenceResult] = {}
+        for ref in self.references:
+            if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling) == (variant, size, gpu, dtype, scaling) \
+                    and (gpus is None or ref.gpus == gpus):
+                by_gpus.setdefault(ref.gpus, ref)
+        return tuple(by_gpus[n] for n in sorted(by_gpus))
+
+
+# --------------------------------------------------------------------------
+# Resolved runs
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class RecipeRequest:
+    """What the user asked for, before validation. ``None`` means "default"."""
+
+    workload: str
+    size: str | None
+    gpu: str | None
+    dtype: str | None
+    gpus: int | None
+    variant: str | None = None
+    strong_scaling: bool = False
+    gpus_per_node: int | None = None
+    overrides: Mapping[str, object] = field(default_factory=dict)
+    # Proxies: when ``gpus`` is not a scale the seed accepts, take the recipe at
+    # its smallest tested scale (the proxy itself runs on ``gpus`` ranks).
+    any_scale: bool = False
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Recipe:
+    """A resolved, validated run: every size derived, every choice traced."""
+
+    workload: str
+    variant: str
+    framework: str
+    size: str
+    gpu: str
+    dtype: str
+    gpus: int
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int | None
+    etp: int | None
+    vp: int | None
+    dp: int
+    mbs: int
+    gbs: int
+    ga: int
+    fsdp: bool
+    cuda_graphs: bool
+    seq_len: int
+    layers: int
+    scaling: str
+    validated: bool
+    steps: int = 50
+    recompute_layers: int = 0
+    offload_layers: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+    errata: tuple[Erratum, ...] = ()
+    adjustments: tuple[str, ...] = ()
+    overrides: tuple[tuple[str, object], ...] = ()
+    provenance: Provenance | None = None
+    gbs_rule: str = ""
+
+    def with_env(self, **env: str) -> Recipe:
+        """A copy with ``env`` added (later values win). For site plugins."""
+        merged = dict(self.env)
+        merged.update({k: str(v) for k, v in env.items()})
+        return replace(self, env=tuple(sorted(merged.items())))
+
+    def with_warning(self, text: str) -> Recipe:
+        return replace(self, warnings=self.warnings + (text,))
+
+
+def as_fraction(value: int | Fraction) -> Fraction:
+    return value if isinstance(value, Fraction) else Fraction(value)

@@ -1,0 +1,270 @@
+"""Resolve a ``RecipeRequest`` against a workload's recipe tables.
+
+The rules, in the order they are applied:
+
+1. variant, size, GPU type, dtype and scaling must name something the
+   workload's tables contain (defaults come from the variant, i.e. the seed);
+2. scale: a GPU count inside a series' tested range is accepted when it gives
+   a valid layout in whole nodes; above the largest tested count it is
+   accepted with a "not validated" warning (weak scaling keeps GBS per GPU,
+   strong scaling keeps GBS); below the smallest it is rejected;
+3. ``--set`` overrides apply, then DP and GA are derived and checked
+   (whole numbers, GA >= 1, expert groups fit).
+
+Every refusal is a ``RecipeError`` whose message names the bad value and the
+valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields, replace
+from fractions import Fraction
+
+from llmb.errors import RecipeError
+from llmb.recipes.gpus import MAX_GPUS, gpu_type
+from llmb.recipes.records import Recipe, RecipeLayout, RecipeRequest, RecipeSeries, Variant, Workload
+from llmb.recipes.scale_expr import ScaleExpr
+from llmb.recipes.validity import check_layout, derive
+
+# The recipe fields a series fixes and --set may override.
+LAYOUT_KEYS = tuple(
+    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "size", "dtypes", "provenance")
+)
+
+
+def _join(values: Iterable[object]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def choose_variant(workload: Workload, name: str | None) -> Variant:
+    variant = workload.variant(name)
+    if variant is None:
+        raise RecipeError(
+            f"{workload.name} has no recipe variant {name!r}; valid variants: "
+            f"{_join(v.name for v in workload.variants)} (default {workload.default_variant.name})."
+        )
+    return variant
+
+
+def _pick(
+    what: str, flag: str, env: str, asked: str | None, default: str | None,
+    valid: list[str], context: str,
+) -> str:
+    if asked is None:
+        if default is not None and default in valid:
+            return default
+        raise RecipeError(
+            f"{context}: no {what} given (use {flag} or set {env}); valid: {_join(valid)}."
+        )
+    value = asked.strip().lower()
+    if value not in valid:
+        raise RecipeError(f"{context} has no {what} {asked!r}; valid {what}s: {_join(valid)}.")
+    return value
+
+
+def resolve_from_tables(workload: Workload, request: RecipeRequest) -> Recipe:
+    """The core's recipe resolution (see the module docstring)."""
+    variant = choose_variant(workload, request.variant)
+    defaulted = [
+        f"{what} {variant.defaults[what]}"
+        for what in ("size", "gpu", "dtype")
+        if getattr(request, what) is None and what in variant.defaults
+    ]
+    try:
+        return _resolve(workload, variant, request)
+    except RecipeError as exc:
+        if not defaulted:
+            raise
+        raise RecipeError(
+            f"{exc} (The seed's defaults supplied {', '.join(defaulted)}; choose with --size, --gpu, --dtype.)"
+        ) from None
+
+
+def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Recipe:
+    label = f"{workload.name} ({variant.name} recipes)"
+    series = list(variant.series)
+
+    size = _pick("size", "--size", "MODEL_SIZE", request.size, variant.defaults.get("size"),
+                 _unique(s.size for s in series), label)
+    series = [s for s in series if s.size == size]
+    label = f"{workload.name} {size}"
+
+    gpu = _pick("GPU type", "--gpu", "GPU_TYPE", request.gpu, variant.defaults.get("gpu"),
+                _unique(s.gpu for s in series), label)
+    series = [s for s in series if s.gpu == gpu]
+    label = f"{workload.name} {size} on {gpu}"
+
+    dtype = _pick("dtype", "--dtype", "DTYPE", request.dtype, variant.defaults.get("dtype"),
+                  _unique(d for s in series for d in s.dtypes), label)
+    series = [s for s in series if dtype in s.dtypes]
+    label = f"{workload.name} {size} {dtype} on {gpu}"
+
+    scaling = "strong" if request.strong_scaling else "weak"
+    matching = [s for s in series if s.scaling == scaling]
+    if not matching:
+        offered = _unique(
+            f"{s.gpu}" for s in variant.series if s.size == size and s.scaling == scaling
+        )
+        where = f"it has {scaling} scaling on: {_join(offered)}" if offered else f"it has no {scaling}-scaling recipes at all"
+        raise RecipeError(f"{label} has no {scaling}-scaling recipe; {where}.")
+    series = matching
+
+    gpus = request.gpus
+    if gpus is None:
+        raise RecipeError(
+            f"{label}: no GPU count given (use --gpus or set JOB_TOTAL_GPUS); tested: {_scales(series)}."
+        )
+    if not 1 <= gpus <= MAX_GPUS:
+        raise RecipeError(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, not {gpus}; "
+                          f"tested: {_scales(series)}.")
+
+    hardware = gpu_type(gpu)
+    per_node = request.gpus_per_node or hardware.gpus_per_node
+    try:
+        chosen, validated, warnings = _choose_series(series, gpus, label, per_node)
+        if gpus % per_node:
+            raise RecipeError(
+                f"{label}: {gpus} GPUs is not a whole number of {per_node}-GPU nodes; "
+                f"use a multiple of {per_node} ({_valid_counts(chosen, per_node)})."
+            )
+        return build_recipe(workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label)
+    except RecipeError:
+        if not request.any_scale:
+            raise
+    smallest = min(series, key=lambda s: s.min_gpus)
+    warnings = [
+        f"the proxy runs on {gpus} rank{'s' if gpus != 1 else ''}; the seed's recipe (MBS, GA, layout) is taken at "
+        f"its smallest tested scale, {smallest.min_gpus} GPUs."
+    ]
+    return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, warnings, label)
+
+
+def _scales(series: list[RecipeSeries]) -> str:
+    ranges = _unique(f"{s.min_gpus}-{s.max_gpus}" for s in series if s.is_range)
+    points = sorted({g for s in series if not s.is_range for g in s.listed_gpus})
+    parts = ranges + ([", ".join(map(str, points))] if points else [])
+    return " and ".join(parts) + " GPUs"
+
+
+def _choose_series(
+    series: list[RecipeSeries], gpus: int, label: str, per_node: int
+) -> tuple[RecipeSeries, bool, list[str]]:
+    inside = [s for s in series if s.min_gpus <= gpus <= s.max_gpus]
+    if inside:
+        listed = [s for s in inside if gpus in s.listed_gpus]
+        return (listed or inside)[0], True, []
+    largest = max(series, key=lambda s: s.max_gpus)
+    smallest = min(s.min_gpus for s in series)
+    if gpus > largest.max_gpus:
+        rule = f"GBS = {largest.gbs}" if largest.gbs.per_gpu else f"GBS fixed at {largest.gbs}"
+        return largest, False, [
+            f"{gpus} GPUs is above the largest scale the seed tests for {label} "
+            f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {rule})."
+        ]
+    if gpus < smallest:
+        raise RecipeError(
+            f"{label} needs at least {smallest} GPUs; {gpus} is below the smallest tested scale "
+            f"(tested: {_scales(series)})."
+        )
+    raise RecipeError(
+        f"{label} is tested at {_scales(series)}; {gpus} GPUs falls between them. "
+        f"Use one of those counts, or more than {largest.max_gpus} (not validated)."
+    )
+
+
+def _valid_counts(series: RecipeSeries, per_node: int, limit: int = 8) -> str:
+    top = series.max_gpus
+    counts = [n for n in range(per_node, top + 1, per_node) if n >= series.min_gpus and not check_layout(series, n)]
+    if not counts:
+        return f"no GPU count from {series.min_gpus} to {top} works with these settings"
+    if len(counts) <= limit:
+        return f"valid here: {_join(counts)}"
+    return f"valid here: {_join(counts[:4])}, ..., {counts[-1]}"
+
+
+def build_recipe(
+    workload: Workload,
+    variant: Variant,
+    series: RecipeSeries,
+    request: RecipeRequest,
+    dtype: str,
+    gpus: int,
+    per_node: int,
+    validated: bool,
+    warnings: list[str],
+    label: str,
+) -> Recipe:
+    """Apply ``request.overrides`` to ``series`` at ``gpus`` and derive the rest."""
+    layout = {key: getattr(series, key) for key in LAYOUT_KEYS}
+    overrides = dict(request.overrides)
+    steps = int(overrides.pop("steps", 50))
+    for key, value in overrides.items():
+        if key not in layout:
+            raise RecipeError(f"cannot override {key!r}; settable: {_join(LAYOUT_KEYS)}.")
+        if value != layout[key]:
+            before = layout[key]
+            warnings.append(f"--set {key}={value} overrides the seed's {key.upper()} {_show(before)}.")
+        layout[key] = value
+    gbs_expr = layout["gbs"] if isinstance(layout["gbs"], ScaleExpr) else ScaleExpr.constant(int(layout["gbs"]))
+    probe = replace(series, **{k: v for k, v in layout.items() if k != "gbs"}, gbs=gbs_expr)
+    problem = check_layout(probe, gpus)
+    if problem:
+        where = "" if not overrides else " with your --set overrides"
+        hint = _valid_counts(probe, per_node)
+        raise RecipeError(f"{label} at {gpus} GPUs{where} is impossible: {problem}. {hint[0].upper()}{hint[1:]}.")
+    if layout["layers"] > workload.architecture(series.size).layers:
+        raise RecipeError(
+            f"{label}: --set layers={layout['layers']} exceeds the model's "
+            f"{workload.architecture(series.size).layers} layers."
+        )
+    dp, gbs, ga = derive(probe, gpus)
+    return Recipe(
+        workload=workload.name,
+        variant=variant.name,
+        framework=variant.framework,
+        size=series.size,
+        gpu=series.gpu,
+        dtype=dtype,
+        gpus=gpus,
+        nodes=gpus // per_node,
+        gpus_per_node=per_node,
+        tp=layout["tp"],
+        pp=layout["pp"],
+        cp=layout["cp"],
+        ep=layout["ep"],
+        etp=layout["etp"],
+        vp=layout["vp"],
+        dp=_whole(dp),
+        mbs=layout["mbs"],
+        gbs=_whole(gbs),
+        ga=_whole(ga),
+        fsdp=bool(layout["fsdp"]),
+        cuda_graphs=bool(layout["cuda_graphs"]),
+        seq_len=layout["seq_len"],
+        layers=layout["layers"],
+        scaling=series.scaling,
+        validated=validated,
+        steps=steps,
+        recompute_layers=layout["recompute_layers"],
+        offload_layers=layout["offload_layers"],
+        warnings=tuple(warnings),
+        errata=series.errata,
+        adjustments=series.adjustments,
+        overrides=tuple(sorted(request.overrides.items())),
+        provenance=series.provenance,
+        gbs_rule=str(gbs_expr),
+    )
+
+
+def _whole(value: Fraction) -> int:
+    assert value.denominator == 1, value  # check_layout guarantees it
+    return int(value)
+
+
+def _show(value: object) -> str:
+    return "NA" if value is None else str(value)

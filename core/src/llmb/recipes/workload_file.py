@@ -1,0 +1,477 @@
+"""Build a ``Workload`` record from the YAML data file a plugin ships.
+
+The file keeps each seed table as the seed prints it (columns in the seed's
+order, ``NA`` where the seed says NA, ``GPUs/2`` formula cells, ``8-128``
+ranges), so a test can compare it cell by cell with the seed. Everything else
+(series, errata, derived sizes) is computed here. The format is documented
+in ``docs/writing-a-workload-plugin.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import fields, replace
+from fractions import Fraction
+from typing import Any
+
+from llmb.errors import DataError
+from llmb.recipes.gpus import DTYPES, catalogue
+from llmb.recipes.production_file import production_from_dict
+from llmb.recipes.records import (
+    Erratum,
+    FailureHint,
+    ModelArch,
+    Provenance,
+    RecipeLayout,
+    RecipeSeries,
+    ReferenceResult,
+    SeedRow,
+    Variant,
+    Workload,
+)
+from llmb.recipes.scale_expr import ScaleExpr
+from llmb.recipes.validity import check_layout
+from llmb.yamlio import load_yaml, load_yaml_file
+
+# Seed column headings -> field names. Headings not listed are refused.
+COLUMN_NAMES = {
+    "size": "size",
+    "model size": "size",
+    "llama3.1 model size": "size",
+    "gpus": "gpus",
+    "datatype": "dtype",
+    "precision": "dtype",
+    "seqlen": "seq_len",
+    "layers": "layers",
+    "fsdp": "fsdp",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "etp": "etp",
+    "dp": "dp",
+    "vp": "vp",
+    "mbs": "mbs",
+    "gbs": "gbs",
+    "ga": "ga",
+    "cg": "cuda_graphs",
+}
+REQUIRED_COLUMNS = ("size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp", "mbs", "gbs")
+SETTABLE = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_graphs", "seq_len", "layers",
+            "recompute_layers", "offload_layers")
+# The fields that tell one series from another within a table (the rest are
+# the table's, the scale's or the provenance).
+LAYOUT = tuple(
+    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "dtypes", "gbs", "provenance")
+)
+ARCH_FIELDS = {f.name for f in fields(ModelArch)}
+FRAMEWORKS = ("megatron_bridge", "nemo2")
+FAILURE_KINDS = ("cuda_oom", "nccl_timeout", "node_failure", "python_exception")
+MFU_METHODS = ("formula", "log")
+SCALINGS = ("weak", "strong")
+REFERENCE_COLUMNS = ("gpus", "size", "step_time_s", "tokens_per_s", "mfu_pct", "days_1t", "tflops_per_gpu", "erratum")
+
+
+@contextmanager
+def _context(where: str):
+    """Prefix any error raised inside with where it happened in the file."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ValueError(f"{where}: missing key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _one_of(value: Any, valid: tuple[str, ...] | list[str], what: str) -> str:
+    text = str(value).strip().lower()
+    if text not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+    return text
+
+
+def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
+    """Load ``resource`` from ``package`` (a plugin's own data file)."""
+    try:
+        raw = _read(package, resource)
+    except Exception as exc:  # malformed YAML, missing file
+        raise DataError(f"{package}/{resource}: {exc}") from exc
+    try:
+        return workload_from_dict(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{package}/{resource}: {exc}") from exc
+
+
+def _read(package: str, resource: str) -> Any:
+    module = importlib.import_module(package)
+    origin = getattr(module, "__file__", None)
+    if origin and os.path.isfile(path := os.path.join(os.path.dirname(origin), resource)):
+        return load_yaml_file(path)
+    from importlib.resources import files  # a zipped or otherwise unusual install
+
+    return load_yaml(files(package).joinpath(resource).read_bytes())
+
+
+def workload_from_dict(raw: dict[str, Any]) -> Workload:
+    with _context("workload"):
+        name = str(raw["name"])
+        raw["variants"]
+    archs = _architectures(raw.get("architectures") or {})
+    with _context("documents"):
+        titles = _documents(raw.get("documents") or {})
+    variants = []
+    for index, variant in enumerate(raw["variants"]):
+        with _context(f"variant {variant.get('name', index + 1) if isinstance(variant, dict) else index + 1}"):
+            variants.append(_variant(variant, titles))
+    for variant in variants:
+        for series in variant.series:
+            if series.size not in archs:
+                raise ValueError(
+                    f"variant {variant.name}: size {series.size!r} has no architecture entry"
+                )
+    references = []
+    for index, ref in enumerate(raw.get("references") or ()):
+        with _context(f"references entry {index + 1}"):
+            references.extend(_references(ref, titles))
+    with _context("notes"):
+        notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
+    known = {n.id for n in notes}
+    for ref in references:
+        if ref.erratum and ref.erratum not in known:
+            raise ValueError(f"reference {ref.provenance.describe()} cites unknown erratum {ref.erratum!r}")
+    with _context("failure_hints"):
+        hints = tuple(
+            FailureHint(
+                failure=_one_of(h["failure"], FAILURE_KINDS, "failure kind"),
+                hint=str(h["hint"]).strip(),
+                gpu=None if h.get("gpu") is None else _one_of(h["gpu"], list(catalogue()), "GPU type"),
+                source=str(h.get("source", "")),
+            )
+            for h in raw.get("failure_hints") or ()
+        )
+    return Workload(
+        name=name,
+        description=str(raw.get("description", "")),
+        variants=tuple(variants),
+        architectures=archs,
+        references=tuple(references),
+        notes=notes,
+        experiment_prefixes=tuple(str(p) for p in raw.get("experiment_prefixes") or ()),
+        failure_hints=hints,
+        documents=titles,
+    )
+
+
+# ---------------------------------------------------------------- architectures
+
+
+def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
+    """Sizes in file order; ``base: <size>`` copies an earlier size and
+    changes the keys given (head_dim follows hidden/heads unless given)."""
+    out: dict[str, ModelArch] = {}
+    for size, spec in raw.items():
+        size = str(size)
+        with _context(f"architecture {size}"):
+            spec = dict(spec)
+            base = spec.pop("base", None)
+            unknown = set(spec) - ARCH_FIELDS
+            if unknown:
+                raise ValueError(f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(ARCH_FIELDS))}")
+            if spec.get("published_params") is not None:
+                spec["published_params"] = float(spec["published_params"])  # YAML reads 56e9 as a string
+            if base is not None:
+                if str(base) not in out:
+                    raise ValueError(f"base {base!r} is not defined above it")
+                merged = {**out[str(base)].__dict__, **spec, "size": size}
+                if "head_dim" not in spec and {"hidden", "heads"} & set(spec):
+                    merged["head_dim"] = merged["hidden"] // merged["heads"]
+                out[size] = ModelArch(**merged)
+                continue
+            spec.setdefault("head_dim", spec["hidden"] // spec["heads"])
+            out[size] = ModelArch(size=size, **spec)
+    return out
+
+
+# ---------------------------------------------------------------- recipe tables
+
+
+def _documents(raw: Any) -> dict[str, str]:
+    """Recipe document file -> its public title, the name users are shown."""
+    if not isinstance(raw, dict):
+        raise ValueError("documents must map each recipe document's file name to its public title")
+    return {str(k): " ".join(str(v).split()) for k, v in raw.items()}
+
+
+def _title(titles: dict[str, str], seed: str) -> str:
+    """What users are shown for a document: its public title, else the file's own name."""
+    return titles.get(seed, seed)
+
+
+def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
+    name = str(raw["name"])
+    seed = str(raw["seed"])
+    title = _title(titles, seed)
+    framework = _one_of(raw["framework"], FRAMEWORKS, "framework")
+    seed_rows = []
+    for table in raw["tables"]:
+        with _context(f"table {table.get('seed_table', '?')}"):
+            seed_rows.extend(_seed_rows(name, Provenance(seed=seed, title=title, table=None, rows=()), table))
+    seed_rows = tuple(seed_rows)
+    errata = tuple(_erratum(e, seed) for e in raw.get("errata") or ())
+    amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata, strict=True)]
+    amendments += [(a, None) for a in raw.get("adjustments") or ()]
+    series = _series(seed_rows, amendments)
+    window = tuple(int(x) for x in raw.get("window", (35, 44)))
+    production = None
+    if raw.get("production") is not None:
+        with _context("production"):
+            production = production_from_dict(raw["production"], series)
+    return Variant(
+        name=name,
+        framework=framework,
+        seed=seed,
+        container=str(raw.get("container", "")),
+        window=(window[0], window[1]),
+        description=str(raw.get("description", "")),
+        defaults={k: str(v).lower() for k, v in (raw.get("defaults") or {}).items()},
+        series=series,
+        seed_rows=seed_rows,
+        errata=errata,
+        log_tflops_valid=_cell_bool(raw.get("log_tflops_valid", True)),
+        mfu_from=_one_of(raw.get("mfu_from", "formula"), MFU_METHODS, "MFU method"),
+        production=production,
+    )
+
+
+def _cell_none(value: Any) -> Any:
+    return None if value is None or str(value).strip().upper() == "NA" else value
+
+
+def _cell_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"expected True or False, got {value!r}")
+
+
+def _cell_int(value: Any) -> int | None:
+    value = _cell_none(value)
+    return None if value is None else int(value)
+
+
+def _parse_gpus(value: Any) -> tuple[int, int]:
+    text = str(value).strip()
+    if "-" in text:
+        lo, hi = (int(p) for p in text.split("-", 1))
+        return lo, hi
+    return int(text), int(text)
+
+
+def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Iterable[SeedRow]:
+    columns = [COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]]
+    unknown = [c for c in columns if c not in COLUMN_NAMES.values()]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown}; known: {', '.join(sorted(set(COLUMN_NAMES.values())))}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"missing columns {missing}")
+    gpu = _one_of(table["gpu"], list(catalogue()), "GPU type")
+    scaling = _one_of(table.get("scaling", "weak"), SCALINGS, "scaling")
+    provenance_table = int(table["seed_table"])
+    for index, cells in enumerate(table["rows"]):
+        with _context(f"row {index + 1}"):
+            if len(cells) != len(columns):
+                raise ValueError(f"{len(cells)} cells for {len(columns)} columns")
+            row = dict(zip(columns, cells, strict=True))
+            yield SeedRow(
+                variant=variant,
+                gpu=gpu,
+                scaling=scaling,
+                size=str(row["size"]).lower(),
+                dtypes=tuple(_one_of(d, DTYPES, "dtype") for d in str(row["dtype"]).split("/")),
+                gpus=_parse_gpus(row["gpus"]),
+                seq_len=int(row["seq_len"]),
+                layers=int(row["layers"]),
+                fsdp=_cell_bool(row.get("fsdp", False)),
+                cuda_graphs=_cell_bool(row.get("cuda_graphs", False)),
+                tp=int(row["tp"]),
+                pp=int(row["pp"]),
+                cp=int(row["cp"]),
+                ep=_cell_int(row.get("ep")),
+                etp=_cell_int(row.get("etp")),
+                vp=_cell_int(row.get("vp")),
+                mbs=int(row["mbs"]),
+                gbs=ScaleExpr.parse(row["gbs"]),
+                dp=_printed_or(row.get("dp")),
+                ga=_printed_or(row.get("ga")),
+                provenance=replace(document, table=provenance_table, rows=(index,)),
+            )
+
+
+def _printed_or(value: Any) -> ScaleExpr:
+    """A printed DP/GA cell; tables without the column read as ``NA`` (0)."""
+    value = _cell_none(value)
+    return ScaleExpr.constant(0) if value is None else ScaleExpr.parse(value)
+
+
+def _erratum(raw: dict[str, Any], seed: str) -> Erratum:
+    return Erratum(
+        id=str(raw["id"]),
+        seed=seed,
+        seed_says=str(raw["seed_says"]).strip(),
+        resolution=str(raw["resolution"]).strip(),
+        source=str(raw.get("source", "")).strip(),
+        kind=str(raw.get("kind", "figure")),
+    )
+
+
+def _matches(match: dict[str, Any], row: SeedRow, dtype: str) -> bool:
+    for key, want in match.items():
+        if key == "table":
+            have: Any = row.provenance.table
+        elif key == "gpus":  # the scale as printed: "8-128" or "1024"
+            low, high = row.gpus
+            have = f"{low}-{high}" if row.is_range else low
+        elif key == "dtype":
+            have = dtype
+        else:
+            have = getattr(row, key)
+        if str(have).lower() != str(want).lower():
+            return False
+    return True
+
+
+def _amend(row: SeedRow, settings: dict[str, Any]) -> SeedRow:
+    changes: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key not in SETTABLE:
+            raise ValueError(f"amendment sets {key!r}; settable: {', '.join(SETTABLE)}")
+        if key == "gbs":
+            changes[key] = ScaleExpr.parse(value)
+        elif key in ("fsdp", "cuda_graphs"):
+            changes[key] = _cell_bool(value)
+        else:
+            changes[key] = _cell_int(value)
+    return replace(row, **changes)
+
+
+def _series(
+    rows: tuple[SeedRow, ...], amendments: list[tuple[dict[str, Any], Erratum | None]]
+) -> tuple[RecipeSeries, ...]:
+    """One series per (dtype, configuration): explicit rows that differ only
+    in scale merge; each amendment applies to the rows its ``match`` selects."""
+    used = [False] * len(amendments)
+    groups: dict[tuple, list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]] = {}
+    for row in rows:
+        for dtype in row.dtypes:
+            amended, errata, notes = row, [], []
+            for i, (raw, erratum) in enumerate(amendments):
+                if _matches(raw.get("match") or {}, row, dtype):
+                    amended = _amend(amended, raw.get("set") or {})
+                    used[i] = True
+                    if erratum is not None:
+                        errata.append(erratum)
+                    else:
+                        notes.append(str(raw["why"]).strip())
+            key = (
+                row.provenance.table,
+                dtype,
+                row.is_range,
+                row.gpus if row.is_range else None,
+                *(getattr(amended, f) for f in LAYOUT),
+            )
+            groups.setdefault(key, []).append((replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes)))
+    for (raw, _), was_used in zip(amendments, used, strict=True):
+        if not was_used:
+            raise ValueError(f"amendment {raw.get('id', raw.get('why'))!r} matches no row")
+    return tuple(_merge(members) for members in groups.values())
+
+
+def _merge(members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]) -> RecipeSeries:
+    first, errata, notes = members[0]
+    rows = [m[0] for m in members]
+    layout = {f.name: getattr(first, f.name) for f in fields(RecipeLayout)}
+    layout["gbs"] = _series_gbs(rows)
+    layout["provenance"] = replace(first.provenance, rows=tuple(r.provenance.rows[0] for r in rows))
+    series = RecipeSeries(
+        **layout,
+        min_gpus=min(r.gpus[0] for r in rows),
+        max_gpus=max(r.gpus[1] for r in rows),
+        listed_gpus=tuple(sorted(r.gpus[0] for r in rows)) if not first.is_range else first.gpus,
+        is_range=first.is_range,
+        errata=errata,
+        adjustments=notes,
+    )
+    for gpus in sorted({series.min_gpus, series.max_gpus, *series.listed_gpus}):
+        problem = check_layout(series, gpus)
+        if problem:
+            raise ValueError(
+                f"{series.provenance.describe()} ({series.size} {series.dtypes[0]} on {series.gpu}) "
+                f"is impossible at {gpus} GPUs: {problem}; add an erratum that resolves it"
+            )
+    return series
+
+
+def _series_gbs(rows: list[SeedRow]) -> ScaleExpr:
+    """The GBS rule of a series: a seed formula as printed, or one inferred
+    from explicit rows (constant GBS per GPU under weak scaling, constant
+    GBS under strong scaling)."""
+    if len(rows) == 1 and rows[0].is_range:
+        return rows[0].gbs
+    scaling = rows[0].scaling
+    if scaling == "strong":
+        values = {r.gbs.at(r.gpus[0]) for r in rows}
+        if len(values) != 1:
+            raise ValueError(f"strong-scaling rows with different GBS: {sorted(values)}")
+        return ScaleExpr.constant(int(values.pop()))
+    ratios = {Fraction(r.gbs.at(r.gpus[0])) / r.gpus[0] for r in rows}
+    if len(ratios) != 1:
+        raise ValueError(
+            f"weak-scaling rows {[r.provenance.rows[0] + 1 for r in rows]} do not keep GBS per GPU constant"
+        )
+    return ScaleExpr.per_gpu_of(ratios.pop())
+
+
+# ---------------------------------------------------------------- references
+
+
+def _references(raw: dict[str, Any], titles: dict[str, str]) -> Iterable[ReferenceResult]:
+    columns = [str(c) for c in raw["columns"]]
+    unknown = [c for c in columns if c not in REFERENCE_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown}; known: {', '.join(REFERENCE_COLUMNS)}")
+    for index, cells in enumerate(raw["rows"]):
+        row = dict(zip(columns, cells, strict=True))
+        yield ReferenceResult(
+            variant=str(raw["variant"]),
+            size=str(row.get("size", raw.get("size"))).lower(),
+            gpu=str(raw["gpu"]).lower(),
+            dtype=str(raw["dtype"]).lower(),
+            gpus=int(row["gpus"]),
+            step_time_s=float(row["step_time_s"]),
+            tokens_per_s=_opt_float(row.get("tokens_per_s")),
+            mfu_pct=_opt_float(row.get("mfu_pct")),
+            days_1t=_opt_float(row.get("days_1t")),
+            tflops_per_gpu=_opt_float(row.get("tflops_per_gpu")),
+            provenance=Provenance(
+                seed=str(raw["seed"]),
+                title=_title(titles, str(raw["seed"])),
+                table=None if raw.get("seed_table") is None else int(raw["seed_table"]),
+                rows=(index,),
+            ),
+            scaling=_one_of(raw.get("scaling", "weak"), SCALINGS, "scaling"),
+            note=str(raw.get("note", "") or ""),
+            erratum=_cell_none(row.get("erratum")),
+        )
+
+
+def _opt_float(value: Any) -> float | None:
+    value = _cell_none(value)
+    if value is None or str(value).strip().lower() == "n/a":
+        return None
+    return float(value)

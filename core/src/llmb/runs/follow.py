@@ -1,0 +1,146 @@
+"""Following a job: live progress from its log, then its summary.
+
+The log is read incrementally with the same iteration parsers ``llmb
+results`` uses; progress is one updating line on a terminal, and at most one
+line a second otherwise (CI logs stay readable).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from llmb.results.parsers import MegatronBridgeReader, NeMo2Reader
+from llmb.runs.jobs import TERMINAL, Job, JobStatus
+
+
+class Progress:
+    """The latest iteration and step times of a growing log."""
+
+    def __init__(self, log: str):
+        self.log = log
+        self.offset = 0
+        self.carry = b""
+        self.readers = (MegatronBridgeReader(), NeMo2Reader())
+
+    def poll(self) -> None:
+        try:
+            with open(self.log, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        data = self.carry + data
+        cut = data.rfind(b"\n") + 1
+        self.carry = data[cut:]
+        if cut:
+            for reader in self.readers:
+                reader.feed(data[:cut])
+
+    def latest(self) -> tuple[int, int, list[float]] | None:
+        """(iteration, last, recent step times in ms) of the richer format."""
+        logs = [r.log for r in self.readers if r.log.samples]
+        if not logs:
+            return None
+        log = max(logs, key=lambda l: len(l.samples))
+        iterations = sorted(log.samples)
+        recent = [log.samples[i].step_time_ms for i in iterations[-5:] if log.samples[i].step_time_ms]
+        return iterations[-1], log.last or iterations[-1], recent
+
+    def describe(self) -> str | None:
+        found = self.latest()
+        if found is None:
+            return None
+        iteration, last, recent = found
+        if not recent:
+            return f"step {iteration}/{last}"
+        step_s = recent[-1] / 1000
+        mean_s = sum(recent) / len(recent) / 1000
+        remaining = max(0, last - iteration) * mean_s
+        eta = f"{int(remaining // 60)}:{int(remaining % 60):02d}"
+        return f"step {iteration}/{last}  last step {step_s:.2f} s  ETA {eta}"
+
+
+UNKNOWN_LIMIT_S = 300.0  # how long a job may stay UNKNOWN (its records unreadable) before following stops
+
+
+def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None], interval: float = 0.5,
+           stream=None, unknown_limit: float = UNKNOWN_LIMIT_S) -> JobStatus:
+    """Show progress until the job ends (or has been UNKNOWN for
+    ``unknown_limit`` seconds: its state cannot be read); return its final status."""
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    progress = Progress(job.log)
+    shown, last_print, unknown_since = None, 0.0, None
+    while True:
+        progress.poll()
+        current = status()
+        unknown_since = (unknown_since or time.monotonic()) if current.state == "UNKNOWN" else None
+        if unknown_since is not None and time.monotonic() - unknown_since >= unknown_limit:
+            if tty and shown:
+                stream.write("\n")
+            return JobStatus(current.job, current.state, f"{current.reason or 'its state cannot be read'} "
+                             f"(still so after {unknown_limit:.0f} s; llmb status {job.id} tells more later)",
+                             current.progress, current.exit)
+        if current.job.log != progress.log:  # a retry writes to a fresh run directory
+            progress = Progress(current.job.log)
+            progress.poll()
+        line = progress.describe()
+        if line and line != shown:
+            if tty:
+                stream.write(f"\r{job.id}: {line}\x1b[K")
+                stream.flush()
+                shown = line
+            elif time.monotonic() - last_print >= 1.0:
+                echo(f"{job.id}: {line}")
+                shown, last_print = line, time.monotonic()
+        if current.state in TERMINAL:
+            progress.poll()
+            if tty and shown:
+                stream.write("\n")
+            return current
+        time.sleep(interval)
+
+
+def summary(status: JobStatus) -> str:
+    """The run summary: window statistics, tokens/s, TFLOPS/GPU, MFU where a peak applies."""
+    job = status.job
+    lines = [f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else "")]
+    result = (status.exit or {}).get("result")
+    if result:
+        def f(key: str, digits: int, suffix: str = "") -> str:
+            value = result.get(key)
+            if value is None:
+                return "-"
+            return f"{value:.3g}{suffix}" if 0 < abs(value) < 10 ** -digits * 100 else f"{value:,.{digits}f}{suffix}"
+
+        proxy = f" ({job.proxy} proxy: not compared with published numbers)" if job.proxy else ""
+        lines.append(f"  result      {result['status']}{proxy}"
+                     + (f": {result['failure_reason']}" if result.get("failure_reason") else ""))
+        if result.get("samples_in_window"):
+            lines += [
+                f"  window      iterations {result['window']} ({result['samples_in_window']} samples)",
+                f"  step time   {f('time_mean_ms', 1)} ms mean, {f('time_std_dev_ms', 1)} ms std",
+                f"  throughput  {f('tokens_per_s', 0)} tokens/s, {f('tflops_per_gpu_mean', 2)} TFLOP/s/GPU "
+                f"({result.get('tflops_source') or '-'})",
+                "  MFU         " + (f('mfu_pct', 2, '%') if result.get("mfu_pct") is not None
+                                    else "- (no GPU peak applies)")
+                + (f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)" if result.get("dtype") != "bf16"
+                   and result.get("mfu_bf16_pct") is not None else ""),
+                f"  1T tokens   {f('days_to_train_1t', 2)} days" + (" (of this proxy model)" if job.proxy else ""),
+            ]
+        else:
+            lines.append(f"  window      iterations {result['window']}: no samples")
+        if result.get("reference_step_time_ms") is not None:
+            lines.append(f"  published   {f('reference_step_time_ms', 1)} ms per step "
+                         f"({f('reference_delta_pct', 1, '%')} difference)")
+        if result.get("checkpoint_save_s") is not None or result.get("checkpoint_load_s") is not None:
+            lines.append(f"  checkpoint  save {f('checkpoint_save_s', 3)} s, load {f('checkpoint_load_s', 3)} s")
+    elif status.state in TERMINAL:
+        lines.append("  (no parsed result: see the log)")
+    lines.append(f"  log         {job.log}")
+    lines.append(f"  experiment  {os.path.dirname(job.log) if job.log else job.run_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,399 @@
+"""Jobs: a submitted run, its state, and where that state lives on disk.
+
+Every job has a directory ``<install>/jobs/<job id>/`` holding ``job.json``
+(the ``Job`` record) and whatever its backend needs to answer for it later
+from another shell: the local backend keeps the supervisor's pid, the ranks'
+pids, a cancel marker and the final ``exit.json`` there.
+
+The store reports its own troubles truthfully: a record that cannot be read
+names the file and why (not JSON, a field of the wrong type), and a write
+that fails names the cause (``no space left on device``, ``read-only file
+system``) as a ``JobStoreError`` rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import shutil
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import datetime, timezone
+
+from llmb.errors import LlmbError, UsageError
+from llmb.paths import install_dir
+from llmb.runs.experiment import read_json, write_json
+
+# Every backend maps its own states onto these.
+STATES = ("QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED", "UNKNOWN")
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED")
+
+JOB_FILE = "job.json"
+EXIT_FILE = "exit.json"
+CANCEL_FILE = "cancel-requested"  # llmb asked for the job to stop (so its end is a cancel, not a failure)
+SUBMITTER_FILE = "submitter.json"  # the process submitting the job, until the job's own processes take over
+EXIT_RESERVE_FILE = "exit.reserve"  # room kept for exit.json: freed to write it on a full disk
+EXIT_RESERVE_BYTES = 16384
+
+
+class JobStoreError(LlmbError):
+    """The job store could not be written or read (a full disk, a read-only
+    file system, a corrupt record). Exit code 1."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submitted run."""
+
+    id: str
+    backend: str
+    workload: str
+    experiment: str
+    run_dir: str
+    log: str
+    ranks: int
+    submitted_at: str
+    proxy: str | None = None
+    attempts: int = 1
+    details: dict = field(default_factory=dict)  # backend-specific (e.g. Slurm job ids)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job: Job
+    state: str
+    reason: str | None = None
+    progress: str | None = None  # e.g. "iteration 37/50"
+    exit: dict | None = None  # what the job recorded when it ended
+
+
+@dataclass(frozen=True)
+class BrokenJob:
+    """A job directory whose record cannot be read: its id and why."""
+
+    id: str
+    problem: str
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``no space left on device``, ``read-only file system``...: the cause in words."""
+    words = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return words
+
+
+def store_error(what: str, exc: OSError) -> JobStoreError:
+    return JobStoreError(f"{what}: {describe_os_error(exc)}")
+
+
+def jobs_root() -> str:
+    return os.path.join(install_dir(), "jobs")
+
+
+def job_dir(job_id: str) -> str:
+    return os.path.join(jobs_root(), job_id)
+
+
+def new_job_id(backend: str) -> str:
+    """A job id for a job that will not be created (a dry run)."""
+    return f"{backend}-{secrets.token_hex(3)}"
+
+
+_created_here: list[str] = []  # job ids this process created, oldest first (to undo an interrupted submission)
+
+
+def created_job_ids() -> list[str]:
+    return list(_created_here)
+
+
+def new_job_dir(backend: str) -> tuple[str, str]:
+    """A fresh (job id, directory): ``<backend>-<6 hex>``. It names this
+    process as the job's submitter until the job's own processes run."""
+    try:
+        os.makedirs(jobs_root(), exist_ok=True)
+    except OSError as exc:
+        raise store_error(f"cannot create the jobs directory {jobs_root()}", exc) from None
+    while True:
+        job_id = new_job_id(backend)
+        path = job_dir(job_id)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise store_error(f"cannot create a job directory in {jobs_root()}", exc) from None
+        _created_here.append(job_id)
+        try:
+            write_json(os.path.join(path, SUBMITTER_FILE),
+                       {"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
+        except OSError as exc:
+            discard_job_dir(job_id)
+            raise store_error(f"cannot write in the job directory {path}", exc) from None
+        return job_id, path
+
+
+def discard_job_dir(job_id: str) -> None:
+    """Remove a job's directory (a submission that never completed)."""
+    shutil.rmtree(job_dir(job_id), ignore_errors=True)
+
+
+def submitter_alive(job_id: str) -> bool:
+    """Whether the process that submitted the job still runs (it may still be submitting)."""
+    found = read_json(os.path.join(job_dir(job_id), SUBMITTER_FILE)) or {}
+    return alive(found.get("pid"), found.get("start_time"))
+
+
+@contextlib.contextmanager
+def job_lock(job_id: str):
+    """Exclusive, across processes: one shell at a time ends or retries a job
+    (two shells following the same job must not both resubmit it). On a
+    read-only job directory the directory itself is locked."""
+    import fcntl
+
+    try:
+        handle = open(os.path.join(job_dir(job_id), "lock"), "a+")  # noqa: SIM115 - closed below
+    except OSError:
+        handle = open(job_dir(job_id))  # noqa: SIM115 - a directory opened read-only can be locked too
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def save_job(job: Job) -> None:
+    path = os.path.join(job_dir(job.id), JOB_FILE)
+    try:
+        write_json(path, job.to_dict())
+    except OSError as exc:
+        raise store_error(f"cannot save the record of job {job.id} ({path})", exc) from None
+
+
+def read_record(path: str) -> tuple[dict | None, str | None]:
+    """(the JSON object in ``path``, None); (None, None) when there is no
+    such file; (None, what is wrong) when it cannot be read or is no object."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{os.path.basename(path)} cannot be read ({describe_os_error(exc)})"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        what = "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)"
+        return None, f"{os.path.basename(path)} {what}"
+    if not isinstance(data, dict):
+        return None, f"{os.path.basename(path)} holds {json_kind(data)}, not an object"
+    return data, None
+
+
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+          dict: "an object", type(None): "null"}
+# Job's field types (as annotated) -> the values allowed, in words.
+_TYPES = {"str": ((str,), "a string"), "int": ((int,), "an integer"),
+          "str | None": ((str, type(None)), "a string or null"), "dict": ((dict,), "an object")}
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, in words (``a list``, ``an integer``...)."""
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def job_from_dict(data: dict) -> tuple[Job | None, str | None]:
+    """A ``Job`` from its record, or what is wrong with the record."""
+    values = {}
+    for spec in fields(Job):
+        if spec.name not in data:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                return None, f"job.json lacks the field {spec.name!r}"
+            continue
+        value, (allowed, words) = data[spec.name], _TYPES[str(spec.type)]
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            return None, f"job.json's field {spec.name!r} is {json_kind(value)} ({value!r:.40}), not {words}"
+        values[spec.name] = value
+    return Job(**values), None
+
+
+def read_job(job_id: str) -> Job | BrokenJob | None:
+    """The job's record; a ``BrokenJob`` naming what is wrong with it; None when there is no such job."""
+    directory = job_dir(job_id)
+    data, problem = read_record(os.path.join(directory, JOB_FILE))
+    if data is None and problem is None:
+        return BrokenJob(job_id, "its directory holds no job.json (a submission that did not complete)") \
+            if os.path.isdir(directory) else None
+    if problem is None:
+        job, problem = job_from_dict(data)
+        if job is not None:
+            return job
+    return BrokenJob(job_id, f"its record is unreadable: {problem} ({directory})")
+
+
+def load_job(job_id: str) -> Job:
+    found = read_job(job_id)
+    if isinstance(found, Job):
+        return found
+    if isinstance(found, BrokenJob):
+        raise JobStoreError(f"job {job_id}: {found.problem}")
+    known = list_job_ids()[:5]
+    hint = f"recent jobs: {', '.join(known)}" if known else "there are no jobs yet"
+    raise UsageError(f"no job {job_id!r} in {jobs_root()} ({hint}; llmb status lists them).")
+
+
+def list_job_ids() -> list[str]:
+    """Job ids, most recently submitted first (a directory deleted meanwhile is left out)."""
+    found = []
+    try:
+        entries = list(os.scandir(jobs_root()))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if entry.is_dir() and os.path.exists(os.path.join(entry.path, JOB_FILE)):
+                found.append((entry.stat().st_mtime, entry.name))
+        except OSError:
+            continue
+    found.sort(reverse=True)
+    return [name for _, name in found]
+
+
+def read_exit(job_id: str) -> dict | None:
+    return read_json(os.path.join(job_dir(job_id), EXIT_FILE))
+
+
+def read_exit_checked(job_id: str) -> tuple[dict | None, str | None]:
+    """(exit record, None); (None, None) when the job has not recorded its end;
+    (None, what is wrong) when ``exit.json`` is unreadable or malformed."""
+    data, problem = read_record(os.path.join(job_dir(job_id), EXIT_FILE))
+    if data is None:
+        return None, problem
+    state, reason = data.get("state"), data.get("reason")
+    if state not in STATES:
+        return None, f"exit.json's state is {state!r:.40}, not one of {', '.join(STATES)}"
+    if reason is not None and not isinstance(reason, str):
+        return None, f"exit.json's reason is {json_kind(reason)}, not a string"
+    return data, None
+
+
+def reserve_exit_space(job_id: str) -> None:
+    """Keep room for ``exit.json``: ``write_exit`` frees it when the disk is full."""
+    with contextlib.suppress(OSError), open(os.path.join(job_dir(job_id), EXIT_RESERVE_FILE), "wb") as handle:
+        handle.write(b"\0" * EXIT_RESERVE_BYTES)
+
+
+def write_exit(job_id: str, data: dict) -> None:
+    """Record the job's end; on a full disk, the space reserved for it is used."""
+    path = os.path.join(job_dir(job_id), EXIT_FILE)
+    reserve = os.path.join(job_dir(job_id), EXIT_RESERVE_FILE)
+    try:
+        write_json(path, data)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or not os.path.exists(reserve):
+            raise
+        os.remove(reserve)
+        write_json(path, data)
+    with contextlib.suppress(OSError):
+        os.remove(reserve)
+
+
+def request_cancel(job_id: str) -> None:
+    """Leave the cancel marker (an empty file is enough on a full disk)."""
+    with open(os.path.join(job_dir(job_id), CANCEL_FILE), "w", encoding="utf-8") as handle:
+        with contextlib.suppress(OSError):
+            handle.write(now() + "\n")
+            handle.flush()
+
+
+def cancel_requested(job_id: str) -> bool:
+    return os.path.exists(os.path.join(job_dir(job_id), CANCEL_FILE))
+
+
+def store_trouble(job_id: str) -> str | None:
+    """Why the job directory may not take writes now, if it cannot: deleted,
+    read-only, full. For a job that ended without recording its exit."""
+    directory = job_dir(job_id)
+    if not os.path.isdir(directory):
+        return f"its job directory {directory} was deleted"
+    if not os.access(directory, os.W_OK):
+        try:
+            read_only = os.statvfs(directory).f_flag & os.ST_RDONLY
+        except OSError:
+            read_only = False
+        return "its job directory is on a read-only file system" if read_only else "its job directory is not writable"
+    try:
+        full = os.statvfs(directory).f_bavail == 0
+    except OSError:
+        full = False
+    return "its job directory's file system is full (no space left on device)" if full else None
+
+
+def wait_until_ended(status, timeout: float, interval: float, after: str) -> JobStatus:
+    """Poll ``status()`` until the job ended; if it has not within ``timeout`` seconds,
+    the last status with a reason saying so (``after``: what was done to end it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        current = status()
+        if current.state in TERMINAL:
+            return current
+        if time.monotonic() >= deadline:
+            return JobStatus(current.job, current.state, f"still {current.state} {timeout:.0f} s after {after}",
+                             current.progress)
+        time.sleep(interval)
+
+
+def last_iteration(log: str, tail: int = 65536) -> str | None:
+    """``iteration i/N`` of the last iteration line in the log's tail (a job's progress)."""
+    import re
+
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - tail))
+            data = handle.read()
+    except OSError:
+        return None
+    found = re.findall(rb"iteration\s+(\d+)\s*/\s*(\d+)", data)
+    return f"iteration {int(found[-1][0])}/{int(found[-1][1])}" if found else None
+
+
+# ---------------------------------------------------------------- processes
+
+
+def process_stat(pid: int) -> tuple[int, int] | None:
+    """(start time in clock ticks since boot, session id) of the living
+    process ``pid``; None when there is none (or only a zombie). With the
+    pid, the start time names a process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    parts = stat[stat.rfind(")") + 2:].split()
+    if len(parts) < 20 or parts[0] in ("Z", "X"):
+        return None  # a zombie has ended
+    return int(parts[19]), int(parts[3])
+
+
+def process_start_time(pid: int) -> int | None:
+    found = process_stat(pid)
+    return found[0] if found else None
+
+
+def alive(pid: int | None, start_time: int | None) -> bool:
+    if not pid:
+        return False
+    started = process_start_time(pid)
+    return started is not None and (start_time is None or started == start_time)
