@@ -6,7 +6,10 @@ rank comes from the launcher: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (the local
 backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
 ``SLURM_LOCALID`` (``srun``). An exception is printed with a ``[rankN]:``
 prefix on every line (as torchrun does), so that the failure reason can be
-told from the run's log, and the process exits 1.
+told from the run's log, and the process exits 1. A rank that native code
+ends (an abort, a segmentation fault) prints every thread's Python stack
+first (``faulthandler``), so the log says where it was: in a step, or
+tearing down after training finished.
 
 Before training, each node's local rank 0 checks the node's GPUs against
 the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
@@ -15,6 +18,7 @@ the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -38,6 +42,7 @@ def placement(env=os.environ) -> tuple[int, int, int]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rank = 0
+    faulthandler.enable(all_threads=True)  # into the run's log, which is this process's stderr
     try:
         rank, world, local_rank = placement()
         with open(argv[0], encoding="utf-8") as handle:

@@ -1,0 +1,53 @@
+"""The worker (``python -m llmb.worker RUN_JSON``) as a process: how a rank that fails says so in its log."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from llmb.runs.runspec import RunSpec
+
+# The worker with the job's start (the GPU check) replaced by ``action``; then the worker's own main.
+RUN = """
+import os, sys
+import llmb.runs.provenance as provenance
+import llmb.worker as worker
+provenance.start_job = lambda *args, **kwargs: {action}
+sys.exit(worker.main([sys.argv[1]]))
+"""
+
+
+def _run_json(tmp_path: Path) -> Path:
+    inner = tmp_path / "e"
+    inner.mkdir(parents=True)
+    spec = RunSpec(job_id="local-abc123", workload="llama31", variant="v", framework="megatron_bridge", engine="torch",
+                   size="8b", arch={}, proxy="tiny", gpu="h100", dtype="bf16", compute_dtype="float32", device="cpu",
+                   ranks=1, mbs=1, ga=1, gbs=1, seq_len=64, steps=3, seed=1, compile=False, flops_per_sample=1.0,
+                   experiment="e", run_dir=str(tmp_path), inner_dir=str(inner), log=str(inner / "log-e.out"))
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(spec.to_dict()))
+    return path
+
+
+def _worker(tmp_path: Path, action: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN.format(action=action), str(_run_json(tmp_path))],
+                          capture_output=True, text=True, timeout=300, env={"RANK": "1", "WORLD_SIZE": "2",
+                                                                              "PATH": "/usr/bin:/bin"})
+
+
+def test_an_exception_is_printed_with_the_rank_on_every_line_and_exits_1(tmp_path):
+    proc = _worker(tmp_path, "(_ for _ in ()).throw(RuntimeError('the node is on fire'))")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == "[rank1]: RuntimeError: the node is on fire" and all(x.startswith("[rank1]: ") for x in lines)
+
+
+def test_a_rank_that_native_code_aborts_prints_where_python_was(tmp_path):
+    proc = _worker(tmp_path, "os.abort()")
+    assert proc.returncode == -signal.SIGABRT, proc.stderr
+    assert "Fatal Python error: Aborted" in proc.stderr
+    stack = proc.stderr[proc.stderr.index("Fatal Python error"):]
+    assert "in <lambda>" in stack and "worker.py" in stack and "in main" in stack, stack
