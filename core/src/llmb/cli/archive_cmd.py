@@ -80,6 +80,7 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
     nsys_profile, torch_profile and pytorch_profile folders. Logs, recipes
     and provenance files are kept."""
     from llmb.results import archive
+
     if suite_id and dirs:
         raise UsageError("give DIRS or --suite ID, not both.")
     if suite_id:

@@ -55,6 +55,7 @@ def following_options(what: str):
 def checked_tasks(host, tasks: list, base: dict) -> list:
     """Every task checked as llmb run --dry-run checks a run; a UsageError listing each that cannot run."""
     from llmb.runs import sweep_runner
+
     checked = sweep_runner.check(host, tasks, base)
     problem = sweep_runner.problems(checked)
     if problem:
@@ -80,6 +81,7 @@ def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detac
     sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
     submission. Returns the SweepRun (exit 130 when interrupted)."""
     from llmb.runs import sweep_runner
+
     backends = {c.planned.job.backend for c in checked}
     parallel = sweep_runner.default_parallel(backends, max_parallel)
     tty = sys.stderr.isatty()

@@ -104,6 +104,7 @@ def image_record(backend: str, submit, reference: str | None) -> dict:
         where = "this machine's" if backend == "local" else "the nodes'"
         return {"reference": None, "digest": None, "note": f"no container: the job runs in {where} Python environment"}
     from llmb.install import images
+
     imported = reference if reference.endswith(".sqsh") else None
     if imported is None:
         try:
@@ -121,6 +122,7 @@ def image_record(backend: str, submit, reference: str | None) -> dict:
 def submission_section(host, backend: str, spec, submit, container: str | None, secret_names) -> dict:
     """What ``llmb run`` knows of a run it submits."""
     from llmb.runs import job_env
+
     reference = submit.image or (spec.framework_config or {}).get("container") or container
     return {
         "recorded_at": now(),
@@ -167,6 +169,7 @@ def scheduler(environ) -> dict:
 def job_section(spec, world: int, gpus, check: str, environ, declared) -> dict:
     """What only the job sees (``gpus``: ``llmb.runs.gpu_seen.GpusSeen``)."""
     from llmb.runs import job_env
+
     return {
         "recorded_at": now(),
         "llmb": llmb_version(),
@@ -195,6 +198,7 @@ def start_job(spec, rank: int, world: int, local_rank: int, environ=os.environ) 
     if local_rank != 0:
         return
     from llmb.runs import gpu_seen
+
     gpus = gpu_seen.seen(environ)
     mismatch, warnings = None, []
     if spec.device != "cpu":

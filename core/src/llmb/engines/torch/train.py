@@ -119,6 +119,7 @@ def resolve_device(spec: RunSpec, cuda: bool, record: bool) -> RunSpec:
     from dataclasses import replace
 
     from llmb.runs import experiment
+
     device, dtype = ("cuda", "bfloat16") if cuda else ("cpu", "float32")
     if record:
         path = os.path.join(spec.run_dir, experiment.RECIPE_FILE)

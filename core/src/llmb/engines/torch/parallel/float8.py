@@ -149,6 +149,7 @@ def record_precision(run_dir: str, precision: Precision) -> None:
     """Write the precision a run computes in into its ``recipe.json`` (``compute_precision``), beside
     the ``compute_dtype`` planned at submission (rank 0 calls it once the model is built)."""
     from llmb.runs import experiment
+
     path = os.path.join(run_dir, experiment.RECIPE_FILE)
     data = experiment.read_json(path)
     if data is not None:
