@@ -100,3 +100,10 @@ def test_every_moved_path_leads_to_the_plugin_api():
         assert any(module == new or module.startswith(new + ".") for module in PUBLIC), (old, new)
         stale = package.joinpath(*old.split(".")[1:])
         assert not stale.with_suffix(".py").exists() and not stale.is_dir(), f"{stale} shadows {new}"
+
+
+def test_an_old_module_imported_from_the_package_is_the_module_at_its_new_path():
+    script = ("import sys, warnings; warnings.simplefilter('ignore'); from llmb import experiment, records; "
+              "print(records is sys.modules['llmb.recipes.records'], experiment is sys.modules['llmb.runs.experiment'])")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pluggy
 
-from llmb.public_api import MOVED, install_moved_modules
+from llmb.public_api import install_moved_modules
 
 hookimpl = pluggy.HookimplMarker("llmb")
 install_moved_modules()  # plugins written against the old module paths keep importing
@@ -20,13 +20,9 @@ install_moved_modules()  # plugins written against the old module paths keep imp
 __all__ = ["hookimpl", "__version__"]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> str:
     if name == "__version__":
         from importlib.metadata import version
 
         return version("llmb")
-    if f"llmb.{name}" in MOVED:  # ``from llmb import records``, as before the regrouping
-        import importlib
-
-        return importlib.import_module(f"llmb.{name}")
     raise AttributeError(name)
