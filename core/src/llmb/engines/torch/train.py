@@ -570,9 +570,3 @@ def train(spec: RunSpec, rank: int, world: int, local_rank: int) -> None:
     engine = Engine(spec, rank, world, local_rank)
     engine.run()
     engine.close()  # not on failure: a barrier would wait forever for the rank that failed
-    # What the run built (the DDP/FSDP wrappers and the communication work they keep) is freed now, while the
-    # interpreter is whole, rather than during its shutdown, where gloo's work objects holding Python references
-    # go in no set order; a rank that had finished training was seen aborting there ("terminate called without
-    # an active exception").
-    del engine
-    gc.collect()
