@@ -20,13 +20,28 @@ sys.exit(worker.main([sys.argv[1]]))
 """
 
 
-def _run_json(tmp_path: Path) -> Path:
+# The worker with the job's start a no-op and the torch engine's training replaced by ``train``; an exit
+# handler shows whether the interpreter finalized.
+FINISH = """
+import atexit, sys
+import llmb.engines.torch.train as engine
+import llmb.runs.provenance as provenance
+import llmb.worker as worker
+provenance.start_job = lambda *args, **kwargs: None
+engine.train = {train}
+atexit.register(lambda: print("FINALIZED", flush=True))
+print("worker returned", worker.main([sys.argv[1]]), flush=True)
+"""
+
+
+def _run_json(tmp_path: Path, **changes) -> Path:
     inner = tmp_path / "e"
     inner.mkdir(parents=True)
     spec = RunSpec(job_id="local-abc123", workload="llama31", variant="v", framework="megatron_bridge", engine="torch",
                    size="8b", arch={}, proxy="tiny", gpu="h100", dtype="bf16", compute_dtype="float32", device="cpu",
                    ranks=1, mbs=1, ga=1, gbs=1, seq_len=64, steps=3, seed=1, compile=False, flops_per_sample=1.0,
-                   experiment="e", run_dir=str(tmp_path), inner_dir=str(inner), log=str(inner / "log-e.out"))
+                   experiment="e", run_dir=str(tmp_path), inner_dir=str(inner), log=str(inner / "log-e.out"),
+                   **changes)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(spec.to_dict()))
     return path
@@ -51,3 +66,23 @@ def test_a_rank_that_native_code_aborts_prints_where_python_was(tmp_path):
     assert "Fatal Python error: Aborted" in proc.stderr
     stack = proc.stderr[proc.stderr.index("Fatal Python error"):]
     assert "in <lambda>" in stack and "worker.py" in stack and "in main" in stack, stack
+
+
+def _finish(tmp_path: Path, train: str, **changes) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", FINISH.format(train=train), str(_run_json(tmp_path, **changes))],
+                          capture_output=True, text=True, timeout=300, env={"RANK": "0", "WORLD_SIZE": "1",
+                                                                              "PATH": "/usr/bin:/bin"})
+
+
+def test_a_finished_torch_engine_rank_exits_0_without_finalizing(tmp_path):
+    proc = _finish(tmp_path, "lambda spec, **kwargs: print('trained', flush=True)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "trained" and "FINALIZED" not in proc.stdout and "returned" not in proc.stdout
+
+
+def test_a_failed_rank_and_an_nsys_profiled_one_finalize_as_usual(tmp_path):
+    failed = _finish(tmp_path / "failed", "lambda spec, **kwargs: 1 / 0")
+    assert failed.returncode == 0 and failed.stdout.split() == ["worker", "returned", "1", "FINALIZED"], failed.stderr
+    assert "[rank0]: ZeroDivisionError: division by zero" in failed.stderr
+    profiled = _finish(tmp_path / "nsys", "lambda spec, **kwargs: None", profile={"kind": "nsys", "start": 2, "stop": 3})
+    assert profiled.stdout.split() == ["worker", "returned", "0", "FINALIZED"], profiled.stderr

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from llmb.engines.frameworks import train  # imports the framework lazily, inside the container
         train(spec, rank=rank, world=world, local_rank=local_rank)
+        if spec.engine == "torch" and (spec.profile or {}).get("kind") != "nsys":
+            end_without_finalizing(0)
     except BaseException as exc:  # noqa: BLE001 - report everything, including KeyboardInterrupt
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return 0
@@ -69,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return 1
     return 0
+
+
+def end_without_finalizing(code: int) -> None:
+    """Exit now, skipping the interpreter's finalization. A finished torch-engine rank has nothing left
+    to finalize (its log lines are flushed here, its files closed, a torch.profiler trace written at its
+    stop step), while torch's distributed teardown during finalization was seen to abort ranks that had
+    finished every step ("terminate called without an active exception", no Python frame). Not under
+    nsys, which completes its report from the profiled process's exit, nor for the production
+    frameworks, whose own exit handlers may have work to do."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
