@@ -225,6 +225,7 @@ class OneRankForTwo(Engine):
 
 def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
     from llmb.runs.runspec import RunSpec
+    from llmb.worker import end_without_finalizing
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     spec = RunSpec.from_dict(spec_dict)
@@ -238,6 +239,7 @@ def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
     engine.close()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
         json.dump({"trajectory": trajectory, **facts}, handle)
+    end_without_finalizing(0)  # as the worker ends a finished rank: no distributed teardown in finalization
 
 
 def run_two_ranks(spec, out_dir) -> list[dict]:
