@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import click
 
 from llmb.cli import get_host
@@ -22,56 +25,167 @@ def _mfu(at_dtype: float | None, at_bf16: float | None, dtype: str | None) -> st
     return text
 
 
-def _baselines(ctx, spec: str | None, db_path: str | None):
-    """``--baseline RUN`` (a run id in the results database) or ``FILE``."""
-    from llmb.results.compare import Baseline, key_of, load_baselines
+BASELINE_FORMS_TEXT = (
+    "--baseline takes a directory of runs (as llmb results DIR reads it), a results file (llmb results "
+    "--format json > FILE), an llmb job id (what llmb run prints and llmb status lists, e.g. local-575dba, or "
+    "the Slurm job id of one) or a results-database id (the run_id of llmb results --from-db --json)")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _successful(result) -> bool:
+    return result.status == "success" and bool(result.stats and result.stats.time_mean_ms)
+
+
+def _collected(ctx, path: str, db_path, window_text, gpu) -> list:
+    """(location, result, run id) of every run under ``path``, read as the runs compared are."""
+    return select(ctx, [path], window_text, None, gpu, None, None, False, db_path, False)
+
+
+def _job_of(spec: str):
+    """(job, run directory, words) of the llmb job ``spec`` names: its id, or (digits) the Slurm job id
+    of one of its attempts (that attempt's run directory); None when it names none."""
+    from llmb.runs.jobs import BrokenJob, Job, list_job_ids, read_job
+
+    if not _JOB_ID.fullmatch(spec) or spec.strip(".") == "":
+        return None
+    found = read_job(spec)
+    if isinstance(found, Job):
+        return found, found.run_dir, f"job {found.id}"
+    if isinstance(found, BrokenJob):
+        raise UsageError(f"--baseline {spec}: job {spec} cannot be used: {found.problem}.")
+    if spec.isdigit():
+        for job_id in list_job_ids():
+            job = read_job(job_id)
+            attempts = job.details.get("attempts") if isinstance(job, Job) else None
+            for attempt in attempts if isinstance(attempts, list) else ():
+                if isinstance(attempt, dict) and str(attempt.get("slurm_id")) == spec:
+                    return job, attempt.get("run_dir") or job.run_dir, f"job {job.id} (Slurm job {spec})"
+    return None
+
+
+def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu=None):
+    """The baselines ``--baseline SPEC`` names, tried in this order: an existing directory (its successful
+    runs), an existing file (a results JSON), an llmb job id or the Slurm job id of one (the job's run), all
+    digits (a results-database id). Digits that are both a Slurm job id and a database id are the job, and a
+    note says so."""
+    from llmb.results.compare import baseline_of, load_baselines
 
     if spec is None:
         return None
+    if os.path.isdir(spec):
+        found = _collected(ctx, spec, db_path, window_text, gpu)
+        good = [(where, result, run_id) for where, result, run_id in found if _successful(result)]
+        if not good:
+            statuses = ", ".join(sorted({result.status for _, result, _ in found})) or "none found"
+            raise UsageError(f"--baseline {spec}: the directory holds no successful run to compare with ({len(found)} "
+                             f"run{'s' if len(found) != 1 else ''}: {statuses}); {BASELINE_FORMS_TEXT}.")
+        return [baseline_of(result, f"directory {spec}: {where.short_name}", "directory", f"directory {spec}", run_id)
+                for where, result, run_id in good]
+    if os.path.exists(spec):
+        return load_baselines(spec)
+    job = _job_of(spec)
+    if job is not None:
+        job, run_dir, words = job
+        if spec.isdigit():
+            _note_ambiguous(spec, words, db_path)
+        if not os.path.isdir(run_dir):
+            raise UsageError(f"--baseline {spec}: {words}'s run directory {run_dir} is gone.")
+        found = _collected(ctx, run_dir, db_path, window_text, gpu)
+        good = [(where, result, run_id) for where, result, run_id in found if _successful(result)]
+        if not good:
+            why = "; ".join(result.status + (f": {result.reason}" if result.reason else "")
+                            for _, result, _ in found) or f"no run in {run_dir}"
+            raise UsageError(f"--baseline {spec}: {words} has no successful run to compare with ({why}); pick a "
+                             f"job that succeeded (llmb status lists them).")
+        return [baseline_of(result, words if len(good) == 1 else f"{words}: {where.short_name}", "job", words, run_id)
+                for where, result, run_id in good]
     if spec.isdigit():
         store = open_store(db_path, required=True)
         stored = store.get(int(spec))
         if stored is None:
-            raise UsageError(f"--baseline {spec}: no run {spec} in the results database "
-                             f"(llmb results --from-db lists the ids).")
+            raise UsageError(f"--baseline {spec}: no llmb job has Slurm job id {spec}, and the results database has "
+                             f"no run {spec} (llmb results --from-db --json lists the run ids); {BASELINE_FORMS_TEXT}.")
         result = stored.result
-        if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
-            raise UsageError(f"--baseline {spec}: run {spec} did not succeed ({result.status}); pick a successful run.")
-        return [Baseline(key_of(result), result.stats.time_mean_ms, f"run {spec}")]
-    return load_baselines(spec)
+        if not _successful(result):
+            raise UsageError(f"--baseline {spec}: run {spec} in the results database did not succeed "
+                             f"({result.status}); pick a successful run.")
+        words = f"run {spec} in the results database"
+        return [baseline_of(result, words, "database", words, stored.id)]
+    raise UsageError(f"--baseline {spec}: no such directory, file or llmb job; {BASELINE_FORMS_TEXT}.")
+
+
+def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
+    """Digits that name a job's Slurm job and a database run: the job is taken; say so, and how to take the run."""
+    store = open_store(db_path, required=False)
+    try:
+        stored = store.get(int(spec)) if store is not None else None
+    except Exception:  # noqa: BLE001 - a database that cannot be read holds no rival to the job
+        stored = None
+    if stored is None:
+        return
+    where = os.path.dirname(stored.result.log) if stored.result.log else None
+    other = f" (to compare with that run, give its directory: --baseline {where})" if where else ""
+    click.echo(terminal_safe(f"llmb: note: --baseline {spec} is {words} and also run {spec} in the results database; "
+                             f"comparing with the job{other}."), err=True)
 
 
 @click.command("compare")
 @selection_options
-@click.option("--baseline", "baseline_spec", metavar="RUN|FILE",
-              help="A run id from the results database, or a JSON file from llmb results --format json.")
+@click.option("--baseline", "baseline_spec", metavar="DIR|FILE|JOB|ID",
+              help="What to compare with besides the published figure, tried in this order: a directory of "
+                   "runs; a results file (llmb results --format json); an llmb job id (llmb status lists them) or "
+                   "a Slurm job id of one; a results-database id (digits that are also a job's Slurm job id are "
+                   "the job, and a note says so). Runs are matched by configuration; a run is never compared "
+                   "with itself; one baseline run given for one run is compared directly.")
 @click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
               help="Pass when throughput is at least this fraction of the reference's.")
+@click.option("--reference", "reference", metavar="SOURCE", default="recipe", show_default=True,
+              help="Which published figure: recipe (the run's own recipe document), another variant's recipe "
+                   "(Llama 3.1: nemo2), or summary (the framework's per-release performance summary).")
+@click.option("--allow-missing", is_flag=True,
+              help="Exit 0 (not 3) when some run could not be compared with anything.")
 @click.option("--full-names", is_flag=True, help="Show each run's full log path instead of its short name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan,
-                    baseline_spec, threshold, full_names, as_json):
+                    baseline_spec, threshold, reference, allow_missing, full_names, as_json):
     """Compare each run with the seeds' published step time for its exact
     configuration (workload, size, GPU type, dtype, GPU count, scaling) and,
-    with --baseline, with a saved baseline. A run passes at --threshold of
+    with --baseline, with a baseline run of the same configuration (never
+    the run itself). A run passes at --threshold of
     the reference's throughput (default 95%, the cluster-acceptance rule of
-    the tool llmb replaces). Exits 1 when any run regresses or failed, so it
-    can gate a pipeline; proxy runs are never compared with published figures."""
+    the tool llmb replaces). The GPU type is what the run recorded, else
+    --gpu, else the cluster file's, and the table says which.
+
+    Exit codes: 1 when any run regressed or failed; else 3 when some run
+    could not be compared with anything (a proxy, an unknown GPU type, no
+    published figure: the table says why) unless --allow-missing; else 0.
+    Nothing an earlier command assumed changes a verdict."""
+    from llmb.recipes.references import all_sources
+    from llmb.results import references
     from llmb.results.compare import compare, regressed
 
-    get_host(ctx)
-    baselines = _baselines(ctx, baseline_spec, db_path)
+    host = get_host(ctx)
+    workloads = host.workloads()
+    valid = all_sources(workloads)
+    if reference not in valid:
+        raise UsageError(f"--reference {reference}: unknown source of published figures; valid: "
+                         f"{', '.join(valid)}.")
+    baselines = _baselines(ctx, baseline_spec, db_path, window_text, gpu)
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
-    report, any_regression = [], False
+    direct = baselines is not None and len(baselines) == 1 and len(picked) == 1  # configurations need not match
+    report, any_regression, not_compared = [], False, 0
     for where, result, run_id in picked:
-        verdicts = compare(result, baselines, threshold)
+        figure = references.lookup(workloads.get(result.context.workload or ""), result.context, reference)
+        verdicts = compare(result, baselines, threshold, figure, run_id=run_id, direct=direct)
         any_regression |= regressed(verdicts)
-        report.append((display_name(where, full_names), result, run_id, verdicts))
+        not_compared += not any(v.outcome in ("pass", "regress") or v.against == "run" for v in verdicts)
+        report.append((display_name(where, full_names), result, run_id, verdicts, figure))
     if as_json:
         emit_json([
             {
                 "filename": name, "run_id": run_id, "status": result.status,
+                "gpu": result.context.gpu, "gpu_source": result.context.gpu_source,
                 "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
                 "tokens_per_s": result.tokens_per_s, "mfu_pct": result.mfu_pct, "mfu_bf16_pct": result.mfu_bf16_pct,
                 "published": None if result.reference_step_time_ms is None else {
@@ -79,47 +193,83 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
                     "mfu_pct": result.reference_mfu_pct, "mfu_bf16_pct": result.reference_mfu_bf16_pct,
                     "source": result.reference_source,
                 },
+                "reference": _figure_json(figure),
                 "verdicts": [
                     {"against": v.against, "outcome": v.outcome, "ratio": v.ratio, "reference_ms": v.reference_ms,
-                     "detail": v.detail}
+                     "detail": v.detail,
+                     "baseline": None if v.baseline is None else {**v.baseline.to_dict(), "matched": v.matched}}
                     for v in verdicts
                 ],
             }
-            for name, result, run_id, verdicts in report
+            for name, result, run_id, verdicts, figure in report
         ])
     elif not report:
         click.echo("No runs found.")
     else:
         click.echo(terminal_safe(_render(report, threshold)))
-    ctx.exit(1 if any_regression else 0)
+    if any_regression:
+        ctx.exit(1)
+    if not_compared and not allow_missing:
+        if not as_json:
+            click.echo(f"llmb: {not_compared} run{'s' if not_compared > 1 else ''} could not be compared with "
+                       f"anything (the reasons are above); exit 3. --allow-missing accepts that.", err=True)
+        ctx.exit(3)
+    ctx.exit(0)
+
+
+def _figure_json(figure) -> dict:
+    from dataclasses import asdict
+
+    from llmb.recipes.references import Missing
+
+    if isinstance(figure, Missing):
+        return {"source": figure.source, "figure": None, "reason": figure.reason}
+    return {"source": figure.source, "figure": asdict(figure), "reason": None}
+
+
+def gpu_label(context) -> str:
+    """The run's GPU type and where it came from: ``h100 (recipe.json)``, ``h100 (--gpu)``, ``unknown``."""
+    if context.gpu is None:
+        return "unknown"
+    where = {"recipe": "recipe.json", "provenance": "provenance.json"}.get(context.gpu_source, context.gpu_source)
+    return f"{context.gpu} ({where})" if where else context.gpu
 
 
 def _render(report: list, threshold: float) -> str:
     """The comparison table, what was measured against what was published, and the tally."""
+    from llmb.recipes.references import Figure
+    from llmb.results.compare import regressed
+
     rows = []
-    for name, result, _, verdicts in report:
+    for name, result, _, verdicts, _ in report:
         for v in verdicts:
             step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
             rows.append([
-                name, v.against, v.outcome.upper(),
+                name, gpu_label(result.context), v.against, v.outcome.upper(),
                 "-" if step is None else f"{step:,.1f}",
                 "-" if v.reference_ms is None else f"{v.reference_ms:,.1f}",
                 "-" if v.ratio is None else f"{v.ratio:.1%}", v.detail,
             ])
-    parts = [render_table(["EXPERIMENT", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
+    parts = [render_table(["EXPERIMENT", "GPU", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
                            "DETAIL"], rows)]
-    for name, result, _, _ in report:
-        if result.reference_step_time_ms is not None and result.stats and result.stats.time_mean_ms:
-            dtype = result.context.dtype
+    for name, result, _, _, figure in report:
+        if not isinstance(figure, Figure) or not (result.stats and result.stats.time_mean_ms):
+            continue
+        measured = f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
+        dtype = result.context.dtype
+        if figure.source == "recipe":
             parts.append(
-                f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
-                f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
+                measured + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
                 f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
-                f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({result.reference_source})"
+                f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({figure.describe()})"
             )
-    total = sum(len(v) for *_, v in report)
-    from llmb.results.compare import regressed
-
-    bad = sum(1 for *_, vs in report for v in vs if regressed([v]))
-    parts.append(f"\n{bad} of {total} comparisons regressed or had no result to compare (threshold {threshold:.0%}).")
+        else:
+            parts.append(measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {figure.label} "
+                         f"{_fmt(figure.tokens_per_s, 0)} tokens/s, {_fmt(figure.tflops_per_gpu, 1)} TFLOP/s/GPU "
+                         f"({figure.describe()})")
+    verdicts = [v for _, _, _, vs, _ in report for v in vs]
+    bad = sum(1 for v in verdicts if regressed([v]))
+    missing = sum(1 for v in verdicts if v.outcome == "not_compared")
+    parts.append(f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
+                 f"result, {missing} not compared (threshold {threshold:.0%}).")
     return "\n".join(parts)

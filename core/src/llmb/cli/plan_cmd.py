@@ -98,7 +98,14 @@ def render_plan(plan) -> str:
         if e.erratum and e.printed_mfu_pct is None:
             lines.append(f"               note: the seed's figure is affected by erratum [{e.erratum}]")
     else:
-        lines.append("  expected     the seed publishes no figures for this configuration")
+        variant = plan.workload.variant(r.variant) or plan.workload.default_variant
+        lines.append(f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
+                     if not r.overrides else "  expected     no published figure: the configuration is overridden")
+    for figure in plan.other_figures:
+        lines.append(f"               {figure.label}: {figure.headline()}, {_count(figure.tokens_per_s)} tokens/s "
+                     f"({figure.describe()}; llmb compare --reference {figure.source})")
+    if not plan.expected and not plan.other_figures and not r.overrides:
+        lines.append("               no other published document has a figure for it either")
     if r.env:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in r.env))
     for note in r.adjustments:

@@ -86,6 +86,21 @@ def _progress(index: int, total: int, location) -> None:
             click.echo("\r\x1b[K", err=True, nl=False)
 
 
+def gpu_assumption(gpu: str | None) -> tuple[str | None, str]:
+    """The GPU type to take for runs that record none, and who says so: ``--gpu``, else the cluster
+    file's ``gpu`` (a broken cluster file is a warning here: results never need it)."""
+    if gpu:
+        return gpu.lower(), "--gpu"
+    from llmb.install import cluster_config
+
+    try:
+        config = cluster_config.load()
+    except UsageError as exc:
+        warn(f"{exc} Its gpu is not used for runs that do not record their GPU type.")
+        return None, "cluster file"
+    return (config.gpu if config else None), "cluster file"
+
+
 def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan):
     """The (name, result, run id) triples the options ask for."""
     from llmb.paths import experiments_dirs
@@ -104,7 +119,9 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}.")
     collector = Collector(get_host(ctx), lambda: open_store(db_path, required=False), warn)
-    collected = collector.collect(paths, window=window, rescan=rescan, assume_gpu=gpu, progress=_progress)
+    assumed, assumed_by = gpu_assumption(gpu)
+    collected = collector.collect(paths, window=window, rescan=rescan, assume_gpu=assumed, gpu_source=assumed_by,
+                                  progress=_progress)
     picked = []
     for item in collected:
         c = item.result.context

@@ -12,6 +12,7 @@ from llmb.recipes.gpus import gpu_type
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
 from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Workload
+from llmb.recipes.references import Configuration, Figure, others
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Plan:
     megatron_step_flops: float | None
     memory: MemoryEstimate
     expected: ReferenceResult | None
+    other_figures: tuple[Figure, ...] = ()  # what other public documents publish for the same configuration
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -80,6 +82,7 @@ class Plan:
             "memory_gb_per_gpu": round(self.memory.total_gb, 2),
             "memory": self.memory.as_dict(),
             "expected": _expected(self.expected),
+            "other_figures": [asdict(f) for f in self.other_figures],
             "env": dict(r.env),
             "overrides": {k: str(v) for k, v in r.overrides},
             "source": r.provenance.describe() if r.provenance else None,
@@ -121,6 +124,15 @@ def find_reference(workload: Workload, recipe: Recipe) -> ReferenceResult | None
     return found[0] if found else None
 
 
+def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
+    """The figures other documents publish for exactly this configuration (another variant's recipe,
+    the framework's performance summary): ``llmb compare --reference SOURCE`` judges against them."""
+    if recipe.overrides:
+        return ()
+    return tuple(others(workload, Configuration(recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.gpus,
+                                                recipe.scaling)))
+
+
 def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
     recipe = host.resolve(request)
     workload = host.workload(recipe.workload)
@@ -135,4 +147,5 @@ def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
         megatron_step_flops=megatron_bridge_step(arch, recipe.seq_len, recipe.gbs, recipe.tp),
         memory=estimate_memory(recipe, arch, hardware.memory_gb),
         expected=find_reference(workload, recipe),
+        other_figures=other_figures(workload, recipe),
     )

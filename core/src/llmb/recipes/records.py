@@ -322,6 +322,9 @@ class ReferenceResult:
     note: str = ""
     erratum: str | None = None  # id of a workload note that explains a printed figure
     printed_mfu_pct: float | None = None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
+    gbs: int | None = None  # the global batch the figure was measured with, where its document prints it
+    container: str | None = None  # the container it was measured with, where not the variant's
+    date: str | None = None  # when its document published it, where it says
 
     def mfu_label(self) -> str:
         """The MFU as users see it: a corrected figure is marked, with the printed one beside it."""
@@ -345,6 +348,8 @@ class Workload:
     experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
     failure_hints: tuple[FailureHint, ...] = ()
     documents: Mapping[str, str] = field(default_factory=dict)  # recipe document file -> public title
+    # Figures of the framework's per-release performance summary (``--reference summary``), not a recipe's.
+    summary: tuple[ReferenceResult, ...] = ()
 
     def cite(self, seed: str, part: str = "") -> str:
         """A recipe document as users are shown it, e.g. ``cite("llama31-nemo2.md", "Notes")``."""

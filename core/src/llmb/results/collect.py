@@ -21,7 +21,7 @@ from llmb.plugins.host import PluginHost
 from llmb.recipes.gpus import catalogue
 from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
-from llmb.results.records import RunContext, RunResult
+from llmb.results.records import ASSUMED_GPU_SOURCES, RunContext, RunResult
 from llmb.results.scan import scan, why_unreadable
 from llmb.results.store import NOT_STORED, ResultStore, StoreError, warn_in_log
 
@@ -42,6 +42,18 @@ def _stamp(path: str | None) -> tuple[int | None, int | None]:
     except OSError:
         return None, None
     return stat.st_size, stat.st_mtime_ns
+
+
+def same_assumption(stored: RunContext, assume_gpu: str | None, gpu_source: str) -> bool:
+    """Whether a stored result holds for this command: one whose GPU type the run recorded always
+    does; one whose GPU type an earlier command assumed (``--gpu``, the cluster file) only for the
+    same assumption, and one without a GPU type only where none is assumed now. So nothing an
+    earlier command assumed decides a later command's verdict."""
+    if stored.gpu is not None and stored.gpu_source not in ASSUMED_GPU_SOURCES:
+        return True
+    if stored.gpu is None:
+        return assume_gpu is None
+    return assume_gpu is not None and (stored.gpu, stored.gpu_source) == (assume_gpu.lower(), gpu_source)
 
 
 class Collector:
@@ -85,13 +97,16 @@ class Collector:
 
     def result_for(
         self, location: RunLocation, *, window: tuple[int, int] | None = None,
-        assume_gpu: str | None = None, context: RunContext | None = None,
+        assume_gpu: str | None = None, context: RunContext | None = None, gpu_source: str = "--gpu",
     ) -> RunResult:
+        """``assume_gpu``: the GPU type to take for a run that records none (``gpu_source`` says who
+        said so: ``--gpu`` or the cluster file); what the run recorded always wins."""
         workloads = self.host.workloads()
         context = context or context_for(location, workloads)
         workload = workloads.get(context.workload) if context.workload else None
         if context.gpu is None and assume_gpu:
-            context = complete_from_recipes(replace(context, gpu=assume_gpu.lower()), workload)
+            context = complete_from_recipes(replace(context, gpu=assume_gpu.lower(), gpu_source=gpu_source),
+                                            workload)
         flops = context.flops_per_sample
         peaks = None
         if flops is None and workload is not None and context.size in workload.architectures and context.seq_len:
@@ -115,26 +130,29 @@ class Collector:
     def collect(
         self, paths: list[str], *, window: tuple[int, int] | None = None, rescan: bool = False,
         assume_gpu: str | None = None, progress: Callable[[int, int, RunLocation], None] | None = None,
+        gpu_source: str = "--gpu",
     ) -> list[Collected]:
         locations = find_runs(paths)
         out = []
         for index, location in enumerate(locations):
             if progress:
                 progress(index, len(locations), location)
-            out.append(self.collect_one(location, window=window, rescan=rescan, assume_gpu=assume_gpu))
+            out.append(self.collect_one(location, window=window, rescan=rescan, assume_gpu=assume_gpu,
+                                        gpu_source=gpu_source))
         return out
 
     def collect_one(
         self, location: RunLocation, *, window: tuple[int, int] | None = None, rescan: bool = False,
-        assume_gpu: str | None = None, context: RunContext | None = None,
+        assume_gpu: str | None = None, context: RunContext | None = None, gpu_source: str = "--gpu",
     ) -> Collected:
         key = location.log or location.run_dir
         size, mtime = _stamp(location.log)
-        if window is None and not rescan and assume_gpu is None:
+        if window is None and not rescan:
             hit = self._with_store(lambda store: store.cached(key, size, mtime))
-            if hit is not None:
+            if hit is not None and same_assumption(hit.result.context, assume_gpu, gpu_source):
                 return Collected(location, hit.result, hit.id, True)
-        result = self.result_for(location, window=window, assume_gpu=assume_gpu, context=context)
+        result = self.result_for(location, window=window, assume_gpu=assume_gpu, context=context,
+                                 gpu_source=gpu_source)
         run_id = None
         if window is None and result.status != "unreadable":
             run_id = self._with_store(lambda store: store.save(key, result, size, mtime))

@@ -1,10 +1,13 @@
-"""Comparing results with the seeds' published figures and with a baseline.
+"""Comparing results with a published figure and with a baseline.
 
 A run *passes* when its throughput is at least ``threshold`` (0.95: the
 cluster-acceptance rule of the tool llmb replaces) of the reference's, i.e.
-``reference step time / run step time >= threshold``. A run that did not
-succeed cannot pass. Proxy runs are never compared with the published
-figures.
+``reference step time / run step time >= threshold`` where both ran the same
+global batch on the same GPU count; otherwise the ratio of tokens/s, else of
+TFLOP/s per GPU, and the detail says which. A run that did not succeed cannot
+pass. A run with nothing to compare with (a proxy, an unknown GPU type, a
+configuration no document publishes) is ``not_compared``, with the reason:
+never a pass. The published figure comes from ``llmb.results.references``.
 """
 
 from __future__ import annotations
@@ -13,29 +16,48 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llmb.recipes.references import DEFAULT_SOURCE, Figure, Missing
 from llmb.results.export import read_rows
 from llmb.results.records import RunResult
 
 DEFAULT_THRESHOLD = 0.95
+NOT_COMPARED = "not_compared"
 KEY_FIELDS = ("workload", "size", "gpu", "dtype", "gpus", "scaling")
+
+
+BASELINE_FORMS = ("directory", "file", "job", "database")  # what ``--baseline`` was given as
+SELF = "the baseline is this run itself"
+DIRECT = "the one run given, configurations not matched"
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """One baseline measurement: the configuration and its step time."""
+    """One baseline measurement: the configuration and its step time, where it came from in the user's
+    words (``source``: ``job local-575dba``, ``run 12 in the results database``, ``directory D: name``,
+    ``file F: name``; ``given``: the same without the run's name), what ``--baseline`` was given as
+    (``form``, one of ``BASELINE_FORMS``), and its log and database id (a run is never its own baseline)."""
 
     key: tuple
     time_mean_ms: float
     source: str
+    form: str = "file"
+    given: str = ""
+    log: str | None = None
+    run_id: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "given_as": self.form, "log": self.log, "run_id": self.run_id}
 
 
 @dataclass(frozen=True)
 class Verdict:
     against: str  # "published" | "baseline" | "run" (the run has no result to compare)
-    outcome: str  # pass | regress | skipped, or (against "run") the run's results status: failed, too_short, ...
-    ratio: float | None  # reference step time / run step time
+    outcome: str  # pass | regress | not_compared, or (against "run") the run's results status: failed, ...
+    ratio: float | None  # the run's throughput / the reference's (reference step time / run step time)
     reference_ms: float | None
     detail: str
+    baseline: Baseline | None = None  # against "baseline": the baseline run it was compared with
+    matched: str | None = None  # against "baseline": "configuration", or "direct" (the one run given)
 
 
 def key_of(result: RunResult) -> tuple:
@@ -49,42 +71,142 @@ def _key_from_row(row: dict[str, Any]) -> tuple:
 
 def load_baselines(path: str) -> list[Baseline]:
     """A JSON file written by ``llmb results --format json`` (a list of rows,
-    or one row). Only successful rows with a step time count."""
+    or one row). Only successful rows with a step time count. A row's
+    ``log`` names its run (its ``run_id`` is of the database that wrote the
+    file, maybe another's, so it does not)."""
     return [
-        Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"{path}: {item.get('filename')}")
+        Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"file {path}: {item.get('filename')}",
+                 "file", f"file {path}", item.get("log") if isinstance(item.get("log"), str) else None)
         for item in read_rows(path, "the baseline")
         if item.get("status") == "success" and item.get("time_mean_ms")
     ]
 
 
+def baseline_of(result: RunResult, source: str, form: str, given: str, run_id: int | None = None) -> Baseline:
+    """A successful run's result as a baseline."""
+    return Baseline(key_of(result), result.stats.time_mean_ms, source, form, given, result.log, run_id)
+
+
+def _same_file(a: str, b: str) -> bool:
+    import os
+
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def is_itself(baseline: Baseline, result: RunResult, run_id: int | None) -> bool:
+    """The baseline is the run: the same log, or the same database id."""
+    if run_id is not None and baseline.run_id == run_id:
+        return True
+    return baseline.log is not None and result.log is not None and _same_file(baseline.log, result.log)
+
+
+def judge_baseline(result: RunResult, baselines: list[Baseline], threshold: float, run_id: int | None = None,
+                   direct: bool = False) -> Verdict:
+    """The run against the baseline of its configuration (the first one that is not the run itself).
+    ``direct`` (one baseline run given for one run): where the configurations do not match (a log that
+    names none, as torchtitan's, or two different ones), the two are compared anyway, labelled so."""
+    others = [b for b in baselines if not is_itself(b, result, run_id)]
+    if result.context.workload is not None:
+        matching = [b for b in baselines if b.key == key_of(result)]
+        usable = [b for b in matching if b in others]
+        if usable:
+            return _baseline_verdict(result, usable[0], "configuration", threshold)
+        if matching:
+            return Verdict("baseline", NOT_COMPARED, None, None, SELF, matching[0])
+    if direct and len(baselines) == 1:
+        if not others:
+            return Verdict("baseline", NOT_COMPARED, None, None, SELF, baselines[0])
+        return _baseline_verdict(result, others[0], "direct", threshold)
+    given = ", ".join(dict.fromkeys(b.given for b in baselines if b.given)) or "the baseline"
+    if result.context.workload is None:
+        why = (f"this run's log does not say which configuration it ran, so no baseline run in {given} matches "
+               f"it; one baseline run given for one run is compared directly")
+    else:
+        why = f"no baseline run of this configuration in {given}"
+    return Verdict("baseline", NOT_COMPARED, None, None, why)
+
+
+def _baseline_verdict(result: RunResult, baseline: Baseline, matched: str, threshold: float) -> Verdict:
+    source = baseline.source if matched == "configuration" else f"{baseline.source}: {DIRECT}"
+    verdict = _judge(result, "baseline", baseline.time_mean_ms, source, threshold)
+    return Verdict(verdict.against, verdict.outcome, verdict.ratio, verdict.reference_ms, verdict.detail, baseline,
+                   matched)
+
+
+def _outcome(ratio: float, threshold: float) -> str:
+    return "pass" if ratio >= threshold or math.isclose(ratio, threshold) else "regress"
+
+
 def _judge(result: RunResult, against: str, reference_ms: float | None, source: str, threshold: float) -> Verdict:
     if reference_ms is None:
-        return Verdict(against, "skipped", None, None, f"no {against} figure for this configuration")
+        return Verdict(against, NOT_COMPARED, None, None, f"no {against} figure for this configuration")
     ratio = reference_ms / result.stats.time_mean_ms
-    outcome = "pass" if ratio >= threshold or math.isclose(ratio, threshold) else "regress"
-    return Verdict(against, outcome, ratio, reference_ms,
+    return Verdict(against, _outcome(ratio, threshold), ratio, reference_ms,
                    f"{ratio:.1%} of {against} throughput ({source}; pass at {threshold:.0%})")
 
 
-def compare(result: RunResult, baselines: list[Baseline] | None, threshold: float) -> list[Verdict]:
+def stored_figure(result: RunResult) -> Figure | Missing:
+    """The run's own recipe figure as its analysis found it (what ``llmb results`` shows)."""
+    if result.context.proxy:
+        return Missing(DEFAULT_SOURCE, "proxy run: a scaled-down model is never compared with published figures")
+    if result.reference_step_time_ms is None:
+        return Missing(DEFAULT_SOURCE, "no published figure for this configuration")
+    return Figure(DEFAULT_SOURCE, "published", result.reference_source or "the published recipe",
+                  result.context.gpus or 0, result.reference_step_time_ms, result.reference_tokens_per_s, None,
+                  None, None)
+
+
+def against_name(figure: Figure | Missing) -> str:
+    """The AGAINST column: ``published`` for the run's own recipe, else the --reference name."""
+    return "published" if figure.source == DEFAULT_SOURCE else figure.source
+
+
+def judge_published(result: RunResult, figure: Figure | Missing, threshold: float) -> Verdict:
+    """The run against a published figure: by step time where both ran the same global batch on the
+    same GPU count, else by tokens/s, else by TFLOP/s per GPU (the detail names the measure)."""
+    against = against_name(figure)
+    if isinstance(figure, Missing):
+        return Verdict(against, NOT_COMPARED, None, None, figure.reason)
+    stats, context = result.stats, result.context
+    same_batch = figure.gpus == context.gpus and (figure.gbs is None or context.gbs is None
+                                                  or figure.gbs == context.gbs)
+    if figure.step_time_ms is not None and same_batch:
+        ratio, measure = figure.step_time_ms / stats.time_mean_ms, "step time"
+    elif figure.tokens_per_s and result.tokens_per_s and figure.gpus and context.gpus:
+        ratio = (result.tokens_per_s / context.gpus) / (figure.tokens_per_s / figure.gpus)
+        measure = f"tokens/s per GPU (GBS {context.gbs} vs {figure.gbs})"
+    elif figure.tflops_per_gpu and stats.tflops_mean:
+        ratio, measure = stats.tflops_mean / figure.tflops_per_gpu, "TFLOP/s per GPU"
+    else:
+        return Verdict(against, NOT_COMPARED, None, figure.step_time_ms,
+                       f"{figure.describe()} gives no measure this run has")
+    label = "" if figure.source == DEFAULT_SOURCE else f"{figure.label}: "
+    return Verdict(against, _outcome(ratio, threshold), ratio, figure.step_time_ms,
+                   f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})")
+
+
+def compare(result: RunResult, baselines: list[Baseline] | None, threshold: float,
+            figure: Figure | Missing | None = None, *, run_id: int | None = None,
+            direct: bool = False) -> list[Verdict]:
     """One verdict per reference; a run without a result is judged by its status, in the words
-    ``llmb results`` uses (a cancelled run is ``cancelled``, one too short for the window ``too_short``)."""
+    ``llmb results`` uses (a cancelled run is ``cancelled``, one too short for the window ``too_short``).
+    ``figure``: the published figure to judge against (``references.lookup``); None: the run's own
+    recipe figure as stored with its result. ``run_id``: the run's database id, and ``direct``: one
+    baseline run given for this one run (``judge_baseline``)."""
     if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
         outcome = result.status if result.status != "success" else "no_data"
         return [Verdict("run", outcome, None, None, f"{result.status}: {result.reason or 'no step time'}")]
-    verdicts = []
-    if result.context.proxy:
-        verdicts.append(Verdict("published", "skipped", None, None, "proxy run: not compared with published figures"))
-    else:
-        verdicts.append(_judge(result, "published", result.reference_step_time_ms,
-                               result.reference_source or "", threshold))
+    verdicts = [judge_published(result, figure if figure is not None else stored_figure(result), threshold)]
     if baselines is not None:
-        match = next((b for b in baselines if b.key == key_of(result)), None)
-        verdicts.append(_judge(result, "baseline", match.time_mean_ms if match else None,
-                               match.source if match else "", threshold))
+        verdicts.append(judge_baseline(result, baselines, threshold, run_id, direct))
     return verdicts
 
 
 def regressed(verdicts: list[Verdict]) -> bool:
     """A regression, or a run with no result to compare."""
-    return any(v.outcome not in ("pass", "skipped") for v in verdicts)
+    return any(v.outcome not in ("pass", NOT_COMPARED) for v in verdicts)
+
+
+def uncompared(verdicts: list[Verdict]) -> bool:
+    """A reference the run could not be compared with (the verdict says why)."""
+    return any(v.outcome == NOT_COMPARED for v in verdicts)

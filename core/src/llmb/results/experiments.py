@@ -27,6 +27,7 @@ from llmb.results.scan import read_regular
 from llmb.runs.experiment import RECIPE_FILE
 
 MAX_RECIPE = 1 << 20  # bytes: a recipe is a few hundred
+MAX_PROVENANCE = 8 << 20  # bytes: a provenance record is tens of kilobytes
 
 _LOG = re.compile(r"^log-.*\.out$")
 _RUN_DIR = re.compile(r"^(?P<exp>.+)_(?P<stamp>\d{6,})$")
@@ -107,31 +108,67 @@ def read_recipe(location: RunLocation) -> dict | None:
 
 
 def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunContext:
+    """What the run recorded (``recipe.json``), else what its name says; then what its
+    ``provenance.json`` adds: the GPU type where neither names one, and the container."""
     job = _JOB_ID.search(location.log) if location.log else None
     job_id = job.group(1) if job else None
     recipe = read_recipe(location)
-    if recipe is not None:
-        return RunContext(
-            experiment=location.experiment,
-            source="recipe",
-            workload=_text(recipe.get("workload")),
-            variant=_text(recipe.get("variant")),
-            size=_text(recipe.get("size")),
-            gpu=_text(recipe.get("gpu")),
-            dtype=_text(recipe.get("dtype")),
-            gpus=_number(recipe.get("gpus")),
-            nodes=_number(recipe.get("nodes")),
-            gbs=_number(recipe.get("gbs")),
-            seq_len=_number(recipe.get("seq_len")),
-            layers=_number(recipe.get("layers")),
-            scaling=_text(recipe.get("scaling")) or "weak",
-            proxy=bool(recipe.get("proxy", False)),
-            job_id=_text(recipe.get("job_id")) or job_id,
-            job_state=_job_state(recipe.get("job_id")),
-            device=_text(recipe.get("device")),
-            flops_per_sample=_float(recipe.get("model_flops_per_sample")),
-        )
-    return infer_from_name(location.experiment, workloads, job_id)
+    context = _from_recipe(location, recipe, job_id) if recipe is not None else \
+        infer_from_name(location.experiment, workloads, job_id)
+    return with_provenance(context, location, workloads)
+
+
+_CONTAINER = re.compile(r"[:#/]nemo:(\d{2}\.\d{2}(?:\.\d+)?)")
+
+
+def with_provenance(context: RunContext, location: RunLocation, workloads: dict[str, Workload]) -> RunContext:
+    """The GPU type the run's provenance recorded (the type the job saw, else the one it was submitted
+    for) where the context has none, and the NeMo container release it ran in."""
+    from llmb.runs import provenance
+
+    try:  # bounded, and only a regular file: the tree may be anyone's
+        record = json.loads(read_regular(provenance.path_of(location.run_dir), MAX_PROVENANCE))
+    except (OSError, ValueError):
+        return context
+    if not isinstance(record, dict):
+        return context
+    submission = record.get("submission") if isinstance(record.get("submission"), dict) else {}
+    job = record.get("job") if isinstance(record.get("job"), dict) else {}
+    seen = job.get("gpu", {}).get("type") if isinstance(job.get("gpu"), dict) else None
+    gpu = next((g.lower() for g in (seen, submission.get("gpu")) if isinstance(g, str) and g.lower() in catalogue()),
+               None)
+    image = submission.get("image") if isinstance(submission.get("image"), dict) else {}
+    container = _CONTAINER.search(image.get("reference") or "") if isinstance(image.get("reference"), str) else None
+    if context.gpu is None and gpu is not None:
+        context = complete_from_recipes(replace(context, gpu=gpu, gpu_source="provenance"),
+                                        workloads.get(context.workload or ""))
+    if container is not None and context.container is None:
+        context = replace(context, container=container.group(1))
+    return context
+
+
+def _from_recipe(location: RunLocation, recipe: dict, job_id: str | None) -> RunContext:
+    return RunContext(
+        experiment=location.experiment,
+        source="recipe",
+        workload=_text(recipe.get("workload")),
+        variant=_text(recipe.get("variant")),
+        size=_text(recipe.get("size")),
+        gpu=_text(recipe.get("gpu")),
+        gpu_source="recipe" if recipe.get("gpu") else None,
+        dtype=_text(recipe.get("dtype")),
+        gpus=_number(recipe.get("gpus")),
+        nodes=_number(recipe.get("nodes")),
+        gbs=_number(recipe.get("gbs")),
+        seq_len=_number(recipe.get("seq_len")),
+        layers=_number(recipe.get("layers")),
+        scaling=_text(recipe.get("scaling")) or "weak",
+        proxy=bool(recipe.get("proxy", False)),
+        job_id=_text(recipe.get("job_id")) or job_id,
+        job_state=_job_state(recipe.get("job_id")),
+        device=_text(recipe.get("device")),
+        flops_per_sample=_float(recipe.get("model_flops_per_sample")),
+    )
 
 
 def _job_state(job_id) -> str | None:

@@ -123,6 +123,14 @@ class RunContext:
     job_state: str | None = None  # the llmb job's end state (CANCELLED, ...), when llmb ran it
     device: str | None = None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
     flops_per_sample: float | None = None  # of the model that ran (proxies differ from the full size)
+    # Where ``gpu`` came from (GPU_SOURCES): what the run recorded, or what this command assumed for it.
+    gpu_source: str | None = None
+    container: str | None = None  # the NeMo container release the run used (``26.04.01``), when recorded
+
+
+# Where a run's GPU type can come from, strongest first: the run's own records, then what a command assumes.
+GPU_SOURCES = ("recipe", "provenance", "--gpu", "cluster file")
+ASSUMED_GPU_SOURCES = ("--gpu", "cluster file")
 
 
 @dataclass(frozen=True)

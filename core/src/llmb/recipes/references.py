@@ -1,0 +1,192 @@
+"""The published figures of one configuration, from every public document that has one.
+
+A workload's figures come from several documents; a *source* names one:
+
+``recipe``   the recipe document of the configuration's own variant (the default);
+``VARIANT``  another variant's recipe document for the same model size, GPU type,
+             precision, GPU count and scaling (Llama 3.1: ``nemo2`` for a
+             Megatron-Bridge configuration, whose own document publishes only one example);
+``summary``  the framework's per-release performance summary (Megatron-Bridge's, for
+             Llama 3.1): tokens/s and TFLOP/s per GPU by GPU type and precision.
+
+Every figure names its document, the container release it was measured with
+and, where the document dates it, the date; a figure measured with an older
+container than the run's is marked. Where a source has no figure, ``find``
+says so in the user's words and names a document that has one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from llmb.recipes.records import ReferenceResult, Workload
+
+DEFAULT_SOURCE = "recipe"
+SUMMARY = "summary"
+_RELEASE = re.compile(r"nemo:(\d{2})\.(\d{2})(?:\.(\d+))?")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What a figure is looked up by."""
+
+    variant: str | None  # None: the workload's default variant
+    size: str
+    gpu: str
+    dtype: str
+    gpus: int
+    scaling: str = "weak"
+    container: str | None = None  # the container release the run used, where known
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published figure set to compare a run with."""
+
+    source: str  # the source name it answers: recipe | a variant | summary
+    label: str  # how verdicts name it: "published", "the nemo2 recipe's figure", ...
+    document: str  # the document, table and row, as users are shown them
+    gpus: int
+    step_time_ms: float | None
+    tokens_per_s: float | None  # the whole job's
+    tflops_per_gpu: float | None
+    gbs: int | None
+    container: str | None  # the container release it was measured with (``25.04.01``)
+    date: str | None = None
+    older_than_run: str | None = None  # the run's newer container release, when the figure's is older
+
+    def describe(self) -> str:
+        """The document, and the container and date where the document's name does not say them."""
+        shown = self.container and f"nemo:{self.container}" not in self.document
+        when = ", ".join(part for part in (shown and f"container {self.container}", self.date) if part)
+        older = (f"measured with nemo:{self.container}, older than the run's nemo:{self.older_than_run}"
+                 if self.older_than_run else "")
+        notes = "; ".join(part for part in (when, older) if part)
+        return self.document + (f" ({notes})" if notes else "")
+
+    def headline(self) -> str:
+        if self.step_time_ms is not None:
+            return f"{self.step_time_ms / 1000:g} s per step"
+        return f"{self.tflops_per_gpu:g} TFLOP/s per GPU" if self.tflops_per_gpu else "a figure"
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Why there is no figure to compare with (``source``: the one asked for)."""
+
+    source: str
+    reason: str
+
+
+def release(text: str | None) -> tuple[int, ...] | None:
+    """``nvcr.io#nvidia/nemo:26.04.01`` or ``26.04.01`` -> (26, 4, 1); None when it names no release."""
+    if not text:
+        return None
+    m = _RELEASE.search(text if "nemo:" in text else f"nemo:{text}")
+    return None if m is None else tuple(int(g) for g in m.groups() if g is not None)
+
+
+def release_text(container: str | None) -> str | None:
+    """``nvcr.io#nvidia/nemo:25.04.01`` -> ``25.04.01`` (as written); other text after its last colon."""
+    if not container:
+        return None
+    m = _RELEASE.search(container)
+    return container.rsplit(":", 1)[-1] if m is None else m.group(0).split(":", 1)[1]
+
+
+def sources(workload: Workload) -> list[str]:
+    """The source names this workload has figures from."""
+    names = [DEFAULT_SOURCE] + [v.name for v in workload.variants if len(workload.variants) > 1]
+    return names + ([SUMMARY] if workload.summary else [])
+
+
+def all_sources(workloads) -> list[str]:
+    seen: dict[str, None] = {DEFAULT_SOURCE: None}
+    for workload in workloads.values():
+        for name in sources(workload):
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def _recipe_gbs(workload: Workload, variant: str, ref: ReferenceResult) -> int | None:
+    for series in (s for v in workload.variants if v.name == variant for s in v.series):
+        if (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling) \
+                and ref.dtype in series.dtypes and series.min_gpus <= ref.gpus <= series.max_gpus:
+            value = series.gbs.at(ref.gpus)
+            return int(value) if value.denominator == 1 else None
+    return None
+
+
+def _from_recipe(workload: Workload, variant_name: str, ref: ReferenceResult, source: str, label: str) -> Figure:
+    variant = workload.variant(variant_name)
+    return Figure(
+        source=source, label=label, document=ref.provenance.describe(), gpus=ref.gpus,
+        step_time_ms=ref.step_time_s * 1000.0, tokens_per_s=ref.tokens_per_s, tflops_per_gpu=ref.tflops_per_gpu,
+        gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
+        container=release_text(variant.container if variant else None),
+    )
+
+
+def _from_summary(ref: ReferenceResult) -> Figure:
+    return Figure(
+        source=SUMMARY, label="the performance summary's figure", document=ref.provenance.describe(),
+        gpus=ref.gpus, step_time_ms=ref.step_time_s * 1000.0 if ref.step_time_s else None,
+        tokens_per_s=ref.tokens_per_s, tflops_per_gpu=ref.tflops_per_gpu, gbs=ref.gbs,
+        container=release_text(ref.container), date=ref.date,
+    )
+
+
+def candidates(workload: Workload, config: Configuration) -> list[Figure]:
+    """Every figure a document publishes for the configuration, its own recipe's first."""
+    own = workload.variant(config.variant) or workload.default_variant
+    figures = []
+    for variant in [own] + [v for v in workload.variants if v is not own]:
+        found = workload.published(variant.name, config.size, config.gpu, config.dtype, config.scaling, config.gpus)
+        if found:
+            source = DEFAULT_SOURCE if variant is own else variant.name
+            label = "published" if variant is own else f"the {variant.name} recipe's figure"
+            figures.append(_from_recipe(workload, variant.name, found[0], source, label))
+    for ref in workload.summary:
+        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == \
+                (config.size, config.gpu, config.dtype, config.gpus, config.scaling):
+            figures.append(_from_summary(ref))
+            break
+    return figures
+
+
+def find(workload: Workload, config: Configuration, source: str = DEFAULT_SOURCE) -> Figure | Missing:
+    """The figure ``source`` publishes for exactly this configuration, or why there is none."""
+    valid = sources(workload)
+    own = (workload.variant(config.variant) or workload.default_variant).name
+    if source not in valid and source != own:
+        return Missing(source, f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})")
+    wanted = DEFAULT_SOURCE if source == own else source  # the configuration's own variant: its recipe
+    figures = candidates(workload, config)
+    chosen = next((f for f in figures if f.source == wanted), None)
+    if chosen is None:
+        return Missing(source, _none_from(workload, config, wanted, figures))
+    run_release, figure_release = release(config.container), release(chosen.container)
+    if run_release and figure_release and figure_release < run_release:
+        chosen = replace(chosen, older_than_run=release_text(config.container))
+    return chosen
+
+
+def _none_from(workload: Workload, config: Configuration, source: str, others: list[Figure]) -> str:
+    what = f"{config.size} {config.dtype} on {config.gpus} {config.gpu} GPUs"
+    if not others:
+        return f"no published document has a figure for {what}"
+    if source == DEFAULT_SOURCE:
+        document = workload.cite((workload.variant(config.variant) or workload.default_variant).seed)
+    elif source == SUMMARY:
+        document = "the performance summary"
+    else:
+        document = f"the {source} recipe"
+    other = others[0]
+    return f"{document} publishes no figure for {what}; {other.document} does: {other.headline()} " \
+           f"(--reference {other.source})"
+
+
+def others(workload: Workload, config: Configuration) -> list[Figure]:
+    """The figures documents other than the configuration's own recipe publish for it."""
+    return [f for f in candidates(workload, config) if f.source != DEFAULT_SOURCE]

@@ -1,0 +1,142 @@
+"""``llmb compare`` judges deterministically, against a figure it can name.
+
+The case that started it: a run in the layout NVIDIA's llmb-run writes for
+NeMo 2 (``pretrain_llama3.1_8b_fp8_8``: the name carries no GPU type), 8% slower
+than the published 9.33 s. Without a GPU type it must not pass; what an
+earlier command assumed must not change the verdict; what the run recorded
+(provenance) or the cluster file says decides it, and the table says which.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from experiment_dirs import make_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import loggen  # noqa: E402
+
+NEMO2 = "pretrain_llama3.1_8b_fp8_8"  # the llmb-run name for NeMo 2's Llama 3.1 8B FP8 on 8 GPUs
+MB_BF16 = "pretrain_llama3_8b_bf16_gpus8_tp1_pp1_cp2_vpNone_ep1_etpNone_mbs1_gbs128"
+NOT_COMPARED_EXIT = 3
+
+
+@pytest.fixture
+def experiments(install_root):
+    return install_root / "workloads" / "llama31" / "experiments"
+
+
+def slow_nemo2_run(root: Path, **kwargs) -> Path:
+    """50 NeMo 2 iterations at 10.08 s: 92.6% of the published 9.33 s (8 H100, FP8)."""
+    return make_run(root, NEMO2, loggen.nemo2_lines(range(50), step_s={i: 10.08 for i in range(50)}),
+                    stamp="20251106101010", **kwargs)
+
+
+def verdicts(result) -> list[dict]:
+    return [v for row in json.loads(result.out) for v in row["verdicts"]]
+
+
+def test_a_run_without_a_gpu_type_is_not_compared_and_fails_the_gate(cli, experiments):
+    run = slow_nemo2_run(experiments)
+    result = cli("compare", str(run))
+    assert result.code == NOT_COMPARED_EXIT, result.out + result.err
+    assert "NOT_COMPARED" in result.out
+    assert "GPU type unknown: the log name does not record it; pass --gpu" in result.out
+    assert "could not be compared" in result.err
+    assert cli("compare", str(run), "--allow-missing").code == 0
+
+
+def test_with_gpu_the_regression_is_found_and_nothing_remembered_changes_a_later_verdict(cli, experiments):
+    run = slow_nemo2_run(experiments)
+    flagged = cli("compare", str(run), "--gpu", "h100", "--json")
+    assert flagged.code == 1
+    [verdict] = verdicts(flagged)
+    assert verdict["outcome"] == "regress" and verdict["ratio"] == pytest.approx(9.33 / 10.08)
+    [row] = json.loads(flagged.out)
+    assert (row["gpu"], row["gpu_source"]) == ("h100", "--gpu")
+    # The results database now holds this run, parsed with --gpu h100; a later plain compare
+    # must give the same verdict it gave before (not compared), not the remembered GPU's.
+    assert cli("results", str(run), "--gpu", "h100").code == 0
+    later = cli("compare", str(run), "--json")
+    assert later.code == NOT_COMPARED_EXIT
+    [verdict] = verdicts(later)
+    assert verdict["outcome"] == "not_compared"
+    assert json.loads(later.out)[0]["gpu"] is None
+    assert cli("compare", str(run), "--gpu", "h100").code == 1  # and the flag still decides when given
+
+
+def test_the_gpu_type_the_run_recorded_in_its_provenance_decides(cli, experiments):
+    run = slow_nemo2_run(experiments)
+    (run / "provenance.json").write_text(json.dumps(
+        {"submission": {"gpu": "h100", "image": {"reference": "nvcr.io#nvidia/nemo:25.09"}},
+         "job": {"gpu": {"type": "h100", "name": "NVIDIA H100 80GB HBM3", "count": 8}}}))
+    result = cli("compare", str(run), "--json")
+    assert result.code == 1
+    [row] = json.loads(result.out)
+    assert (row["gpu"], row["gpu_source"]) == ("h100", "provenance")
+    # The figure was measured with an older container than the run's, and says so.
+    assert "older than the run's nemo:25.09" in row["verdicts"][0]["detail"]
+    text = cli("compare", str(run)).out
+    assert "h100 (provenance.json)" in text and "REGRESS" in text
+
+
+def test_the_cluster_files_gpu_is_used_and_named(cli, experiments, install_root):
+    run = slow_nemo2_run(experiments)
+    install_root.mkdir(parents=True, exist_ok=True)
+    (install_root / "cluster.yaml").write_text("gpu: h100\n")
+    result = cli("compare", str(run))
+    assert result.code == 1
+    assert "h100 (cluster file)" in result.out and "REGRESS" in result.out
+    (install_root / "cluster.yaml").write_text("gpu: b200\n")  # the file changed: so does the verdict's basis
+    assert "b200 (cluster file)" in cli("compare", str(run)).out
+
+
+def test_plan_names_the_other_variants_figure(cli):
+    text = cli("plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8").out
+    assert "Llama 3.1 Megatron-Bridge recipe" in text and "publishes no figure for this configuration" in text
+    assert "the nemo2 recipe's figure: 12.27 s per step, 85,459 tokens/s" in text
+    assert "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01) table 4, row 1" in text
+    assert "llmb compare --reference nemo2" in text
+    plan = json.loads(cli("plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8",
+                          "--json").out)
+    assert plan["expected"] is None
+    [figure] = [f for f in plan["other_figures"] if f["source"] == "nemo2"]
+    assert (figure["step_time_ms"], figure["gbs"], figure["container"]) == (12270.0, 128, "25.04.01")
+
+
+def test_a_megatron_bridge_run_is_compared_with_the_nemo2_figure_on_request(cli, experiments):
+    run = make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51),
+                                                                    step_ms={i: 13500.0 for i in range(1, 51)}))
+    default = cli("compare", str(run), "--gpu", "h100", "--json")
+    assert default.code == NOT_COMPARED_EXIT
+    [verdict] = verdicts(default)
+    assert verdict["outcome"] == "not_compared"
+    assert "publishes no figure for 8b bf16 on 8 h100 GPUs" in verdict["detail"]
+    assert "12.27 s per step (--reference nemo2)" in verdict["detail"]
+
+    other = cli("compare", str(run), "--gpu", "h100", "--reference", "nemo2", "--json")
+    assert other.code == 1  # 12.27 / 13.5 = 90.9%
+    [verdict] = verdicts(other)
+    assert (verdict["against"], verdict["outcome"]) == ("nemo2", "regress")
+    assert verdict["ratio"] == pytest.approx(12.27 / 13.5)
+    assert "the nemo2 recipe's figure" in verdict["detail"] and "by step time" in verdict["detail"]
+    assert json.loads(other.out)[0]["reference"]["figure"]["document"].startswith("Llama 3.1 NeMo 2 recipe")
+
+
+def test_an_unknown_reference_source_is_refused_with_the_valid_ones(cli, experiments):
+    result = cli("compare", str(slow_nemo2_run(experiments)), "--reference", "vibes")
+    assert result.code == 2
+    assert "--reference vibes" in result.err and "valid: recipe" in result.err and "nemo2" in result.err
+
+
+def test_a_proxy_run_is_never_a_pass(cli, experiments):
+    run = make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51)),
+                   recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
+                           "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192, "proxy": True, "layers": 2})
+    result = cli("compare", str(run), "--json")
+    assert result.code == NOT_COMPARED_EXIT
+    [verdict] = verdicts(result)
+    assert verdict["outcome"] == "not_compared" and verdict["detail"].startswith("proxy run")
