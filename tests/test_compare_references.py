@@ -140,3 +140,15 @@ def test_a_proxy_run_is_never_a_pass(cli, experiments):
     assert result.code == NOT_COMPARED_EXIT
     [verdict] = verdicts(result)
     assert verdict["outcome"] == "not_compared" and verdict["detail"].startswith("proxy run")
+
+
+def test_a_report_of_a_megatron_bridge_series_names_the_nemo2_recipes_figures(cli, experiments, host):
+    from llmb.report.series import build_report
+
+    make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51)),
+             recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
+                     "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192})
+    [series] = build_report(cli("results", "--format", "json").json(), host.workloads()).series
+    [note] = [n for n in series.notes if "publishes no figures" in n]
+    assert "the nemo2 recipe at 8 GPUs 12.27 s, 16 GPUs 12.3 s" in note
+    assert note.endswith("(llmb compare --reference nemo2)")

@@ -203,6 +203,20 @@ def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[Refer
     return workload.published(key.variant, key.size, key.gpu, key.dtype, key.scaling)
 
 
+def _unpublished_note(key: SeriesKey, workloads: Mapping[str, Workload]) -> str:
+    """Why the series has no published curve, naming the other variants' recipes that publish one."""
+    workload = workloads.get(key.workload) if key.workload else None
+    others = [] if workload is None else [
+        (variant.name, found) for variant in workload.variants if variant.name != key.variant
+        and (found := workload.published(variant.name, key.size, key.gpu, key.dtype, key.scaling))]
+    if not others:
+        return "no published document has figures for this configuration"
+    listed = "; ".join(f"the {name} recipe at " + ", ".join(f"{r.gpus} GPUs {r.step_time_s:g} s" for r in refs)
+                       for name, refs in others)
+    return (f"its own recipe publishes no figures for this configuration; {listed} "
+            f"(llmb compare --reference {others[0][0]})")
+
+
 def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) -> Series:
     published = _published(key, workloads)
     published_at = {ref.gpus: ref for ref in published}
@@ -228,7 +242,7 @@ def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) 
     if key.proxy:
         notes.append("proxy run: not compared with the published figures")
     elif not published:
-        notes.append("no published figures for this configuration")
+        notes.append(_unpublished_note(key, workloads))
     if len(points) == 1:
         notes.append(f"one GPU count only ({points[0].gpus}): no scaling-efficiency curve")
     published_efficiency = efficiency_curve(key.scaling, [(r.gpus, r.step_time_s * 1000.0) for r in published])
