@@ -81,6 +81,8 @@ def test_the_gpu_type_the_run_recorded_in_its_provenance_decides(cli, experiment
     assert "older than the run's nemo:25.09" in row["verdicts"][0]["detail"]
     text = cli("compare", str(run)).out
     assert "h100 (provenance.json)" in text and "REGRESS" in text
+    [listed] = cli("results", str(run), "--json").json()
+    assert (listed["gpu"], listed["gpu_source"]) == ("h100", "provenance")
 
 
 def test_the_cluster_files_gpu_is_used_and_named(cli, experiments, install_root):

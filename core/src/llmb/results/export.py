@@ -21,7 +21,7 @@ LEGACY_COLUMNS = (
     "max_iteration",
 )
 COLUMNS = LEGACY_COLUMNS + (
-    "workload", "variant", "size", "gpu", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
+    "workload", "variant", "size", "gpu", "gpu_source", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
     "tflops_source", "tokens_per_s", "mfu_pct", "mfu_bf16_pct", "days_to_train_1t", "checkpoint_save_s",
     "checkpoint_load_s", "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct",
     "reference_mfu_bf16_pct", "reference_delta_pct",
@@ -53,6 +53,7 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "variant": c.variant,
         "size": c.size,
         "gpu": c.gpu,
+        "gpu_source": c.gpu_source,  # recipe | provenance (what the run recorded) | --gpu | cluster file
         "dtype": c.dtype,
         "gpus": c.gpus,
         "scaling": c.scaling,
