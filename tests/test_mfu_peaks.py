@@ -135,3 +135,21 @@ def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
     none = summary(JobStatus(job, "SUCCEEDED", None, None,
                              {"result": {**row, "mfu_pct": None, "mfu_bf16_pct": None}}))
     assert "MFU         - (no GPU peak applies)" in none and "BF16 peak" not in none
+
+
+def test_every_peak_names_the_public_source_that_gives_exactly_it_and_the_ones_that_disagree(cli):
+    from llmb.recipes.gpus import _peak_sources, catalogue, peak_source
+
+    documents = _peak_sources()["documents"]
+    for gpu, spec in catalogue().items():
+        for dtype, peak in spec.peak_tflops.items():
+            entries = _peak_sources()["gpus"][gpu][dtype]["sources"]
+            assert float(entries[0]["value"]) == peak, (gpu, dtype)  # the source llmb's figure is from comes first
+            assert all(e["source"] in documents for e in entries), (gpu, dtype)
+            assert peak_source(gpu, dtype).document == "NVIDIA LLM Benchmarking Collection README"
+    # GB200 BF16: tools disagree (2450 here, NVIDIA's NVL72 figure halved 2500, 2250 elsewhere), and llmb says so
+    gb200 = peak_source("gb200", "bf16")
+    assert gb200.tflops == 2450 and {value for _, value in gb200.others} == {2500, 2250}
+    text = cli("plan", "llama31", "--size", "8b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "8").out
+    assert "MFU peak     FP8 4900 TFLOP/s dense per GPU (NVIDIA LLM Benchmarking Collection README); " \
+           "other sources give 5000 (NVIDIA Blackwell datasheet)" in text

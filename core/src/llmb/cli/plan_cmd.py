@@ -106,6 +106,11 @@ def render_plan(plan) -> str:
                      f"({figure.describe()}; llmb compare --reference {figure.source})")
     if not plan.expected and not plan.other_figures and not r.overrides:
         lines.append("               no other published document has a figure for it either")
+    from llmb.recipes.gpus import peak_source
+
+    peak = peak_source(r.gpu, r.dtype)
+    lines.append(f"  MFU peak     {r.dtype.upper()} {peak.describe()}" if peak else
+                 f"  MFU peak     none: no published dense {r.dtype.upper()} peak for {r.gpu}, so no MFU")
     if r.env:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in r.env))
     for note in r.adjustments:

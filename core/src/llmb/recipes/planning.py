@@ -8,7 +8,7 @@ from typing import Any
 
 from llmb.plugins.host import PluginHost
 from llmb.recipes.flops import megatron_bridge_step
-from llmb.recipes.gpus import gpu_type
+from llmb.recipes.gpus import gpu_type, peak_source
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
 from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Workload
@@ -83,6 +83,7 @@ class Plan:
             "memory": self.memory.as_dict(),
             "expected": _expected(self.expected),
             "other_figures": [asdict(f) for f in self.other_figures],
+            "mfu_peak": asdict(peak) if (peak := peak_source(r.gpu, r.dtype)) else None,
             "env": dict(r.env),
             "overrides": {k: str(v) for k, v in r.overrides},
             "source": r.provenance.describe() if r.provenance else None,

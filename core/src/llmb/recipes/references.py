@@ -67,7 +67,7 @@ class Figure:
 
     def headline(self) -> str:
         if self.step_time_ms is not None:
-            return f"{self.step_time_ms / 1000:g} s per step"
+            return f"{self.step_time_ms / 1000:.4g} s per step"
         return f"{self.tflops_per_gpu:g} TFLOP/s per GPU" if self.tflops_per_gpu else "a figure"
 
 
@@ -130,7 +130,7 @@ def _from_recipe(workload: Workload, variant_name: str, ref: ReferenceResult, so
 
 def _from_summary(ref: ReferenceResult) -> Figure:
     return Figure(
-        source=SUMMARY, label="the performance summary's figure", document=ref.provenance.describe(),
+        source=SUMMARY, label="the performance summary's figure", document=ref.note or ref.provenance.describe(),
         gpus=ref.gpus, step_time_ms=ref.step_time_s * 1000.0 if ref.step_time_s else None,
         tokens_per_s=ref.tokens_per_s, tflops_per_gpu=ref.tflops_per_gpu, gbs=ref.gbs,
         container=release_text(ref.container), date=ref.date,

@@ -100,9 +100,18 @@ def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
     except Exception as exc:  # malformed YAML, missing file
         raise DataError(f"{package}/{resource}: {exc}") from exc
     try:
-        return workload_from_dict(raw)
+        workload = workload_from_dict(raw)
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{package}/{resource}: {exc}") from exc
+    if summary := raw.get("performance_summary"):  # another data file of the same package
+        from llmb.recipes.gpus import catalogue
+        from llmb.recipes.summary_file import summary_from_dict
+
+        try:
+            workload = replace(workload, summary=summary_from_dict(_read(package, str(summary)), set(catalogue())))
+        except Exception as exc:  # malformed YAML, a missing file or column
+            raise DataError(f"{package}/{summary}: {exc}") from exc
+    return workload
 
 
 def _read(package: str, resource: str) -> Any:
