@@ -111,6 +111,33 @@ def slurm_accounting(tmp_path_factory):
     yield from _private_slurm(tmp_path_factory, accounting=True)
 
 
+@dataclass
+class ProxyCertification:
+    install: Path  # its $LLMB_INSTALL: the suite, the sweep, one local job and its run directory
+    env: dict[str, str]  # what llmb_proc needs to see that install
+    result: Result  # llmb certify ... --json
+    suite: dict | None  # its --json, None when it failed
+
+
+@pytest.fixture(scope="session")
+def proxy_certification(llmb_proc, tmp_path_factory) -> ProxyCertification:
+    """One real proxy certification on this machine, shared by the tests that read it (read only: copy
+    the install to change anything): the local backend trains llama31 8b's tiny proxy on one rank (about
+    20 s on 2 cores), judged by the certification gates."""
+    pytest.importorskip("torch", reason="the torch engine needs torch")
+    root = tmp_path_factory.mktemp("proxy-certification")
+    suite = root / "suite.yaml"
+    suite.write_text("llama31_8b: {dtypes: [bf16], scales: [1]}\n")
+    env = {"LLMB_INSTALL": str(root / "install"), "LLMB_NO_CACHE": "1"}
+    result = llmb_proc("certify", "--file", str(suite), "--gpu", "h100", "--proxy", "tiny", "--json", env=env,
+                       timeout=900)  # a hang guard only
+    try:
+        shown = json.loads(result.out)
+    except ValueError:
+        shown = None
+    return ProxyCertification(root / "install", env, result, shown)
+
+
 @pytest.fixture
 def install_root(tmp_path, monkeypatch) -> Path:
     """A fresh $LLMB_INSTALL (not created yet) for this test, seen by ``cli``."""

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -124,20 +125,60 @@ def test_compare_with_published_numbers_and_exit_code(cli, install, tmp_path):
     assert cli("compare", str(slow), "--threshold", "0.85").code == 0
 
 
-def test_compare_against_a_baseline_file_and_run(cli, install, tmp_path):
+def _baseline_verdicts(result) -> dict[str, dict]:
+    """``llmb compare --json``'s baseline verdict of each run, by name."""
+    return {r["filename"]: next((v for v in r["verdicts"] if v["against"] == "baseline"), None)
+            for r in json.loads(result.out)}
+
+
+SELF = "the baseline is this run itself"
+
+
+def test_compare_against_a_baseline_file_directory_or_database_id_never_the_run_itself(cli, install, tmp_path):
+    mb = install / "workloads" / "llama31"
+    good = f"{MB}_1766132151"
+    again = tmp_path / "again"  # a second run of the same configuration, a little slower
+    make_run(again, MB, loggen.megatron_bridge_lines(range(1, 51), step_ms=dict.fromkeys(range(1, 51), 1030.0)),
+             stamp="1766150000")
     baseline = tmp_path / "baseline.json"
     baseline.write_text(cli("results", "--format", "json", "--workload", "llama31").out)
-    same = cli("compare", str(install / "workloads" / "llama31"), "--baseline", str(baseline), "--json")
-    verdicts = {(r["filename"], v["against"]): v["outcome"] for r in json.loads(same.out) for v in r["verdicts"]}
-    assert verdicts[(f"{MB}_1766132151", "baseline")] == "pass"
-    assert verdicts[(f"{MB}_1766132151", "published")] == "skipped"  # no published figure for 8 GPUs of MB fp8
-    assert verdicts[(f"{MB}_1766140000", "run")] == "no_log"  # a job that never ran fails a gate, in results' words
-    assert same.code == 1
-    run_id = next(r["run_id"] for r in json.loads(cli("results", "--from-db", "--json").out)
-                  if r["filename"] == MB)
-    good_run = str(install / "workloads" / "llama31" / "experiments" / MB / f"{MB}_1766132151")
-    by_id = cli("compare", good_run, "--baseline", str(run_id))
-    assert by_id.code == 0 and re.search(r"baseline\s+PASS", by_id.out)
+    good_ms = next(r["time_mean_ms"] for r in json.loads(baseline.read_text()) if r["status"] == "success")
+    run_id = next(r["run_id"] for r in json.loads(cli("results", "--from-db", "--json").out) if r["filename"] == MB
+                  and r["status"] == "success")
+    for spec, form, words in ((str(baseline), "file", f"file {baseline}: {good}"),
+                              (str(mb), "directory", f"directory {mb}: {good}"),
+                              (str(run_id), "database", f"run {run_id} in the results database")):
+        compared = cli("compare", str(mb), str(again), "--baseline", spec, "--json")
+        verdicts = _baseline_verdicts(compared)
+        assert verdicts[good]["outcome"] == "not_compared" and verdicts[good]["detail"] == SELF, spec
+        other = verdicts[f"{MB}_1766150000"]
+        assert other["outcome"] == "pass" and other["ratio"] == pytest.approx(good_ms / 1030.0, rel=1e-4), spec
+        assert f"({words}; pass at 95%)" in other["detail"]
+        assert other["baseline"]["given_as"] == form and other["baseline"]["matched"] == "configuration"
+        assert other["baseline"]["log"].endswith(f"{good}/{MB}/log-{MB}.out")
+        assert compared.code == 1  # the run without a log fails
+    text = cli("compare", str(mb / "experiments" / MB / good), "--baseline", str(mb))
+    assert re.search(rf"baseline\s+NOT.COMPARED\s.*{SELF}", text.out), text.out
+    assert text.code == 3  # compared with nothing
+    # a directory whose runs are all compared with each other: each with the other, never with itself
+    both = _baseline_verdicts(cli("compare", str(mb), str(again), "--baseline", str(tmp_path), "--json"))
+    assert both[good]["outcome"] == "pass" and both[f"{MB}_1766150000"]["outcome"] == "pass"
+    assert both[good]["detail"].startswith(f"{1030.0 / good_ms:.1%} of baseline throughput (directory {tmp_path}: ")
+    assert both[good]["baseline"]["log"] != both[f"{MB}_1766150000"]["baseline"]["log"]
+
+
+def test_one_baseline_run_for_one_run_is_compared_even_when_the_configurations_differ(cli, install, tmp_path):
+    nh = install / "workloads" / "nemotronh" / "experiments" / NH / f"{NH}_1766132151"
+    mb = install / "workloads" / "llama31" / "experiments" / MB / f"{MB}_1766132151"
+    one = cli("compare", str(mb), "--baseline", str(nh), "--json")
+    [verdict] = _baseline_verdicts(one).values()
+    assert verdict["outcome"] == "pass" and verdict["baseline"]["matched"] == "direct"
+    assert f"(directory {nh}: {NH}_1766132151: the one run given, configurations not matched; pass" in verdict["detail"]
+    # with more than one run compared, runs are matched by configuration
+    two = _baseline_verdicts(cli("compare", str(mb), str(nh), "--baseline", str(nh), "--json"))
+    assert two[f"{MB}_1766132151"]["outcome"] == "not_compared"
+    assert two[f"{MB}_1766132151"]["detail"] == f"no baseline run of this configuration in directory {nh}"
+    assert two[f"{NH}_1766132151"]["detail"] == SELF
 
 
 def test_compare_fails_on_a_failed_run(cli, install):
@@ -154,4 +195,64 @@ def test_bad_baselines_are_usage_errors(cli, install, tmp_path, content, message
     bad.write_text(content)
     result = cli("compare", "--baseline", str(bad))
     assert result.code == 2 and message in result.err
-    assert cli("compare", "--baseline", "999999").code == 2
+
+
+FORMS = ("--baseline takes a directory of runs (as llmb results DIR reads it), a results file (llmb results --format "
+         "json > FILE), an llmb job id (what llmb run prints and llmb status lists, e.g. local-575dba, or the Slurm "
+         "job id of one) or a results-database id (the run_id of llmb results --from-db --json).")
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("local-575dba", "--baseline local-575dba: no such directory, file or llmb job; " + FORMS),
+    ("no/such/dir", "--baseline no/such/dir: no such directory, file or llmb job; " + FORMS),
+    ("999999", "--baseline 999999: no llmb job has Slurm job id 999999, and the results database has no run 999999"),
+    ("NHFAILED", "the directory holds no successful run to compare with (1 run: failed); " + FORMS),
+])
+def test_a_baseline_that_names_nothing_usable_says_what_is_accepted(cli, install, spec, message):
+    if spec == "NHFAILED":
+        spec = str(install / "workloads" / "nemotronh" / "experiments" / NH / f"{NH}_1766139999")
+    result = cli("compare", "--baseline", spec)
+    assert result.code == 2 and message in result.err.replace("\n", " "), result.err
+    assert "Traceback" not in result.err and "No such file" not in result.err
+
+
+def test_compare_against_an_llmb_job_or_the_slurm_job_id_of_one(cli, proxy_certification, tmp_path, monkeypatch):
+    cert = proxy_certification  # a real local job: llama31 8b's tiny proxy on one rank
+    assert cert.result.code == 0, cert.result.err[-3000:]
+    [job_id] = cert.suite["workloads"]["llama31"]["jobs"]
+    install = tmp_path / "install"
+    shutil.copytree(cert.install, install)  # the job records; the run directories stay where the job ran them
+    monkeypatch.setenv("LLMB_INSTALL", str(install))
+    record = json.loads((install / "jobs" / job_id / "job.json").read_text())
+    run_dir = Path(record["run_dir"])
+    again = tmp_path / "again" / run_dir.parent.name / f"{run_dir.parent.name}_1795649999"
+    shutil.copytree(run_dir, again)  # the same log as a second run of the configuration
+    mb = tmp_path / "mb"  # a Megatron-Bridge log of another configuration, in the results database
+    make_run(mb, MB, loggen.megatron_bridge_lines(range(1, 51)))
+    [mb_id] = [str(r["run_id"]) for r in json.loads(cli("results", str(mb), "--json").out)]
+
+    by_job = cli("compare", str(again), "--baseline", job_id, "--json")
+    [verdict] = _baseline_verdicts(by_job).values()
+    assert (verdict["outcome"], verdict["ratio"]) == ("pass", 1.0), verdict
+    assert verdict["detail"] == f"100.0% of baseline throughput (job {job_id}; pass at 95%)"
+    assert (verdict["baseline"]["given_as"], verdict["baseline"]["log"]) == ("job", record["log"])
+    itself = _baseline_verdicts(cli("compare", str(run_dir), str(again), "--baseline", job_id, "--json"))
+    assert itself[run_dir.name]["detail"] == SELF and itself[again.name]["outcome"] == "pass"
+
+    # A Slurm job id of a job's attempt names the job; digits that are also a database id are the job, said so.
+    (install / "jobs" / "slurm-0a0a0a").mkdir()
+    (install / "jobs" / "slurm-0a0a0a" / "job.json").write_text(json.dumps({
+        **record, "id": "slurm-0a0a0a", "backend": "slurm",
+        "details": {"attempts": [{"attempt": 1, "slurm_id": mb_id, "run_dir": str(run_dir), "log": record["log"]}]}}))
+    both = cli("compare", str(again), "--baseline", mb_id, "--json")
+    [verdict] = _baseline_verdicts(both).values()
+    assert verdict["outcome"] == "pass" and f"(job slurm-0a0a0a (Slurm job {mb_id}); pass at 95%)" in verdict["detail"]
+    mb_dir = mb / MB / f"{MB}_1766132151" / MB
+    assert (f"llmb: note: --baseline {mb_id} is job slurm-0a0a0a (Slurm job {mb_id}) and also run {mb_id} in the "
+            f"results database; comparing with the job (to compare with that run, give its directory: --baseline "
+            f"{mb_dir}).") in both.err
+
+    # That run, another configuration in another log format, is one baseline run for one run: compared directly.
+    direct = cli("compare", str(again), "--baseline", str(mb_dir))
+    assert re.search(rf"baseline\s+\S+.*\(directory {re.escape(str(mb_dir))}: {MB}_1766132151: the one run given, "
+                     rf"configurations not matched; pass at 95%\)", direct.out), direct.out

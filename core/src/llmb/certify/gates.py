@@ -23,8 +23,9 @@ performance gate is "n/a (proxy)". Nor is its step time a measure of the
 cluster (a CPU proxy's timing is how busy the host's cores are; a tiny
 model on a GPU measures launch overhead), so its CV gate shows the value
 and is "n/a (proxy)" too. Neither fails: a proxy suite tests the workflow,
-and certifying a real cluster needs full-size runs. A full-size run of a
-configuration without a published figure is "n/a (not published)".
+and certifying a real cluster needs full-size runs, so a proxy run that
+meets every gate is "exercised", never "pass" (``verdict``). A full-size
+run of a configuration without a published figure is "n/a (not published)".
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from llmb.results.compare import DEFAULT_THRESHOLD, compare
+from llmb.results.compare import DEFAULT_THRESHOLD, NOT_COMPARED, compare
 from llmb.results.records import RunResult
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
@@ -110,7 +111,7 @@ def performance_gate(result: RunResult) -> Gate:
     verdict = compare(result, None, PERFORMANCE)[0]
     if verdict.against == "run":  # no step time to compare
         return Gate("performance", FAIL, "-", verdict.detail)
-    if verdict.outcome == "skipped":
+    if verdict.outcome == NOT_COMPARED:
         return Gate("performance", NA, "not published", verdict.detail)
     return Gate("performance", PASS if verdict.outcome == "pass" else FAIL, f"{verdict.ratio:.1%}",
                 f"step time {result.stats.time_mean_ms:.1f} ms, published {verdict.reference_ms:.1f} ms: "

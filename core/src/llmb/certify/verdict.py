@@ -7,6 +7,13 @@ configuration passes when one of its runs passes every gate (the fastest
 such run is shown); it is ``pending`` while none passed and one has not
 ended, else it fails (its latest run is shown). A workload passes when each
 of its configurations does; the suite passes when every workload does.
+
+A proxy run (``--proxy``, ``--layers``) that meets every gate is
+``exercised``, never ``pass``: it shows the workflow, the scheduler and the
+nodes work, but a scaled-down model certifies nothing. A workload or suite
+whose configurations all passed or were exercised, one at least exercised,
+is ``exercised``; ``passed`` (and ``certified``) is true only for a suite
+whose every run was full size and passed.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from llmb.runs.sweep_runner import statuses
 from llmb.runs.sweeps import Task
 
 PASS, FAIL, PENDING, NOT_RUN = "pass", "fail", "pending", "not run"
+EXERCISED = "exercised"  # a proxy run that met every gate: it ran, but certifies nothing
+MET = (PASS, EXERCISED)  # every gate met
 
 
 def configuration(task: Task) -> tuple:
@@ -53,10 +62,19 @@ class Judged:
     problem: str | None = None
 
     @property
+    def proxy(self) -> bool:
+        """A scaled-down run (``--proxy``, ``--layers``), as the task asked or its recipe says."""
+        options = self.task.options or {}
+        return bool(options.get("proxy") or options.get("layers")
+                    or (self.result is not None and self.result.context.proxy))
+
+    @property
     def verdict(self) -> str:
         if self.problem is None and self.state not in TERMINAL:
             return PENDING
-        return PASS if self.result is not None and passed(list(self.gates)) else FAIL
+        if self.result is None or not passed(list(self.gates)):
+            return FAIL
+        return EXERCISED if self.proxy else PASS
 
     @property
     def step_ms(self) -> float:
@@ -71,9 +89,10 @@ class Configuration:
 
     @property
     def best(self) -> Judged | None:
-        passing = [r for r in self.runs if r.verdict == PASS]
-        if passing:
-            return min(passing, key=lambda r: r.step_ms)
+        for verdict in MET:  # a full-size pass over an exercised proxy
+            passing = [r for r in self.runs if r.verdict == verdict]
+            if passing:
+                return min(passing, key=lambda r: r.step_ms)
         pending = [r for r in self.runs if r.verdict == PENDING]
         return (pending or self.runs or [None])[-1]
 
@@ -91,11 +110,22 @@ class SuiteVerdict:
         found: dict[str, list[str]] = {}
         for config in self.configurations:
             found.setdefault(config.task.workload, []).append(config.verdict)
-        return {w: PENDING if PENDING in v else PASS if set(v) == {PASS} else FAIL for w, v in found.items()}
+        return {w: _merged(v) for w, v in found.items()}
+
+    @property
+    def verdict(self) -> str:
+        """``fail`` when a workload failed, else ``pending`` while one runs, else ``exercised`` when a
+        workload ran as a proxy, else ``pass``."""
+        found = set(self.workloads().values())
+        for verdict in (FAIL, PENDING, EXERCISED):
+            if verdict in found:
+                return verdict
+        return PASS if found else FAIL
 
     @property
     def passed(self) -> bool:
-        return all(v == PASS for v in self.workloads().values())
+        """Certified: every workload passed at full size (an exercised proxy suite did not)."""
+        return self.verdict == PASS
 
     def to_dict(self) -> dict:
         """``llmb certify status --json``."""
@@ -103,7 +133,8 @@ class SuiteVerdict:
         jobs = suite.jobs_by_workload()
         return {
             "suite": suite.id, "created_at": suite.created_at, "gpu": suite.gpu, "scale": suite.scale,
-            "proxy": suite.proxy, "source": suite.source, "passed": self.passed, "notes": suite.notes,
+            "proxy": suite.proxy, "source": suite.source, "verdict": self.verdict, "passed": self.passed,
+            "certified": self.passed, "notes": suite.notes,
             "workloads": {w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in self.workloads().items()},
             "configurations": [{
                 "workload": c.task.workload, "configuration": configuration_label(c.task), "verdict": c.verdict,
@@ -115,6 +146,15 @@ class SuiteVerdict:
                           "verdict": r.verdict} for r in c.runs],
             } for c in self.configurations],
         }
+
+
+def _merged(verdicts: list[str]) -> str:
+    """A workload's verdict from its configurations'."""
+    if PENDING in verdicts:
+        return PENDING
+    if not verdicts or not set(verdicts) <= set(MET):
+        return FAIL
+    return EXERCISED if EXERCISED in verdicts else PASS
 
 
 def _location(job: Job) -> RunLocation:

@@ -29,7 +29,7 @@ def _recorded(run_kw: dict) -> dict:
 
 def _status_text(verdict) -> str:
     from llmb.certify.gates import GATES, NA
-    from llmb.certify.verdict import configuration_label
+    from llmb.certify.verdict import EXERCISED, configuration_label
 
     suite = verdict.suite
     rows = []
@@ -61,6 +61,12 @@ def _status_text(verdict) -> str:
     lines += [f"note: {note}" for note in suite.notes]
     if verdict.passed:
         lines.append(f"{suite.id}: PASS, every workload passed ({', '.join(workloads)}).")
+    elif verdict.verdict == EXERCISED:
+        proxies = [w for w, v in workloads.items() if v == EXERCISED]
+        full = [w for w, v in workloads.items() if v != EXERCISED]
+        which = f"; {', '.join(full)} passed at full size, {', '.join(proxies)} ran as proxies" if full else ""
+        lines.append(f"{suite.id}: EXERCISED (proxy: certifies nothing), every workload ran and met its gates "
+                     f"({', '.join(workloads)}){which}.")
     elif pending and not failing:
         lines.append(f"{suite.id}: PENDING, {', '.join(pending)} still running (llmb certify status --suite "
                      f"{suite.id} again later).")
@@ -71,15 +77,23 @@ def _status_text(verdict) -> str:
 
 
 def show_status(ctx, suite, as_json: bool) -> None:
-    """Print the suite's verdict; exit 0 when every workload passed, else 1."""
-    from llmb.certify.verdict import judge_suite
+    """Print the suite's verdict; exit 0 when every workload passed, or when every workload of a proxy
+    suite was exercised (ran and met its gates), else 1.
+
+    Exercised exits 0, like pass: a proxy suite is how a pipeline smoke-tests the tool, the scheduler and
+    the nodes, and that test succeeded. What it certifies is said in words, never by the exit code alone:
+    the verdict line (``EXERCISED (proxy: certifies nothing)``, never ``PASS``) and the JSON's ``verdict``
+    ("exercised"), ``passed`` and ``certified`` (false). A proxy run is asked for explicitly (``--proxy``,
+    ``--layers``, a suite file's), so a pipeline that gates a certification on the exit code does not get
+    one by accident; one that must tell them apart reads ``certified``."""
+    from llmb.certify.verdict import MET, judge_suite
 
     verdict = judge_suite(get_host(ctx), suite)
     if as_json:
         emit_json(verdict.to_dict())
     else:
         click.echo(terminal_safe(_status_text(verdict)))
-    ctx.exit(0 if verdict.passed else 1)
+    ctx.exit(0 if verdict.verdict in MET else 1)
 
 
 def resolved(checked):
@@ -137,7 +151,12 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
     published scale below), largest jobs first, without profiling; judge
     each run (success, finite falling loss, TFLOPS > 0, step-time CV under
     5%, at least 95% of the published performance) and print the verdict.
-    Exits 0 when every workload passed.
+    A proxy suite (--proxy, --layers) certifies nothing: when every
+    workload ran and met its gates its verdict is EXERCISED, never PASS
+    (JSON: "verdict": "exercised", "certified": false). Exits 0 when every
+    workload passed or, in a proxy suite, was exercised (a smoke test that
+    succeeded: read "certified" to tell it from a certification); 1 when one
+    failed or is still running.
 
     \b
     llmb certify --gpu h100 --backend slurm --account A --partition P
@@ -210,7 +229,9 @@ def status_command(ctx, suite_id, as_json):
     """The suite's table: each configuration's best run, its gates (status,
     loss, TFLOPS, step-time CV, performance) and verdict. Runs of a
     configuration merge across repeats and --rerun: one passing run passes
-    it. Exits 0 only when every workload passed, 1 otherwise."""
+    it. Exits 0 when every workload passed, or, for a proxy suite, was
+    exercised (ran and met its gates: EXERCISED, "certified": false in
+    JSON; a proxy certifies nothing); 1 otherwise."""
     from llmb.certify.suite import load_suite
 
     show_status(ctx, load_suite(suite_id), as_json)

@@ -30,6 +30,7 @@ BASELINE_FORMS_TEXT = (
     "--format json > FILE), an llmb job id (what llmb run prints and llmb status lists, e.g. local-575dba, or "
     "the Slurm job id of one) or a results-database id (the run_id of llmb results --from-db --json)")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def _successful(result) -> bool:
@@ -53,7 +54,7 @@ def _job_of(spec: str):
         return found, found.run_dir, f"job {found.id}"
     if isinstance(found, BrokenJob):
         raise UsageError(f"--baseline {spec}: job {spec} cannot be used: {found.problem}.")
-    if spec.isdigit():
+    if _DIGITS.fullmatch(spec):
         for job_id in list_job_ids():
             job = read_job(job_id)
             attempts = job.details.get("attempts") if isinstance(job, Job) else None
@@ -81,12 +82,14 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
                              f"run{'s' if len(found) != 1 else ''}: {statuses}); {BASELINE_FORMS_TEXT}.")
         return [baseline_of(result, f"directory {spec}: {where.short_name}", "directory", f"directory {spec}", run_id)
                 for where, result, run_id in good]
-    if os.path.exists(spec):
+    if os.path.isfile(spec):
         return load_baselines(spec)
+    if os.path.exists(spec):
+        raise UsageError(f"--baseline {spec}: neither a directory nor a regular file; {BASELINE_FORMS_TEXT}.")
     job = _job_of(spec)
     if job is not None:
         job, run_dir, words = job
-        if spec.isdigit():
+        if _DIGITS.fullmatch(spec):
             _note_ambiguous(spec, words, db_path)
         if not os.path.isdir(run_dir):
             raise UsageError(f"--baseline {spec}: {words}'s run directory {run_dir} is gone.")
@@ -99,9 +102,9 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
                              f"job that succeeded (llmb status lists them).")
         return [baseline_of(result, words if len(good) == 1 else f"{words}: {where.short_name}", "job", words, run_id)
                 for where, result, run_id in good]
-    if spec.isdigit():
+    if _DIGITS.fullmatch(spec):
         store = open_store(db_path, required=True)
-        stored = store.get(int(spec))
+        stored = store.get(int(spec)) if len(spec) < 19 else None  # a longer number is no id
         if stored is None:
             raise UsageError(f"--baseline {spec}: no llmb job has Slurm job id {spec}, and the results database has "
                              f"no run {spec} (llmb results --from-db --json lists the run ids); {BASELINE_FORMS_TEXT}.")
@@ -116,10 +119,12 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
 
 def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
     """Digits that name a job's Slurm job and a database run: the job is taken; say so, and how to take the run."""
+    from llmb.results.store import StoreError
+
     store = open_store(db_path, required=False)
     try:
-        stored = store.get(int(spec)) if store is not None else None
-    except Exception:  # noqa: BLE001 - a database that cannot be read holds no rival to the job
+        stored = store.get(int(spec)) if store is not None and len(spec) < 19 else None
+    except StoreError:  # a database that cannot be read holds no rival to the job
         stored = None
     if stored is None:
         return
