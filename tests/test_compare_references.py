@@ -154,3 +154,21 @@ def test_a_report_of_a_megatron_bridge_series_names_the_nemo2_recipes_figures(cl
     [note] = [n for n in series.notes if "publishes no figures" in n]
     assert "the nemo2 recipe at 8 GPUs 12.27 s, 16 GPUs 12.3 s" in note
     assert note.endswith("(llmb compare --reference nemo2)")
+
+
+def test_certification_judges_a_megatron_bridge_run_against_the_figure_another_document_publishes(experiments, host):
+    from llmb.certify.gates import PASS, performance_gate
+    from llmb.results.collect import Collector
+    from llmb.results.experiments import find_runs
+    from llmb.results.references import best
+
+    make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51),
+                                                              step_ms={i: 12000.0 for i in range(1, 51)}),
+             recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
+                     "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192})
+    [location] = find_runs([str(experiments)])
+    result = Collector(host).collect_one(location).result
+    assert result.reference_step_time_ms is None  # its own recipe publishes nothing for it
+    gate = performance_gate(result, best(host.workloads()["llama31"], result.context))
+    assert gate.outcome == PASS and gate.value == f"{12270 / 12000:.1%}"
+    assert "the nemo2 recipe's figure: Llama 3.1 NeMo 2 recipe" in gate.detail

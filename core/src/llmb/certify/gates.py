@@ -25,7 +25,11 @@ model on a GPU measures launch overhead), so its CV gate shows the value
 and is "n/a (proxy)" too. Neither fails: a proxy suite tests the workflow,
 and certifying a real cluster needs full-size runs, so a proxy run that
 meets every gate is "exercised", never "pass" (``verdict``). A full-size
-run of a configuration without a published figure is "n/a (not published)".
+run is judged against its own recipe's figure, else another public
+document's for exactly its configuration (Llama 3.1 Megatron-Bridge rows:
+the NeMo 2 recipe's, else Megatron-Bridge's performance summary), and the
+gate's detail names it; only where no document publishes one is it
+"n/a (not published)".
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from llmb.recipes.references import Figure, Missing
 from llmb.results.compare import DEFAULT_THRESHOLD, NOT_COMPARED, compare
 from llmb.results.records import RunResult
 
@@ -105,10 +110,13 @@ def cv_gate(result: RunResult) -> Gate:
                 f"{stats.first}-{stats.last}; bound {MAX_STEP_CV:.0%}")
 
 
-def performance_gate(result: RunResult) -> Gate:
+def performance_gate(result: RunResult, figure: Figure | Missing | None = None) -> Gate:
+    """Against ``figure`` (``llmb.results.references.best``: the run's own recipe's, else another
+    document's for the same configuration, named in the detail); None: the recipe figure stored
+    with the result."""
     if result.context.proxy:
         return Gate("performance", NA, "proxy", "proxy run: not compared with published figures")
-    verdict = compare(result, None, PERFORMANCE)[0]
+    verdict = compare(result, None, PERFORMANCE, figure)[0]
     if verdict.against == "run":  # no step time to compare
         return Gate("performance", FAIL, "-", verdict.detail)
     if verdict.outcome == NOT_COMPARED:
@@ -118,10 +126,11 @@ def performance_gate(result: RunResult) -> Gate:
                 f"{verdict.detail}")
 
 
-def judge(result: RunResult) -> list[Gate]:
+def judge(result: RunResult, figure: Figure | Missing | None = None) -> list[Gate]:
     """Every gate, in ``GATES`` order. A run that did not succeed fails its status gate; the gates its log
     has no data for are then shown "-" without failing again."""
-    gates = [status_gate(result), loss_gate(result), tflops_gate(result), cv_gate(result), performance_gate(result)]
+    gates = [status_gate(result), loss_gate(result), tflops_gate(result), cv_gate(result),
+             performance_gate(result, figure)]
     if gates[0].outcome == FAIL:
         gates[1:] = [Gate(g.name, NA, "-", g.detail) if g.value == "-" else g for g in gates[1:]]
     return gates

@@ -28,6 +28,7 @@ from llmb.plugins.host import PluginHost
 from llmb.results.collect import Collector
 from llmb.results.experiments import RunLocation, find_runs
 from llmb.results.records import RunResult
+from llmb.results.references import best
 from llmb.runs.jobs import TERMINAL, Job, load_job
 from llmb.runs.sweep_runner import statuses
 from llmb.runs.sweeps import Task
@@ -176,6 +177,7 @@ def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
     collector = Collector(host)
     for (task, job, attempt), status in zip(loaded, statuses(host, [j for _, j, _ in loaded]), strict=True):
         result = collector.collect_one(_location(job)).result
-        run = Judged(task, job.id, attempt, status.state, result, tuple(judge(result)))
+        workload = host.workloads().get(result.context.workload or "")
+        run = Judged(task, job.id, attempt, status.state, result, tuple(judge(result, best(workload, result.context))))
         configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
     return SuiteVerdict(suite, list(configurations.values()))

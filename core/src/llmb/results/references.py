@@ -9,10 +9,10 @@ run is reported as not compared rather than passed.
 from __future__ import annotations
 
 from llmb.recipes.records import Workload
-from llmb.recipes.references import DEFAULT_SOURCE, Configuration, Figure, Missing, find
+from llmb.recipes.references import DEFAULT_SOURCE, Configuration, Figure, Missing, candidates, find
 from llmb.results.records import RunContext
 
-__all__ = ["DEFAULT_SOURCE", "Figure", "Missing", "lookup", "unknown"]
+__all__ = ["DEFAULT_SOURCE", "Figure", "Missing", "best", "lookup", "unknown"]
 
 
 def unknown(context: RunContext) -> str | None:
@@ -39,3 +39,16 @@ def lookup(workload: Workload | None, context: RunContext, source: str = DEFAULT
         return Missing(source, f"workload {context.workload} is not installed")
     return find(workload, Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus,
                                         context.scaling, context.container), source)
+
+
+def best(workload: Workload | None, context: RunContext) -> Figure | Missing:
+    """The run's own recipe figure, else the first another document publishes for exactly its
+    configuration (another variant's recipe, the performance summary): what a certification
+    judges performance against. The figure's label says which document it is."""
+    own = lookup(workload, context)
+    if isinstance(own, Figure) or workload is None or unknown(context) is not None:
+        return own
+    config = Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus,
+                           context.scaling, context.container)
+    found = [f for f in candidates(workload, config) if f.source != DEFAULT_SOURCE]
+    return find(workload, config, found[0].source) if found else own
