@@ -187,7 +187,7 @@ def test_compare_fails_on_a_failed_run(cli, install):
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    ("not json", "is not valid JSON"),
+    ("not json", "is not a results file (not valid JSON"),
     ('[{"x": 1}]', "entry 1 is not a result row"),
 ])
 def test_bad_baselines_are_usage_errors(cli, install, tmp_path, content, message):
@@ -195,6 +195,20 @@ def test_bad_baselines_are_usage_errors(cli, install, tmp_path, content, message
     bad.write_text(content)
     result = cli("compare", "--baseline", str(bad))
     assert result.code == 2 and message in result.err
+
+
+def test_a_baseline_that_is_a_log_or_a_fifo_is_refused_without_advice_to_overwrite_it(cli, install, tmp_path):
+    import os
+
+    log = tmp_path / "log-run.out"
+    log.write_text("iteration 1/50 | elapsed time per iteration (ms): 10 |\n")
+    result = cli("compare", "--baseline", str(log))
+    assert result.code == 2 and "not a results file" in result.err
+    assert f"> {log}" not in result.err  # the advice names a new file, never the log it read
+    fifo = tmp_path / "baseline.json"
+    os.mkfifo(fifo)  # nothing ever writes it: reading it would hang the command
+    result = cli("compare", "--baseline", str(fifo))
+    assert result.code == 2 and str(fifo) in result.err
 
 
 FORMS = ("--baseline takes a directory of runs (as llmb results DIR reads it), a results file (llmb results --format "

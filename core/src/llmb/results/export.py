@@ -92,19 +92,22 @@ def to_json(rows: list[dict[str, Any]]) -> str:
     return json.dumps(rows, indent=2, allow_nan=False)
 
 
+MAX_ROWS_FILE = 256 << 20  # bytes: a results file of a hundred thousand runs is far less
+
+
 def read_rows(path: str, what: str) -> list[dict[str, Any]]:
     """The rows of a file written by ``llmb results --format json`` (a list of
     rows, or one row); ``what`` names the file in errors ("the baseline")."""
     from llmb.errors import UsageError
+    from llmb.results.scan import read_regular
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+    try:  # a regular file only, and bounded: a FIFO or a device must not hang the command
+        data = json.loads(read_regular(path, MAX_ROWS_FILE + 1))
     except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror}.") from None
-    except ValueError as exc:
-        raise UsageError(f"{what} {path} is not valid JSON ({exc}); write one with "
-                         f"llmb results --format json > {path}.") from None
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}.") from None
+    except ValueError as exc:  # also a file cut at the bound, and bytes that are not UTF-8
+        raise UsageError(f"{what} {path} is not a results file (not valid JSON: {exc}); write one with "
+                         f"llmb results --format json > results.json, a new file.") from None
     rows = data if isinstance(data, list) else [data]
     for index, item in enumerate(rows):
         if not isinstance(item, dict) or "time_mean_ms" not in item:
