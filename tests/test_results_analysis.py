@@ -90,15 +90,22 @@ def test_failed_runs_name_their_reason_and_the_seed_hint(host, tmp_path):
                      "gpus": 256, "gbs": 64, "seq_len": 4096})
     r = parse(host, tmp_path)[name]
     assert r.status == "failed"
-    assert r.reason.startswith("nccl timeout: [rank368]")
+    assert r.reason.startswith("nccl timeout: [E808 04:21:41.160918398 ProcessGroupNCCL.cpp:655] [Rank 368] Watchdog")
     assert "TP_COMM_OVERLAP=False" in r.reason and "TP_COMM_OVERLAP=False" in r.failure.hint
 
 
-def test_root_cause_order(host, tmp_path):
-    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 3)), *loggen.TRACEBACK, loggen.WATCHDOG,
-                             loggen.OOM])
+@pytest.mark.parametrize(("order", "kind"), [
+    (("OOM", "WATCHDOG", "TRACEBACK"), "cuda_oom"),  # before the timeouts and tracebacks it causes
+    (("TRACEBACK", "WATCHDOG", "OOM"), "python_exception"),  # the first real error in log order
+    (("WATCHDOG", "TRACEBACK", "OOM"), "nccl_timeout"),  # a hang: what follows it is its consequence
+    (("TRACEBACK", "OOM", "NODE_FAILURE"), "node_failure"),  # wherever Slurm's words land
+])
+def test_root_cause_order(host, tmp_path, order, kind):
+    lines = {"OOM": [loggen.OOM], "WATCHDOG": [loggen.WATCHDOG], "TRACEBACK": list(loggen.TRACEBACK),
+             "NODE_FAILURE": [loggen.NODE_FAILURE]}
+    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 3)), *(x for o in order for x in lines[o])])
     r = parse(host, tmp_path)[MB8]
-    assert r.failure.kind == "cuda_oom"  # before the timeouts and tracebacks it causes
+    assert r.failure.kind == kind
 
 
 @pytest.mark.parametrize(("content", "reason"), [

@@ -43,6 +43,11 @@ FRAGMENTS = [
     b"[nranks=8]", b"Traceback (most recent call last):", b"Error: x", b"\n", b"\n", b"  ", b"|", b":", b"\x00",
     b"\xff\xfe", b"1e999", b"nan", b"-1", b"Global Checkpoint Save : Rank: 0 : Iteration: ", b"Save duration: ",
     b"save-checkpoint ....: (", b"CUDA out of memory", b"DUE TO NODE FAILURE", b"Watchdog caught",
+    b"[titan] 2025-04-03 16:32:20,143 - root - INFO - ", b"[titan] 2025-99-03 16:32:20,143 - root - INFO - ",
+    b"step: ", b"  tps: 1,176", b"  memory: 42.15GiB(44.37%)", b"total steps ", b"Training starts at step ",
+    b"Training completed", b"\x1b[31m", b"\r", b"12%|", b"| 6/50 [00:30<03:40, 1.2it/s]", b"CANCELLED AT",
+    b"DUE TO TIME LIMIT", b"srun: error:", b": Exited with exit code", b"Unexpected result nan", b"SIGTERM",
+    b"ChildFailedError: ", b"[rank3]: ", b"Cuda failure 2 'out of memory'",
 ]
 
 

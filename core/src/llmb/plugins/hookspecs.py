@@ -79,8 +79,9 @@ def llmb_log_parsers() -> list[LogParser]:
     whole lines (most chunks do not concern a parser, so test a literal with
     ``in`` before any regular expression), ``finish()`` returns what it
     found. The core's parsers are ``megatron_bridge``, ``nemo2``,
-    ``checkpoint``, ``nccl``, ``nccl_transport`` and ``failures``; another
-    plugin's findings appear in ``RunResult.extra`` under its parser's name.
+    ``torchtitan``, ``checkpoint``, ``nccl``, ``nccl_transport`` and
+    ``failures``; another plugin's findings appear in ``RunResult.extra``
+    under its parser's name.
     A parser that raises is switched off for that log and the error is noted
     in the result.
     """

@@ -297,7 +297,7 @@ class FailureHint:
     """Advice a seed gives for a failure, e.g. Nemotron-4 on GB200:
     NCCL watchdog timeouts -> run with TP_COMM_OVERLAP=False."""
 
-    failure: str  # a Failure kind: cuda_oom | nccl_timeout | node_failure | python_exception
+    failure: str  # a Failure kind (llmb.results.records.FAILURE_KINDS): cuda_oom, nccl_timeout, ...
     hint: str
     gpu: str | None = None
     source: str = ""

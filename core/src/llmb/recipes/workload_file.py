@@ -34,6 +34,7 @@ from llmb.recipes.records import (
 )
 from llmb.recipes.scale_expr import ScaleExpr
 from llmb.recipes.validity import check_layout
+from llmb.results.records import FAILURE_KINDS
 from llmb.yamlio import load_yaml, load_yaml_file
 
 # Seed column headings -> field names. Headings not listed are refused.
@@ -69,7 +70,6 @@ LAYOUT = tuple(
 )
 ARCH_FIELDS = {f.name for f in fields(ModelArch)}
 FRAMEWORKS = ("megatron_bridge", "nemo2")
-FAILURE_KINDS = ("cuda_oom", "nccl_timeout", "node_failure", "python_exception")
 MFU_METHODS = ("formula", "log")
 SCALINGS = ("weak", "strong")
 REFERENCE_COLUMNS = ("gpus", "size", "step_time_s", "tokens_per_s", "mfu_pct", "days_1t", "tflops_per_gpu", "erratum")

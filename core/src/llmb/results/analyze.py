@@ -8,22 +8,50 @@ Status (the tool being replaced, plus ``failed``, ``unreadable``,
   directory), a symbolic link to it leads nowhere, or reading it failed;
 * ``invalid_grad_norm``: some iteration logged ``grad norm: nan``;
 * ``invalid_step_time``: an iteration of the window logged a step time that
-  is not a finite number (``inf``, ``nan``): its statistics would be
-  meaningless;
+  is not a finite number (``inf``, ``nan``) or is absurd (over ``MAX_STEP_MS``,
+  1e9 ms: eleven days a step, a corrupt number rather than a measurement):
+  its statistics would be meaningless;
 * ``success``: the final iteration (``i/N`` with i = N) and every iteration
   of the window are in the log;
 * ``cancelled``: the llmb job that ran it was cancelled (its record says so);
-* ``failed``: a failure was found (node failure, CUDA out of memory, NCCL
-  watchdog timeout, Python exception: the first of these is the reason);
-* ``too_short``: the run reached its final iteration, but that is before the
-  window's end (``llmb run --steps 20`` with the window 35-44);
+* ``failed``: a failure was found; which one is the reason is said below;
+* ``too_short``: the run's final iteration (the ``N`` of ``i/N``) is before
+  the window's end (``llmb run --steps 20`` with the window 35-44), whether
+  the run reached it or stopped earlier: the window can never be reached;
 * ``incomplete``: some iterations, but not the final one or not the whole window;
 * ``no_data``: no iteration line at all.
 
+The reason of a failed run is the first real error in log order, not the
+last symptom: each failure the parsers found carries its offset in the log
+(``Failure.offset``). A node failure is the reason wherever it is (the
+other nodes' errors may reach the log before Slurm's notice, and follow
+from it); otherwise the earliest cause: CUDA out of memory, a NaN or Inf
+found by Megatron-Core's checks (``nan_loss_or_grad``), an NCCL watchdog
+timeout, a Python exception, a Slurm time limit or preemption. A symptom
+(srun's ``task N: Exited with exit code 1``, torchrun's ``ChildFailedError``,
+SIGTERM and ``Killing subprocess``) is the reason only of a log that holds
+no cause. So a CUDA OOM on one rank followed by the others' NCCL timeouts is
+``cuda_oom``, an NCCL timeout that followed a RuntimeError is the
+RuntimeError, and a time limit that followed an exception is the exception.
+
+Megatron-Core's NaN checks (``check_for_nan_in_loss_and_grad``; its rerun
+state machine's "Unexpected result nan", "found NaN in local grad norm")
+stop the run before the iteration's line is printed: such a run is
+``failed`` with ``nan_loss_or_grad``, not ``invalid_grad_norm``. That
+status stays for NaN the iteration lines themselves logged: divergence the
+run showed, which another attempt would repeat; the check's finding may be
+a transient GPU fault (NVIDIA's performance launcher retries "found NaN in").
+
 Statistics are over the window's iterations (printed numbers, inclusive):
 mean and *sample* standard deviation, step time in ms, TFLOP/s/GPU paired
-with its own iteration. Where the workload's logs carry no valid TFLOPS
-(Nemotron-H) they are computed per iteration from the workload's FLOPs.
+with its own iteration. torchtitan prints every k-th step (its
+``metrics.log_freq``, 10 by default; k is the commonest gap between logged
+steps), each standing for the k up to it: its window is whole when those
+cover it, and its statistics are over the logged steps whose k overlap it.
+Where the workload's logs carry no valid TFLOPS (Nemotron-H) they are
+computed per iteration from the workload's FLOPs. The global batch size is
+the one the log states, where it states one; one that differs from the
+context's (the recipe's or the experiment name's) is noted.
 
 MFU is given twice: against the dense peak of the run's dtype (the seeds'
 way) and against the BF16 peak (comparable across dtypes); each only where
@@ -47,6 +75,8 @@ from llmb.recipes.gpus import catalogue
 from llmb.recipes.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
 from llmb.recipes.records import ReferenceResult, Variant, Workload
 from llmb.results.records import (
+    FAILURE_KINDS,
+    SYMPTOMS,
     CheckpointTimings,
     Failure,
     IterationLog,
@@ -59,7 +89,10 @@ from llmb.results.records import (
 from llmb.results.scan import ScanReport
 
 DEFAULT_WINDOW = (35, 44)
-FAILURE_ORDER = ("node_failure", "cuda_oom", "nccl_timeout", "python_exception")
+MAX_STEP_MS = 1e9  # eleven days a step: a larger step time is a corrupt number, not a measurement
+ITERATION_FORMATS = ("megatron_bridge", "nemo2", "torchtitan")
+ZERO_BASED = ("nemo2",)  # formats whose first iteration is 0 (a 50-step run ends at 49/49)
+SAMPLED = ("torchtitan",)  # formats that print every k-th iteration by design
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -75,11 +108,20 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
-    """Mean and *sample* standard deviation of the finite values (no std for one value)."""
+    """Mean and *sample* standard deviation of the finite values (no std for one
+    value); None where they overflow (values near 1e308), never an error."""
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
         return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+    try:
+        mean = statistics.fmean(values)
+    except OverflowError:
+        return None, None
+    try:
+        std = statistics.stdev(values) if len(values) > 1 else None
+    except OverflowError:
+        std = None
+    return mean, std
 
 
 def delta_pct(step_time_ms: float, published_ms: float) -> float:
@@ -88,7 +130,7 @@ def delta_pct(step_time_ms: float, published_ms: float) -> float:
 
 
 def choose_iterations(findings: dict) -> tuple[IterationLog | None, list[str]]:
-    logs = [f for name in ("megatron_bridge", "nemo2") if (f := findings.get(name)) is not None]
+    logs = [f for name in ITERATION_FORMATS if (f := findings.get(name)) is not None]
     if not logs:
         return None, []
     logs.sort(key=lambda log: len(log.samples), reverse=True)
@@ -140,18 +182,23 @@ def analyze(
     if variant is not None and context.variant is None:
         context = replace(context, variant=variant.name)
     window = window or (variant.window if variant else DEFAULT_WINDOW)
-    failures = sorted(findings.get("failures") or [], key=lambda f: FAILURE_ORDER.index(f.kind))
-    failure = _with_hint(failures[0], workload, context) if failures else None
+    failure = first_cause(findings.get("failures") or [])
+    failure = _with_hint(failure, workload, context) if failure else None
 
     samples = sorted(iterations.samples.values(), key=lambda s: s.iteration) if iterations else []
-    gbs = _gbs(samples, context)
+    every = log_every(samples) if iterations and iterations.format in SAMPLED else 1
+    gbs, gbs_note = _gbs(samples, context)
     if gbs is not None and context.gbs is None:
         context = replace(context, gbs=gbs)
     compute_tflops = variant is not None and not variant.log_tflops_valid
-    stats = _window_stats(samples, window, compute_tflops, gbs, context.gpus, flops_per_sample)
+    inside = [s for s in samples if _in_window(s, window, every)]
+    stats = _window_stats(inside, window, compute_tflops, gbs, context.gpus, flops_per_sample)
 
-    notes += _scan_notes(report, iterations)
-    status, reason = _status(iterations, samples, window, failure, report, context.job_state)
+    notes += _scan_notes(report, iterations) + ([gbs_note] if gbs_note else []) + _titan_notes(iterations, inside)
+    status, reason = _status(iterations, samples, window, failure, report, context.job_state, every)
+    stopped = samples[-1].iteration if samples else None
+    if status in ("failed", "cancelled") and (short := _unreachable(iterations, window, stopped)):
+        notes.append(short)
 
     tokens = days = mfu_pct = mfu_bf16_pct = None
     if stats and stats.time_mean_ms and context.seq_len and gbs:
@@ -227,7 +274,7 @@ def _without_log(log: str | None, context: RunContext, status: str, reason: str,
                      stats=None, max_iteration=None, last_iteration=None)
 
 
-_CORE_FINDINGS = {"megatron_bridge", "nemo2", "checkpoint", "nccl", "nccl_transport", "failures"}
+_CORE_FINDINGS = {*ITERATION_FORMATS, "checkpoint", "nccl", "nccl_transport", "failures"}
 
 
 def socket_warning(transport: NcclTransport) -> str:
@@ -248,26 +295,71 @@ def _with_hint(failure: Failure, workload: Workload | None, context: RunContext)
     return failure
 
 
-def _gbs(samples: list[Sample], context: RunContext) -> int | None:
+def first_cause(failures: list[Failure]) -> Failure | None:
+    """The failure that is the reason (the module's docstring says how it is chosen)."""
+    if not failures:
+        return None
+    causes = ([f for f in failures if f.kind == "node_failure"]
+              or [f for f in failures if f.kind not in SYMPTOMS] or failures)
+    order = {kind: i for i, kind in enumerate(FAILURE_KINDS)}
+    return min(causes, key=lambda f: (math.inf if f.offset is None else f.offset, order.get(f.kind, len(order))))
+
+
+def log_every(samples: list[Sample]) -> int:
+    """How many iterations each logged one stands for: the commonest gap between
+    consecutive logged iterations (the larger where two are as common)."""
+    gaps = Counter(b.iteration - a.iteration for a, b in zip(samples, samples[1:], strict=False))
+    if not gaps:
+        return 1
+    most = max(gaps.values())
+    return max(1, max(gap for gap, count in gaps.items() if count == most))
+
+
+def _in_window(sample: Sample, window: tuple[int, int], every: int) -> bool:
+    """Whether the iterations the sample stands for (the ``every`` up to it) overlap the window."""
+    return sample.iteration >= window[0] and sample.iteration - every < window[1]
+
+
+def _gbs(samples: list[Sample], context: RunContext) -> tuple[int | None, str | None]:
+    """The global batch size (the log's, else the context's), and a note when the two differ."""
     logged = Counter(s.global_batch_size for s in samples if s.global_batch_size)
-    return logged.most_common(1)[0][0] if logged else context.gbs
+    if not logged:
+        return context.gbs, None
+    gbs = logged.most_common(1)[0][0]
+    if context.gbs is None or context.gbs == gbs:
+        return gbs, None
+    whence = {"recipe": "the run's recipe", "name": "the experiment's name"}.get(context.source, "the run's context")
+    return gbs, (f"the log's global batch size is {gbs} but {whence} says {context.gbs}: the logged {gbs} is "
+                 f"used (tokens/s, MFU, days to train)")
+
+
+def _titan_notes(iterations: IterationLog | None, inside: list[Sample]) -> list[str]:
+    """torchtitan's own figures over the window, which no other column holds."""
+    if iterations is None or iterations.format != "torchtitan" or not inside:
+        return []
+    tps, mfu, memory = (mean_std([getattr(s, name) for s in inside])[0]
+                        for name in ("tokens_per_s_per_gpu", "mfu_pct", "memory_gib"))
+    parts = [f"{tps:,.0f} tokens/s per GPU" if tps is not None else None,
+             f"MFU {mfu:.2f}% (of the peak torchtitan assumes)" if mfu is not None else None,
+             f"peak reserved memory {memory:.2f} GiB" if memory is not None else None]
+    shown = [p for p in parts if p]
+    return [f"torchtitan's own figures over the window (means): {', '.join(shown)}"] if shown else []
 
 
 def _window_stats(
-    samples: list[Sample], window: tuple[int, int], compute_tflops: bool,
+    inside: list[Sample], window: tuple[int, int], compute_tflops: bool,
     gbs: int | None, gpus: int | None, flops: float | None,
 ) -> WindowStats | None:
     first, last = window
-    inside = [s for s in samples if first <= s.iteration <= last]
     if not inside:
         return None
-    time_mean, time_std = mean_std([s.step_time_ms for s in inside])
+    time_mean, time_std = mean_std([s.step_time_ms for s in inside if _usable(s.step_time_ms)])
     source = None
     tflops: list[float] = []
     if compute_tflops:
         if flops and gbs and gpus:
             tflops = [gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12 for s in inside
-                      if s.step_time_ms and math.isfinite(s.step_time_ms)]
+                      if s.step_time_ms and _usable(s.step_time_ms)]
             source = "computed"
     else:
         tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
@@ -278,17 +370,14 @@ def _window_stats(
 
 def _status(
     iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
-    failure: Failure | None, report: ScanReport, job_state: str | None = None,
+    failure: Failure | None, report: ScanReport, job_state: str | None = None, every: int = 1,
 ) -> tuple[str, str | None]:
-    if iterations and iterations.nan_grad_norm:
-        return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
-    if bad := _non_finite_step_times(samples, window):
-        values = ", ".join(sorted({repr(s.step_time_ms) for s in bad}))
-        return "invalid_step_time", (f"step time is not a finite number ({values}) at iteration "
-                                     f"{_ranges([s.iteration for s in bad])}, inside the window "
-                                     f"{window[0]}-{window[1]}")
+    if invalid := _invalid(iterations, samples, window, every):
+        return invalid
+    covered = {i for s in samples for i in range(max(window[0], s.iteration - every + 1),
+                                                  min(window[1], s.iteration) + 1)}
+    missing = [i for i in range(window[0], window[1] + 1) if i not in covered]
     present = {s.iteration for s in samples}
-    missing = [i for i in range(window[0], window[1] + 1) if i not in present]
     final = iterations.last if iterations else None
     if samples and final is not None and final in present and not missing:
         return "success", None
@@ -298,26 +387,65 @@ def _status(
     if failure is not None:
         reason = f"{failure.kind.replace('_', ' ')}: {failure.message}"
         return "failed", reason + (f" (hint: {failure.hint})" if failure.hint else "")
-    if samples and final is not None and final in present and final < window[1]:
+    if samples and final in present and (steps := _steps_needed(iterations, window)):
         return "too_short", (f"the run ended normally at iteration {final}, before the end of the statistics "
-                             f"window {window[0]}-{window[1]}; run at least {window[1]} steps")
+                             f"window {window[0]}-{window[1]}, which it can never reach; run at least {steps} steps")
+    if samples and (short := _unreachable(iterations, window, samples[-1].iteration)):
+        return "too_short", short
     if samples:
-        last = samples[-1].iteration
-        parts = []
-        if final is None or final not in present:
-            parts.append(f"the final iteration ({final}) was not reached; the last logged is {last}")
-        if missing:
-            parts.append(f"window iterations {_ranges(missing)} are missing")
-        return "incomplete", "; ".join(parts)
+        return "incomplete", _incomplete(final, present, samples[-1].iteration, missing)
     if report.binary:
         return "no_data", f"not a text log (binary data), {report.bytes_read} bytes read"
     what = "an empty log" if report.bytes_read == 0 else f"no iteration lines in {report.bytes_read} bytes"
     return "no_data", what
 
 
-def _non_finite_step_times(samples: list[Sample], window: tuple[int, int]) -> list[Sample]:
-    return [s for s in samples if window[0] <= s.iteration <= window[1]
-            and s.step_time_ms is not None and not math.isfinite(s.step_time_ms)]
+def _incomplete(final: int | None, present: set[int], last: int, missing: list[int]) -> str:
+    parts = []
+    if final is None:
+        parts.append(f"the log does not say which iteration is final (no total steps, no end of training); "
+                     f"the last logged is {last}")
+    elif final not in present:
+        parts.append(f"the final iteration ({final}) was not reached; the last logged is {last}")
+    if missing:
+        parts.append(f"window iterations {_ranges(missing)} are missing")
+    return "; ".join(parts)
+
+
+def _invalid(iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
+             every: int) -> tuple[str, str] | None:
+    """``invalid_grad_norm`` or ``invalid_step_time`` with its reason, or None."""
+    if iterations and iterations.nan_grad_norm:
+        return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
+    bad = [s for s in samples if _in_window(s, window, every) and s.step_time_ms is not None
+           and not _usable(s.step_time_ms)]
+    if not bad:
+        return None
+    values = ", ".join(sorted({repr(s.step_time_ms) for s in bad}))
+    what = ("not a finite number" if not any(math.isfinite(s.step_time_ms) for s in bad)
+            else f"not a finite number of ms below {MAX_STEP_MS:.0e}")
+    return "invalid_step_time", (f"step time is {what} ({values}) at iteration {_ranges([s.iteration for s in bad])}"
+                                 f", inside the window {window[0]}-{window[1]}")
+
+
+def _usable(step_time_ms: float | None) -> bool:
+    return step_time_ms is not None and math.isfinite(step_time_ms) and step_time_ms <= MAX_STEP_MS
+
+
+def _steps_needed(iterations: IterationLog | None, window: tuple[int, int]) -> int | None:
+    """The steps a run needs to reach the window's end, where its final iteration is before it; else None."""
+    if iterations is None or iterations.last is None or iterations.last >= window[1]:
+        return None
+    return window[1] + (1 if iterations.format in ZERO_BASED else 0)
+
+
+def _unreachable(iterations: IterationLog | None, window: tuple[int, int], stopped: int | None = None) -> str | None:
+    """What to say of a run whose final iteration (reached or not) is before the window's end."""
+    if (steps := _steps_needed(iterations, window)) is None:
+        return None
+    where = f" (it stopped at {stopped})" if stopped is not None and stopped != iterations.last else ""
+    return (f"the run's final iteration is {iterations.last}{where}: the statistics window {window[0]}-{window[1]} "
+            f"can never be reached; run at least {steps} steps")
 
 
 def _scan_notes(report: ScanReport, iterations: IterationLog | None) -> list[str]:

@@ -1,9 +1,11 @@
 """llmb's own log parsers, contributed through ``llmb_log_parsers``.
 
 Formats (field-facts §2): Megatron-Bridge iteration lines, NeMo 2
-(Lightning) iteration lines, checkpoint save/load timings in both formats,
-NCCL collective traces, NCCL's transport set-up lines, and the lines that
-say why a run failed.
+(Lightning) iteration lines, torchtitan's metrics lines, checkpoint
+save/load timings in both NVIDIA formats, NCCL collective traces, NCCL's
+transport set-up lines, and the lines that say why a run failed (with where
+each is in the log, so that the first real error can be told from what
+followed it).
 """
 
 from __future__ import annotations
@@ -11,8 +13,17 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from datetime import datetime
 
-from llmb.results.records import CheckpointTimings, Collective, Failure, IterationLog, NcclTransport, Sample
+from llmb.results.records import (
+    SYMPTOMS,
+    CheckpointTimings,
+    Collective,
+    Failure,
+    IterationLog,
+    NcclTransport,
+    Sample,
+)
 from llmb.results.scan import LogParser
 
 MAX_SAMPLES = 100_000  # distinct iterations kept; a real run logs tens
@@ -91,10 +102,9 @@ class _Iterations:
         return self.log if self.log.samples else None
 
 
-_MB = re.compile(
-    rb"Step Time : ([0-9.eE+-]+)s GPU utilization: ?([0-9.eE+-]+) ?MODEL_TFLOP/s/GPU"
-    rb"|iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*)"
-)
+_STEP_TIME = re.compile(rb"Step Time : ([0-9.eE+-]+)s GPU utilization: ?([0-9.eE+-]+) ?MODEL_TFLOP/s/GPU")
+_MB_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*)")
+_BEFORE_STEP_TIME = re.compile(rb"(?=Step Time : )")
 _TFLOPS_FIELD = re.compile(rb"([0-9.eE+-]+)\s*MODEL_TFLOP/s/GPU")
 
 
@@ -103,7 +113,9 @@ class MegatronBridgeReader(_Iterations):
     by `` iteration 35/ 50 | ... elapsed time per iteration (ms): ... |``.
     The Step Time line precedes the iteration line it belongs to; its TFLOPS
     pair with that iteration (per rank prefix), never by position in a list.
-    A ``throughput per GPU (TFLOP/s/GPU)`` field in the iteration line wins."""
+    Both may share a line (two ranks' output joined): each Step Time pairs
+    with the iteration that follows it. A ``throughput per GPU
+    (TFLOP/s/GPU)`` field in the iteration line wins."""
 
     def __init__(self) -> None:
         super().__init__("megatron_bridge")
@@ -116,32 +128,32 @@ class MegatronBridgeReader(_Iterations):
             if b"MODEL_TFLOP/s/GPU" not in chunk[-65536:]:
                 return
         for _, line in lines_containing(chunk, b"elapsed time per iteration", b"MODEL_TFLOP/s/GPU"):
-            m = _MB.search(line)
-            if m is None:
-                continue
-            rank = _line_prefix(line, m.start())
-            if m.group(1) is not None:
-                tflops = _float(m.group(2))
-                if tflops is not None:
+            rank = _line_prefix(line, len(line))
+            # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.
+            for part in _BEFORE_STEP_TIME.split(line) if b"Step Time : " in line else (line,):
+                if (m := _STEP_TIME.match(part)) is not None and (tflops := _float(m.group(2))) is not None:
                     self.pending[rank] = tflops
-                continue
-            fields = _fields(m.group(5))
-            elapsed = fields.get(b"elapsed time per iteration (ms)")
-            if elapsed is None:
-                continue  # another format's iteration line
-            tflops = _float(fields[b"throughput per gpu (tflop/s/gpu)"]) if (
-                b"throughput per gpu (tflop/s/gpu)" in fields) else None
-            if tflops is None and (inline := _TFLOPS_FIELD.search(m.group(5))):
-                tflops = _float(inline.group(1))
-            pending = self.pending.pop(rank, None)
-            self.add(int(m.group(3)), int(m.group(4)), Sample(
-                iteration=int(m.group(3)),
-                step_time_ms=_float(elapsed),
-                tflops_per_gpu=tflops if tflops is not None else pending,
-                loss=_float(fields.get(b"lm loss", b"")),
-                grad_norm=_float(fields.get(b"grad norm", b"")),
-                global_batch_size=_int(fields.get(b"global batch size", b"")),
-            ))
+                if (m := _MB_ITERATION.search(part)) is not None:
+                    self._iteration(rank, m)
+
+    def _iteration(self, rank: bytes, m: re.Match) -> None:
+        fields = _fields(m.group(3))
+        elapsed = fields.get(b"elapsed time per iteration (ms)")
+        if elapsed is None:
+            return  # another format's iteration line
+        tflops = _float(fields[b"throughput per gpu (tflop/s/gpu)"]) if (
+            b"throughput per gpu (tflop/s/gpu)" in fields) else None
+        if tflops is None and (inline := _TFLOPS_FIELD.search(m.group(3))):
+            tflops = _float(inline.group(1))
+        pending = self.pending.pop(rank, None)
+        self.add(int(m.group(1)), int(m.group(2)), Sample(
+            iteration=int(m.group(1)),
+            step_time_ms=_float(elapsed),
+            tflops_per_gpu=tflops if tflops is not None else pending,
+            loss=_float(fields.get(b"lm loss", b"")),
+            grad_norm=_float(fields.get(b"grad norm", b"")),
+            global_batch_size=_int(fields.get(b"global batch size", b"")),
+        ))
 
 
 _NEMO = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*train_step_timing[^\n]*)")
@@ -172,6 +184,104 @@ class NeMo2Reader(_Iterations):
                 grad_norm=_float(fields.get(b"grad_norm", b"")),
                 global_batch_size=_int(fields.get(b"global_batch_size", b"")),
             ))
+
+
+_ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
+_TITAN = re.compile(rb"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+_TITAN_STEP = re.compile(rb" - INFO - step:\s*(\d{1,12})\s+(.*)")
+_TITAN_FIELD = re.compile(rb"(\w+):\s+(\S+)")
+_TITAN_TOTAL = re.compile(rb"total steps (\d{1,12})\b")
+_TITAN_GBS = re.compile(rb"global batch size (\d{1,12})\b")
+_TITAN_START = re.compile(rb"Training starts at step (\d{1,12})\b")
+
+
+def _number(text: bytes | None) -> float | None:
+    """torchtitan's numbers: ``5,856``, ``34.29%``, ``49.66GiB(52.28%)``."""
+    if text is None:
+        return None
+    return _float(text.split(b"GiB", 1)[0].rstrip(b"%").replace(b",", b""))
+
+
+class TorchTitanReader(_Iterations):
+    """torchtitan's metrics lines (colour codes removed first): ``[titan]
+    2025-04-03 16:32:20,143 - root - INFO - step:  1  loss: 12.2489
+    grad_norm: 1.46  memory: 42.15GiB(44.37%)  tps: 1,176  tflops: 68.11  mfu:
+    6.89%`` (older versions: ``wps:``, no ``tflops`` or ``grad_norm``), printed
+    at step 1 and every ``metrics.log_freq`` steps (1-based, like Megatron's).
+    Kept: loss, grad norm, TFLOP/s per GPU (torchtitan's own FLOPs count),
+    tokens/s per GPU, MFU (against torchtitan's peak table), peak reserved
+    memory. torchtitan prints no step time: it is derived, per rank prefix, as
+    the time between the logger's millisecond timestamps of consecutive
+    metrics lines divided by the steps between them (what torchtitan's own
+    ``time_metrics/end_to_end(s)`` measures), from ``Training starts at step
+    N`` for the first. The final step (the iteration denominator) is ``total
+    steps N`` of ``Trainer is initialized with ... global batch size G, ...,
+    total steps N``, which also gives the global batch size; without that
+    line the last step seen is final only where the log says ``Training
+    completed`` (else it is unknown: an excerpt, or a log whose head was lost,
+    that reached the window says nothing of how the run ended). A line that
+    repeats the previous line's step for the same prefix (every rank
+    printing) is skipped."""
+
+    def __init__(self) -> None:
+        super().__init__("torchtitan")
+        self.total: int | None = None
+        self.gbs: int | None = None
+        self.completed = False
+        self.previous: dict[bytes, tuple[int, float]] = {}  # rank prefix -> (step, seconds) of its last line
+
+    def feed(self, chunk: bytes) -> None:
+        if b"[titan] 20" not in chunk:  # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
+            return
+        for _, line in lines_containing(chunk, b"step: ", b"Trainer is initialized", b"Training starts at step",
+                                        b"Training completed"):
+            line = _ANSI.sub(b"", line) if b"\x1b" in line else line
+            if (stamp := _TITAN.search(line)) is None:
+                continue
+            rank = line[:stamp.start()].strip()
+            seconds = _seconds(stamp)
+            if (m := _TITAN_STEP.search(line, stamp.end())) is not None:
+                self._step(rank, seconds, int(m.group(1)), dict(_TITAN_FIELD.findall(m.group(2))))
+            elif (m := _TITAN_START.search(line, stamp.end())) is not None:
+                self.previous[rank] = (int(m.group(1)) - 1, seconds)
+            elif b" - INFO - Training completed" in line:
+                self.completed = True
+            if (total := _TITAN_TOTAL.search(line, stamp.end())) is not None:  # "Trainer is initialized with"
+                self.total = int(total.group(1))
+                gbs = _TITAN_GBS.search(line, stamp.end())
+                self.gbs = int(gbs.group(1)) if gbs else self.gbs
+
+    def _step(self, rank: bytes, seconds: float | None, step: int, fields: dict[bytes, bytes]) -> None:
+        before = self.previous.get(rank)
+        if before is not None and before[0] == step:
+            return  # the same step again: another rank's print
+        step_ms = None
+        if seconds is not None and before is not None and before[1] is not None and step > before[0]:
+            step_ms = (seconds - before[1]) * 1000.0 / (step - before[0]) if seconds >= before[1] else None
+        self.previous[rank] = (step, seconds)
+        self.add(step, self.total or step, Sample(
+            iteration=step, step_time_ms=step_ms, tflops_per_gpu=_number(fields.get(b"tflops")),
+            loss=_number(fields.get(b"loss")), grad_norm=_number(fields.get(b"grad_norm")),
+            global_batch_size=self.gbs, tokens_per_s_per_gpu=_number(fields.get(b"tps", fields.get(b"wps"))),
+            mfu_pct=_number(fields.get(b"mfu")), memory_gib=_number(fields.get(b"memory")),
+        ))
+
+    def finish(self) -> IterationLog | None:
+        if self.log.samples and self.total is None:  # no "total steps": the last step seen, if training completed
+            self.log.last = max(self.log.samples) if self.completed else None
+        return super().finish()
+
+
+def _seconds(stamp: re.Match) -> float | None:
+    """The logger's timestamp in seconds (naive local time: differences only)."""
+    try:
+        when = datetime.fromisoformat(stamp.group(1).decode("ascii"))
+    except ValueError:
+        return None
+    return (when - _EPOCH).total_seconds() + int(stamp.group(2)) / 1000.0
+
+
+_EPOCH = datetime(1970, 1, 1)
 
 
 _CKPT_TIMER = re.compile(rb"(save|load)-checkpoint\s*\.*:\s*\(\s*([0-9.]+)\s*,\s*([0-9.]+)\s*\)")
@@ -229,6 +339,9 @@ _NCCL = re.compile(
     rb"NCCL INFO (\w+): opCount \S+ sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \S+ root \S+ "
     rb"comm \S+ \[nranks=(\d+)\]"
 )
+# The last chunk the nccl parser found no "NCCL INFO" in: the nccl_transport parser, which reads the same
+# chunk next, need not look again (a pass over the chunk; bytes are immutable, so "is" is proof).
+_WITHOUT_NCCL: list[bytes | None] = [None]
 
 
 class NcclReader:
@@ -248,6 +361,7 @@ class NcclReader:
 
     def feed(self, chunk: bytes) -> bytes | None:
         if b"NCCL INFO" not in chunk:
+            _WITHOUT_NCCL[0] = chunk
             return None
         parts = _NCCL.split(chunk)  # [text, name, count, dtype, nranks, text, ...]
         if len(parts) == 1:
@@ -307,7 +421,7 @@ class NcclTransportReader:
         self.hosts: set[bytes] = set()
 
     def feed(self, chunk: bytes) -> None:
-        if b"NCCL INFO" not in chunk:
+        if chunk is _WITHOUT_NCCL[0] or b"NCCL INFO" not in chunk:
             return
         previous = -1
         for found in _SETUP.finditer(chunk):
@@ -337,54 +451,186 @@ class NcclTransportReader:
                              plugins=tuple(self.plugins), hosts=len(self.hosts))
 
 
-# kind -> (literals one of which every such line holds, the literals that mark the line)
+# The words of each failure kind (records.FAILURE_KINDS). Real wording: PyTorch's "torch.OutOfMemoryError:
+# CUDA out of memory."; NCCL's "NCCL WARN Cuda failure 'out of memory'" (newer NCCL: "Cuda failure 2 'out of
+# memory'"); Megatron-Core's NaN checks (megatron/core/rerun_state_machine.py: "Unexpected result nan ...
+# (message='found NaN in local grad norm ...')"); Slurm's "*** JOB 123 ON node CANCELLED AT ... DUE TO TIME
+# LIMIT ***" and "srun: error: node: task 3: Exited with exit code 1"; torchrun's "closing signal SIGTERM".
+_OOM = (b"CUDA out of memory", b"CUDA error: out of memory", b"Cuda failure 'out of memory'",
+        b"Cuda failure 2 'out of memory'")
+_NAN = (b"Unexpected result nan", b"Unexpected result inf", b"Unexpected result tensor(nan",
+        b"Unexpected result tensor(inf", b"found NaN in", b"found Inf in")
+_WATCHDOG = (b"Watchdog caught collective operation timeout",)
+# kind -> (literals one of which every such line holds, the literals that mark the line). Each literal is a
+# pass over every chunk: kinds share them (found once per chunk), the rarest words stand for the rest.
 _FAILURE_NEEDLES = {
-    "cuda_oom": ((b"out of memory",), (b"CUDA out of memory", b"CUDA error: out of memory")),
-    "nccl_timeout": ((b"Watchdog caught",), (b"Watchdog caught collective operation timeout",)),
-    "node_failure": ((b"NODE", b"Node failure"), (b"DUE TO NODE FAILURE", b"Node failure on", b"NODE_FAIL")),
+    "cuda_oom": ((b"out of memory",), _OOM),
+    "nccl_timeout": ((b"Watchdog caught",), _WATCHDOG),
+    "nan_loss_or_grad": ((b"Unexpected result",), _NAN[:4]),
+    "node_failure": ((b"CANCELLED AT", b"srun: error:"), (b"DUE TO NODE FAILURE", b"Node failure on")),
+    "time_limit": ((b"CANCELLED AT",), (b"DUE TO TIME LIMIT",)),
+    "preempted": ((b"CANCELLED AT",), (b"DUE TO PREEMPTION",)),
+    "task_exit": ((b"srun: error:",), (b": Exited with exit code", b": Terminated")),
 }
+# Read in the log's last TAIL bytes only, where they are: the last words of a launcher, and llmb's own
+# note on an attempt that Slurm ended (a retry's log names its predecessor's end differently).
+TAIL = 1 << 20
+_TAIL_NEEDLES = {
+    "node_failure": (b"ended: NODE_FAIL",),
+    "preempted": (b"ended: PREEMPTED",),
+    "signal": (b"SIGTERM", b"Killing subprocess"),
+}
+# An exception's kind, by its words (first match); any other exception is a python_exception.
+_EXCEPTION_KINDS = (
+    ("cuda_oom", (*_OOM, b"OutOfMemoryError")),
+    ("nan_loss_or_grad", _NAN),
+    ("nccl_timeout", _WATCHDOG),
+    ("child_failed", (b"ChildFailedError",)),  # torchrun's summary of a worker that failed
+    ("signal", (b"SignalException", b"got signal: ")),  # torchrun, signalled (Slurm's kill, a time limit)
+)
 _TRACEBACK = b"Traceback (most recent call last):"
 _EXCEPTION = re.compile(rb"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)\b")
+# tqdm's bar, "Training:  12%|█▏   | 6/50 [00:30<03:40, 1.23it/s]", and what ranks put before a line.
+_BAR = re.compile(rb"\d{1,3}%\|[^|\n]{0,2048}\|[^|\[\n]{0,256}\[[^\]\n]{0,256}\]")
+_BAR_SPAN = 8192  # a bar is looked for in this much text before the error, however long the line
+_RANK_PREFIX = re.compile(rb"(?:\s*(?:\[rank\d+\]:|\[default\d+\]:|\d+:(?=\s)|[\w.-]+/\d+(?=\s)))+\s*")
+_CONTINUATION = 4  # lines after an exception's that may carry its message on (torch's NCCL errors do)
 
 
-def _message(line: bytes) -> str:
-    return line.decode("utf-8", "replace").strip()[:MAX_MESSAGE]
+def _clean(line: bytes, at: int | None = None) -> bytes:
+    """The error text alone: the ``\\r``-separated segment of ``line`` that holds
+    ``at`` (None: the last one with text; a progress bar redraws its line after a
+    ``\\r``), less a progress bar and rank prefixes (``[rank3]:``, ``0:``, ``job/3``) before it."""
+    if at is None:
+        segments = [s for s in line.split(b"\r") if s.strip()]
+        text = segments[-1] if segments else b""
+        low, high = 0, min(len(text), _BAR_SPAN)  # the bar leads the segment
+    else:
+        start = line.rfind(b"\r", 0, at) + 1
+        end = line.find(b"\r", at)
+        text = line[start:end if end >= 0 else len(line)]
+        low, high = max(0, at - start - _BAR_SPAN), at - start
+    bars = list(_BAR.finditer(text, low, high))
+    if bars:
+        text = text[bars[-1].end():]
+    rank = _RANK_PREFIX.match(text)
+    return text[rank.end():] if rank else text
+
+
+def _message(text: bytes, detail: bytes = b"") -> str:
+    message = text.decode("utf-8", "replace").strip()
+    if detail:
+        more = f" ({detail.decode('utf-8', 'replace').strip()})"
+        return message[:max(0, MAX_MESSAGE - len(more))] + more
+    return message[:MAX_MESSAGE]
+
+
+def _kind_of(text: bytes) -> str:
+    return next((kind for kind, words in _EXCEPTION_KINDS if any(w in text for w in words)), "python_exception")
+
+
+def _traceback_prefix(head: bytes) -> bytes:
+    """What each line of a traceback starts with: the text before ``Traceback``
+    on its first line, or only its rank prefix where a progress bar shares that line."""
+    segment = head[head.rfind(b"\r") + 1:]
+    if _BAR.search(segment, max(0, len(segment) - _BAR_SPAN)) is None:
+        return segment
+    rank = _RANK_PREFIX.match(segment)
+    return rank.group(0) if rank else b""
+
+
+def _line_at(chunk: bytes, position: int) -> tuple[int, bytes]:
+    """(start, text) of the line that holds ``position``."""
+    start = chunk.rfind(b"\n", 0, position) + 1
+    end = chunk.find(b"\n", position)
+    return start, chunk[start:end if end >= 0 else len(chunk)]
+
+
+def _lines_from(chunk: bytes, position: int, count: int) -> list[bytes]:
+    """The (at most) ``count`` lines from ``position`` on."""
+    lines = []
+    while len(lines) < count and position < len(chunk):
+        end = chunk.find(b"\n", position)
+        end = len(chunk) if end < 0 else end
+        lines.append(chunk[position:end])
+        position = end + 1
+    return lines
+
+
+def _first_line(chunk: bytes, marks: tuple[bytes, ...], words: tuple[bytes, ...]) -> tuple[int, int] | None:
+    """(line start, mark position) of the first line of ``chunk`` that holds one of
+    ``marks`` and one of ``words``, or None."""
+    first = None
+    for mark in marks:
+        position = chunk.find(mark)
+        while position >= 0 and (first is None or position < first[1]):
+            start, line = _line_at(chunk, position)
+            if any(word in line for word in words):
+                first = (start, position)
+                break
+            position = chunk.find(mark, start + len(line))
+    return first
 
 
 class FailureReader:
-    """The lines that say why a run stopped: CUDA out of memory, an NCCL
-    watchdog timeout, a node failure (Slurm's words), and the exception line
-    that ends a Python traceback (the first traceback's: later ranks usually
-    fail because the first did)."""
+    """The lines that say why a run stopped, each kind's first in log order with
+    its offset (``Failure``): CUDA out of memory (PyTorch's and NCCL's words),
+    a NaN or Inf found by Megatron-Core's checks, an NCCL watchdog timeout, a
+    node failure, a Slurm time limit or preemption (Slurm's words), the
+    exception that ends a Python traceback (the first that is not a symptom:
+    later ranks usually fail because the first did; an exception's kind follows
+    its words, so ``torch.OutOfMemoryError`` is ``cuda_oom``), and the
+    symptoms that follow a failure (srun's task exits, torchrun's
+    ``ChildFailedError`` and its signals: SIGTERM ones are looked for in the
+    log's last ``TAIL`` bytes). ``analyze`` picks the reason among them."""
 
     def __init__(self) -> None:
-        self.found: dict[str, str] = {}
-        self.tracebacks = 0
-        self.open_prefix: bytes | None = None  # inside a traceback that crossed a chunk end
+        self.found: dict[str, tuple[int, str]] = {}  # kind -> (offset, message) of its first
+        self.offset = 0  # of the chunk being read, in the text this parser reads
+        self.cause = False  # a traceback ended in a cause: later tracebacks follow from it
+        self.open: tuple[bytes, int] | None = None  # (prefix, offset) of a traceback that crossed a chunk end
+        self.tail: list[bytes] = []  # the last chunks, holding the last TAIL bytes (joined once, at the end)
+
+    def _record(self, kind: str, offset: int, message: str) -> None:
+        if kind not in self.found or offset < self.found[kind][0]:
+            self.found[kind] = (offset, message)
 
     def feed(self, chunk: bytes) -> None:
-        for kind, (cheap, needles) in _FAILURE_NEEDLES.items():
-            if kind in self.found or not any(literal in chunk for literal in cheap):
-                continue
-            positions = [p for needle in needles if (p := chunk.find(needle)) >= 0]
-            if positions:
-                first = min(positions)
-                start = chunk.rfind(b"\n", 0, first) + 1
-                end = chunk.find(b"\n", first)
-                self.found[kind] = _message(chunk[start:end if end >= 0 else len(chunk)])
-        if self.open_prefix is not None:
-            self._follow(chunk, 0, self.open_prefix)
-        if _TRACEBACK in chunk:
-            self.tracebacks += chunk.count(_TRACEBACK)
-            if "python_exception" not in self.found and self.open_prefix is None:
-                at = chunk.find(_TRACEBACK)
-                line_start = chunk.rfind(b"\n", 0, at) + 1
-                prefix = chunk[line_start:at]
-                self._follow(chunk, chunk.find(b"\n", at) + 1, prefix)
+        self._needles(chunk)
+        position = 0
+        if self.open is not None:
+            prefix, at = self.open
+            position = self._follow(chunk, 0, prefix, at)
+        while not self.cause and self.open is None and (at := chunk.find(_TRACEBACK, position)) >= 0:
+            line_start = chunk.rfind(b"\n", 0, at) + 1
+            line_end = chunk.find(b"\n", at)
+            prefix = _traceback_prefix(chunk[line_start:at])
+            position = self._follow(chunk, len(chunk) if line_end < 0 else line_end + 1, prefix,
+                                    self.offset + line_start)
+        self.tail.append(chunk)
+        while len(self.tail) > 1 and sum(map(len, self.tail[1:])) >= TAIL:
+            del self.tail[0]
+        self.offset += len(chunk)
 
-    def _follow(self, chunk: bytes, position: int, prefix: bytes) -> None:
-        """Walk the traceback's lines (those with its prefix) to the exception."""
-        self.open_prefix = None
+    def _needles(self, chunk: bytes) -> None:
+        present: dict[bytes, bool] = {}
+
+        def has(literal: bytes) -> bool:
+            if literal not in present:
+                present[literal] = literal in chunk
+            return present[literal]
+
+        for kind, (cheap, marks) in _FAILURE_NEEDLES.items():
+            if kind in self.found or not any(has(literal) for literal in cheap):
+                continue
+            if found := _first_line(chunk, marks, cheap):
+                start, at = found
+                self._record(kind, self.offset + start, _message(_clean(_line_at(chunk, at)[1], at - start)))
+
+    def _follow(self, chunk: bytes, position: int, prefix: bytes, at: int) -> int:
+        """Walk the traceback's lines (those with its prefix) to the exception;
+        the position after where it stopped."""
+        self.open = None
         while position < len(chunk):
             end = chunk.find(b"\n", position)
             end = len(chunk) if end < 0 else end
@@ -395,16 +641,38 @@ class FailureReader:
             body = line[len(prefix):]
             if not body.strip() or body[:1] in (b" ", b"\t") or body.startswith(_TRACEBACK):
                 continue
-            if _EXCEPTION.match(body):
-                self.found.setdefault("python_exception", _message(body))
-                return
             if body.startswith((b"During handling", b"The above exception")):
                 continue
-            return  # not a traceback after all
-        self.open_prefix = prefix
+            if _EXCEPTION.match(text := _clean(body)):
+                self._exception(text, chunk, position, prefix, at)
+            return position  # the exception, or not a traceback after all
+        self.open = (prefix, at)
+        return position
+
+    def _exception(self, text: bytes, chunk: bytes, position: int, prefix: bytes, at: int) -> None:
+        """Record the exception by its kind; a python_exception whose next lines
+        name a kind (torch's NCCL errors end in "Last error: Cuda failure 'out of
+        memory'") is of that kind, and quotes that line."""
+        kind, detail = _kind_of(text), b""
+        if kind == "python_exception":
+            for line in _lines_from(chunk, position, _CONTINUATION):
+                if not line.strip() or (prefix and not line.startswith(prefix)):
+                    break
+                if (found := _kind_of(line)) != "python_exception":
+                    kind, detail = found, _clean(line[len(prefix):])
+                    break
+        self._record(kind, at, _message(text, detail))
+        self.cause = kind not in SYMPTOMS
 
     def finish(self) -> list[Failure]:
-        return [Failure(kind=kind, message=message) for kind, message in self.found.items()]
+        tail = b"".join(self.tail)[-TAIL:]
+        start = self.offset - len(tail)
+        for kind, marks in _TAIL_NEEDLES.items():
+            if found := _first_line(tail, marks, marks):
+                line_start, at = found
+                self._record(kind, start + line_start, _message(_clean(_line_at(tail, at)[1], at - line_start)))
+        return [Failure(kind=kind, message=message, offset=offset)
+                for kind, (offset, message) in sorted(self.found.items(), key=lambda item: item[1][0])]
 
 
 BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the others read
@@ -413,6 +681,8 @@ BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the
               NcclTransportReader),
     LogParser("megatron_bridge", "Megatron-Bridge iteration and Step Time lines", MegatronBridgeReader),
     LogParser("nemo2", "NeMo 2 (Lightning) iteration lines", NeMo2Reader),
+    LogParser("torchtitan", "torchtitan metrics lines (step, loss, tps, tflops, mfu, memory)", TorchTitanReader),
     LogParser("checkpoint", "checkpoint save and load timings (Megatron and NeMo)", CheckpointReader),
-    LogParser("failures", "CUDA OOM, NCCL watchdog timeout, node failure, Python exception", FailureReader),
+    LogParser("failures", "why a run stopped: CUDA OOM, NaN check, NCCL watchdog timeout, node failure, Slurm time "
+              "limit or preemption, Python exception, and the symptoms that follow them", FailureReader),
 )

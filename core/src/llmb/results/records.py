@@ -7,13 +7,14 @@ smaller records are what the individual log parsers find.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # The statuses of the tool being replaced, then llmb's own: ``failed`` (the log
-# says why), ``invalid_step_time`` (an inf or nan step time in the window),
+# says why), ``invalid_step_time`` (an inf, nan or absurd step time in the window),
 # ``unreadable`` (the log is not a regular file, or reading it failed),
-# ``too_short`` (the run ended normally before the statistics window's end) and
+# ``too_short`` (the run's final iteration is before the statistics window's end) and
 # ``cancelled`` (its job was cancelled). One vocabulary: llmb run's summary,
 # status, results, compare and report all say these words for a run's result.
 STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed", "invalid_step_time",
@@ -21,13 +22,38 @@ STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "
 
 
 # The version of what llmb derives from a log; bump it when a change adds or alters a result's
-# fields (2: MFU against both peaks, NCCL transports), so stored results are computed again.
-ANALYSIS = 2
+# fields (2: MFU against both peaks, NCCL transports; 3: the first real error in log order is the
+# failure, new failure kinds, torchtitan logs, unusable step times), so stored results are computed again.
+ANALYSIS = 3
+
+
+_ATOMIC = frozenset((type(None), bool, int, float, complex, str, bytes))
+
+
+def plain(obj: Any) -> Any:
+    """``dataclasses.asdict`` (the same dicts, lists and tuples), without
+    its deep copies of numbers and strings, which are immutable: most of the
+    time of storing a parsed run went there."""
+    kind = type(obj)
+    if kind in _ATOMIC:
+        return obj
+    if hasattr(kind, "__dataclass_fields__"):
+        return {f.name: plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+        return kind(*[plain(value) for value in obj])
+    if isinstance(obj, (list, tuple)):
+        return kind(plain(value) for value in obj)
+    if isinstance(obj, dict):
+        return kind((plain(key), plain(value)) for key, value in obj.items())
+    return copy.deepcopy(obj)
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One training iteration as logged (step time in milliseconds)."""
+    """One training iteration as logged (step time in milliseconds). The last
+    three are torchtitan's own figures (None for the other formats): tokens per
+    second per GPU, MFU in percent of the peak torchtitan assumes, and the peak
+    reserved GPU memory in GiB."""
 
     iteration: int
     step_time_ms: float | None
@@ -35,6 +61,9 @@ class Sample:
     loss: float | None = None
     grad_norm: float | None = None
     global_batch_size: int | None = None
+    tokens_per_s_per_gpu: float | None = None
+    mfu_pct: float | None = None
+    memory_gib: float | None = None
 
 
 @dataclass
@@ -93,11 +122,23 @@ class NcclTransport:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a run failed, from its log: a kind and the line that says so."""
+    """Why a run failed, from its log: a kind, the error text that says so, and
+    where it starts: the byte offset in the text the failures parser read, which
+    is the log less the NCCL collective-trace lines the ``nccl`` parser took out
+    (so it orders failures in log order; in a log without such a trace it is
+    the file offset). ``analyze`` names the reason (its docstring says how)."""
 
-    kind: str  # cuda_oom | nccl_timeout | node_failure | python_exception
+    kind: str  # one of FAILURE_KINDS
     message: str
     hint: str | None = None
+    offset: int | None = None
+
+
+# The failure kinds, causes first. The last three are symptoms: what a launcher or Slurm says once
+# something else failed (analyze never names one while the log holds a cause).
+FAILURE_KINDS = ("node_failure", "cuda_oom", "nan_loss_or_grad", "nccl_timeout", "python_exception", "time_limit",
+                 "preempted", "task_exit", "child_failed", "signal")
+SYMPTOMS = ("task_exit", "child_failed", "signal")
 
 
 @dataclass(frozen=True)
@@ -179,7 +220,7 @@ class RunResult:
     analysis: int = ANALYSIS  # what computed it; a stored result of another is computed again
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
