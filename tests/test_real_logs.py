@@ -1,0 +1,98 @@
+"""Real logs from public sources read as a correct parser reads them.
+
+tests/real_logs/MANIFEST.yaml lists each log (text unchanged from the cited
+source), where it was published, and the reading worked out by hand: status,
+window means, failure kind and message. Each entry goes through ``llmb results
+--format json`` as a user runs it, and through the ``Collector`` for what the
+JSON rounds or leaves out (the failure's kind, unrounded means).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from llmb.results.collect import Collector
+from llmb.results.records import STATUSES
+
+CORPUS = Path(__file__).parent / "real_logs"
+ENTRIES = yaml.safe_load((CORPUS / "MANIFEST.yaml").read_text(encoding="utf-8"))["entries"]
+LOG_SUFFIXES = (".log", ".out")
+
+
+def _window(entry: dict) -> tuple[int, int] | None:
+    if "window" not in entry:
+        return None
+    first, last = str(entry["window"]).split(":")
+    return int(first), int(last)
+
+
+def _close(actual: float | None, expected: float | None) -> bool:
+    if expected is None or actual is None:
+        return actual is expected
+    return math.isclose(actual, expected, rel_tol=1e-6, abs_tol=0.01)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+def test_real_log_reads_as_expected(entry, cli, host, install_root):
+    path = CORPUS / entry["path"]
+    assert path.exists(), f"{entry['path']} is listed but missing"
+    expect = entry["expect"]
+    window = _window(entry)
+    args = ["results", str(path), "--format", "json"]
+    if window:
+        args += ["--window", f"{window[0]}:{window[1]}"]
+    run = cli(*args)
+    assert run.code == 0, run.err
+    rows = json.loads(run.out)
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert row["status"] == expect["status"], row["failure_reason"]
+    if "time_mean_ms" in expect:  # the JSON rounds to 3 decimals
+        assert _close(row["time_mean_ms"], expect["time_mean_ms"]), (row["time_mean_ms"], expect["time_mean_ms"])
+
+    collected = Collector(host, store=None).collect([str(path)], window=window)
+    assert len(collected) == 1
+    result = collected[0].result
+    assert result.status == expect["status"], result.reason
+    stats = result.stats
+    if "time_mean_ms" in expect:
+        assert _close(stats.time_mean_ms if stats else None, expect["time_mean_ms"])
+    if "tflops_mean" in expect:
+        assert _close(stats.tflops_mean if stats else None, expect["tflops_mean"]), stats
+    failure = expect.get("failure")
+    if failure is None:
+        assert result.failure is None, result.failure
+    else:
+        assert result.failure is not None, result.reason
+        assert result.failure.kind == failure["kind"], result.failure
+        assert failure["message_contains"] in result.failure.message, result.failure.message
+        assert failure["message_contains"] in row["failure_reason"]
+
+
+def test_corpus_is_broad_and_every_entry_names_its_source():
+    assert len(ENTRIES) >= 20
+    tools = {entry["tool"].split()[0] for entry in ENTRIES}
+    assert len(tools) >= 5, tools
+    assert {"megatron-lm", "megatron-bridge", "nemo2", "torchtitan", "llmb-run"} <= tools
+    names = [entry["name"] for entry in ENTRIES]
+    assert len(set(names)) == len(names)
+    for entry in ENTRIES:
+        source = entry["source"]
+        assert source.get("repository"), entry["name"]
+        assert source.get("url") or (source.get("path") and len(source.get("commit", "")) == 40), entry["name"]
+        assert entry.get("cut"), entry["name"]
+        assert entry["expect"]["status"] in STATUSES, entry["name"]
+        assert (CORPUS / entry["path"]).exists(), entry["name"]
+
+
+def test_every_log_in_the_corpus_is_listed():
+    listed = set()
+    for entry in ENTRIES:
+        path = CORPUS / entry["path"]
+        listed |= {p for p in path.rglob("*") if p.is_file()} if path.is_dir() else {path}
+    on_disk = {p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in LOG_SUFFIXES}
+    assert on_disk == listed, sorted(str(p.relative_to(CORPUS)) for p in on_disk ^ listed)
