@@ -134,3 +134,62 @@ def write_large_trace(path, size_bytes: int, seed: int = 0, block_lines: int = 2
             handle.write(data)
             written += len(data)
     return written
+
+
+NOISE_LINE = "[NeMo W 2026-11-21 10:00:00 nemo_logging:361] a warning that says nothing useful " * 2
+TREE_EXPERIMENTS = (  # names the seeds' launchers give (workloads whose window is the replaced tool's 35-44)
+    "pretrain_llama3.1_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128",
+    "pretrain_llama3.1_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128",
+    "pretrain_llama3.1_70b_fp8_gpus64_tp4_pp4_cp1_vp5_ep1_mbs1_gbs128",
+    "pretrain_llama3.1_405b_fp8_gpus128_tp8_pp8_cp2_vp8_ep1_mbs1_gbs128",
+    "pretrain_nemotron4_15b_bf16_gpus16_tp1_pp1_cp1_vpNone_epNone_mbs2_gbs128",
+    "pretrain_nemotron4_340b_fp8_gpus128_tp8_pp8_cp1_vp12_epNone_mbs1_gbs128",
+    "pretrain_custom_model_bf16_gpus8_mbs1_gbs128",
+)
+
+
+def _noisy_run(path, size_bytes: int, kind: str, seed: int) -> int:
+    """One run's log of about ``size_bytes``: warnings around 50 Megatron-Bridge
+    iterations. ``kind``: ``success``, ``incomplete`` (stops after 40),
+    ``nan`` (grad norm nan at 20) or ``oom`` (dies before its first step)."""
+    lines = [f"[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/{seed}"]
+    if kind == "oom":
+        lines += [*TRACEBACK, OOM]
+    else:
+        stop = 40 if kind == "incomplete" else 50
+        lines += megatron_bridge_lines(range(1, stop + 1), nan_at=(20,) if kind == "nan" else (), seed=seed)
+    noise = (NOISE_LINE + "\n") * max(0, (size_bytes // len(lines) - 200) // (len(NOISE_LINE) + 1))
+    written = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(noise)
+            handle.write(line + "\n")
+            written += len(noise) + len(line) + 1
+    return written
+
+
+def write_experiments_tree(root, size_bytes: int = 1_000_000_000, small_runs: int = 200, seed: int = 0) -> dict:
+    """An ``experiments`` tree of about ``size_bytes`` in the seeds' layout,
+    ``<root>/<exp>/<exp>_<timestamp>/<exp>/log-<exp>_<jobid>_0.out`` (job ids
+    make each log's file name unique): 60 % in six runs whose first steps carry
+    an NCCL collective trace, 20 % in two runs of 200 MB-style noise, 20 % in
+    ``small_runs`` runs of warnings around their iterations, one in ten of them
+    incomplete, one in ten with a nan grad norm, one in ten dead of CUDA OOM.
+    Returns {log path: kind}."""
+    import os
+
+    kinds: dict[str, str] = {}
+    plan = [("trace", int(size_bytes * 0.1))] * 6 + [("noise", int(size_bytes * 0.1))] * 2
+    small = int(size_bytes * 0.2 / max(1, small_runs))
+    plan += [({7: "incomplete", 8: "nan", 9: "oom"}.get(i % 10, "success"), small) for i in range(small_runs)]
+    for index, (kind, size) in enumerate(plan):
+        exp = TREE_EXPERIMENTS[index % len(TREE_EXPERIMENTS)]
+        run = os.path.join(root, exp, f"{exp}_{1763719200 + index}", exp)
+        os.makedirs(run, exist_ok=True)
+        log = os.path.join(run, f"log-{exp}_{4_200_000 + index}_0.out")
+        if kind == "trace":
+            write_large_trace(log, size, seed=seed + index)
+        else:
+            _noisy_run(log, size, "success" if kind == "noise" else kind, seed + index)
+        kinds[log] = kind
+    return kinds

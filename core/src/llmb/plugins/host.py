@@ -15,7 +15,6 @@ from typing import Any
 import pluggy
 
 from llmb.errors import PluginError, UsageError
-from llmb.log import get_logger
 from llmb.plugins import builtin, hookspecs
 from llmb.plugins.entrypoints import entry_points
 from llmb.recipes.errata_figures import with_corrected_figures
@@ -76,11 +75,18 @@ class PluginHost:
         self._owner: dict[str, str] = {}  # workload name -> plugin name
         self._broken_workloads: dict[str, str] = {}  # workload name -> reason
         self._ignored: set[tuple[str, str]] = set()  # (plugin, hook) plain impls from non-owners
-        self.log = get_logger("llmb.plugins")
         if discover:
             self._discover()
         for name, plugin in extra_plugins:
             self.add_plugin(name, plugin)
+
+    @property
+    def log(self):
+        """The plugin host's logger, made on first use: structlog (and the asyncio it
+        imports) costs a command that has nothing to say a twentieth of a second."""
+        from llmb.log import get_logger
+
+        return get_logger("llmb.plugins")
 
     # ------------------------------------------------------------ discovery
 

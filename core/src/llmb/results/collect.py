@@ -14,6 +14,8 @@ goes on computing every result from its log.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -23,7 +25,7 @@ from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
 from llmb.results.records import ASSUMED_GPU_SOURCES, RunContext, RunResult
 from llmb.results.scan import scan, why_unreadable
-from llmb.results.store import NOT_STORED, ResultStore, StoreError, warn_in_log
+from llmb.results.store import NOT_STORED, ResultStore, StoreError, encode, warn_in_log
 
 
 @dataclass(frozen=True)
@@ -133,27 +135,135 @@ class Collector:
         gpu_source: str = "--gpu",
     ) -> list[Collected]:
         locations = find_runs(paths)
-        out = []
+        stamps = [_stamp(location.log) for location in locations]
+        out = [self._cached(location, size, mtime, window=window, rescan=rescan, assume_gpu=assume_gpu,
+                            gpu_source=gpu_source) for location, (size, mtime) in zip(locations, stamps, strict=True)]
+        todo = [(index, locations[index], stamps[index][0] or 0) for index, hit in enumerate(out) if hit is None]
+        parsed = self._parse_in_parallel(todo, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source,
+                                         progress=progress)
         for index, location in enumerate(locations):
-            if progress:
+            if parsed is None and progress:
                 progress(index, len(locations), location)
-            out.append(self.collect_one(location, window=window, rescan=rescan, assume_gpu=assume_gpu,
-                                        gpu_source=gpu_source))
+            if out[index] is not None:
+                continue
+            # A run no worker parsed (one process, or the pool failed it) is parsed here; results are
+            # stored in the order found, by this process only: the run ids one process would give.
+            result, encoded = (parsed or {}).pop(index, None) or (self.result_for(
+                location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source), None)
+            out[index] = self._stored(location, result, *stamps[index], window=window, encoded=encoded)
         return out
+
+    def _parse_in_parallel(
+        self, todo: list[tuple[int, RunLocation, int]], *, window: tuple[int, int] | None,
+        assume_gpu: str | None, gpu_source: str, progress: Callable[[int, int, RunLocation], None] | None,
+    ) -> dict[int, tuple[RunResult, str | None]] | None:
+        """{index: (result, its JSON for the store)} of the runs in ``todo``
+        (index, location, log size) that worker processes parsed, largest
+        logs first so that the workers finish together; None when workers
+        would not pay (one CPU, one log, little to read, not Linux, threads
+        running: forking them is not safe). A run a worker could not parse is
+        missing from the answer, for the caller to parse itself: the pool
+        never costs a result, nor hides an error that parsing in one process
+        would raise. This process encodes each result as it arrives, while
+        the workers parse the rest."""
+        jobs = min(parallel_jobs(), len(todo))
+        if jobs < 2 or sum(size for _, _, size in todo) < PARALLEL_MIN_BYTES or threading.active_count() > 1:
+            return None
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        global _WORKER_COLLECTOR
+        _ = self.parsers, self.host.workloads()  # loaded here, once: the forked workers inherit them
+        _WORKER_COLLECTOR = self
+        parsed: dict[int, tuple[RunResult, str | None]] = {}
+        storing = window is None and self._store is not None
+        pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
+        try:
+            futures = {pool.submit(_parse_in_worker, location, window, assume_gpu, gpu_source): (index, location)
+                       for index, location, _ in sorted(todo, key=lambda item: -item[2])}
+            for done, future in enumerate(as_completed(futures)):
+                index, location = futures[future]
+                if progress:
+                    progress(done, len(todo), location)
+                try:
+                    result = future.result()
+                except Exception:  # noqa: BLE001, S112 - parsed again in this process, which reports any error
+                    continue
+                parsed[index] = (result, _encoded(result) if storing and result.status != "unreadable" else None)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            _WORKER_COLLECTOR = None
+        return parsed
+
+    def _cached(
+        self, location: RunLocation, size: int | None, mtime: int | None, *, window: tuple[int, int] | None,
+        rescan: bool, assume_gpu: str | None, gpu_source: str,
+    ) -> Collected | None:
+        if window is not None or rescan:
+            return None
+        hit = self._with_store(lambda store: store.cached(location.log or location.run_dir, size, mtime))
+        if hit is None or not same_assumption(hit.result.context, assume_gpu, gpu_source):
+            return None
+        return Collected(location, hit.result, hit.id, True)
+
+    def _stored(
+        self, location: RunLocation, result: RunResult, size: int | None, mtime: int | None, *,
+        window: tuple[int, int] | None, encoded: str | None = None,
+    ) -> Collected:
+        run_id = None
+        if window is None and result.status != "unreadable":
+            key = location.log or location.run_dir
+            run_id = self._with_store(lambda store: store.save(key, result, size, mtime, encoded))
+        return Collected(location, result, run_id, False)
 
     def collect_one(
         self, location: RunLocation, *, window: tuple[int, int] | None = None, rescan: bool = False,
         assume_gpu: str | None = None, context: RunContext | None = None, gpu_source: str = "--gpu",
     ) -> Collected:
-        key = location.log or location.run_dir
         size, mtime = _stamp(location.log)
-        if window is None and not rescan:
-            hit = self._with_store(lambda store: store.cached(key, size, mtime))
-            if hit is not None and same_assumption(hit.result.context, assume_gpu, gpu_source):
-                return Collected(location, hit.result, hit.id, True)
+        hit = self._cached(location, size, mtime, window=window, rescan=rescan, assume_gpu=assume_gpu,
+                           gpu_source=gpu_source)
+        if hit is not None:
+            return hit
         result = self.result_for(location, window=window, assume_gpu=assume_gpu, context=context,
                                  gpu_source=gpu_source)
-        run_id = None
-        if window is None and result.status != "unreadable":
-            run_id = self._with_store(lambda store: store.save(key, result, size, mtime))
-        return Collected(location, result, run_id, False)
+        return self._stored(location, result, size, mtime, window=window)
+
+
+# Worker processes parse logs when there is this much to read (and two or more logs and CPUs): below
+# it, starting them costs more than they save.
+PARALLEL_MIN_BYTES = 32 << 20
+MAX_JOBS = 4  # each worker holds a chunk and its parsers' state: memory grows with their number
+JOBS_VARIABLE = "LLMB_RESULTS_JOBS"
+
+_WORKER_COLLECTOR: Collector | None = None  # the collector a forked worker parses with
+
+
+def parallel_jobs() -> int:
+    """How many processes may parse logs at once: ``$LLMB_RESULTS_JOBS``, else
+    the CPUs this process may use (at most ``MAX_JOBS``); 1 where workers
+    cannot be forked (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return 1
+    text = os.environ.get(JOBS_VARIABLE, "").strip()
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            from llmb.errors import UsageError
+
+            raise UsageError(f"{JOBS_VARIABLE}={text!r} is not a number of processes: give one such as 2 "
+                             f"(1: parse in one process), or unset it.") from None
+    return max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
+
+
+def _encoded(result: RunResult) -> str | None:
+    try:
+        return encode(result)
+    except Exception:  # noqa: BLE001 - the store encodes it again, and reports what fails there
+        return None
+
+
+def _parse_in_worker(location: RunLocation, window: tuple[int, int] | None, assume_gpu: str | None,
+                     gpu_source: str) -> RunResult:
+    return _WORKER_COLLECTOR.result_for(location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source)

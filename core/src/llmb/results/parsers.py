@@ -122,11 +122,10 @@ class MegatronBridgeReader(_Iterations):
         self.pending: dict[bytes, float] = {}
 
     def feed(self, chunk: bytes) -> None:
-        # Long literals: CPython's search skips faster the longer the needle.
-        if b"elapsed time per iteration" not in chunk:
-            # A Step Time line may end a chunk whose iteration line starts the next.
-            if b"MODEL_TFLOP/s/GPU" not in chunk[-65536:]:
-                return
+        # Long literals: CPython's search skips faster the longer the needle. A Step Time line may be in
+        # an earlier chunk than its iteration line (whatever other output comes between): it waits in pending.
+        if b"elapsed time per iteration" not in chunk and b"MODEL_TFLOP/s/GPU" not in chunk:
+            return
         for _, line in lines_containing(chunk, b"elapsed time per iteration", b"MODEL_TFLOP/s/GPU"):
             rank = _line_prefix(line, len(line))
             # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.

@@ -181,15 +181,17 @@ class ResultStore:
 
     # ---------------------------------------------------------------- writing
 
-    def save(self, key: str, result: RunResult, log_size: int | None = None, log_mtime_ns: int | None = None) -> int:
-        """Insert or replace the run stored under ``key``; returns its id."""
+    def save(self, key: str, result: RunResult, log_size: int | None = None, log_mtime_ns: int | None = None,
+             encoded: str | None = None) -> int:
+        """Insert or replace the run stored under ``key``; returns its id.
+        ``encoded``: ``encode(result)``, when the caller made it already."""
         c = result.context
         stats = result.stats
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         with self._guard("cannot be written"):
             return self._save(key, (key, log_size, log_mtime_ns, now, c.experiment, c.workload, c.variant, c.size,
                                     c.gpu, c.dtype, c.gpus, result.status, stats.time_mean_ms if stats else None,
-                                    stats.tflops_mean if stats else None, json.dumps(result.to_dict())))
+                                    stats.tflops_mean if stats else None, encoded or encode(result)))
 
     def _save(self, key: str, row: tuple) -> int:
         self.db.execute(
@@ -249,6 +251,11 @@ class ResultStore:
     def count(self) -> int:
         with self._guard("cannot be read"):
             return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def encode(result: RunResult) -> str:
+    """The JSON a run is stored as."""
+    return json.dumps(result.to_dict())
 
 
 NOT_STORED = "results are computed from the logs and not stored"

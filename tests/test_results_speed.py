@@ -1,0 +1,165 @@
+"""What the parse-speed work must not change: a result never depends on the
+chunk size, nor on whether worker processes parsed the logs; a worker that
+fails costs no result; the fast ``to_dict`` is ``asdict``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import loggen  # noqa: E402
+from llmb.errors import UsageError  # noqa: E402
+from llmb.results import collect  # noqa: E402
+from llmb.results import scan as scan_module  # noqa: E402
+from llmb.results.collect import Collector  # noqa: E402
+from llmb.results.parsers import BUILTIN_PARSERS  # noqa: E402
+from llmb.results.records import plain  # noqa: E402
+from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
+from llmb.results.store import ResultStore  # noqa: E402
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are forked on Linux only")
+NOISE = loggen.NOISE_LINE + "\n"
+
+
+def mixed_log(path: Path) -> None:
+    """A log with something for every parser, the lines of a step far apart (noise between)."""
+    lines = ["[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/x",
+             "node001:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+             "node001:1:2 [0] NCCL INFO Using network IB"]
+    lines += loggen.nccl_lines(3000, seed=3)
+    for i, line in enumerate(loggen.megatron_bridge_lines(range(1, 51))):
+        lines += [line] + [NOISE.rstrip("\n")] * (200 if i % 7 == 0 else 2)
+    lines += [loggen.CHECKPOINT_MEGATRON, *loggen.TRACEBACK, loggen.OOM, loggen.NODE_FAILURE]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 65536, 1 << 20])
+def test_findings_do_not_depend_on_the_chunk_size(tmp_path, chunk_size):
+    log = tmp_path / "log-x.out"
+    mixed_log(log)
+    reference = scan(str(log), list(BUILTIN_PARSERS), chunk_size=8 << 20)
+    report = scan(str(log), list(BUILTIN_PARSERS), chunk_size=chunk_size)
+    assert not report.errors
+    assert report.findings == reference.findings
+    step_times = reference.findings["megatron_bridge"]
+    assert len(step_times.samples) == 50
+    assert all(sample.tflops_per_gpu is not None for sample in step_times.samples.values())
+
+
+def test_findings_are_the_same_without_memmem(tmp_path, monkeypatch):
+    log = tmp_path / "log-x.out"
+    mixed_log(log)
+    reference = scan(str(log), list(BUILTIN_PARSERS))
+    monkeypatch.setattr(scan_module, "_MEMMEM", None)
+    assert scan(str(log), list(BUILTIN_PARSERS)).findings == reference.findings
+
+
+@linux_only
+def test_a_chunk_finds_what_bytes_find():
+    text = (NOISE * 100 + "Traceback (most recent call last):\n" + NOISE * 100 + "end").encode()
+    chunk = as_chunk(text)
+    assert type(chunk) is Chunk and chunk == text
+    needles = [b"", b"end", b"Traceback (most recent call last):", b"traceback", b"\n", b"useful \n", b"x" * 5000,
+               text, text + b"!", text[:-1], text[1:], 10, 0, bytearray(b"end"), memoryview(b"useful")]
+    for needle in needles:
+        assert (needle in chunk) == (needle in text), needle
+    assert as_chunk(b"short") == b"short" and type(as_chunk(b"short")) is bytes
+    assert type(chunk[:10]) is bytes and type(chunk.split(b"\n")[0]) is bytes
+
+
+def test_a_step_time_line_chunks_before_its_iteration_keeps_its_tflops(tmp_path):
+    step, iteration = loggen.megatron_bridge_lines([35], tflops={35: 777.0})
+    log = tmp_path / "log-x.out"
+    log.write_text(step + "\n" + NOISE * 2000 + iteration + "\n")  # ~330 kB between them
+    report = scan(str(log), list(BUILTIN_PARSERS), chunk_size=65536)
+    assert report.findings["megatron_bridge"].samples[35].tflops_per_gpu == 777.0
+
+
+def tree(root: Path) -> Path:
+    experiments = root / "experiments"
+    loggen.write_experiments_tree(str(experiments), 6_000_000, small_runs=10)
+    bad = experiments / "pretrain_broken" / "pretrain_broken_1763719999" / "pretrain_broken"
+    bad.mkdir(parents=True)
+    (bad / "log-pretrain_broken.out").write_bytes(b"\x00\xff" * 1000)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(bad.parent / "log-pretrain_fifo.out")  # unreadable: a result all the same
+    return experiments
+
+
+def collected(root: Path, db: Path, monkeypatch, jobs: str) -> list:
+    monkeypatch.setenv(collect.JOBS_VARIABLE, jobs)
+    with ResultStore(str(db)) as store:
+        return [(c.location, json.dumps(c.result.to_dict()), c.run_id, c.cached)  # JSON: NaN == NaN
+                for c in Collector(collect_host(), store).collect([str(root)])]
+
+
+_HOST = []
+
+
+def collect_host():
+    if not _HOST:
+        from llmb.plugins.host import PluginHost
+
+        _HOST.append(PluginHost())
+    return _HOST[0]
+
+
+@linux_only
+def test_workers_give_the_results_and_run_ids_of_one_process(tmp_path, monkeypatch):
+    root = tree(tmp_path)
+    serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
+    monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
+    started = []
+    real = collect.Collector._parse_in_parallel
+
+    def spy(self, todo, **kw):
+        parsed = real(self, todo, **kw)
+        started.append(None if parsed is None else len(parsed))
+        return parsed
+
+    monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
+    parallel = collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2")
+    assert started[0] is not None and started[0] > 10  # the workers parsed them
+    assert parallel == serial
+    statuses = {json.loads(r)["status"] for _, r, _, _ in serial}
+    assert {"success", "incomplete", "invalid_grad_norm", "failed", "unreadable"} <= statuses
+
+
+def _dying_worker(location, window, assume_gpu, gpu_source):
+    if "4200003" in (location.log or ""):
+        os._exit(3)  # the worker process dies: the pool breaks
+    if "4200005" in (location.log or ""):
+        raise RuntimeError("this worker cannot parse it")
+    return collect.Collector.result_for(collect._WORKER_COLLECTOR, location, window=window, assume_gpu=assume_gpu,
+                                        gpu_source=gpu_source)
+
+
+@linux_only
+def test_a_failing_worker_costs_no_result(tmp_path, monkeypatch):
+    root = tree(tmp_path)
+    serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
+    monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(collect, "_parse_in_worker", _dying_worker)
+    assert collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2") == serial
+
+
+def test_jobs_variable(monkeypatch):
+    monkeypatch.setenv(collect.JOBS_VARIABLE, "many")
+    if sys.platform.startswith("linux"):
+        with pytest.raises(UsageError, match="LLMB_RESULTS_JOBS"):
+            collect.parallel_jobs()
+    monkeypatch.setenv(collect.JOBS_VARIABLE, "1")
+    assert collect.parallel_jobs() == 1
+
+
+def test_to_dict_is_asdict(tmp_path):
+    root = tree(tmp_path)
+    results = [c.result for c in Collector(collect_host()).collect([str(root)])]
+    assert results and all(plain(r) == asdict(r) and r.to_dict() == asdict(r) for r in results)
+    assert any(r.samples for r in results) and any(r.nccl for r in results)
