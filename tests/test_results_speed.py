@@ -110,8 +110,30 @@ def collect_host():
     return _HOST[0]
 
 
+ISOLATED = "LLMB_TEST_IN_FRESH_PROCESS"
+
+
+def in_fresh_process(test) -> bool:
+    """Run ``test`` again alone in a fresh pytest process and check it passed there (True: the caller
+    returns); False inside that process. Workers are forked only while no other thread runs, and a
+    suite's earlier tests may leave one (a server, a poller): here the workers must really start."""
+    import subprocess
+    import threading
+
+    if os.environ.get(ISOLATED) == "1":
+        assert threading.active_count() == 1, "a fresh process has one thread"
+        return False
+    node = f"{Path(__file__).resolve()}::{test.__name__}"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+                          capture_output=True, text=True, env={**os.environ, ISOLATED: "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return True
+
+
 @linux_only
 def test_workers_give_the_results_and_run_ids_of_one_process(tmp_path, monkeypatch):
+    if in_fresh_process(test_workers_give_the_results_and_run_ids_of_one_process):
+        return
     root = tree(tmp_path)
     serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
     monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
@@ -142,11 +164,23 @@ def _dying_worker(location, window, assume_gpu, gpu_source):
 
 @linux_only
 def test_a_failing_worker_costs_no_result(tmp_path, monkeypatch):
+    if in_fresh_process(test_a_failing_worker_costs_no_result):
+        return
     root = tree(tmp_path)
     serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
     monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(collect, "_parse_in_worker", _dying_worker)
+    dying = []
+    real = collect.Collector._parse_in_parallel
+
+    def spy(self, todo, **kw):
+        parsed = real(self, todo, **kw)
+        dying.append(parsed)
+        return parsed
+
+    monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
     assert collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2") == serial
+    assert dying[0] is not None  # the pool ran (and lost the runs its dead and failing workers held)
 
 
 def test_jobs_variable(monkeypatch):
