@@ -292,12 +292,18 @@ class Variant:
     production: Production | None = None  # None: the torch engine only
 
 
+# What a run's log can say it failed of (``llmb.results`` finds them), causes first, then the symptoms
+# that follow another failure (``llmb.results.records.SYMPTOMS``). A failure hint names one.
+FAILURE_KINDS = ("node_failure", "cuda_oom", "nan_loss_or_grad", "nccl_timeout", "python_exception", "time_limit",
+                 "preempted", "task_exit", "child_failed", "signal")
+
+
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class FailureHint:
     """Advice a seed gives for a failure, e.g. Nemotron-4 on GB200:
     NCCL watchdog timeouts -> run with TP_COMM_OVERLAP=False."""
 
-    failure: str  # a Failure kind (llmb.results.records.FAILURE_KINDS): cuda_oom, nccl_timeout, ...
+    failure: str  # one of FAILURE_KINDS: cuda_oom, nccl_timeout, ...
     hint: str
     gpu: str | None = None
     source: str = ""

@@ -21,6 +21,7 @@ from llmb.errors import DataError
 from llmb.recipes.gpus import DTYPES, catalogue
 from llmb.recipes.production_file import production_from_dict
 from llmb.recipes.records import (
+    FAILURE_KINDS,
     Erratum,
     FailureHint,
     ModelArch,
@@ -34,7 +35,6 @@ from llmb.recipes.records import (
 )
 from llmb.recipes.scale_expr import ScaleExpr
 from llmb.recipes.validity import check_layout
-from llmb.results.records import FAILURE_KINDS
 from llmb.yamlio import load_yaml, load_yaml_file
 
 # Seed column headings -> field names. Headings not listed are refused.

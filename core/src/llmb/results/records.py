@@ -11,6 +11,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from llmb.recipes.records import FAILURE_KINDS  # noqa: F401 - part of the results vocabulary too
+
 # The statuses of the tool being replaced, then llmb's own: ``failed`` (the log
 # says why), ``invalid_step_time`` (an inf, nan or absurd step time in the window),
 # ``unreadable`` (the log is not a regular file, or reading it failed),
@@ -134,10 +136,9 @@ class Failure:
     offset: int | None = None
 
 
-# The failure kinds, causes first. The last three are symptoms: what a launcher or Slurm says once
-# something else failed (analyze never names one while the log holds a cause).
-FAILURE_KINDS = ("node_failure", "cuda_oom", "nan_loss_or_grad", "nccl_timeout", "python_exception", "time_limit",
-                 "preempted", "task_exit", "child_failed", "signal")
+# The failure kinds are the recipes' (their failure hints name them), causes first. The last three are
+# symptoms: what a launcher or Slurm says once something else failed (analyze never names one while the
+# log holds a cause).
 SYMPTOMS = ("task_exit", "child_failed", "signal")
 
 
