@@ -70,6 +70,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import loggen  # noqa: E402
+from cli_startup import llmb_executable  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -152,14 +153,6 @@ HOW_TO_GET = (
     "git -C /tmp/dgxc show v26.05:common/parse_train_timing_mbridge.sh > /tmp/parse_train_timing_mbridge.sh, "
     f"then give --bash-parser /tmp/parse_train_timing_mbridge.sh (or set {BASH_PARSER_VARIABLE})"
 )
-
-
-def llmb_executable() -> str:
-    beside = Path(sys.executable).with_name("llmb")
-    found = str(beside) if beside.exists() else shutil.which("llmb")
-    if not found:
-        sys.exit("llmb is not installed in this environment; run ./dev.sh setup and use .venv/bin/python")
-    return found
 
 
 def check_bash_parser(path: str | None) -> str:
