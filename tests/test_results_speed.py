@@ -130,24 +130,36 @@ def in_fresh_process(test) -> bool:
     return True
 
 
-@linux_only
-def test_workers_give_the_results_and_run_ids_of_one_process(tmp_path, monkeypatch):
-    if in_fresh_process(test_workers_give_the_results_and_run_ids_of_one_process):
-        return
+def parsed_serially_then_pooled(tmp_path, monkeypatch) -> tuple[Path, list, list]:
+    """A tree, what one process collects of it, and (filled by the next collections, which always use
+    a pool) what each collection's pool parsed."""
     root = tree(tmp_path)
     serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
     monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
-    started = []
+    return root, serial, pools_run(monkeypatch)
+
+
+def pools_run(monkeypatch) -> list:
+    """What each collection's worker pool parsed ({index: result}; None: no pool ran), in order."""
+    pools = []
     real = collect.Collector._parse_in_parallel
 
     def spy(self, todo, **kw):
         parsed = real(self, todo, **kw)
-        started.append(None if parsed is None else len(parsed))
+        pools.append(None if parsed is None else dict(parsed))  # a copy: the collector pops what it takes
         return parsed
 
     monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
+    return pools
+
+
+@linux_only
+def test_workers_give_the_results_and_run_ids_of_one_process(tmp_path, monkeypatch):
+    if in_fresh_process(test_workers_give_the_results_and_run_ids_of_one_process):
+        return
+    root, serial, pools = parsed_serially_then_pooled(tmp_path, monkeypatch)
     parallel = collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2")
-    assert started[0] is not None and started[0] > 10  # the workers parsed them
+    assert pools[0] is not None and len(pools[0]) > 10  # the workers parsed them
     assert parallel == serial
     statuses = {json.loads(r)["status"] for _, r, _, _ in serial}
     assert {"success", "incomplete", "invalid_grad_norm", "failed", "unreadable"} <= statuses
@@ -166,21 +178,10 @@ def _dying_worker(location, window, assume_gpu, gpu_source):
 def test_a_failing_worker_costs_no_result(tmp_path, monkeypatch):
     if in_fresh_process(test_a_failing_worker_costs_no_result):
         return
-    root = tree(tmp_path)
-    serial = collected(root, tmp_path / "serial.sqlite", monkeypatch, "1")
-    monkeypatch.setattr(collect, "PARALLEL_MIN_BYTES", 0)
+    root, serial, pools = parsed_serially_then_pooled(tmp_path, monkeypatch)
     monkeypatch.setattr(collect, "_parse_in_worker", _dying_worker)
-    dying = []
-    real = collect.Collector._parse_in_parallel
-
-    def spy(self, todo, **kw):
-        parsed = real(self, todo, **kw)
-        dying.append(parsed)
-        return parsed
-
-    monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
     assert collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2") == serial
-    assert dying[0] is not None  # the pool ran (and lost the runs its dead and failing workers held)
+    assert pools[0] is not None  # the pool ran (and lost the runs its dead and failing workers held)
 
 
 def test_jobs_variable(monkeypatch):
