@@ -174,3 +174,24 @@ def test_a_site_plugins_plain_implementation_is_ignored(capsys):
     llama = host.workload("llama31")
     assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == llama.cite("llama31-nemo2.md", "Notes")
     assert "only wrappers (wrapper=True) are called" in capsys.readouterr().err
+
+
+def test_a_plugin_that_exits_on_import_is_a_warning_not_the_end_of_the_command(llmb_proc, tmp_path):
+    install_fake_distribution(tmp_path, "quitter", "import sys\nsys.exit(3)\n")
+    result = llmb_proc("list", env={"PYTHONPATH": str(tmp_path)})
+    assert result.code == 0 and "llama31" in result.out
+    warning = json.loads(result.err.splitlines()[0])
+    assert warning["plugin"] == "quitter" and "SystemExit" in warning["error"]
+    plugins = json.loads(llmb_proc("plugins", "--json", env={"PYTHONPATH": str(tmp_path)}).out)
+    assert {p["name"]: p["status"] for p in plugins}["quitter"] == "failed"
+
+
+def test_an_unrelated_distribution_whose_entry_points_are_not_utf8_costs_nothing(llmb_proc, tmp_path):
+    info = tmp_path / "something_else-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: something-else\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_bytes(b"[console_scripts]\nsomething = caf\xe9:main\n")  # Latin-1
+    for command in (["list"], ["plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"],
+                    ["results", str(tmp_path)]):
+        result = llmb_proc(*command, env={"PYTHONPATH": str(tmp_path)})
+        assert result.code == 0, (command, result.err)

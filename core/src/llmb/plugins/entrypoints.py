@@ -40,8 +40,15 @@ def _normalize(name: str) -> str:
 
 
 def _read_group(path: str, group: str) -> list[tuple[str, str]]:
+    """The ``group`` entries of one ``entry_points.txt``. Any distribution's file is read, so one
+    that is not UTF-8 or cannot be read costs only its own entries (none, or mangled names that
+    then fail to load with a warning), never the command."""
     found, current = [], None
-    with open(path, encoding="utf-8") as handle:
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+    except OSError:
+        return []
+    with handle:
         for line in handle:
             if m := _SECTION.match(line):
                 current = m.group("name").strip()

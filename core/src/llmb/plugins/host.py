@@ -101,7 +101,7 @@ class PluginHost:
             try:
                 plugin = ep.load()
                 self.pm.register(plugin, name=key)
-            except Exception as exc:  # noqa: BLE001 - any import failure is reported, not fatal
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a sys.exit too) is a warning
                 self._failed(key, ep.name, ep.value, dist_name, version, exc)
                 continue
             self._infos[key] = PluginInfo(ep.name, ep.value, dist_name, version, "loaded")
