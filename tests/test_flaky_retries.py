@@ -86,6 +86,18 @@ def test_no_signature_no_flaky_failure_and_case_matters(tmp_path):
     assert flaky_failure(str(tmp_path / "missing.out"), builtin_signatures()) is None
 
 
+def test_llmbs_own_retry_line_never_makes_a_later_failure_flaky(tmp_path):
+    # The line the Slurm backend writes at the top of a retried attempt's log quotes the flaky signature
+    # of the attempt before; the new attempt then fails for another reason: that is not flaky.
+    log = write_log(tmp_path / "log.out",
+                    f"[llmb] retry of attempt 1 (Slurm job 41, flaky failure: {NCCL!r}); its log: /x/log-1.out\n",
+                    iteration(1), "ValueError: a real bug\n")
+    assert flaky_failure(log, builtin_signatures()) is None
+    log = write_log(tmp_path / "again.out", f"[llmb] retry of attempt 1 (flaky failure: {NCCL!r})\n", iteration(1),
+                    f"[rank1]: RuntimeError: {NCCL}, again\n")
+    assert flaky_failure(log, builtin_signatures()).signature == NCCL  # the run's own line still counts
+
+
 def test_only_the_tail_is_read(tmp_path):
     early = "Connection reset by peer\n"
     filler = "x" * 1000 + "\n"

@@ -49,8 +49,21 @@ def builtin_signatures() -> tuple[str, ...]:
     return tuple(str(s) for s in data["signatures"])
 
 
+OWN_LINE = b"[llmb] "  # how every line llmb itself writes into a run's log begins
+
+
+def without_own_lines(text: bytes) -> bytes:
+    """``text`` less the lines llmb wrote itself (``[llmb] retry of attempt 1 (... 'Some NCCL operations
+    ...')``, warnings, notes): they quote earlier failures, and must never make a later one look flaky."""
+    if OWN_LINE not in text:
+        return text
+    return b"\n".join(line for line in text.split(b"\n") if not line.lstrip().startswith(OWN_LINE))
+
+
 def first_signature(text: bytes, signatures: Iterable[str]) -> str | None:
-    """The signature that occurs first in ``text`` (the earliest is the cause, the rest its echo); None if none."""
+    """The signature that occurs first in ``text`` (the earliest is the cause, the rest its echo); None if none.
+    llmb's own lines do not count (``without_own_lines``)."""
+    text = without_own_lines(text)
     found = None
     for signature in signatures:
         position = text.find(signature.encode("utf-8"))
