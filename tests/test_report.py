@@ -186,3 +186,17 @@ def test_report_without_matplotlib_says_how_to_install_it(llmb_proc, tmp_path):
     result = llmb_proc("report", "--out", str(tmp_path / "r"), env={"PYTHONPATH": str(shadow.parent)})
     assert result.code == 2
     assert "pip install 'llmb[report]'" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("name", ["$\\frac{$", "x" * 20_000])
+def test_labels_from_data_are_drawn_as_text_and_bounded(cli, experiments, monkeypatch, host, name):
+    from llmb.report.plots import draw_plots
+
+    monkeypatch.setenv("LLMB_INSTALL", str(experiments))
+    rows = cli("results", "--format", "json").json()
+    for row in rows:  # a results file is anyone's text: a "$" would start matplotlib's math parser
+        row.update(workload=name, size=name, gpu=name, dtype=name)
+    data = build_report(rows, host.workloads())
+    plots, _ = draw_plots(data)
+    assert plots and all(plot.png.startswith(b"\x89PNG") and len(plot.png) < 2_000_000 for plot in plots)
+    assert all(len(series.label) < 300 for series in data.series)

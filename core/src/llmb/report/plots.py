@@ -173,11 +173,15 @@ def _efficiency_plot(data: ReportData) -> Plot | None:
 
 
 def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
-    """The plots there is data for, and a sentence for each one left out."""
-    candidates = (
-        (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
-        (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
-        (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
-        (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
-    )
+    """The plots there is data for, and a sentence for each one left out. Every text is drawn as it is:
+    labels come from logs and directory names, and a ``$`` must not start matplotlib's math parser."""
+    from matplotlib import rc_context
+
+    with rc_context({"text.parse_math": False}):
+        candidates = (
+            (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
+            (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
+            (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
+            (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
+        )
     return [plot for plot, _ in candidates if plot], [why for plot, why in candidates if plot is None]

@@ -95,8 +95,10 @@ class SeriesKey:
 
     @property
     def label(self) -> str:
-        parts = [p or "?" for p in (self.workload, self.variant, self.size, self.gpu, self.dtype)]
-        return " ".join(parts) + f", {self.scaling} scaling" + (", proxy" if self.proxy else "")
+        """``llama31 nemo2 8b h100 bf16, weak scaling``; each part at most ``MAX_PART`` characters (they come
+        from results files and logs: a 20,000-character name must not make a 760 MB plot)."""
+        parts = [_bounded(p or "?") for p in (self.workload, self.variant, self.size, self.gpu, self.dtype)]
+        return " ".join(parts) + f", {_bounded(self.scaling)} scaling" + (", proxy" if self.proxy else "")
 
     def sort_key(self) -> tuple:
         return tuple("" if v is None else v for v in (self.workload, self.variant, self.size, self.gpu, self.dtype)) \
@@ -175,6 +177,13 @@ def scaling_efficiency(scaling: str, base_gpus: int, base_step_ms: float, gpus: 
     if scaling == STRONG:
         return (base_step_ms * base_gpus) / (step_ms * gpus)
     return base_step_ms / step_ms
+
+
+MAX_PART = 40  # characters of one part of a series label
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_PART else text[:MAX_PART - 1] + "…"
 
 
 def efficiency_curve(scaling: str, step_times: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
