@@ -8,6 +8,7 @@ SubmitOptions fields of its own are asserted on SubmitOptions, built the way
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -348,3 +349,29 @@ def test_config_show_json_matches_the_documented_keys(llmb_proc, install):
     data = json.loads(llmb(llmb_proc, install, "config", "show", "--json").out)
     assert set(data) == {"file", "exists", "settings"}
     assert set(data["settings"][0]) == {"name", "key", "flag", "variable", "value", "source", "origin", "default"}
+
+
+# Nine levels of nine aliases each: 9^9 (387 million) strings once expanded. Read through the YAML cache
+# it took 1.6-2 GB and hung `config show` and every Slurm run; a user's file is never cached, and an
+# alias is refused before anything is built.
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+def test_an_alias_bomb_in_the_cluster_file_is_refused_at_once(llmb_proc, install, tmp_path):
+    write(install, ALIAS_BOMB)
+    result = llmb(llmb_proc, install, "config", "show")
+    assert result.code == 2
+    assert "cluster file" in result.err and "an alias (*a) is not accepted here" in result.err
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(ALIAS_BOMB)
+    (install / "cluster.yaml").unlink()
+    result = llmb(llmb_proc, install, "sweep", "--file", str(sweep), "--dry-run")
+    assert result.code == 2 and "is not accepted here" in result.err
+
+
+def test_a_cluster_file_that_is_a_fifo_is_refused_not_waited_on(llmb_proc, install):
+    install.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(install / "cluster.yaml")
+    result = llmb(llmb_proc, install, "config", "show")
+    assert result.code == 2 and "not a regular file" in result.err

@@ -6,12 +6,19 @@ kept as JSON in the cache directory (``$LLMB_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/llmb``, else ``~/.cache/llmb``), keyed by the file's path,
 size and modification time, and used while those still match. A cache that
 cannot be read or written is ignored; ``LLMB_NO_CACHE=1`` turns it off.
+
+Files users write (the cluster file, sweep files, the Run:ai config) are
+read by ``load_user_yaml_file`` instead: never cached, a regular file of at
+most ``MAX_USER_FILE`` bytes, and refused when it uses an alias (``*name``),
+checked on the parser's events before anything is built: nested aliases
+expand exponentially (a few lines took gigabytes), and llmb's formats need none.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat as stat_module
 import zlib
 from typing import Any
 
@@ -74,3 +81,24 @@ def _store(entry: str, payload: dict[str, Any]) -> None:
             os.unlink(tmp)
         except OSError:
             pass  # an unwritable cache only costs speed
+
+
+MAX_USER_FILE = 1 << 20  # bytes: a cluster or sweep file is a few kilobytes
+
+
+def load_user_yaml_file(path: str | os.PathLike[str]) -> Any:
+    """A YAML file a user wrote, parsed (see the module's docstring). Raises OSError when it cannot be
+    read or is not a regular file, ``yaml.YAMLError`` (with ``problem`` and, for an alias, ``problem_mark``)
+    when it is too large, not YAML, or uses an alias."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+    with os.fdopen(fd, "rb") as handle:
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.fspath(path)} is not a regular file")
+        text = handle.read(MAX_USER_FILE + 1)
+    if len(text) > MAX_USER_FILE:
+        raise yaml.MarkedYAMLError(problem=f"larger than {MAX_USER_FILE >> 20} MiB; such a file is a few kilobytes")
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.MarkedYAMLError(problem=f"an alias (*{event.anchor}) is not accepted here: write the value "
+                                               f"out", problem_mark=event.start_mark)
+    return load_yaml(text)

@@ -89,15 +89,15 @@ def config_file(environ: dict) -> str:
 
 
 def _from_file(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            import yaml
+    import yaml
+    from llmb.yamlio import load_user_yaml_file
 
-            data = yaml.safe_load(handle) or {}
+    try:
+        data = load_user_yaml_file(path) or {}
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read the Run:ai config file {path}: {exc}") from None
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read the Run:ai config file {path}: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"the Run:ai config file {path} must be a mapping of {', '.join(KEYS)}.")
     unknown = sorted(set(data) - set(KEYS))

@@ -75,7 +75,7 @@ def load(path: str | None = None) -> ClusterConfig | None:
     """The cluster file (default ``$LLMB_INSTALL/cluster.yaml``), checked; None when there is none."""
     import yaml
 
-    from llmb.yamlio import load_yaml_file
+    from llmb.yamlio import load_user_yaml_file
 
     path = path or cluster_file()
     if not os.path.lexists(path):
@@ -83,7 +83,7 @@ def load(path: str | None = None) -> ClusterConfig | None:
     if os.path.isdir(path):
         raise UsageError(f"the cluster file {path} is a directory; it must be a YAML file (see docs/cluster-config.md).")
     try:
-        data = load_yaml_file(path)
+        data = load_user_yaml_file(path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

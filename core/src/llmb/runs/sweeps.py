@@ -171,11 +171,12 @@ def _split(header: str, workloads: dict) -> tuple[str, str | None]:
 def _read_yaml(path: str) -> dict:
     import yaml
 
+    from llmb.yamlio import load_user_yaml_file
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+        data = load_user_yaml_file(path)
     except OSError as exc:
-        raise UsageError(f"cannot read the sweep file {path}: {exc.strerror}.") from None
+        raise UsageError(f"cannot read the sweep file {path}: {exc.strerror or exc}.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
