@@ -48,7 +48,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "llmb.install.cluster_settings": ("VARIABLES", "time_limit"),
     "llmb.runs.env_names": ("env_name_problem",),
     "llmb.http_safety": ("DeadlineExceeded", "RedirectRefused", "TooLarge", "fetch", "mask"),
-    "llmb.yamlio": ("load_yaml_file",),
+    "llmb.yamlio": ("load_user_yaml_file", "load_yaml_file"),
 }
 
 # Where the plugin-facing modules were before the core was grouped by stage (llmb 0.1).
