@@ -37,8 +37,13 @@ def lookup(workload: Workload | None, context: RunContext, source: str = DEFAULT
         return Missing(source, reason)
     if workload is None:
         return Missing(source, f"workload {context.workload} is not installed")
-    return find(workload, Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus,
-                                        context.scaling, context.container), source)
+    return find(workload, configuration_of(context), source)
+
+
+def configuration_of(context: RunContext) -> Configuration:
+    """What a published figure is looked up by, as the run recorded it."""
+    return Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus, context.scaling,
+                         context.container)
 
 
 def best(workload: Workload | None, context: RunContext) -> Figure | Missing:
@@ -48,7 +53,6 @@ def best(workload: Workload | None, context: RunContext) -> Figure | Missing:
     own = lookup(workload, context)
     if isinstance(own, Figure) or workload is None or unknown(context) is not None:
         return own
-    config = Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus,
-                           context.scaling, context.container)
+    config = configuration_of(context)
     found = [f for f in candidates(workload, config) if f.source != DEFAULT_SOURCE]
     return find(workload, config, found[0].source) if found else own
