@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -329,3 +330,91 @@ def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(
     account = next(s for s in llmb_proc("config", "show", "--json", env=run_env(install)).json()["settings"]
                    if s["name"] == "account")
     assert (account["value"], account["source"]) == ("edited", "file")
+
+
+# ------------------------------------------------------------------ hostile servers (issue 21, item 6)
+
+
+class HostileHub(BaseHTTPRequestHandler):
+    """``/trickle/...``: headers, then a byte every 0.2 s; ``/huge/...``: declares 2 GiB;
+    ``/endless/...``: no length, bytes until the client stops reading."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        mode = self.path.split("/")[1]
+        self.send_response(200)
+        self.send_header("X-Repo-Commit", COMMIT)
+        if mode == "huge":
+            self.send_header("Content-Length", str(2 << 30))
+        self.end_headers()
+        try:
+            if mode == "trickle":
+                for _ in range(600):
+                    self.wfile.write(b"{")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            elif mode in ("endless", "huge"):
+                block = b"x" * (1 << 16)
+                for _ in range(1 << 15):  # 2 GiB at most
+                    self.wfile.write(block)
+        except OSError:
+            pass  # the client gave up: that is the point
+
+
+@pytest.fixture
+def hostile():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHub)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _download(monkeypatch, endpoint: str, home: Path, **limits):
+    from llmb.install import hf
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    return hf.download("org/model", "tokenizer.json", str(home), None, **limits)
+
+
+def test_a_server_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(monkeypatch, tmp_path, hostile):
+    from llmb.install.hf import DownloadError
+
+    started = time.monotonic()
+    with pytest.raises(DownloadError, match=r"no complete answer from http://127\.0\.0\.1:\d+/trickle within 2 s"):
+        _download(monkeypatch, f"{hostile}/trickle", tmp_path, deadline_s=2)
+    assert time.monotonic() - started < 60  # a hang guard, not a speed claim: the server trickles for 120 s
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no partial file left behind
+
+
+@pytest.mark.parametrize("mode", ["huge", "endless"])
+def test_an_answer_past_the_size_cap_is_refused_and_nothing_is_kept(monkeypatch, tmp_path, hostile, mode):
+    from llmb.install.hf import DownloadError
+
+    with pytest.raises(DownloadError, match=r"larger than 1 MiB, and a config or tokenizer file is a few MB"):
+        _download(monkeypatch, f"{hostile}/{mode}", tmp_path, max_bytes=1 << 20)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_install_refuses_gigabyte_answers_for_every_file_and_says_so(llmb_proc, tmp_path, hostile):
+    """The attack as a user meets it: every config and tokenizer file answered with 2 GiB (declared)."""
+    install = tmp_path / "install"
+    result = llmb_proc("install", "llama31", "--gpu", "h100", "--no-images", "--json",
+                       env=run_env(install, hub=f"{hostile}/huge"), timeout=300)
+    steps = [s for s in result.json()["steps"] if s["kind"] == "huggingface"]
+    assert result.code != 0 and steps and all(s["status"] == "failed" for s in steps if s["required"])
+    assert all("larger than 64 MiB" in s["error"] for s in steps if s["status"] == "failed")
+    assert sum(p.stat().st_size for p in every_file(install)) < 10 << 20
+
+
+def test_a_password_in_the_mirrors_url_is_never_shown(llmb_proc, tmp_path):
+    install = tmp_path / "install"
+    endpoint = "http://mirror-user:pw-5150-secret@127.0.0.1:9"  # port 9: nothing listens
+    for args in (("--dry-run",), ()):
+        result = llmb_proc("install", "llama31", "--gpu", "h100", "--no-images", "--json", *args,
+                           env=run_env(install, hub=endpoint), timeout=300)
+        assert "pw-5150-secret" not in result.out + result.err and "mirror-user:***@127.0.0.1:9" in result.out
+    assert not any(b"pw-5150-secret" in p.read_bytes() for p in every_file(install))

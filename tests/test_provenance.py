@@ -240,6 +240,17 @@ def every_file_without(root: Path, *values: str) -> list[Path]:
 def test_a_local_run_records_its_provenance_and_environment_without_any_secret(llmb_proc, tmp_path):
     hf, other = f"hf_{secrets.token_hex(16)}", f"cred_{secrets.token_hex(16)}"
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "HF_TOKEN": hf, "LLMB_TEST_LOGIN": other}
+    # Secrets llmb is not told about (issue 21, items 3 and 8): passwords inside URLs, names outside a word list.
+    hidden = {name: secrets.token_hex(12) for name in
+              ("HF_ENDPOINT", "HTTPS_PROXY", "MLFLOW_TRACKING_URI", "DATABASE_URL", "SSHPASS", "GITHUB_PAT",
+               "REGISTRY_AUTH", "BLOB_URL", "SESSION_COOKIE")}
+    env.update({name: value for name, value in hidden.items() if name in ("SSHPASS", "GITHUB_PAT", "REGISTRY_AUTH")},
+               HF_ENDPOINT=f"https://mirror-user:{hidden['HF_ENDPOINT']}@hf-mirror.example",
+               HTTPS_PROXY=f"http://proxy-user:{hidden['HTTPS_PROXY']}@proxy.example:3128",
+               MLFLOW_TRACKING_URI=f"https://ml:{hidden['MLFLOW_TRACKING_URI']}@mlflow.example/",
+               DATABASE_URL=f"postgres://db:{hidden['DATABASE_URL']}@db.example/runs",
+               BLOB_URL=f"https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig={hidden['BLOB_URL']}",
+               SESSION_COOKIE=f"session={hidden['SESSION_COOKIE']}")
     result = llmb_proc("run", *PROXY, "--secret", "LLMB_TEST_LOGIN", "--dump-env", "--json", env=env, timeout=900)
     summary = json.loads(result.out)
     assert result.code == 0 and summary["state"] == "SUCCEEDED", result.err[-3000:]
@@ -266,7 +277,10 @@ def test_a_local_run_records_its_provenance_and_environment_without_any_secret(l
     lines = dumped.read_text().splitlines()
     assert {"HF_TOKEN='***'", "LLMB_TEST_LOGIN='***'", "LLMB_DUMP_ENV=1", "RANK=0", "WORLD_SIZE=2"} <= set(lines)
     assert f"LLMB_INSTALL={shlex.quote(env['LLMB_INSTALL'])}" in lines
-    assert len(every_file_without(Path(env["LLMB_INSTALL"]), hf, other)) > 5
+    assert "HF_ENDPOINT='https://mirror-user:***@hf-mirror.example'" in lines
+    assert "BLOB_URL='https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig=***'" in lines
+    assert environment["HF_ENDPOINT"] == "https://mirror-user:***@hf-mirror.example"
+    assert len(every_file_without(Path(env["LLMB_INSTALL"]), hf, other, *hidden.values())) > 5
 
     shown = json.loads(llmb_proc("results", str(run_dir), "--json", env=env).out)
     assert [row["provenance"] for row in shown] == [data]

@@ -9,16 +9,18 @@ guarantees a plain ``urlopen`` lacks:
 - the exchange ends by a deadline: connecting, sending and every read share
   one clock, so a server that answers a byte at a time cannot hold the caller
   past it (a socket timeout alone restarts with every byte);
-- the answer is read up to ``max_bytes``, and refused beyond that;
-- ``mask`` takes secrets out of any text made from what a server said.
+- the answer is read up to ``max_bytes``, and refused beyond that (``fetch``
+  into memory, ``copy_bounded`` into a file, from an ``exchange``);
+- ``mask`` (``llmb.redaction.mask``) takes secrets out of any text made from
+  what a server said.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
 import io
-import re
 import socket
 import time
 import urllib.error
@@ -26,9 +28,9 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from llmb.redaction import MASK, mask  # noqa: F401 - part of this module's interface (public_api)
+
 CHUNK = 1 << 16
-MASK = "***"
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -63,14 +65,6 @@ def origin(url: str) -> tuple[str, str, int | None]:
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
-
-
-def mask(text: str, secrets) -> str:
-    """``text`` with every secret (and whatever follows ``Bearer``) replaced by ``***``.
-    Mask before cutting a text short: a secret cut in half would not be recognised."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return _BEARER.sub(lambda m: m[1] + MASK, text)
 
 
 class KeepAuthOnOrigin(urllib.request.HTTPRedirectHandler):
@@ -189,14 +183,15 @@ def read_bounded(response, max_bytes: int) -> bytes:
     return bytes(body)
 
 
-def fetch(request: urllib.request.Request, *, deadline_s: float, max_bytes: int, timeout: float | None = None,
-          schemes: tuple[str, ...] = ("https",)) -> Reply:
-    """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
-
-    Raises DeadlineExceeded, TooLarge, RedirectRefused, or what urllib and
-    http.client raise when there is no answer (URLError, OSError, HTTPException)."""
+@contextlib.contextmanager
+def exchange(request: urllib.request.Request, *, deadline_s: float, timeout: float | None = None,
+             schemes: tuple[str, ...] = ("https",), redirects: KeepAuthOnOrigin | None = None):
+    """Send ``request``; yield its response, an error status included (check ``status``), whose
+    reads all end by the deadline ``deadline_s`` seconds from now (DeadlineExceeded). ``redirects``:
+    the redirect handler, ``KeepAuthOnOrigin(schemes)`` or a subclass. Raises what ``fetch`` raises."""
     deadline = time.monotonic() + deadline_s
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline), KeepAuthOnOrigin(schemes))
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline),
+                                         redirects or KeepAuthOnOrigin(schemes))
     try:
         response = opener.open(request, timeout=min(timeout or deadline_s, deadline_s))
     except urllib.error.HTTPError as error:  # an answer all the same: its status and body are the caller's
@@ -205,9 +200,37 @@ def fetch(request: urllib.request.Request, *, deadline_s: float, max_bytes: int,
         if isinstance(error.reason, DeadlineExceeded):
             raise error.reason from None
         raise
-    if getattr(response, "fp", None) is None:  # an HTTPError made without a response
-        return Reply(response.code, response.headers or http.client.HTTPMessage(), b"")
     try:
-        return Reply(response.status, response.headers, read_bounded(response, max_bytes))
+        yield response
     finally:
         response.close()
+
+
+def copy_bounded(response, out, max_bytes: int, progress=None) -> int:
+    """Write the body of ``response`` to the binary file ``out``; its size, or TooLarge as soon as
+    it passes ``max_bytes`` (before writing past it). ``progress(done, total or None)`` after each chunk."""
+    declared = (response.headers.get("Content-Length") or "").strip() if response.headers else ""
+    total = int(declared) if declared.isdigit() else None
+    if total is not None and total > max_bytes:
+        raise TooLarge(max_bytes)
+    done = 0
+    while chunk := response.read(min(CHUNK, max_bytes + 1 - done)):
+        done += len(chunk)
+        if done > max_bytes:
+            raise TooLarge(max_bytes)
+        out.write(chunk)
+        if progress:
+            progress(done, total)
+    return done
+
+
+def fetch(request: urllib.request.Request, *, deadline_s: float, max_bytes: int, timeout: float | None = None,
+          schemes: tuple[str, ...] = ("https",)) -> Reply:
+    """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
+
+    Raises DeadlineExceeded, TooLarge, RedirectRefused, or what urllib and
+    http.client raise when there is no answer (URLError, OSError, HTTPException)."""
+    with exchange(request, deadline_s=deadline_s, timeout=timeout, schemes=schemes) as response:
+        if getattr(response, "fp", None) is None:  # an HTTPError made without a response
+            return Reply(response.code, response.headers or http.client.HTTPMessage(), b"")
+        return Reply(response.status, response.headers, read_bounded(response, max_bytes))

@@ -47,7 +47,9 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "llmb.install.images": ("check_reference", "image_path"),
     "llmb.install.cluster_settings": ("VARIABLES", "time_limit"),
     "llmb.runs.env_names": ("env_name_problem",),
-    "llmb.http_safety": ("DeadlineExceeded", "RedirectRefused", "TooLarge", "fetch", "mask"),
+    "llmb.http_safety": ("DeadlineExceeded", "RedirectRefused", "TooLarge", "copy_bounded", "exchange", "fetch",
+                         "mask"),
+    "llmb.redaction": ("MASK", "credential_in", "is_secret_name", "mask"),
     "llmb.yamlio": ("load_user_yaml_file", "load_yaml_file"),
 }
 

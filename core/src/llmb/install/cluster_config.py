@@ -32,7 +32,6 @@ SLURM_KEYS = tuple(s.key.split(".", 1)[1] for s in cluster_settings.SETTINGS if 
 _WORKLOAD = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _MOUNT_PATH = re.compile(r"/[A-Za-z0-9_.@+%=/-]*")  # pyxis separates mounts with commas: none inside a path
 # Names that hold credentials by convention; TOKENIZERS_PARALLELISM is not one.
-_CREDENTIAL = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)")
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,7 @@ def load(path: str | None = None) -> ClusterConfig | None:
 
 def from_dict(data: object, path: str) -> ClusterConfig:
     _mapping(data, path, KEYS, "the cluster file")
+    _refuse_credentials(data, path)
     slurm = data.get(SLURM_SECTION)
     if slurm is not None:
         _mapping(slurm, path, SLURM_KEYS, f"the {SLURM_SECTION} section")
@@ -114,6 +114,30 @@ def from_dict(data: object, path: str) -> ClusterConfig:
         values[setting.name] = setting.check(raw, where)
     return ClusterConfig(path=path, **values, images=_images(data.get("images"), path),
                          mounts=_mounts(data.get("mounts"), path), env=_env(data.get("env"), path))
+
+
+def _strings(data: object, key: str = ""):
+    """(dotted key, text) of every key and string value in ``data``."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            inner = f"{key}.{name}" if key else str(name)
+            yield inner, str(name)
+            yield from _strings(value, inner)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _strings(value, key)
+    elif isinstance(data, str):
+        yield key, data
+
+
+def _refuse_credentials(data: object, path: str) -> None:
+    """A password in a URL (a proxy's, a mirror's) is a secret: never in a file that every run records."""
+    from llmb.redaction import credential_in
+
+    for key, text in _strings(data):
+        if what := credential_in(text):
+            raise UsageError(f"{path}: {key}: {what} never goes in a file (it would be recorded with every run). "
+                             f"Export the variable in the shell that runs llmb and pass it with llmb run --secret NAME.")
 
 
 def _mapping(data: object, where: str, keys: tuple[str, ...], what: str) -> None:
@@ -172,6 +196,7 @@ def _mounts(raw: object, path: str) -> tuple[str, ...]:
 
 def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
     from llmb.engines.frameworks.settings import SECRETS
+    from llmb.redaction import is_secret_name
     from llmb.runs.runspec import SECRET_VARIABLES
 
     if raw is None:
@@ -182,7 +207,7 @@ def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
     for name, value in raw.items():
         if problem := env_name_problem(name, f"{path}: env"):
             raise UsageError(problem)
-        if name in SECRETS or name in SECRET_VARIABLES or _CREDENTIAL.search(name.upper()):
+        if name in SECRETS or name in SECRET_VARIABLES or is_secret_name(name):
             raise UsageError(f"{path}: env {name}: a secret never goes in a file (and would be recorded with every "
                              f"run). Export it in the shell that runs llmb: HF_TOKEN always reaches the job that way, "
                              f"another secret with llmb run --secret {name}.")

@@ -15,10 +15,17 @@ They are fetched with the Hugging Face wire format, plain ``urllib``:
 names the commit. ``HF_ENDPOINT`` replaces ``https://huggingface.co``. A
 redirect that leaves the endpoint's origin (large files live on a CDN) is
 followed without the token. The token is never written anywhere.
+
+The exchange goes through ``llmb.http_safety``, as Run:ai's does, rather than
+``huggingface_hub``: that library has per-request timeouts but no deadline
+for a whole download (a server answering a byte every few seconds holds it
+indefinitely) and no size cap, and it is a large import for four small files.
+Each file has ``DEADLINE_S`` and ``MAX_FILE_BYTES``.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import urllib.error
@@ -26,8 +33,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from llmb import http_safety
 from llmb.errors import LlmbError
 from llmb.http_safety import KeepAuthOnOrigin
+from llmb.redaction import mask
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REVISION = "main"
@@ -36,7 +45,12 @@ ASSET_FILES = {
     "config": (("config.json", True),),
     "tokenizer": (("tokenizer.json", True), ("tokenizer_config.json", True), ("special_tokens_map.json", False)),
 }
-CHUNK = 1 << 20
+# A config.json is kilobytes and the largest tokenizer.json of a published model tens of
+# megabytes (Llama 4's about 27 MB): an answer past this is not the file asked for.
+MAX_FILE_BYTES = 64 << 20
+# One file's whole exchange, however the server paces it: 64 MiB at a slow site link's 0.25 MB/s.
+DEADLINE_S = 300.0
+CONNECT_TIMEOUT_S = 60.0
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -123,48 +137,62 @@ def _refused(repo: str, code: int) -> str:
 
 
 def download(repo: str, filename: str, home: str, token: str | None, *, required: bool = True,
-             progress: Callable[[int, int | None], None] | None = None, timeout: float = 60) -> str | None:
+             progress: Callable[[int, int | None], None] | None = None, deadline_s: float = DEADLINE_S,
+             max_bytes: int = MAX_FILE_BYTES) -> str | None:
     """Fetch ``filename`` of ``repo`` into the cache under ``home``; its path, or
-    None for an optional file the repository does not have."""
+    None for an optional file the repository does not have. The whole exchange
+    ends by ``deadline_s`` and the file is refused past ``max_bytes``
+    (``llmb.http_safety``): a partial file is never left behind."""
     request = urllib.request.Request(url_of(repo, filename))
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     redirects = _KeepTokenOnOrigin()
-    opener = urllib.request.build_opener(redirects)
+    where = f"{repo}/{filename}"
     try:
-        response = opener.open(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404 and not required:
-            commit = (exc.headers.get("X-Repo-Commit") or "").strip().lower() if exc.headers else ""
-            if _COMMIT.match(commit):
-                _record(home, repo, commit, absent=filename)
-            return None
-        if exc.code in (401, 403):
-            raise DownloadError(_refused(repo, exc.code)) from None
-        raise DownloadError(f"{url_of(repo, filename)} answered HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
+        with http_safety.exchange(request, deadline_s=deadline_s, timeout=min(CONNECT_TIMEOUT_S, deadline_s),
+                                  redirects=redirects) as response:
+            if response.status >= 400:
+                return _refusal(response, repo, filename, home, required)
+            commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() or redirects.commit
+            commit = commit if _COMMIT.match(commit) else REVISION
+            target = os.path.join(repo_dir(home, repo), "snapshots", commit, filename)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            partial = f"{target}.{os.getpid()}.part"
+            try:
+                with open(partial, "wb") as out:
+                    http_safety.copy_bounded(response, out, max_bytes, progress)
+                os.replace(partial, target)
+            finally:
+                if os.path.exists(partial):
+                    os.unlink(partial)
+    except http_safety.DeadlineExceeded:
+        raise DownloadError(f"{where}: no complete answer from {_shown_endpoint()} within {deadline_s:.0f} s; "
+                            f"rerun llmb install to retry (set HF_ENDPOINT for a nearer mirror)") from None
+    except http_safety.TooLarge as exc:
+        raise DownloadError(f"{where}: the answer is larger than {exc.limit >> 20} MiB, and a config or tokenizer "
+                            f"file is a few MB; refused (is HF_ENDPOINT a Hugging Face mirror?)") from None
+    except http_safety.RedirectRefused as exc:
+        raise DownloadError(f"{where}: {mask(str(exc))}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
-        raise DownloadError(f"cannot reach {endpoint()} for {repo}/{filename}: {reason} "
+        raise DownloadError(f"cannot reach {_shown_endpoint()} for {where}: {mask(str(reason))} "
                             f"(set HF_ENDPOINT for a mirror)") from None
-    with response:
-        commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() or redirects.commit
-        commit = commit if _COMMIT.match(commit) else REVISION
-        size = response.headers.get("Content-Length")
-        total = int(size) if size and size.isdigit() else None
-        target = os.path.join(repo_dir(home, repo), "snapshots", commit, filename)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        partial = f"{target}.{os.getpid()}.part"
-        done = 0
-        try:
-            with open(partial, "wb") as out:
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-            os.replace(partial, target)
-        finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
     _record(home, repo, commit)
     return target
+
+
+def _refusal(response, repo: str, filename: str, home: str, required: bool) -> None:
+    """An error answer: None for an optional file the repository lacks (recorded), else DownloadError."""
+    if response.status == 404 and not required:
+        commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() if response.headers else ""
+        if _COMMIT.match(commit):
+            _record(home, repo, commit, absent=filename)
+        return None
+    if response.status in (401, 403):
+        raise DownloadError(_refused(repo, response.status))
+    reason = getattr(response, "reason", "") or ""
+    raise DownloadError(f"{mask(url_of(repo, filename))} answered HTTP {response.status} {reason}".rstrip())
+
+
+def _shown_endpoint() -> str:
+    return mask(endpoint())

@@ -29,8 +29,9 @@ from llmb.errors import UsageError
 from llmb.install import cluster_config, hf, images, worker_library
 from llmb.recipes.gpus import gpu_type
 from llmb.recipes.records import Variant, Workload
+from llmb.redaction import MASK, mask
 
-MASK = "***"
+PROGRESS_FROM = 10 << 20  # bytes: a file this large shows its progress in tenths
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Step:
         if self.kind == "config":
             return f"write the commented template {self.target} (an existing file is kept)"
         auth = f" (Authorization: Bearer {MASK})" if token_set or self.gated else ""
-        return f"GET {hf.url_of(self.repo, self.filename)}{auth} -> {self.target}"
+        return f"GET {mask(hf.url_of(self.repo, self.filename))}{auth} -> {self.target}"
 
     def as_dict(self, token_set: bool) -> dict:
         data = asdict(self)
@@ -220,7 +221,7 @@ def _fetch(step: Step, home: str, token: str | None, echo: Callable[[str], None]
     shown = [0]
 
     def progress(done: int, total: int | None) -> None:
-        if total and total >= 10 * hf.CHUNK and done * 10 // total > shown[0]:
+        if total and total >= PROGRESS_FROM and done * 10 // total > shown[0]:
             shown[0] = done * 10 // total
             echo(f"  {step.what}: {done * 100 // total}% of {total / 1e6:.0f} MB")
 

@@ -2,10 +2,11 @@
 that matter for a run (``provenance.json``) or all of them (``--dump-env``).
 
 A secret is a variable named in ``declared`` (HF_TOKEN, a backend's
-credentials, the names given with ``--secret``) or one whose name holds a word
-of ``data/job_environment.yaml``'s ``secret_words`` (TOKEN, SECRET, PASSWORD,
-KEY, ...). Its value is written as ``***``; where a secret's value appears
-inside another variable's value, it is masked there too.
+credentials, the names given with ``--secret``) or one whose name
+``llmb.redaction`` recognises (TOKEN, SECRET, PASSWORD, SSHPASS, *_PAT,
+*_AUTH, ...). Its value is written as ``***``; every other value is masked
+by ``llmb.redaction.mask``: a secret's value where it reappears, a URL's
+password (``HTTPS_PROXY=http://user:pw@proxy``), a SAS signature, a header.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import shlex
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from llmb.http_safety import MASK, mask
 from llmb.paths import packaged_data
+from llmb.redaction import MASK, is_secret_name, mask
 from llmb.yamlio import load_yaml_file
 
 DUMP_VARIABLE = "LLMB_DUMP_ENV"  # set to 1 in a job's environment by --dump-env
@@ -28,15 +29,10 @@ def _table() -> dict:
     return load_yaml_file(packaged_data("job_environment.yaml"))
 
 
-def is_secret(name: str, declared: Iterable[str] = ()) -> bool:
-    upper = name.upper()
-    return name in set(declared) or any(word in upper for word in _table()["secret_words"])
-
-
 def redacted(environ: Mapping[str, str], declared: Iterable[str] = ()) -> dict[str, str]:
     """Every variable of ``environ``, sorted by name, secrets redacted."""
     declared = set(declared)
-    secret = {name for name in environ if is_secret(name, declared)}
+    secret = {name for name in environ if is_secret_name(name, declared)}
     values = [environ[name] for name in secret if len(environ[name]) >= MIN_MASKED]
     return {name: MASK if name in secret else mask(value, values) for name, value in sorted(environ.items())}
 

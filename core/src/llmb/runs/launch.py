@@ -22,6 +22,7 @@ from llmb.plugins.host import PluginHost
 from llmb.recipes.memory import MARGIN, estimate_memory
 from llmb.recipes.planning import Plan, make_plan
 from llmb.recipes.records import RecipeRequest
+from llmb.redaction import credential_in, is_secret_name
 from llmb.runs import experiment, job_env, provenance
 from llmb.runs.capability import detect
 from llmb.runs.env_names import env_name_problem
@@ -103,11 +104,13 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately: "
                          "a profile of a traced run is not valid for comparison).")
     backend_secrets = {name for backend in host.backends().values() for name in backend.secrets}
-    secret = sorted({name for name, _ in options.env} & {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets})
-    if secret:
-        raise UsageError(f"--env {secret[0]}=...: a secret would be written into the job's files; export it in this "
-                         f"shell instead (HF_TOKEN always travels that way, a backend's credentials stay on this "
-                         f"machine; others with --secret NAME).")
+    declared = {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets}
+    for name, value in options.env:
+        what = "a secret" if is_secret_name(name, declared) else credential_in(value)
+        if what:
+            raise UsageError(f"--env {name}=...: {what} would be written into the job's files; export {name} in "
+                             f"this shell instead (HF_TOKEN always travels that way, a backend's credentials stay on "
+                             f"this machine; others with --secret {name}).")
     ranks = request.gpus
     if options.is_proxy:
         request = replace(request, any_scale=True)
@@ -121,6 +124,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         ranks = recipe.gpus  # the production engine runs the recipe's own layout
 
     if backend_name == "local":
+        from llmb.backends.local_slots import job_limit
+
+        job_limit()  # a bad LLMB_LOCAL_JOBS is refused before anything is written
         given = options.submit.given()
         if given:
             warnings.append(f"the local backend ignores {', '.join(given)} (cluster options).")
