@@ -128,3 +128,38 @@ def test_format_and_name_mistakes(llmb_proc, tmp_path):
     assert both.code == 2 and "give DIRS or --suite ID, not both" in both.err
     none = llmb_proc("archive", "--suite", "cert-000000", env={"LLMB_INSTALL": str(tmp_path / "install")})
     assert none.code == 2 and "no certification suite 'cert-000000'" in none.err
+
+
+@pytest.mark.parametrize("linked", ["experiments", "workload"])
+def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(llmb_proc, tmp_path, linked):
+    """The attack of issue 21, item 9: a workload's experiments directory (or the workload's own
+    directory) is a link to a folder of secrets; the archive must not carry them."""
+    install = tmp_path / "install"
+    experiments(install)
+    private = tmp_path / "home" / ".ssh"
+    private.mkdir(parents=True)
+    (private / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY----- fake\n")
+    (private / "shadow").write_text("root:$6$fake:19000:0:99999:7:::\n")
+    if linked == "experiments":
+        link = install / "workloads" / "nemotronh" / "experiments"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(private)
+    else:
+        (tmp_path / "elsewhere" / "experiments").mkdir(parents=True)
+        (tmp_path / "elsewhere" / "experiments" / "shadow").write_text("root:$6$fake:19000:0:99999:7:::\n")
+        link = install / "workloads" / "llama4"
+        link.symlink_to(tmp_path / "elsewhere")
+    output = tmp_path / "experiments.tar.gz"
+    result = llmb_proc("archive", "-o", str(output), env={"LLMB_INSTALL": str(install)})
+    assert result.code == 0, result.err
+    with tarfile.open(output) as tar:
+        names = tar.getnames()
+        contents = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert not [n for n in names if n.endswith(("id_rsa", "shadow"))] and b"fake" not in contents
+    assert any(n.endswith(f"log-{MB}.out") for n in names)  # the real experiments are packed
+    assert "llmb: warning: left out workloads/" in result.err and "symbolic link" in result.err
+    # Named on the command line, a linked directory is the user's choice and is packed.
+    named = llmb_proc("archive", str(link), "-o", str(tmp_path / "named.tar.gz"), env={"LLMB_INSTALL": str(install)})
+    assert named.code == 0, named.err
+    with tarfile.open(tmp_path / "named.tar.gz") as tar:
+        assert any(n.endswith("shadow") for n in tar.getnames())

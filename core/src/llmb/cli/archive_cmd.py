@@ -19,11 +19,12 @@ def _suite_roots(ctx, suite_id: str):
     (``certify/<id>/status.json``) first, so the archive says what llmb certify status said."""
     from llmb.certify.suite import archive_roots, load_suite, suite_dir
     from llmb.certify.verdict import judge_suite
+    from llmb.paths import install_dir
     from llmb.runs.experiment import write_json
 
     suite = load_suite(suite_id)
     write_json(os.path.join(suite_dir(suite.id), "status.json"), judge_suite(get_host(ctx), suite).to_dict())
-    return archive_roots(suite), f"llmb-certification-{suite.id}-{time.strftime('%Y%m%d')}"
+    return _really_inside(install_dir(), archive_roots(suite)), f"llmb-certification-{suite.id}-{time.strftime('%Y%m%d')}"
 
 
 def _experiment_roots(dirs: tuple[str, ...]):
@@ -35,10 +36,27 @@ def _experiment_roots(dirs: tuple[str, ...]):
             raise UsageError(f"no such directory: {', '.join(missing)}.")
         return [(os.path.abspath(d), os.path.basename(os.path.abspath(d.rstrip(os.sep)))) for d in dirs]
     install = install_dir()
-    roots = [(d, os.path.relpath(d, install)) for d in experiments_dirs()]
+    roots = _really_inside(install, [(d, os.path.relpath(d, install)) for d in experiments_dirs()])
     if not roots:
         raise UsageError(f"there are no experiments under {install} (set LLMB_INSTALL, or name directories).")
     return roots
+
+
+def _really_inside(install: str, roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``roots`` without those reached through a symbolic link from the install (each named in a warning):
+    a link can point anywhere, and the archive would carry what it points to."""
+    from llmb.results.archive import link_on_the_way
+
+    kept = []
+    for directory, name in roots:
+        inside = not os.path.relpath(directory, install).startswith(os.pardir)
+        link = link_on_the_way(install, directory) if inside else None
+        if link is None:
+            kept.append((directory, name))
+        else:
+            click.echo(f"llmb: warning: left out {name}: it is reached through the symbolic link {link}; "
+                       f"name the directory (llmb archive DIR) to pack it.", err=True)
+    return kept
 
 
 def _output(output: str | None, fmt: str | None, stem: str) -> tuple[str, str]:

@@ -7,7 +7,10 @@ Left out, as the tool we replace leaves them out: profiles and traces
 traces (``*.pt.trace.json``, the folders ``torch_profile`` and
 ``pytorch_profile``). Logs, recipes (``recipe.json``), provenance
 (``provenance.json``) and everything else in a run directory are kept.
-Paths inside the archive start at the install directory
+A directory llmb finds by itself (each workload's ``experiments``, a suite's
+runs) is packed only when no symbolic link leads to it from the install
+directory (``link_on_the_way``); a directory named on the command line is
+packed wherever it is. Paths inside the archive start at the install directory
 (``workloads/<workload>/experiments/...``) so that unpacking it into an
 empty directory and pointing ``llmb results`` there reads the runs back.
 
@@ -65,6 +68,19 @@ def walk(root: str, packed: Packed):
                 packed.excluded_files += 1
                 continue
             yield path, os.path.getsize(path)
+
+
+def link_on_the_way(base: str, path: str) -> str | None:
+    """The first symbolic link between the directory ``base`` and ``path`` below it (``path``
+    included), as ``"NAME -> TARGET"``; None when ``path`` is reached without one. What llmb
+    finds under the install by itself is packed only when it is really there: a linked
+    ``experiments`` directory could point anywhere (``~/.ssh``)."""
+    current = base
+    for part in os.path.relpath(path, base).split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return f"{os.path.relpath(current, base)} -> {os.readlink(current)}"
+    return None
 
 
 def format_of(path: str) -> str | None:
