@@ -375,3 +375,18 @@ def test_a_cluster_file_that_is_a_fifo_is_refused_not_waited_on(llmb_proc, insta
     os.mkfifo(install / "cluster.yaml")
     result = llmb(llmb_proc, install, "config", "show")
     assert result.code == 2 and "not a regular file" in result.err
+
+
+def test_an_eleven_megabyte_cluster_file_is_refused_before_it_is_parsed(llmb_proc, install, tmp_path):
+    """Issue 21, item 14: 300,000 image entries (11 MB) took config show 19 s and 860 MB."""
+    lines = "".join(f"  workload{n:06d}: nvcr.io#nvidia/nemo:25.09\n" for n in range(300_000))
+    path = write(install, "images:\n" + lines)
+    assert path.stat().st_size > 10 << 20
+    result = llmb(llmb_proc, install, "config", "show")
+    assert result.code == 2 and "larger than 1 MiB; such a file is a few kilobytes" in result.err, result.err
+    assert "Traceback" not in result.err
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("runs:\n" + "".join(f"  - {{workload: llama31, size: 8b, gpus: {n}}}\n" for n in range(100_000)))
+    path.unlink()
+    result = llmb(llmb_proc, install, "sweep", "--file", str(sweep), "--dry-run")
+    assert result.code == 2 and "larger than 1 MiB" in result.err
