@@ -8,8 +8,9 @@ size and modification time, and used while those still match. A cache that
 cannot be read or written is ignored; ``LLMB_NO_CACHE=1`` turns it off.
 
 Files users write (the cluster file, sweep files, the Run:ai config) are
-read by ``load_user_yaml_file`` instead: never cached, a regular file of at
-most ``MAX_USER_FILE`` bytes, and refused when it uses an alias (``*name``),
+read by ``load_user_yaml_file`` instead: never cached, a regular file
+(``llmb.files.read_regular``: a FIFO is refused, never waited on) of at most
+``MAX_USER_FILE`` bytes, and refused when it uses an alias (``*name``),
 checked on the parser's events before anything is built: nested aliases
 expand exponentially (a few lines took gigabytes), and llmb's formats need none.
 """
@@ -18,14 +19,17 @@ from __future__ import annotations
 
 import json
 import os
-import stat as stat_module
 import zlib
 from typing import Any
 
 import yaml
 
+from llmb.files import read_regular
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FORMAT = 1
+MAX_CACHE_ENTRY = 16 << 20  # bytes: llmb's largest data file is tens of kilobytes as JSON; a longer entry is cut, so
+#                             not valid JSON, and parsed afresh
 
 
 def load_yaml(text: str | bytes) -> Any:
@@ -54,9 +58,8 @@ def load_yaml_file(path: str | os.PathLike[str]) -> Any:
     entry = None
     if where is not None:
         entry = os.path.join(where, f"{zlib.crc32(path.encode()):08x}-{os.path.basename(path)}.json")
-        try:
-            with open(entry, encoding="utf-8") as handle:
-                cached = json.load(handle)
+        try:  # a regular file only, and bounded: a FIFO left in the cache must not hang every command
+            cached = json.loads(read_regular(entry, MAX_CACHE_ENTRY))
             if cached.get("stamp") == stamp:
                 return cached["data"]
         except (OSError, ValueError, AttributeError):
@@ -90,15 +93,14 @@ def load_user_yaml_file(path: str | os.PathLike[str]) -> Any:
     """A YAML file a user wrote, parsed (see the module's docstring). Raises OSError when it cannot be
     read or is not a regular file, ``yaml.YAMLError`` (with ``problem`` and, for an alias, ``problem_mark``)
     when it is too large, not YAML, or uses an alias."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
-    with os.fdopen(fd, "rb") as handle:
-        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{os.fspath(path)} is not a regular file")
-        text = handle.read(MAX_USER_FILE + 1)
+    text = read_regular(path, MAX_USER_FILE + 1)  # a regular file only, opened without blocking (not a FIFO's)
     if len(text) > MAX_USER_FILE:
         raise yaml.MarkedYAMLError(problem=f"larger than {MAX_USER_FILE >> 20} MiB; such a file is a few kilobytes")
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
             raise yaml.MarkedYAMLError(problem=f"an alias (*{event.anchor}) is not accepted here: write the value "
                                                f"out", problem_mark=event.start_mark)
-    return load_yaml(text)
+    try:
+        return load_yaml(text)
+    except ValueError as exc:  # a value PyYAML's constructors cannot build: an integer of more than 4,300 digits
+        raise yaml.MarkedYAMLError(problem=f"a value llmb cannot read ({exc})") from None

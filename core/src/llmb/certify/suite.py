@@ -12,7 +12,9 @@ Each suite lives in ``<install>/certify/<suite id>/suite.json``: the
 request (GPU type, scale, proxy), the tasks with their run options, notes
 on what was chosen, and the attempts: the first run of the suite and every
 ``--rerun``, each a sweep (``<install>/sweeps/<sweep id>``) whose jobs are
-the suite's jobs for the workloads it ran.
+the suite's jobs for the workloads it ran. A record that is there but
+cannot be used (cut short, not JSON, the wrong shape, a FIFO) is reported
+as corrupt, naming the file and what is wrong, never as a missing suite.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from llmb.errors import UsageError
 from llmb.paths import install_dir
-from llmb.runs.experiment import read_json, write_json
+from llmb.runs.experiment import StateFileError, load_json_state, record_fields, write_json, wrong_shape
 from llmb.runs.jobs import now
 from llmb.runs.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
 
@@ -107,22 +109,32 @@ def save_suite(suite: Suite) -> None:
 
 
 def load_suite(suite_id: str | None) -> Suite:
-    """The suite ``suite_id`` (None or ``last``: the most recent); UsageError naming the known ones."""
+    """The suite ``suite_id`` (None or ``last``: the most recent); UsageError naming the known ones;
+    StateFileError, saying it is corrupt and why, when its record is there but cannot be used (cut short,
+    not JSON, the wrong shape, a FIFO or anything but a regular file: never waited on)."""
     known = ids_by_recency(suites_root(), SUITE_FILE)
     if suite_id in (None, LAST):
         if not known:
             raise UsageError(f"there are no certification suites in {suites_root()} yet; start one with "
                              f"llmb certify --gpu GPU.")
         suite_id = known[0]
-    data = read_json(os.path.join(suite_dir(suite_id), SUITE_FILE)) if "/" not in suite_id else None
-    if data is None:
+    path = os.path.join(suite_dir(suite_id), SUITE_FILE)
+    try:
+        data = load_json_state(path) if "/" not in suite_id else None
+        try:
+            suite = None if data is None else Suite(**record_fields(
+                Suite, {"gpu": None, "scale": None, "proxy": False, "source": "", **data}, "the record",
+                {"Task": Task, "Attempt": Attempt}))
+        except ValueError as exc:
+            raise wrong_shape(path, exc) from None
+    except StateFileError as exc:
+        raise exc.about(f"certification suite {suite_id!r}", f"move {suite_dir(suite_id)} away to drop it.") \
+            from None
+    if suite is None:
         hint = f"known suites: {', '.join(known[:5])}" if known else "there are no suites yet"
         raise UsageError(f"no certification suite {suite_id!r} in {suites_root()} ({hint}; 'last' is the most "
                          f"recent).")
-    return Suite(id=data["id"], created_at=data["created_at"], gpu=data.get("gpu"), scale=data.get("scale"),
-                 proxy=bool(data.get("proxy")), source=data.get("source", ""),
-                 tasks=[Task(**t) for t in data["tasks"]], notes=list(data.get("notes") or []),
-                 attempts=[Attempt(**a) for a in data.get("attempts") or []])
+    return suite
 
 
 def archive_roots(suite: Suite) -> list[tuple[str, str]]:

@@ -18,20 +18,25 @@ chunk without the text it alone accounts for (see ``LogReader.feed``).
 A parser that raises is switched off for the rest of the log and its error
 is reported; the scan itself never fails on content, only on I/O.
 
-Only regular files are read (``open_regular``): a FIFO, a device or a
-directory is refused before it is opened, so nothing can block the scan or
-feed it without end, and no more than the file's size at opening is read.
+Only regular files are read (``llmb.files.open_regular``): a FIFO, a device
+or a directory is refused before it is opened, so nothing can block the scan
+or feed it without end, and no more than the file's size at opening is read.
+(``open_regular``, ``read_regular``, ``read_tail``, ``why_unreadable`` and
+``NotRegularFile`` live in ``llmb.files``, shared with every other reader of
+files llmb does not control; they are still importable from here.)
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from llmb.files import NotRegularFile, open_regular, read_regular, read_tail, why_unreadable
+
+__all__ = ["CHUNK", "MAX_LINE", "Chunk", "LogParser", "LogReader", "NotRegularFile", "ScanReport", "as_chunk",
+           "open_regular", "read_regular", "read_tail", "scan", "why_unreadable"]
 
 CHUNK = 1 << 20  # bytes read at once: fits in a CPU cache, so each parser's pass over it is cheap
 MAX_LINE = 1 << 20
@@ -117,85 +122,6 @@ class ScanReport:
     binary: bool = False
     findings: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-)
-
-
-class NotRegularFile(OSError):
-    """``path`` (or what it links to) is not a regular file; ``kind`` says what it is."""
-
-    def __init__(self, path: str, kind: str):
-        super().__init__(errno.EINVAL, f"{kind}, not a regular file", path)
-        self.kind = kind
-
-
-def _require_regular(path: str, st: os.stat_result) -> None:
-    if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-        raise NotRegularFile(path, kind)
-
-
-def open_regular(path: str):
-    """``(binary handle, size)`` of the regular file at ``path`` (symbolic
-    links followed). Anything else raises OSError without being opened; the
-    open itself never blocks (``O_NONBLOCK``, should the file be swapped
-    for a FIFO in between) and does not become a controlling terminal."""
-    _require_regular(path, os.stat(path))
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        _require_regular(path, st)
-        return os.fdopen(fd, "rb"), st.st_size
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_regular(path: str, limit: int) -> bytes:
-    """The first ``limit`` bytes of a regular file (``open_regular``'s rules)."""
-    handle, size = open_regular(path)
-    with handle:
-        return handle.read(min(size, limit))
-
-
-def read_tail(path: str, limit: int) -> bytes:
-    """The last ``limit`` bytes of a regular file (``open_regular``'s rules;
-    its first line may be partial), b"" when it cannot be read: a failed
-    job's last words are at the end of its log, however long the log."""
-    try:
-        handle, size = open_regular(path)
-    except OSError:
-        return b""
-    with handle:
-        try:
-            start = max(0, size - limit)
-            handle.seek(start)
-            tail = handle.read(size - start)
-        except OSError:
-            return b""
-    return tail
-
-
-def why_unreadable(path: str, exc: OSError) -> str:
-    """``exc`` (from ``open_regular`` or a read) as a reason a person can act on."""
-    name = os.path.basename(path)
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = None
-    if isinstance(exc, NotRegularFile):
-        what = f"a symbolic link to {target}, which is {exc.kind}" if target is not None else exc.kind
-        return f"{name} is {what}, not a regular file; only regular files are read"
-    if exc.errno == errno.ELOOP:
-        return f"{name} is a symbolic link to {target} that cannot be followed: the links loop"
-    if isinstance(exc, FileNotFoundError) and target is not None:
-        return f"{name} is a symbolic link to {target}, which does not exist"
-    return f"cannot read {name}: {exc.strerror or exc}"
 
 
 def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line: int = MAX_LINE) -> ScanReport:

@@ -6,15 +6,23 @@ with ``recipe.json`` (what was asked for and what ran) in the
 ``<name>_<timestamp>`` run directory. Names follow Megatron-Bridge's
 (``pretrain_llama3_8b_nvfp4_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs4_gbs128``) with
 ``_proxy-<kind>`` appended for proxy runs.
+
+llmb's own state files (records of runs, jobs, sweeps, suites) are written
+here atomically (``write_json``) and read back by ``load_json_state``: a
+regular file only and bounded, because anyone may have put something else
+where the record was (a FIFO would hang the reader; a truncated file is
+"corrupt", not "missing").
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
 from dataclasses import dataclass
 
+from llmb.errors import LlmbError
 from llmb.paths import workload_dir
 from llmb.recipes.records import Recipe
 
@@ -92,10 +100,154 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
-def read_json(path: str) -> dict | None:
+# bytes: the largest records llmb writes are a sweep's or a certification suite's, under a kilobyte a task, so
+# a few megabytes at the most tasks a sweep may have (runs/sweeps.MAX_TASKS); far more is not llmb's writing,
+# and reading it would take memory by the gigabyte (JSON's objects are ten times its text) for nothing.
+MAX_STATE_FILE = 64 << 20
+
+_JSON_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+               dict: "an object", type(None): "null"}
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, in words (``a list``, ``an integer``...)."""
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+class StateFileError(LlmbError):
+    """A state file llmb wrote (``job.json``, ``sweep.json``, ``suite.json``...) that is there but cannot be
+    used. ``problem`` says why and follows the file's name: ``is not valid JSON (corrupt or cut short)``,
+    ``is a FIFO (named pipe), not a regular file``, ``holds a list, not an object``. With ``subject`` (what
+    the file records: ``sweep 'sweep-1a2b3c'``) the message starts with it: ``sweep 'sweep-1a2b3c' is
+    corrupt: <path> is not valid JSON (corrupt or cut short)``, then ``hint``. Exit code 1."""
+
+    def __init__(self, path: str, problem: str, subject: str | None = None, hint: str = ""):
+        message = f"{path} {problem}"
+        if subject:
+            state = "is unreadable" if problem.startswith("cannot be read") else "is corrupt"
+            message = f"{subject} {state}: {message}"
+        super().__init__(message + (f"; {hint}" if hint else ""))
+        self.path = path
+        self.problem = problem
+
+    def about(self, subject: str, hint: str = "") -> StateFileError:
+        """The same problem, said of ``subject``."""
+        return StateFileError(self.path, self.problem, subject, hint)
+
+    @property
+    def short(self) -> str:
+        """The problem after the file's name alone (``exit.json is empty``)."""
+        return f"{os.path.basename(self.path)} {self.problem}"
+
+
+def wrong_shape(path: str, exc: ValueError) -> StateFileError:
+    """A record whose JSON is fine but whose content is not what llmb writes (``record_fields``'s error)."""
+    return StateFileError(path, f"has the wrong shape: {exc}")
+
+
+def _os_problem(path: str, exc: OSError) -> str:
+    from llmb.files import NotRegularFile
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        target = os.readlink(path)
+    except OSError:
+        target = None
+    if isinstance(exc, NotRegularFile):
+        return f"is {f'a symbolic link to {target}, which is ' if target is not None else ''}{exc.kind}, " \
+               f"not a regular file"
+    if exc.errno == errno.ELOOP:
+        return f"is a symbolic link to {target} that cannot be followed: the links loop"
+    if isinstance(exc, FileNotFoundError) and target is not None:
+        return f"is a symbolic link to {target}, which does not exist"
+    return f"cannot be read ({os.strerror(exc.errno).lower() if exc.errno else exc})"
+
+
+def load_json_state(path: str) -> dict | None:
+    """The JSON object in the state file ``path``; None when there is no such file. Anything else raises
+    ``StateFileError`` naming what is wrong: only a regular file is read (a FIFO is refused, never waited
+    on; a device, a directory likewise), and at most ``MAX_STATE_FILE`` bytes of it."""
+    from llmb.files import read_regular
+
+    try:
+        raw = read_regular(path, MAX_STATE_FILE + 1)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if os.path.islink(path):
+            raise StateFileError(path, _os_problem(path, exc)) from None
         return None
-    return data if isinstance(data, dict) else None
+    except OSError as exc:
+        raise StateFileError(path, _os_problem(path, exc)) from None
+    if len(raw) > MAX_STATE_FILE:
+        raise StateFileError(path, f"is larger than {MAX_STATE_FILE >> 20} MiB, more than any record llmb writes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise StateFileError(path, "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)") \
+            from None
+    except RecursionError:  # "[[[[...": the decoder's recursion bound
+        raise StateFileError(path, "nests deeper than any record llmb writes") from None
+    if not isinstance(data, dict):
+        raise StateFileError(path, f"holds {json_kind(data)}, not an object")
+    return data
+
+
+_ANNOTATED = {"str": ((str,), "a string"), "int": ((int,), "an integer"), "float": ((int, float), "a number"),
+              "bool": ((bool,), "true or false"), "dict": ((dict,), "an object"), "None": ((type(None),), "null"),
+              "list": ((list,), "a list")}
+
+
+def _fits(value: object, annotation: str) -> bool:
+    if annotation.startswith("list[") and annotation.endswith("]"):
+        return isinstance(value, list) and all(_fits(item, annotation[5:-1]) for item in value)
+    names = [a.strip() for a in annotation.split("|")]
+    if not all(name in _ANNOTATED for name in names):
+        return True  # a type JSON has no word for (none of llmb's records has one): not checked
+    kinds = tuple(kind for name in names for kind in _ANNOTATED[name][0])
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))  # true is no integer here
+
+
+def _words(annotation: str) -> str:
+    if annotation.startswith("list[") and annotation.endswith("]"):
+        inner = _words(annotation[5:-1])
+        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s" if " or " not in inner else \
+            f"a list, each item {inner}"
+    return " or ".join(_ANNOTATED[a.strip()][1] for a in annotation.split("|"))
+
+
+def record_fields(cls: type, data: object, what: str, nested: dict[str, type] | None = None) -> dict:
+    """The fields of the dataclass ``cls`` from the JSON object ``data`` (a record llmb wrote), each
+    checked against its annotation (``str``, ``int | None``, ``list[str]``, ``dict``...; a ``list[X]``
+    whose ``X`` is in ``nested`` is a list of such records, built). Keys the class does not know are
+    left out. A ValueError names what is wrong: ``job.json lacks the field 'log'``, ``job.json's field
+    'ranks' is a string ('two'), not an integer`` (``what`` names the record)."""
+    from dataclasses import MISSING, fields
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is {json_kind(data)}, not an object")
+    values = {}
+    for spec in fields(cls):
+        if spec.name not in data:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise ValueError(f"{what} lacks the field {spec.name!r}")
+            continue
+        value = data[spec.name]
+        annotation = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+        inner = annotation[5:-1] if annotation.startswith("list[") else None
+        if nested and inner in nested:
+            if not isinstance(value, list):
+                raise ValueError(f"{what}'s field {spec.name!r} is {json_kind(value)}, not a list")
+            value = [nested[inner](**record_fields(nested[inner], item, f"{what}'s {spec.name}[{number}]", nested))
+                     for number, item in enumerate(value, start=1)]
+        elif not _fits(value, annotation):
+            raise ValueError(f"{what}'s field {spec.name!r} is {json_kind(value)} ({value!r:.40}), not "
+                             f"{_words(annotation)}")
+        values[spec.name] = value
+    return values
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in ``path``; None when there is none or it cannot be used (``load_json_state``
+    tells the two apart, and says why)."""
+    try:
+        return load_json_state(path)
+    except StateFileError:
+        return None

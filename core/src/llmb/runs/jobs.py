@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import secrets
 import shutil
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from llmb.errors import LlmbError, UsageError
 from llmb.paths import install_dir
-from llmb.runs.experiment import read_json, write_json
+from llmb.runs.experiment import StateFileError, json_kind, load_json_state, read_json, record_fields, write_json
 
 # Every backend maps its own states onto these.
 STATES = ("QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED", "UNKNOWN")
@@ -180,49 +179,20 @@ def save_job(job: Job) -> None:
 
 def read_record(path: str) -> tuple[dict | None, str | None]:
     """(the JSON object in ``path``, None); (None, None) when there is no
-    such file; (None, what is wrong) when it cannot be read or is no object."""
+    such file; (None, what is wrong) when it cannot be read or is no object
+    (``load_json_state``: a regular file only, bounded, never waited on)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"{os.path.basename(path)} cannot be read ({describe_os_error(exc)})"
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        what = "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)"
-        return None, f"{os.path.basename(path)} {what}"
-    if not isinstance(data, dict):
-        return None, f"{os.path.basename(path)} holds {json_kind(data)}, not an object"
-    return data, None
-
-
-_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
-          dict: "an object", type(None): "null"}
-# Job's field types (as annotated) -> the values allowed, in words.
-_TYPES = {"str": ((str,), "a string"), "int": ((int,), "an integer"),
-          "str | None": ((str, type(None)), "a string or null"), "dict": ((dict,), "an object")}
-
-
-def json_kind(value: object) -> str:
-    """What a JSON value is, in words (``a list``, ``an integer``...)."""
-    return _KINDS.get(type(value), type(value).__name__)
+        return load_json_state(path), None
+    except StateFileError as exc:
+        return None, exc.short
 
 
 def job_from_dict(data: dict) -> tuple[Job | None, str | None]:
     """A ``Job`` from its record, or what is wrong with the record."""
-    values = {}
-    for spec in fields(Job):
-        if spec.name not in data:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                return None, f"job.json lacks the field {spec.name!r}"
-            continue
-        value, (allowed, words) = data[spec.name], _TYPES[str(spec.type)]
-        if isinstance(value, bool) or not isinstance(value, allowed):
-            return None, f"job.json's field {spec.name!r} is {json_kind(value)} ({value!r:.40}), not {words}"
-        values[spec.name] = value
-    return Job(**values), None
+    try:
+        return Job(**record_fields(Job, data, JOB_FILE)), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def read_job(job_id: str) -> Job | BrokenJob | None:

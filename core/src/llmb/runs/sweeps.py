@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from llmb.errors import UsageError
 from llmb.paths import install_dir
 from llmb.runs.env_names import env_name_problem
-from llmb.runs.experiment import read_json, write_json
+from llmb.runs.experiment import StateFileError, load_json_state, record_fields, write_json, wrong_shape
 
 SWEEP_FILE = "sweep.json"
 LAST = "last"  # --sweep last: the most recent sweep
@@ -95,18 +95,26 @@ def list_sweep_ids() -> list[str]:
 
 
 def load_sweep(sweep_id: str) -> Sweep:
-    """The sweep ``sweep_id`` (or ``last``); UsageError naming the known ones."""
+    """The sweep ``sweep_id`` (or ``last``); UsageError naming the known ones; StateFileError when its
+    record is there but corrupt (not JSON, cut short, the wrong shape, not a regular file)."""
     known = list_sweep_ids()
     if sweep_id == LAST:
         if not known:
             raise UsageError(f"there are no sweeps in {sweeps_root()} yet; start one with llmb sweep.")
         sweep_id = known[0]
-    data = read_json(os.path.join(sweeps_root(), sweep_id, SWEEP_FILE))
-    if data is None:
+    path = os.path.join(sweeps_root(), sweep_id, SWEEP_FILE)
+    try:
+        data = load_json_state(path)
+        try:
+            sweep = None if data is None else Sweep(**record_fields(Sweep, data, "the record", {"Task": Task}))
+        except ValueError as exc:
+            raise wrong_shape(path, exc) from None
+    except StateFileError as exc:
+        raise exc.about(f"sweep {sweep_id!r}", f"move {os.path.dirname(path)} away to drop it.") from None
+    if sweep is None:
         hint = f"known sweeps: {', '.join(known[:5])}" if known else "there are no sweeps yet"
         raise UsageError(f"no sweep {sweep_id!r} in {sweeps_root()} ({hint}; 'last' is the most recent).")
-    return Sweep(id=data["id"], created_at=data["created_at"], backend=data["backend"],
-                 tasks=[Task(**t) for t in data["tasks"]], jobs=list(data.get("jobs") or []))
+    return sweep
 
 
 # ------------------------------------------------------------------ building the tasks
@@ -115,11 +123,39 @@ FILE_KEYS = ("dtypes", "scales", "repeats", "profile", "gpu", "variant", "strong
              "size")
 MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
 
+# Counts a command line or a file may ask for, checked before anything is built (a suite file's
+# repeats: 100000000 once spent minutes building tasks). Each task is a job to run, and each is checked
+# (recipe, backend settings) before any is submitted.
+MAX_REPEATS = 100  # runs of one configuration: the step-time statistics settle within a handful; 100 is plenty
+MAX_TASKS = 10_000  # jobs in one sweep or suite: every published configuration (about 50) 100 times is 5,000
+MAX_TASK_OVERRIDES = 256  # entries of a section's tasks list: each picks tasks by dtype and GPU count, of which a
+#                           section has far fewer; every task is matched against every entry
+
+
+def _count_problem(source: str, counts: list[tuple[int, str]], repeats: int) -> str | None:
+    """Why ``repeats`` or the product of ``counts`` x ``repeats`` is too many; None when it is not."""
+    where = "--repeats" if source == "command line" or source.startswith("published") else f"{source}: repeats"
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+        return f"{where} must be a whole number from 1 to {MAX_REPEATS}, not {repeats!r}."
+    total = repeats
+    for number, _ in counts:
+        total *= number
+    if total > MAX_TASKS:
+        product = " x ".join(f"{number:,} {what}" for number, what in counts if number > 1)
+        return (f"{source}: {total:,} runs ({product} x {repeats} repeats) are more than the {MAX_TASKS:,} a sweep "
+                f"may hold; split it into several sweeps.")
+    return None
+
 
 def expand(workload: str, sizes, dtypes, scales, repeats: int, *, gpu=None, variant=None, strong_scaling=False,
            gpus_per_node=None, options: dict | None = None, overrides: dict | None = None,
            source: str = "command line") -> list[Task]:
-    """The cartesian product sizes x dtypes x GPU counts x repeats."""
+    """The cartesian product sizes x dtypes x GPU counts x repeats; a UsageError, before anything is built,
+    when ``repeats`` is outside 1 to ``MAX_REPEATS`` or the product is more than ``MAX_TASKS``."""
+    problem = _count_problem(source, [(len(sizes or [None]), "sizes"), (len(dtypes or [None]), "dtypes"),
+                                      (len(scales), "GPU counts")], repeats)
+    if problem:
+        raise UsageError(problem)
     return [
         Task(workload=workload, size=size, gpu=gpu, dtype=dtype, gpus=int(gpus), repeat=repeat, repeats=repeats,
              strong_scaling=strong_scaling, variant=variant, gpus_per_node=gpus_per_node, options=dict(options or {}),
@@ -208,8 +244,12 @@ def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str])
         if "scales" not in merged:
             raise UsageError(f"{where}: scales (the GPU counts) is required, e.g. scales: [8, 16].")
         repeats = merged.get("repeats", 1)
-        if not isinstance(repeats, int) or repeats < 1:
-            raise UsageError(f"{where}: repeats must be a whole number >= 1, got {repeats!r}.")
+        if problem := _count_problem(where, [], repeats):
+            raise UsageError(problem)
+        entries = merged.get("tasks") or []
+        if isinstance(entries, list) and len(entries) > MAX_TASK_OVERRIDES:
+            raise UsageError(f"{where}: tasks has {len(entries):,} entries, more than the {MAX_TASK_OVERRIDES} "
+                             f"a section may have (each selects tasks by dtype and scale).")
         options = _options({k: v for k, v in merged.items() if k in option_names}, where, option_names)
         overrides = merged.get("set") or {}
         if not isinstance(overrides, dict):
@@ -219,7 +259,10 @@ def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str])
                       _list(merged["scales"], "scales", where, int), repeats, gpu=merged.get("gpu"),
                       variant=merged.get("variant"), strong_scaling=bool(merged.get("strong_scaling", False)),
                       gpus_per_node=merged.get("gpus_per_node"), options=options, overrides=overrides, source=where)
-        tasks += [_apply_task_overrides(t, merged.get("tasks") or [], where, option_names) for t in base]
+        if len(tasks) + len(base) > MAX_TASKS:
+            raise UsageError(f"{path}: its sections up to {header} make {len(tasks) + len(base):,} runs, more than "
+                             f"the {MAX_TASKS:,} a sweep may hold; split it into several files.")
+        tasks += [_apply_task_overrides(t, entries, where, option_names) for t in base]
     if not tasks:
         raise UsageError(f"{path} describes no task: add a section such as llama31_8b: {{dtypes: [bf16], scales: [8]}}.")
     return tasks
