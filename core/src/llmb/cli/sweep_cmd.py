@@ -63,17 +63,77 @@ def checked_tasks(host, tasks: list, base: dict) -> list:
     return checked
 
 
-def show_planned(checked: list, as_json: bool) -> None:
-    """--dry-run: the jobs a sweep would submit."""
-    if as_json:
-        emit_json([{"task": c.task.label, "source": c.task.source, "backend": c.planned.job.backend,
-                    "ranks": c.planned.job.ranks, "experiment": c.planned.job.experiment,
-                    "warnings": list(c.planned.warnings)} for c in checked])
+def split_tasks(host, tasks: list, base: dict, skip_invalid: bool) -> tuple[list, list]:
+    """(the tasks that can run, those that cannot), each checked as llmb run --dry-run checks a run. Without
+    ``skip_invalid`` any task that cannot run is a UsageError listing each (and saying that --skip-invalid
+    runs the others); with it, only when none can run."""
+    from llmb.runs import sweep_runner
+
+    checked = sweep_runner.check(host, tasks, base)
+    valid = [c for c in checked if not c.error]
+    invalid = [c for c in checked if c.error]
+    if invalid and not (skip_invalid and valid):
+        if skip_invalid:
+            hint = "--skip-invalid leaves nothing to run."
+        elif valid:
+            hint = f"Pass --skip-invalid to run the {len(valid)} valid one{'s' if len(valid) != 1 else ''}."
+        else:
+            hint = ""
+        raise UsageError("\n".join(filter(None, [sweep_runner.problems(checked), hint])))
+    return valid, invalid
+
+
+def _combination(task) -> str:
+    """``llama31 70b h100 bf16 on 8 GPUs``: a task's configuration, without its repeat."""
+    parts = [task.workload, task.size or "-", task.gpu, task.dtype or "-"]
+    return " ".join(p for p in parts if p) + f" on {task.gpus} GPU{'s' if task.gpus != 1 else ''}"
+
+
+def skipped_json(skipped: list) -> list[dict]:
+    """--skip-invalid, --json: each skipped task, its configuration and why it cannot run."""
+    return [{"task": c.task.label, "workload": c.task.workload, "size": c.task.size, "gpu": c.task.gpu,
+             "dtype": c.task.dtype, "gpus": c.task.gpus, "repeat": c.task.repeat, "source": c.task.source,
+             "reason": c.error} for c in skipped]
+
+
+def show_skipped(skipped: list) -> None:
+    """--skip-invalid: one line on stderr per skipped configuration (its repeats counted once) with the
+    reason, wrapped to the terminal's width when stderr is one."""
+    if not skipped:
         return
+    import shutil
+    import textwrap
+
+    from llmb.cli.output import terminal_safe
+
+    lines: dict[tuple[str, str], int] = {}
+    for c in skipped:
+        key = (_combination(c.task), " ".join(terminal_safe(c.error).split()))
+        lines[key] = lines.get(key, 0) + 1
+    width = shutil.get_terminal_size().columns if sys.stderr.isatty() else 0
+    for (combination, reason), runs in lines.items():
+        line = f"skipped {combination}{f' ({runs} runs)' if runs > 1 else ''}: {reason}"
+        if width > 20:
+            line = textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False,
+                                 break_on_hyphens=False)
+        click.echo(line, err=True)
+
+
+def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> None:
+    """--dry-run: the jobs a sweep would submit; ``skipped`` (--skip-invalid): those it would not, and why
+    (with --json the output is then an object: jobs and skipped)."""
+    if as_json:
+        jobs = [{"task": c.task.label, "source": c.task.source, "backend": c.planned.job.backend,
+                 "ranks": c.planned.job.ranks, "experiment": c.planned.job.experiment,
+                 "warnings": list(c.planned.warnings)} for c in checked]
+        emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
+        return
+    show_skipped(skipped or [])
     rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks), c.planned.job.experiment]
             for n, c in enumerate(checked, start=1)]
     click.echo(render_table(["#", "TASK", "BACKEND", "RANKS", "EXPERIMENT"], rows))
-    click.echo(f"\n{len(checked)} jobs; nothing was submitted (--dry-run).", err=True)
+    also = f", {len(skipped)} skipped" if skipped else ""
+    click.echo(f"\n{len(checked)} jobs{also}; nothing was submitted (--dry-run).", err=True)
 
 
 def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detach: bool, on_created=None):
@@ -162,38 +222,47 @@ def _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, s
 @click.option("--variant", help="Recipe variant, e.g. nemo2.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Override a recipe field. Repeatable.")
+@click.option("--skip-invalid", is_flag=True,
+              help="Run the tasks that can run; list each that cannot (e.g. 70b on 8 GPUs) with its reason and "
+                   "skip it. Without it one such task stops the whole sweep.")
 @run_options
 @following_options("sweep")
 @click.pass_context
 def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
-                  strong_scaling, variant, gpus_per_node, settings, max_parallel, dry_run, detach, as_json, **run_kw):
+                  strong_scaling, variant, gpus_per_node, settings, skip_invalid, max_parallel, dry_run, detach, as_json,
+                  **run_kw):
     """Run a sweep: every combination of --size, --dtype and --gpus of
     WORKLOAD (times --repeats), the tasks of a sweep file (--file), or every
     installed workload's published configurations up to --max-gpus GPUs
     (--all-workloads). Every task is checked first; if any cannot run, each
-    is reported with its reason and nothing is submitted. Then the jobs run
+    is reported with its reason and nothing is submitted (with
+    --skip-invalid each is listed with its reason and skipped, and the
+    others run; exit 2 when none can). Then the jobs run
     (one at a time on the local backend) with the sweep's progress shown,
     and a table of results at the end; llmb report --sweep ID plots them."""
     host = get_host(ctx)
     tasks = _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
                    strong_scaling, variant, gpus_per_node, settings)
-    checked = checked_tasks(host, tasks, run_kw)
+    checked, skipped = split_tasks(host, tasks, run_kw, skip_invalid)
     if dry_run:
-        show_planned(checked, as_json)
+        show_planned(checked, as_json, skipped if skip_invalid else None)
         return
+    show_skipped(skipped)
     run = follow(ctx, host, checked, run_kw, max_parallel, detach)
     sweep = run.sweep
     if as_json:
         emit_json({"sweep_id": sweep.id, "jobs": [
             {"task": t.label, "job_id": j, "state": s, "reason": (f.reason if f else e),
              "result": (f.exit or {}).get("result") if f else None}
-            for t, j, s, f, e in zip(sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True)]})
+            for t, j, s, f, e in zip(sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True)],
+            **({"skipped": skipped_json(skipped)} if skip_invalid else {})})
     elif detach:
         click.echo(f"{sweep.id}: {len(sweep.job_ids)} jobs submitted; llmb status lists them, llmb report --sweep "
                    f"{sweep.id} --out DIR plots them once they ended.")
     else:
         table = [[t.label, j or "-", s or "-", *_result_cells(f), (f.reason if f else e) or ""]
                  for t, j, s, f, e in zip(sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True)]
+        table += [[c.task.label, "-", "SKIPPED", "-", "-", c.error] for c in skipped]
         click.echo(render_table(["TASK", "JOB", "STATE", "STEP MS", "TOKENS/S", "REASON"], table))
         click.echo(f"\nllmb report --sweep {sweep.id} --out DIR plots this sweep.", err=True)
     if not detach:
