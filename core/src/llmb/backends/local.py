@@ -8,13 +8,14 @@ of the job carries ``LLMB_JOB_DIR`` in its environment
 (``local_processes``), so ``status`` and ``cancel`` find them from any
 shell, even when the supervisor is gone or a record is missing.
 
-States: QUEUED while the job is being submitted or its supervisor starts
-the ranks; RUNNING while any process of the job lives (the reason says so
-when the supervisor is gone but ranks train on); then what ``exit.json``
-says (SUCCEEDED, FAILED with a reason, CANCELLED); FAILED with the reason
-when every process ended without recording an exit (killed, or the job
-directory was deleted, read-only or full), CANCELLED if a cancel was asked
-for. An unreadable ``exit.json`` gives UNKNOWN with what is wrong with it.
+States: QUEUED while the job is being submitted, waits for a local slot
+(``local_slots``: at most ``LLMB_LOCAL_JOBS`` local jobs run at once), or
+its supervisor starts the ranks; RUNNING while any process of the job
+lives (the reason says so when the supervisor is gone but ranks train
+on); then what ``exit.json`` says (SUCCEEDED, FAILED with a reason,
+CANCELLED); FAILED with the reason when every process ended without
+recording an exit (killed, or the job directory was deleted, read-only or
+full), CANCELLED if a cancel was asked for. An unreadable ``exit.json`` gives UNKNOWN with what is wrong with it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sys
 import time
 
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, Proc, job_processes, job_tag, signal_process
+from llmb.backends.local_slots import SLOT_FILE, queued_reason
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
     Job,
@@ -173,7 +175,8 @@ class LocalBackend:
             if alive(supervisor.get("pid"), supervisor.get("start_time")):
                 ranks = [p for p in living if p.pid != supervisor["pid"]]
                 if not ranks and not os.path.exists(_path(job, RANKS_FILE)):
-                    return JobStatus(job, "QUEUED", "the supervisor is starting the ranks", progress)
+                    waiting = queued_reason(read_json(_path(job, SLOT_FILE)))
+                    return JobStatus(job, "QUEUED", waiting or "the supervisor is starting the ranks", progress)
                 return JobStatus(job, "RUNNING", None, progress)
             gone = f"the supervisor (pid {supervisor['pid']}) is gone" if supervisor else "no supervisor is recorded"
             trouble = store_trouble(job.id)

@@ -1,7 +1,9 @@
 """The local job's supervisor: ``python -m llmb.backends.local_supervisor JOB_DIR``.
 
 Runs in a session of its own (its session is the job). It starts one
-worker per rank with the usual rendezvous variables (MASTER_ADDR,
+worker per rank, once it holds a local slot (``local_slots``: at most
+``LLMB_LOCAL_JOBS`` jobs run at once; until then the job waits, QUEUED),
+with the usual rendezvous variables (MASTER_ADDR,
 MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), all appending
 to the run's log, and records each rank's pid as it starts it. A cancel
 marker left before a rank starts (``llmb cancel`` during start-up) means no
@@ -21,8 +23,11 @@ import sys
 import time
 import traceback
 
+from llmb.backends import local_slots
 from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE, supervisor_record
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
+from llmb.errors import UsageError
+from llmb.paths import install_dir
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
     JOB_FILE,
@@ -67,6 +72,8 @@ class Supervisor:
         self.procs: list[subprocess.Popen] = []
         self.cancelled = False
         self.first_failure: tuple[int, int] | None = None  # (rank, exit code) of the first rank seen failing
+        self.slot: local_slots.Slot | None = None
+        self.slot_record: dict = {}
 
     def note(self, text: str) -> None:
         """A line in the run's log, from llmb itself (and in supervisor.out when the log cannot take it)."""
@@ -109,10 +116,49 @@ class Supervisor:
                 })
                 wrapper = [part.replace("{rank}", str(rank)) for part in spec.wrapper]
                 argv = [*wrapper, sys.executable, "-m", "llmb.worker", os.path.join(self.directory, RUN_FILE)]
-                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
+                # The ranks hold the slot too: it stays taken while any of them lives, the supervisor or not.
+                held = (self.slot.fd,) if self.slot else ()
+                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                                   pass_fds=held))
                 self.record_ranks()
                 if self.cancelled:  # SIGTERM arrived while this rank was starting
                     self.stop(signal.SIGTERM)
+
+    def record_slot(self, **changes) -> None:
+        self.slot_record.update(changes)
+        try:
+            write_json(os.path.join(self.directory, local_slots.SLOT_FILE), self.slot_record)
+        except OSError:
+            pass  # a record for llmb status only: the job runs on without it
+
+    def take_slot(self) -> None:
+        """Wait for a local slot (a cancel ends the wait); without a usable slot directory the job runs
+        unqueued, and its log says so."""
+        try:
+            limit = local_slots.job_limit()  # checked by llmb run already
+        except UsageError:
+            limit = local_slots.default_limit()
+        self.slot_record = {"limit": limit}
+
+        def waiting(reason: str) -> None:
+            if "queued_at" not in self.slot_record:
+                self.note(reason)
+            self.record_slot(waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp())
+
+        try:
+            self.slot = local_slots.take(install_dir(), self.job.id, limit, self.cancel_seen, waiting)
+        except OSError as exc:
+            self.note(f"no local slot could be taken in {local_slots.slots_dir(install_dir())} "
+                      f"({describe_os_error(exc)}); the job runs without waiting for other local jobs")
+            return
+        if self.slot is not None:
+            self.record_slot(slot=self.slot.index, acquired_at=self.slot.acquired_at)
+
+    def release_slot(self) -> None:
+        if self.slot is not None:
+            self.record_slot(released_at=local_slots.stamp())
+            self.slot.release()
+            self.slot = None
 
     def record_ranks(self) -> None:
         try:
@@ -172,8 +218,10 @@ class Supervisor:
             self.note(f"could not record the supervisor's pid: {describe_os_error(exc)}")
         reserve_exit_space(self.job.id)
         try:
+            self.take_slot()
             self.start_ranks()
             codes = self.wait()
+            self.release_slot()  # every rank has ended: the next local job may start
         except Exception as exc:  # noqa: BLE001
             self.stop(signal.SIGKILL)
             self.note("supervisor error:\n" + traceback.format_exc())

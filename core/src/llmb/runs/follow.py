@@ -70,14 +70,18 @@ UNKNOWN_LIMIT_S = 300.0  # how long a job may stay UNKNOWN (its records unreadab
 def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None], interval: float = 0.5,
            stream=None, unknown_limit: float = UNKNOWN_LIMIT_S) -> JobStatus:
     """Show progress until the job ends (or has been UNKNOWN for
-    ``unknown_limit`` seconds: its state cannot be read); return its final status."""
+    ``unknown_limit`` seconds: its state cannot be read); return its final status.
+    A job that waits its turn (QUEUED, ``waiting for ...``) says so once, in one line."""
     stream = stream or sys.stderr
     tty = stream.isatty()
     progress = Progress(job.log)
-    shown, last_print, unknown_since = None, 0.0, None
+    shown, last_print, unknown_since, said_waiting = None, 0.0, None, False
     while True:
         progress.poll()
         current = status()
+        if current.state == "QUEUED" and (current.reason or "").startswith("waiting for") and not said_waiting:
+            echo(f"{job.id}: {current.reason}")
+            said_waiting = True
         unknown_since = (unknown_since or time.monotonic()) if current.state == "UNKNOWN" else None
         if unknown_since is not None and time.monotonic() - unknown_since >= unknown_limit:
             if tty and shown:
