@@ -62,7 +62,7 @@ def test_every_erratum_is_documented(host):
     for workload in host.workloads().values():
         for erratum in [e for v in workload.variants for e in v.errata] + list(workload.notes):
             assert erratum.kind in {"dp-ga", "memory", "figure"}, erratum.id
-            assert erratum.seed_says and erratum.resolution, erratum.id
+            assert erratum.recipe_says and erratum.resolution, erratum.id
             assert erratum.id.startswith(workload.name), erratum.id
 
 
@@ -85,7 +85,7 @@ def test_plan_shows_the_erratum_as_a_warning(cli):
     assert plan["errata"][0]["id"] == "llama31-mb-gb200-405b-fp8-mbs"
     assert any("llama31-mb-gb200-405b-fp8-mbs" in w for w in plan["warnings"])
     text = cli("plan", "llama31", "--size", "405b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128").out
-    assert "seed erratum [llama31-mb-gb200-405b-fp8-mbs]" in text
+    assert "recipe erratum [llama31-mb-gb200-405b-fp8-mbs]" in text
 
 
 def _assert_possible(recipe) -> None:

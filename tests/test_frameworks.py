@@ -400,7 +400,7 @@ NOT_VARIABLES = {"TFLOPS_GPU"}  # a term of the MFU formula ("avg(TFLOPS_GPU)"),
 def test_every_seed_variable_has_a_place(seeds):
     import re
 
-    from llmb.engines.frameworks.settings import FRAMEWORK_SETTINGS, SEED_VARIABLES
+    from llmb.engines.frameworks.settings import FRAMEWORK_SETTINGS, RECIPE_VARIABLES
 
     named = set()
     for path in seeds.glob("*.md"):
@@ -409,10 +409,10 @@ def test_every_seed_variable_has_a_place(seeds):
         # Nemotron-4 seed lost its formatting ("llmb-qaAPP_SECRET- ...").
         named |= set(re.findall(r"(?:\b|(?<=[a-z]))[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]\b", text))
         named |= set(re.findall(r"\bDTYPE\b", text))
-    assert named - NOT_VARIABLES == set(SEED_VARIABLES), "every seed variable, and only those"
-    assert set(FRAMEWORK_SETTINGS) <= {k for k, (kind, _) in SEED_VARIABLES.items() if kind == "framework"}
+    assert named - NOT_VARIABLES == set(RECIPE_VARIABLES), "every seed variable, and only those"
+    assert set(FRAMEWORK_SETTINGS) <= {k for k, (kind, _) in RECIPE_VARIABLES.items() if kind == "framework"}
     doc = (Path(__file__).parents[1] / "docs" / "production-frameworks.md").read_text()
-    assert [v for v in SEED_VARIABLES if f"`{v}`" not in doc] == []
+    assert [v for v in RECIPE_VARIABLES if f"`{v}`" not in doc] == []
 
 
 # ------------------------------------------------------------------ the data: production sections

@@ -93,7 +93,7 @@ def test_seed_defaults_fill_missing_values(host):
     assert (r.size, r.dtype) == ("400b", "bf16")
     with pytest.raises(RecipeError, match=r"no GPU type given \(use --gpu or set GPU_TYPE\); valid: gb300, gb200, b200, h100"):
         resolve(host, "llama31", "8b", None, "fp8", 8)
-    with pytest.raises(RecipeError, match="The seed's defaults supplied size 405b, dtype fp8"):
+    with pytest.raises(RecipeError, match="The published recipe's defaults supplied size 405b, dtype fp8"):
         resolve(host, "llama31", gpu="h100", gpus=8)
 
 
@@ -116,7 +116,7 @@ def test_refusals_name_the_bad_value_and_the_valid_ones(host, kwargs, message):
 def test_overrides_apply_and_are_reported(host):
     r = resolve(host, "llama31", "8b", "b200", "nvfp4", 8, overrides={"mbs": 2, "layers": 4})
     assert (r.mbs, r.ga, r.layers) == (2, 8, 4)
-    assert any("--set mbs=2 overrides the seed's MBS 4" in w for w in r.warnings)
+    assert any("--set mbs=2 overrides the published recipe's MBS 4" in w for w in r.warnings)
     with pytest.raises(RecipeError, match=r"with your --set overrides is impossible: .*GA would be 10.67"):
         resolve(host, "llama31", "8b", "h100", "bf16", 8, overrides={"mbs": 3})
     with pytest.raises(RecipeError, match="exceeds the model's 32 layers"):

@@ -40,11 +40,11 @@ def _data_tables():
     for workload in PLUGINS:
         for variant in _raw(workload)["variants"]:
             for table in variant["tables"]:
-                yield workload, variant["seed"], table
+                yield workload, variant["document"], table
 
 
 def test_every_seed_recipe_table_is_in_the_data(seeds):
-    in_data = {(seed, table["seed_table"]) for _, seed, table in _data_tables()}
+    in_data = {(seed, table["table"]) for _, seed, table in _data_tables()}
     in_seeds = {
         (path.name, t.index)
         for path in sorted(seeds.glob("*.md"))
@@ -58,10 +58,10 @@ def test_every_seed_recipe_table_is_in_the_data(seeds):
 @pytest.mark.parametrize("workload", PLUGINS)
 def test_recipe_tables_match_the_seed_cell_by_cell(workload, seeds):
     for variant in _raw(workload)["variants"]:
-        seed_tables = read_tables((seeds / variant["seed"]).read_text())
+        seed_tables = read_tables((seeds / variant["document"]).read_text())
         for table in variant["tables"]:
-            printed = seed_tables[table["seed_table"]]
-            where = f"{variant['seed']} table {table['seed_table']}"
+            printed = seed_tables[table["table"]]
+            where = f"{variant['document']} table {table['table']}"
             assert [COLUMN_NAMES[h.strip().lower()] for h in printed.header] == [
                 COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]
             ], where

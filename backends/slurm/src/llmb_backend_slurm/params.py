@@ -20,7 +20,7 @@ from llmb_backend_slurm import sbatch_options
 
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 _RECIPE = "llmb sets it from the recipe; change the recipe (--gpus, --gpus-per-node) instead"
-_LAYOUT = "llmb sets it: the job's name, output and directory follow the seeds' experiment layout"
+_LAYOUT = "llmb sets it: the job's name, output and directory follow the published recipes' experiment layout"
 _SUBMISSION = "llmb sets it: its submission and tracking depend on it"
 # sbatch options llmb sets itself, and why: giving them here would contradict the recipe or the job's bookkeeping.
 OWNED = {

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from llmb.recipes.references import Figure, Missing
 from llmb.results.compare import DEFAULT_THRESHOLD, NOT_COMPARED, compare
-from llmb.results.records import RunResult
+from llmb.results.records import RunResult, tflops_source_words
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 LOSS_WINDOW = 10  # iterations at each end of the run whose mean losses are compared
@@ -93,7 +93,7 @@ def tflops_gate(result: RunResult) -> Gate:
     if tflops is None or not math.isfinite(tflops):
         return Gate("tflops", FAIL, "-", "no TFLOP/s/GPU in the statistics window")
     return Gate("tflops", PASS if tflops > 0 else FAIL, f"{tflops:.3g}", f"{tflops:g} TFLOP/s/GPU "
-                f"({result.stats.tflops_source or 'log'})")
+                f"({tflops_source_words(result.stats.tflops_source or 'log')})")
 
 
 def cv_gate(result: RunResult) -> Gate:

@@ -154,7 +154,7 @@ def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
 @click.pass_context
 def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan,
                     baseline_spec, threshold, reference, allow_missing, full_names, as_json):
-    """Compare each run with the seeds' published step time for its exact
+    """Compare each run with the published recipe's step time for its exact
     configuration (workload, size, GPU type, dtype, GPU count, scaling) and,
     with --baseline, with a baseline run of the same configuration (never
     the run itself). A run passes at --threshold of

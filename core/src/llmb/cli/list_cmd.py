@@ -60,9 +60,9 @@ def _print_errata(workload) -> None:
     errata = [e for v in workload.variants for e in v.errata] + list(workload.notes)
     if not errata:
         return
-    click.echo(f"\nSeed errata of {workload.name} (docs/recipes-and-errata.md):")
+    click.echo(f"\nErrata of {workload.name}'s published recipes (docs/recipes-and-errata.md):")
     for e in errata:
-        click.echo(f"  [{e.id}] ({e.kind}) {e.seed_says}.\n      llmb: {e.resolution}.")
+        click.echo(f"  [{e.id}] ({e.kind}) {e.recipe_says}.\n      llmb: {e.resolution}.")
 
 
 @click.command("list")
@@ -71,7 +71,7 @@ def _print_errata(workload) -> None:
 @click.pass_context
 def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> None:
     """Show the support matrix: for each workload, variant and size, the GPU
-    types, dtypes and GPU counts its seed recipes cover."""
+    types, dtypes and GPU counts its published recipes cover."""
     host = get_host(ctx)
     chosen = [host.workload(workload)] if workload else list(host.workloads().values())
     matrix = support_matrix(chosen)

@@ -11,7 +11,7 @@ from llmb.recipes.gpus import MAX_GPUS_PER_NODE
 
 def recipe_options(func):
     """The options that select a recipe, shared by every command that runs one.
-    Each falls back to the seeds' environment variable (flags win)."""
+    Each falls back to the recipe READMEs' environment variable (flags win)."""
     options = [
         click.option("--size", envvar="MODEL_SIZE", help="Model size, e.g. 8b. [env: MODEL_SIZE]"),
         click.option("--gpu", envvar="GPU_TYPE", help="GPU type, e.g. h100, b200, gb200. [env: GPU_TYPE]"),
@@ -96,7 +96,7 @@ def render_plan(plan) -> str:
             + f", {_na(e.days_1t)} days per 1T tokens ({e.provenance.describe()})"
         )
         if e.erratum and e.printed_mfu_pct is None:
-            lines.append(f"               note: the seed's figure is affected by erratum [{e.erratum}]")
+            lines.append(f"               note: the published figure is affected by erratum [{e.erratum}]")
     else:
         variant = plan.workload.variant(r.variant) or plan.workload.default_variant
         lines.append(f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
@@ -130,8 +130,8 @@ def render_plan(plan) -> str:
 def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, as_json):
     """Resolve WORKLOAD's recipe for a size, GPU type, dtype and GPU count and
     show it: parallel layout with DP and GA derived, model FLOPs, a per-GPU
-    memory estimate, the seed's published numbers where it has them, and any
-    warnings or seed errata that apply."""
+    memory estimate, the published recipe's numbers where it has them, and
+    any warnings or recipe errata (errors in the published recipe) that apply."""
     from llmb.recipes.planning import make_plan
 
     host = get_host(ctx)

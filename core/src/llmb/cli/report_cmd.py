@@ -80,7 +80,7 @@ def report_command(ctx, results, sweep_id, out_dir, as_json):
     """Plot runs against GPU count and write a report to --out: step time,
     tokens/s, scaling efficiency and MFU, one line per configuration
     (workload, variant, size, GPU type, dtype, scaling, proxy) with repeats
-    as mean and standard-deviation error bars, the seeds' published figures
+    as mean and standard-deviation error bars, the published recipes' figures
     dashed beside them, and every point and every failed run in tables
     (index.html, self-contained; summary.md).
 

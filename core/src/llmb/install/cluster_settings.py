@@ -133,7 +133,7 @@ SETTINGS = (
     Setting("gres", "--gres", "SBATCH_GRES", "gres", gres, "detected from the cluster"),
     Setting("numa_binding", "--numa-binding", "LLMB_NUMA_BINDING", "numa_binding", boolean,
             "true: each rank on its GPU's NUMA node", True),
-    Setting("gpu", "--gpu", "GPU_TYPE", "gpu", gpu, "none: --gpu or the seed's default"),
+    Setting("gpu", "--gpu", "GPU_TYPE", "gpu", gpu, "none: --gpu or the published recipe's default"),
     Setting("gpus_per_node", "--gpus-per-node", "GPUS_PER_NODE", "gpus_per_node", gpus_per_node,
             "the GPU type's: 4 on GB200/GB300, 8 otherwise"),
 )

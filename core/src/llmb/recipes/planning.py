@@ -29,7 +29,7 @@ class Plan:
     @property
     def warnings(self) -> tuple[str, ...]:
         out = list(self.recipe.warnings)
-        out += [f"seed erratum {e.describe()}" for e in self.recipe.errata]
+        out += [f"recipe erratum {e.describe()}" for e in self.recipe.errata]
         m = self.memory
         if m.exceeds_margin:
             out.append(
@@ -118,7 +118,7 @@ def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
 
 
 def find_reference(workload: Workload, recipe: Recipe) -> ReferenceResult | None:
-    """The published figures for exactly this configuration, if the seed has them."""
+    """The published figures for exactly this configuration, if the recipe document has them."""
     if recipe.overrides:
         return None
     found = workload.published(recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus)

@@ -145,7 +145,7 @@ class Provenance:
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Erratum:
-    """A place where a seed is wrong, and what llmb does instead.
+    """A place where a published recipe document is wrong, and what llmb does instead.
 
     ``kind`` says how it was found: ``dp-ga`` (the printed DP or GA contradict
     DP = GPUs/(TP*PP*CP), GA = GBS/(MBS*DP)), ``memory`` (the row cannot fit
@@ -153,14 +153,14 @@ class Erratum:
     """
 
     id: str
-    seed: str
-    seed_says: str
+    document: str  # the public name of the recipe document it corrects
+    recipe_says: str  # what the document prints, and why it is wrong
     resolution: str
     source: str = ""
     kind: str = "figure"
 
     def describe(self) -> str:
-        return f"[{self.id}] {self.seed_says} — llmb uses {self.resolution}"
+        return f"[{self.id}] {self.recipe_says} — llmb uses {self.resolution}"
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)  # identity equality: cheaper to define, never compared

@@ -81,7 +81,7 @@ def resolve_from_tables(workload: Workload, request: RecipeRequest) -> Recipe:
         if not defaulted:
             raise
         raise RecipeError(
-            f"{exc} (The seed's defaults supplied {', '.join(defaulted)}; choose with --size, --gpu, --dtype.)"
+            f"{exc} (The published recipe's defaults supplied {', '.join(defaulted)}; choose with --size, --gpu, --dtype.)"
         ) from None
 
 
@@ -138,7 +138,7 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
             raise
     smallest = min(series, key=lambda s: s.min_gpus)
     warnings = [
-        f"the proxy runs on {gpus} rank{'s' if gpus != 1 else ''}; the seed's recipe (MBS, GA, layout) is taken at "
+        f"the proxy runs on {gpus} rank{'s' if gpus != 1 else ''}; the published recipe (MBS, GA, layout) is taken at "
         f"its smallest tested scale, {smallest.min_gpus} GPUs."
     ]
     return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, warnings, label)
@@ -163,7 +163,7 @@ def _choose_series(
     if gpus > largest.max_gpus:
         rule = f"GBS = {largest.gbs}" if largest.gbs.per_gpu else f"GBS fixed at {largest.gbs}"
         return largest, False, [
-            f"{gpus} GPUs is above the largest scale the seed tests for {label} "
+            f"{gpus} GPUs is above the largest scale the published recipe tests for {label} "
             f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {rule})."
         ]
     if gpus < smallest:
@@ -208,7 +208,7 @@ def build_recipe(
             raise RecipeError(f"cannot override {key!r}; settable: {_join(LAYOUT_KEYS)}.")
         if value != layout[key]:
             before = layout[key]
-            warnings.append(f"--set {key}={value} overrides the seed's {key.upper()} {_show(before)}.")
+            warnings.append(f"--set {key}={value} overrides the published recipe's {key.upper()} {_show(before)}.")
         layout[key] = value
     gbs_expr = layout["gbs"] if isinstance(layout["gbs"], ScaleExpr) else ScaleExpr.constant(int(layout["gbs"]))
     probe = replace(series, **{k: v for k, v in layout.items() if k != "gbs"}, gbs=gbs_expr)

@@ -124,8 +124,42 @@ def _read(package: str, resource: str) -> Any:
     return load_yaml(files(package).joinpath(resource).read_bytes())
 
 
+# The keys of workload files written before llmb 0.2 named the recipe document a "seed".
+_OLD_KEYS = {"seed": "document", "seed_table": "table", "seed_says": "recipe_says"}
+
+
+def _with_current_keys(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the old names of the document keys (``seed``, ``seed_table``, ``seed_says``) in
+    variants, their tables and errata, notes and references renamed, with a DeprecationWarning:
+    a published plugin keeps loading."""
+    renamed: set[str] = set()
+
+    def fix(entry: Any, nested: tuple[str, ...] = ()) -> Any:
+        if not isinstance(entry, dict):
+            return entry
+        old = [key for key in _OLD_KEYS if key in entry and _OLD_KEYS[key] not in entry]
+        renamed.update(old)
+        entry = {(_OLD_KEYS[key] if key in old else key): value for key, value in entry.items()}
+        for key in nested:
+            if isinstance(entry.get(key), list):
+                entry[key] = [fix(item) for item in entry[key]]
+        return entry
+
+    out = dict(raw)
+    for section, nested in (("variants", ("tables", "errata")), ("notes", ()), ("references", ())):
+        if isinstance(raw.get(section), list):
+            out[section] = [fix(item, nested) for item in raw[section]]
+    if renamed:
+        import warnings
+
+        warnings.warn(f"workload {raw.get('name')!r}: {', '.join(sorted(renamed))} are the old names of document, "
+                      f"table and recipe_says; rename them", DeprecationWarning, stacklevel=3)
+    return out
+
+
 def workload_from_dict(raw: dict[str, Any]) -> Workload:
     with _context("workload"):
+        raw = _with_current_keys(raw)
         name = str(raw["name"])
         raw["variants"]
     archs = _architectures(raw.get("architectures") or {})
@@ -146,7 +180,7 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         with _context(f"references entry {index + 1}"):
             references.extend(_references(ref, titles))
     with _context("notes"):
-        notes = tuple(_erratum(e, seed=e.get("seed", "")) for e in raw.get("notes") or ())
+        notes = tuple(_erratum(e, _title(titles, str(e.get("document", "")))) for e in raw.get("notes") or ())
     known = {n.id for n in notes}
     for ref in references:
         if ref.erratum and ref.erratum not in known:
@@ -221,15 +255,15 @@ def _title(titles: dict[str, str], seed: str) -> str:
 
 def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
     name = str(raw["name"])
-    seed = str(raw["seed"])
+    seed = str(raw["document"])
     title = _title(titles, seed)
     framework = _one_of(raw["framework"], FRAMEWORKS, "framework")
     seed_rows = []
     for table in raw["tables"]:
-        with _context(f"table {table.get('seed_table', '?')}"):
+        with _context(f"table {table.get('table', '?')}"):
             seed_rows.extend(_seed_rows(name, Provenance(seed=seed, title=title, table=None, rows=()), table))
     seed_rows = tuple(seed_rows)
-    errata = tuple(_erratum(e, seed) for e in raw.get("errata") or ())
+    errata = tuple(_erratum(e, title) for e in raw.get("errata") or ())
     amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata, strict=True)]
     amendments += [(a, None) for a in raw.get("adjustments") or ()]
     series = _series(seed_rows, amendments)
@@ -291,7 +325,7 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
         raise ValueError(f"missing columns {missing}")
     gpu = _one_of(table["gpu"], list(catalogue()), "GPU type")
     scaling = _one_of(table.get("scaling", "weak"), SCALINGS, "scaling")
-    provenance_table = int(table["seed_table"])
+    provenance_table = int(table["table"])
     for index, cells in enumerate(table["rows"]):
         with _context(f"row {index + 1}"):
             if len(cells) != len(columns):
@@ -328,11 +362,11 @@ def _printed_or(value: Any) -> ScaleExpr:
     return ScaleExpr.constant(0) if value is None else ScaleExpr.parse(value)
 
 
-def _erratum(raw: dict[str, Any], seed: str) -> Erratum:
+def _erratum(raw: dict[str, Any], document: str) -> Erratum:
     return Erratum(
         id=str(raw["id"]),
-        seed=seed,
-        seed_says=str(raw["seed_says"]).strip(),
+        document=document,
+        recipe_says=str(raw["recipe_says"]).strip(),
         resolution=str(raw["resolution"]).strip(),
         source=str(raw.get("source", "")).strip(),
         kind=str(raw.get("kind", "figure")),
@@ -468,9 +502,9 @@ def _references(raw: dict[str, Any], titles: dict[str, str]) -> Iterable[Referen
             days_1t=_opt_float(row.get("days_1t")),
             tflops_per_gpu=_opt_float(row.get("tflops_per_gpu")),
             provenance=Provenance(
-                seed=str(raw["seed"]),
-                title=_title(titles, str(raw["seed"])),
-                table=None if raw.get("seed_table") is None else int(raw["seed_table"]),
+                seed=str(raw["document"]),
+                title=_title(titles, str(raw["document"])),
+                table=None if raw.get("table") is None else int(raw["table"]),
                 rows=(index,),
             ),
             scaling=_one_of(raw.get("scaling", "weak"), SCALINGS, "scaling"),

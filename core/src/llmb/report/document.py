@@ -60,7 +60,7 @@ def build_document(data: ReportData, plots: list[Plot], omitted: list[str], sour
     if data.series:
         blocks += [Heading("Series", 2), Paragraph(
             "Each point is the mean over the runs at that GPU count, ± the sample standard deviation across "
-            "repeats; the published step time is the seed's for the same configuration. " + EFFICIENCY_FORMULAS)]
+            "repeats; the published step time is the recipe's for the same configuration. " + EFFICIENCY_FORMULAS)]
     for series in data.series:
         blocks.append(Heading(series.label, 3))
         if series.notes:

@@ -58,7 +58,7 @@ EFFICIENCY = "scaling_efficiency"
 PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, EFFICIENCY, MFU.name)  # in the report's order
 NO_EFFICIENCY = "every series has one GPU count only, so there is no efficiency curve"
 MEASURED_HOW = ("Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
-                "dashed with open markers: the seeds' published figures; a figure a seed erratum corrects is "
+                "dashed with open markers: the published recipes' figures; a figure a recipe erratum corrects is "
                 "plotted corrected and marked with the printed value.")
 
 

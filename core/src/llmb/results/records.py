@@ -174,6 +174,16 @@ class RunContext:
 GPU_SOURCES = ("recipe", "provenance", "--gpu", "cluster file")
 ASSUMED_GPU_SOURCES = ("--gpu", "cluster file")
 
+# Where a run's TFLOP/s/GPU came from (``WindowStats.tflops_source``), in the words a summary shows beside
+# the figure: the framework's own log lines, or llmb's GBS * model FLOPs / step time / GPUs where the log
+# has none or its figure is invalid (Nemotron-H).
+TFLOPS_SOURCES = {"log": "from the log", "computed": "from model FLOPs"}
+
+
+def tflops_source_words(source: str | None) -> str:
+    """``(from the log)``'s words for a ``tflops_source``; ``-`` when there is none."""
+    return TFLOPS_SOURCES.get(source, source) if source else "-"
+
 
 @dataclass(frozen=True)
 class WindowStats:

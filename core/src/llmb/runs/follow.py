@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from llmb.results.parsers import MegatronBridgeReader, NeMo2Reader
+from llmb.results.records import tflops_source_words
 from llmb.runs.jobs import TERMINAL, Job, JobStatus
 
 
@@ -129,7 +130,7 @@ def summary(status: JobStatus) -> str:
                 f"  window      iterations {result['window']} ({result['samples_in_window']} samples)",
                 f"  step time   {f('time_mean_ms', 1)} ms mean, {f('time_std_dev_ms', 1)} ms std",
                 f"  throughput  {f('tokens_per_s', 0)} tokens/s, {f('tflops_per_gpu_mean', 2)} TFLOP/s/GPU "
-                f"({result.get('tflops_source') or '-'})",
+                f"({tflops_source_words(result.get('tflops_source'))})",
                 "  MFU         " + (f('mfu_pct', 2, '%') if result.get("mfu_pct") is not None
                                     else "- (no GPU peak applies)")
                 + (f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)" if result.get("dtype") != "bf16"

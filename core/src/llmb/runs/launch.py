@@ -78,7 +78,7 @@ def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str
     if options.engine == "production":
         if options.proxy:
             raise UsageError(f"--proxy {options.proxy} is a torch-engine model; the production engine runs the "
-                             f"seed's architecture (use --layers N for a shallower one).")
+                             f"published recipe's architecture (use --layers N for a shallower one).")
         return framework
     if options.engine is not None:
         raise UsageError(f"unknown --engine {options.engine!r}; valid: torch, production.")
@@ -101,8 +101,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     would do, writing and sending nothing."""
     host.backend(backend_name)  # an unknown backend is refused before any work
     if options.nccl_trace and options.profile:
-        raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately: "
-                         "a profile of a traced run is not valid for comparison).")
+        raise UsageError("--profile and --nccl-trace cannot be combined (the published recipes run them "
+                         "separately: a profile of a traced run is not valid for comparison).")
     backend_secrets = {name for backend in host.backends().values() for name in backend.secrets}
     declared = {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets}
     for name, value in options.env:
@@ -198,7 +198,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
             raise PluginError(problem)
     if options.nccl_trace:
         steps = min(steps, NCCL_TRACE_STEPS)
-        warnings.append(f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the seeds' traced runs do.")
+        warnings.append(f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the published recipes' "
+                        f"traced runs do.")
     if engine_profile and steps < engine_profile["stop"]:
         warnings.append(f"the profile window {engine_profile['start']}-{engine_profile['stop']} ends after the run's "
                         f"last step ({steps}).")
@@ -239,7 +240,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     recipe_record = plan.as_dict()
     recipe_record.update({
         "job_id": job_id, "backend": backend_name, "engine": engine, "proxy": spec.proxy is not None,
-        "proxy_kind": spec.proxy, "seed_recipe": {k: recipe_record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
+        "proxy_kind": spec.proxy,
+        "published_recipe": {k: recipe_record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
         "gpus": ranks, "nodes": nodes, "gpus_per_node": per_node, "mbs": mbs, "ga": ga, "gbs": gbs,
         "dp": ranks if torch_engine else recipe.dp, "seq_len": seq_len, "layers": arch.layers, "steps": steps,
         "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,

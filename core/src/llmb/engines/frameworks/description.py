@@ -119,11 +119,13 @@ def _train_iters(recipe: Recipe, options: RunOptions, window: tuple[int, int] | 
                  load: bool) -> tuple[int, list[str]]:
     steps = options.steps or recipe.steps
     if load:
-        return 1, ["the seeds train 1 step after loading a checkpoint"]
+        return 1, ["the published recipes train 1 step after loading a checkpoint"]
     if options.nccl_trace:
-        return min(steps, NCCL_TRACE_STEPS), [f"NCCL trace: {NCCL_TRACE_STEPS} steps, as the seeds' traced runs"]
+        return min(steps, NCCL_TRACE_STEPS), [f"NCCL trace: {NCCL_TRACE_STEPS} steps, as the published recipes' "
+                                              f"traced runs"]
     if window is not None and window[1] != steps:
-        return window[1], [f"profiled runs end at the profile's last step ({window[1]}), as the seeds' launchers do"]
+        return window[1], [f"profiled runs end at the profile's last step ({window[1]}), as the published "
+                           f"recipes' launchers do"]
     return steps, []
 
 
@@ -158,7 +160,7 @@ def _profiling(framework: Framework, production: Production, recipe: Recipe, opt
 def _parallelism(recipe: Recipe, notes: list[str]) -> dict:
     vp = recipe.vp if recipe.vp and recipe.vp > 1 and recipe.pp > 1 else None
     if recipe.vp and recipe.vp > 1 and recipe.pp == 1:
-        notes.append(f"the seed's VP {recipe.vp} with PP 1 has no pipeline to interleave: the framework is told "
+        notes.append(f"the published VP {recipe.vp} with PP 1 has no pipeline to interleave: the framework is told "
                      f"no virtual pipeline")
     return {"tp": recipe.tp, "pp": recipe.pp, "cp": recipe.cp, "vp": vp, "ep": recipe.ep or 1, "etp": recipe.etp,
             "dp": recipe.dp, "sequence_parallel": recipe.tp > 1, "fsdp": recipe.fsdp}
@@ -248,7 +250,7 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
     """The framework configuration of ``recipe`` run with ``options`` (JSON-serialisable)."""
     production = production_of(workload, recipe.variant)
     if options.profile and options.nccl_trace:
-        raise UsageError("--profile and --nccl-trace cannot be combined (the seeds run them separately).")
+        raise UsageError("--profile and --nccl-trace cannot be combined (the published recipes run them separately).")
     arch = workload.architecture(recipe.size)
     window = _window(production, options)
     train_iters, notes = _train_iters(recipe, options, window, checkpoint_load_dir is not None)

@@ -1,7 +1,7 @@
 """The seeds' environment variables: where each one is handled, and the
 framework settings some of them map to.
 
-Every variable the seed documents name is listed in ``SEED_VARIABLES`` (a
+Every variable the recipe documents name is listed in ``RECIPE_VARIABLES`` (a
 test reads the seeds and checks), with the part of llmb that honours it.
 Variables that change what the framework is told (``TP_COMM_OVERLAP``) arrive
 in the recipe's environment (a site plugin's ``Recipe.with_env``) or the
@@ -54,7 +54,7 @@ FRAMEWORK_SETTINGS = {
 # recipe: llmb plan/run options), run (llmb run options), framework (a framework
 # setting, above), backend (cluster submission), install (llmb install), paths, name
 # (a part of a generated file name, not a setting).
-SEED_VARIABLES: Mapping[str, tuple[str, str]] = {
+RECIPE_VARIABLES: Mapping[str, tuple[str, str]] = {
     "MODEL_SIZE": ("recipe", "--size"),
     "DTYPE": ("recipe", "--dtype"),
     "GPU_TYPE": ("recipe", "--gpu (llmb plan/run), --gpu (llmb install)"),
@@ -62,8 +62,8 @@ SEED_VARIABLES: Mapping[str, tuple[str, str]] = {
     "GPUS_PER_NODE": ("recipe", "--gpus-per-node"),
     "STRONG_SCALING": ("recipe", "--strong-scaling"),
     "ENABLE_PROFILE": ("run", "--profile: nsys over the profiled steps (framework profiling settings)"),
-    "PROFILE_START_STEP": ("run", "--profile-start (default: the seed's window)"),
-    "PROFILE_STOP_STEP": ("run", "--profile-stop; the run ends at this step, as the seeds' profiled runs do"),
+    "PROFILE_START_STEP": ("run", "--profile-start (default: the published recipe's window)"),
+    "PROFILE_STOP_STEP": ("run", "--profile-stop; the run ends at this step, as the published recipes' profiled runs do"),
     "RUN_CONF_PROFILE_START_STEP": ("run", "--profile-start (the replaced tool's README spelling)"),
     "RUN_CONF_PROFILE_STOP_STEP": ("run", "--profile-stop (the replaced tool's README spelling)"),
     "ENABLE_GPU_METRICS": ("run", "--gpu-metrics: nsys GPU metrics, sampled by local rank 0 of each node"),
@@ -72,14 +72,14 @@ SEED_VARIABLES: Mapping[str, tuple[str, str]] = {
     "CHECKPOINT_DIR": ("run", "--checkpoint-dir: where the framework saves"),
     "LOAD_CHECKPOINT_PATH": ("run", "--checkpoint-load: the framework loads it and trains 1 step"),
     "TP_COMM_OVERLAP": ("framework", "tp_comm_overlap (--env TP_COMM_OVERLAP=False)"),
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("framework", "passed to every rank with --env (the seed quotes it from an "
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("framework", "passed to every rank with --env (the recipe README quotes it from an "
                                                   "NCCL error message)"),
     "HF_TOKEN": ("install", "llmb install: the gated Hugging Face downloads; never passed to jobs"),
     "LLMB_INSTALL": ("paths", "the install directory (images, workloads, results)"),
     "LLMB_WORKLOAD": ("paths", "derived: $LLMB_INSTALL/workloads/<workload>"),
     "LLMB_REPO": ("paths", "not needed: the recipes are llmb's plugins"),
-    "STAGE_PATH": ("paths", "the older seeds' LLMB_INSTALL; llmb install warns and uses LLMB_INSTALL"),
-    "INSTALL_PATH": ("paths", "the seeds' conda instructions; llmb needs no conda"),
+    "STAGE_PATH": ("paths", "the older recipe READMEs' LLMB_INSTALL; llmb install warns and uses LLMB_INSTALL"),
+    "INSTALL_PATH": ("paths", "the recipe READMEs' conda instructions; llmb needs no conda"),
     "SBATCH_ACCOUNT": ("backend", "Slurm backend"),
     "SBATCH_PARTITION": ("backend", "Slurm backend"),
     "SBATCH_GPUS_PER_NODE": ("backend", "Slurm backend"),
@@ -94,9 +94,9 @@ SEED_VARIABLES: Mapping[str, tuple[str, str]] = {
     "SLURM_JOB_ID": ("name", "nsys report names: profile_%q{SLURM_JOB_ID}_..."),
     "SLURM_JOBID": ("name", "nsys report names (Nemotron-H's spelling of SLURM_JOB_ID)"),
     "SLURM_NODEID": ("name", "nsys report names"),
-    "SLURM_PROCID": ("name", "nsys report names (NeMo 2 seeds)"),
-    "SLURM_LOCALID": ("name", "nsys report names (Megatron-Bridge seed)"),
-    "PROCESS_ID": ("name", "nsys report names (the Llama 3.1 NeMo 2 seed's profile_${PROCESS_ID})"),
+    "SLURM_PROCID": ("name", "nsys report names (NeMo 2 recipes)"),
+    "SLURM_LOCALID": ("name", "nsys report names (Megatron-Bridge recipe)"),
+    "PROCESS_ID": ("name", "nsys report names (the Llama 3.1 NeMo 2 recipe's profile_${PROCESS_ID})"),
 }
 
 
@@ -112,7 +112,7 @@ def apply(environment: Mapping[str, str]) -> tuple[dict[str, object], list[dict]
         if setting is not None:
             values[setting.key] = setting.parse(name, value)
             applied.append({"variable": name, "value": value, "sets": setting.key, "to": values[setting.key]})
-        elif SEED_VARIABLES.get(name, ("",))[0] == "run":
+        elif RECIPE_VARIABLES.get(name, ("",))[0] == "run":
             notes.append(f"{name} in the run's environment does not change the run; use llmb run "
-                         f"{SEED_VARIABLES[name][1].split(':')[0]} (the variable is read as that option's default).")
+                         f"{RECIPE_VARIABLES[name][1].split(':')[0]} (the variable is read as that option's default).")
     return values, applied, notes
