@@ -55,6 +55,15 @@ def _llmb_executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("llmb") or "llmb")
 
 
+@pytest.fixture(autouse=True)
+def _warnings_said_afresh():
+    """A warning is said once per command (llmb.log); in this process each
+    test starts afresh, as each command does, with the format from its environment."""
+    from llmb import log
+
+    log.configure()
+
+
 @pytest.fixture(scope="session")
 def llmb_proc(tmp_path_factory):
     """Run the installed ``llmb`` console script as a separate process."""
@@ -63,8 +72,7 @@ def llmb_proc(tmp_path_factory):
     install = tmp_path_factory.mktemp("install")
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
-        full_env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS}
-        full_env["LLMB_LOG_FORMAT"] = "json"
+        full_env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS and k != "LLMB_LOG_FORMAT"}
         full_env["LLMB_INSTALL"] = str(install)
         full_env.update(env or {})
         proc = subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)

@@ -150,7 +150,7 @@ class SlurmBackend:
             raise
         job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
         for warning in settings["warnings"]:
-            get_logger("llmb.slurm").warning(warning, job=job.id)
+            get_logger("llmb.slurm").warning(warning)  # about the cluster, not the job: said once
             _note(spec.log, f"warning: {warning}")
         return self._submit_attempt(job, spec, first=True)
 
@@ -180,7 +180,7 @@ class SlurmBackend:
         settings = self.settings(spec, submit, problems)
         job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
         for warning in settings["warnings"]:
-            get_logger("llmb.slurm").warning(warning, job=job.id)
+            get_logger("llmb.slurm").warning(warning)  # about the cluster, not the job: said once
         script_path = os.path.join(spec.run_dir, f"sbatch_{spec.experiment}.sh")
         try:
             text = render(self._script(job, spec, 1))

@@ -58,7 +58,11 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmb", prog_name="llmb")
-def cli() -> None:
+@click.option("--log-format", type=click.Choice(["console", "json"], case_sensitive=False),
+              envvar="LLMB_LOG_FORMAT",
+              help="Warnings and logs on stderr: plain 'llmb: warning: ...' lines (console, the default) "
+                   "or structlog JSON lines (json). Variable: LLMB_LOG_FORMAT.")
+def cli(log_format: str | None) -> None:
     """llmb runs NVIDIA's LLM pre-training benchmarks (Llama 3.1, Llama 4
     Maverick, Nemotron-4, Nemotron-H) and reports step time, tokens/s,
     TFLOPS/GPU, MFU and time-to-train against the published numbers.
@@ -70,6 +74,9 @@ def cli() -> None:
       llmb run llama31 --size 8b --gpu h100 --dtype bf16 --gpus 2 --proxy tiny
       llmb results
     """
+    from llmb import log
+
+    log.configure(fmt=log_format and log_format.lower())  # each command says each warning once
 
 
 def get_host(ctx: click.Context):  # -> PluginHost, imported lazily
@@ -87,7 +94,7 @@ def _fail(message: str, code: int) -> None:
 
 
 def _name_the_environment_variable(exc: click.BadParameter) -> None:
-    """Say so when a bad value came from a seed variable rather than a flag."""
+    """Say so when a bad value came from an environment variable rather than a flag."""
     param, ctx = exc.param, exc.ctx
     if param is None or ctx is None or not getattr(param, "envvar", None):
         return

@@ -12,6 +12,7 @@ import click
 from llmb.cli import get_host
 from llmb.cli.output import emit_json
 from llmb.errors import UsageError
+from llmb.log import warn
 
 
 def _suite_roots(ctx, suite_id: str):
@@ -54,8 +55,8 @@ def _really_inside(install: str, roots: list[tuple[str, str]]) -> list[tuple[str
         if link is None:
             kept.append((directory, name))
         else:
-            click.echo(f"llmb: warning: left out {name}: it is reached through the symbolic link {link}; "
-                       f"name the directory (llmb archive DIR) to pack it.", err=True)
+            warn(f"left out {name}: it is reached through the symbolic link {link}; "
+                 f"name the directory (llmb archive DIR) to pack it.")
     return kept
 
 

@@ -8,6 +8,7 @@ import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table
+from llmb.log import warn
 
 
 def _shown(value: object) -> str:
@@ -59,7 +60,7 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
     images = next(s.value for s in settings if s.name == "images")
     unknown = sorted(set(images) - set(get_host(ctx).workloads())) if images else []
     for name in unknown:
-        click.echo(f"llmb: warning: {path}: images.{name} names no installed workload; no run uses it.", err=True)
+        warn(f"{path}: images.{name} names no installed workload; no run uses it.")
     if as_json:
         emit_json({"file": path, "exists": config is not None, "settings": [
             {"name": s.name, "key": s.key, "flag": s.flag, "variable": s.variable, "value": s.value,

@@ -8,6 +8,7 @@ import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json
+from llmb.log import warn
 
 
 def _report(plan, token_set: bool, dry_run: bool) -> str:
@@ -35,7 +36,7 @@ def _report(plan, token_set: bool, dry_run: bool) -> str:
 @click.pass_context
 def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry_run, as_json):
     """Prepare $LLMB_INSTALL for WORKLOADS (default: every installed one), as
-    the seeds' installer does: the folders, each container image imported
+    the published recipes' installer does: the folders, each container image imported
     with enroot (images/<name>.sqsh) and the Hugging Face configs and
     tokenizers the production frameworks read. What is already there is
     skipped; a failed step is reported and the others still run.
@@ -51,8 +52,8 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
 
     host = get_host(ctx)
     if os.environ.get("STAGE_PATH") and not os.environ.get("LLMB_INSTALL"):
-        click.echo("llmb: warning: STAGE_PATH is the older seeds' name for the install directory; llmb uses "
-                   "LLMB_INSTALL (set it to keep using that directory).", err=True)
+        warn("STAGE_PATH is the older recipe READMEs' name for the install directory; llmb uses "
+             "LLMB_INSTALL (set it to keep using that directory).")
     chosen = [host.workload(name) for name in workloads] or list(host.workloads().values())
     plan = install.plan(chosen, install_dir(), gpu=gpu, variant=variant, named=bool(workloads),
                         with_images=not no_images, with_huggingface=not no_huggingface)
@@ -60,7 +61,7 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
     problems = install.missing(plan)
     if dry_run:
         for problem in problems:
-            click.echo(f"llmb: warning: a real install would stop here: {problem}.", err=True)
+            warn(f"a real install would stop here: {problem}.")
     elif problems:
         listed = "\n".join(f"  - {p}." for p in problems)
         raise UsageError(f"llmb install cannot start; nothing was done:\n{listed}")

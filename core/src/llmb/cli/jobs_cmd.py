@@ -12,6 +12,7 @@ from llmb.cli.output import emit_json, render_table
 from llmb.cli.plan_cmd import build_request, recipe_options
 from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
+from llmb.log import warn
 from llmb.runs.run_option_values import run_inputs
 
 
@@ -86,8 +87,8 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
 def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, dry_run,
                 detach, as_json, **run_kw):
     """Run WORKLOAD's recipe: resolve it as llmb plan does, create the
-    experiment directory in the seeds' layout, start the job and follow it
-    (step, step time, ETA) to its summary. With --detach, print the job id
+    experiment directory in the published recipes' layout, start the job
+    and follow it (step, step time, ETA) to its summary. With --detach, print the job id
     and return; llmb status, logs and cancel take it from any shell."""
     from llmb.runs.jobs import created_job_ids
     from llmb.runs.launch import submit_run
@@ -102,11 +103,11 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
         raise
     job = submitted.job
     for warning in submitted.warnings:
-        click.echo(f"llmb: warning: {warning}", err=True)
+        warn(warning)
     if dry_run:
         described = submitted.description or {}
         for problem in described.get("problems", ()):
-            click.echo(f"llmb: warning: a real submission would stop here: {problem}", err=True)
+            warn(f"a real submission would stop here: {problem}")
         if as_json:
             emit_json({k: v for k, v in described.items() if k != "text"})
         else:

@@ -64,7 +64,9 @@ def selection_options(func):
 
 
 def warn(message: str) -> None:
-    click.echo(terminal_safe(f"llmb: warning: {message}"), err=True)
+    from llmb.log import warn as say
+
+    say(message)  # plain, or JSON where asked; once per command
 
 
 def open_store(db_path: str | None, required: bool):

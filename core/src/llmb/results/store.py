@@ -272,6 +272,6 @@ def open_or_none(path: str | None = None, warn=None) -> ResultStore | None:
 
 
 def warn_in_log(message: str) -> None:
-    from llmb.log import get_logger
+    from llmb.log import warn
 
-    get_logger("llmb.results").warning(message)
+    warn(message)
