@@ -14,20 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-
-def llmb_executable() -> str:
-    beside = Path(sys.executable).with_name("llmb")
-    found = str(beside) if beside.exists() else shutil.which("llmb")
-    if not found:
-        sys.exit("llmb is not installed in this environment; run ./dev.sh setup and use .venv/bin/python")
-    return found
+from _common import llmb_executable
 
 
 def run_once(argv: list[str], env: dict[str, str]) -> float:

@@ -7,7 +7,7 @@ Each row trains the way ``llmb run`` trains: the torch engine's own ``Engine``
 (``llmb.engines.torch.train``) builds the model through the plugin host and runs
 ``Engine.step`` (its optimizer, gradient clipping, gradient accumulation over
 --ga micro-batches, DDP when --ranks has 2). Models: every workload's ``tiny``
-proxy (micro-batch 4, sequence 128), and Llama 3.1 8B's width with one layer
+proxy (micro-batch 4, the proxy's sequence), and Llama 3.1 8B's width with one layer
 and a 8,192-token vocabulary (hidden 4096, FFN 14336, 32 heads, 8 KV groups,
 micro-batch 1, sequence 256). FLOPs are the workload's seed formula, as the
 engine's log counts them.

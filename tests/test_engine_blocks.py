@@ -467,6 +467,21 @@ def test_mamba2_on_cpu_takes_the_plain_scan_and_imports_no_kernel(stand_in_kerne
     assert "mamba_ssm" not in sys.modules and "causal_conv1d" not in sys.modules  # installed, yet not imported
 
 
+def test_mamba2_cpu_convolution_is_the_conv1d_modules():
+    """The CPU's shifted products (``causal_depthwise_conv``) and the ``nn.Conv1d`` path a GPU without
+    causal_conv1d takes: the same values and gradients."""
+    conv = _mixer().double().conv1d
+    x = torch.randn(2, 13, conv.in_channels, dtype=torch.float64, requires_grad=True)
+    shifted = blocks.causal_depthwise_conv(x, conv.weight, conv.bias)
+    module = conv(x.transpose(1, 2))[..., :13].transpose(1, 2)
+    torch.testing.assert_close(shifted, module, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(module)
+    got = torch.autograd.grad(shifted, [x, conv.weight, conv.bias], upstream)
+    want = torch.autograd.grad(module, [x, conv.weight, conv.bias], upstream)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
 def test_mamba2_gpu_branch_feeds_the_kernels_their_documented_arguments(stand_in_kernels, monkeypatch):
     mixer = _mixer().double()
     x = torch.randn(2, 13, 24, dtype=torch.float64, requires_grad=True)

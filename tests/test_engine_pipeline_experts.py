@@ -223,3 +223,17 @@ def test_float8_leaves_the_router_and_unaligned_layers_alone():
     assert float8_eligible(torch.nn.Linear(80, 32), "layers.0.0.mixer.q_proj")
     with pytest.raises(ValueError, match="unknown float8 recipe 'delayed'; known: rowwise, tensorwise"):
         apply_float8(torch.nn.Linear(16, 16), "delayed")
+
+
+def test_every_tiny_proxy_computes_every_projection_in_float8(host):
+    """The tiny shape keeps each linear layer's widths multiples of 16: an fp8 recipe's proxy converts all
+    of them (but the output layer and the router), as the full model's run does."""
+    from llmb.recipes.proxies import shrink
+
+    for workload in host.workloads().values():
+        for size, arch in workload.architectures.items():
+            with torch.device("meta"):
+                model = host.build_model(workload, shrink(arch, "tiny"))
+            left = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+                    and name.rsplit(".", 1)[-1] not in ("output", "router") and not float8_eligible(m, name)]
+            assert left == [], (workload.name, size, left)

@@ -104,6 +104,8 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
                 return Precision(f"{requested}-transformer-engine", te=requested)
             return Precision(compute_dtype, warning=fallback + f" ({reason})")
         return Precision(compute_dtype)
+    if device.type != "cuda" and not emulate_on_cpu:  # decided without importing torchao (a second of start-up)
+        return Precision(compute_dtype, warning=fallback + " (float8 on CPU is an emulation for tests only)")
     if _torchao_float8() is None:
         return Precision(compute_dtype, warning=fallback + " (torchao is not installed: pip install 'llmb[fp8]')")
     if device.type == "cuda":
@@ -112,9 +114,7 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
             return Precision(compute_dtype, warning=fallback + f" (float8 matrix products need SM 8.9 or newer; "
                                                               f"this GPU is SM {capability[0]}.{capability[1]})")
         return Precision(f"fp8-{recipe}", float8=recipe)
-    if emulate_on_cpu:
-        return Precision(f"fp8-{recipe}-emulated", float8=recipe, emulate=True)
-    return Precision(compute_dtype, warning=fallback + " (float8 on CPU is an emulation for tests only)")
+    return Precision(f"fp8-{recipe}-emulated", float8=recipe, emulate=True)
 
 
 def float8_eligible(module: nn.Module, name: str) -> bool:
