@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# A width from the shell that started the tests would cut and wrap what they read (llmb.cli.output): tests
+# that need one set it themselves.
+os.environ.pop("COLUMNS", None)
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # loggen: logs in the seeds' formats
 

@@ -15,6 +15,7 @@ from experiment_dirs import make_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
+from llmb.runs.experiment import compact_name  # noqa: E402
 
 LEGACY = "filename,status,time_mean_ms,time_std_dev_ms,tflops_per_gpu_mean,tflops_per_gpu_std_dev,max_iteration"
 NH = "pretrain_nemotronh_56b_fp8_gpus256_tp8_pp1_cp1_vpNone_mbs1_gbs768"
@@ -41,10 +42,14 @@ def install(tmp_path, monkeypatch):
 
 def test_table_lists_every_run_with_its_status(cli, install):
     out = cli("results").out
-    for name, status in ((f"{NH}_1766132151", "success"), (f"{NH}_1766139999", "failed"),
-                         (f"{MB}_1766132151", "success"), (f"{MB}_1766140000", "no_log")):
-        assert re.search(rf"^{re.escape(name)}\s+{status}\s", out, re.M), (name, status)
-    assert f"{NH}_1766139999: failed: cuda oom: torch.OutOfMemoryError: CUDA out of memory" in out
+    # each run by its experiment's short form and, with no job recorded, its run directory's number
+    for name, stamp, status in ((NH, "1766132151", "success"), (NH, "1766139999", "failed"),
+                                (MB, "1766132151", "success"), (MB, "1766140000", "no_log")):
+        assert re.search(rf"^{re.escape(compact_name(name))}\s+{stamp}\s+{status}\s", out, re.M), (name, status)
+    assert compact_name(NH) == "nemotronh_56b_fp8_gpus256_tp8_pp1_mbs1_gbs768"
+    assert "1766139999: failed: cuda oom: torch.OutOfMemoryError: CUDA out of memory" in out
+    full = cli("results", "--full-names").out  # the log paths, whole
+    assert re.search(rf"/{NH}_1766132151/{NH}/log-{NH}\.out\s+1766132151\s+success\s", full), full
 
 
 def test_csv_starts_with_the_replaced_tools_columns_and_stays_valid(cli, install):
@@ -158,7 +163,8 @@ def test_compare_against_a_baseline_file_directory_or_database_id_never_the_run_
         assert other["baseline"]["log"].endswith(f"{good}/{MB}/log-{MB}.out")
         assert compared.code == 1  # the run without a log fails
     text = cli("compare", str(mb / "experiments" / MB / good), "--baseline", str(mb))
-    assert re.search(rf"baseline\s+NOT.COMPARED\s.*{SELF}", text.out), text.out
+    assert re.search(r"\s1766132151\s+\S+\s+baseline\s+NOT.COMPARED\s", text.out), text.out
+    assert f"1766132151: against baseline: {SELF}" in text.out, text.out  # the detail, under the table
     assert text.code == 3  # compared with nothing
     # a directory whose runs are all compared with each other: each with the other, never with itself
     both = _baseline_verdicts(cli("compare", str(mb), str(again), "--baseline", str(tmp_path), "--json"))

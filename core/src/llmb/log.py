@@ -61,13 +61,14 @@ def _first_time(level: str, event: str, fields: dict[str, Any]) -> bool:
 
 
 def plain_line(level: str, event: str, fields: dict[str, Any]) -> str:
-    """``llmb: warning: text (name: value; ...)`` on one line, safe to print on a terminal."""
-    from llmb.cli.output import terminal_safe
+    """``llmb: warning: text (name: value; ...)`` on one line, safe to print on a terminal; on a terminal
+    (stderr's, or ``COLUMNS``) that line is wrapped to its width, indented under the first."""
+    from llmb.cli.output import fit_text, output_width, terminal_safe
 
     text = str(event)
     if fields:
         text += " (" + "; ".join(f"{k}: {v}" for k, v in fields.items()) + ")"
-    return terminal_safe(f"llmb: {level}: {text}").replace("\n", " ")
+    return fit_text(terminal_safe(f"llmb: {level}: {text}").replace("\n", " "), output_width(sys.stderr))
 
 
 def warn(message: str, **fields: Any) -> None:

@@ -32,6 +32,21 @@ def _default_install() -> str:
     return os.path.join(base, "llmb")
 
 
+def shown_path(path: str) -> str:
+    """``path`` as human output shows it, still one a shell takes: under the install directory as
+    ``$LLMB_INSTALL/...`` when that variable is set, else under the home directory as ``~/...``, else
+    whole. ``--json`` output keeps paths whole."""
+    path = os.path.abspath(path)
+    if os.environ.get("LLMB_INSTALL"):
+        install = install_dir()
+        if path == install or path.startswith(install + os.sep):
+            return "$LLMB_INSTALL" + path[len(install):]
+    home = os.path.expanduser("~")
+    if home not in ("", os.sep) and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home):]
+    return path
+
+
 def workload_dir(workload: str) -> str:
     return os.path.join(install_dir(), "workloads", workload)
 

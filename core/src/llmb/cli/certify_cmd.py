@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table, terminal_safe
+from llmb.cli.output import Column, emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
 from llmb.cli.sweep_cmd import checked_tasks, follow, following_options, show_planned
 from llmb.errors import UsageError
@@ -39,7 +39,8 @@ def _status_text(verdict) -> str:
         job = "-" if best is None else best.job_id + (f" (of {len(c.runs)} runs)" if len(c.runs) > 1 else "")
         rows.append([c.task.workload, configuration_label(c.task), job, *(cells.get(name, "-") for name in GATES),
                      c.verdict.upper()])
-    lines = [render_table(["WORKLOAD", "CONFIGURATION", "JOB", "STATUS", "LOSS", "TFLOPS", "STEP CV", "PERFORMANCE",
+    lines = [render_table(["WORKLOAD", Column("CONFIGURATION", squeeze=16, cut="middle"), Column("JOB", squeeze=12),
+                           "STATUS", "LOSS", "TFLOPS", Column("STEP CV", drop=2), Column("PERFORMANCE", drop=1),
                            "VERDICT"], rows), ""]
     workloads = verdict.workloads()
     for config in verdict.configurations:
@@ -73,7 +74,9 @@ def _status_text(verdict) -> str:
     else:
         lines.append(f"{suite.id}: FAIL ({', '.join(failing)} failed" + (f"; {', '.join(pending)} still running"
                                                                        if pending else "") + ").")
-    return "\n".join(lines)
+    from llmb.cli.output import fit_text
+
+    return lines[0] + "\n" + fit_text("\n".join(lines[1:]))  # the table fits already; the text is wrapped
 
 
 def show_status(ctx, suite, as_json: bool) -> None:

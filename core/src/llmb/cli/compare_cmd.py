@@ -11,10 +11,11 @@ from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table, terminal_safe
 from llmb.cli.results_cmd import display_name, open_store, select, selection_options
 from llmb.errors import UsageError
+from llmb.figures import figure
 
 
 def _fmt(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+    return figure(value, digits)
 
 
 def _mfu(at_dtype: float | None, at_bf16: float | None, dtype: str | None) -> str:
@@ -149,7 +150,7 @@ def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
                    "(Llama 3.1: nemo2), or summary (the framework's per-release performance summary).")
 @click.option("--allow-missing", is_flag=True,
               help="Exit 0 (not 3) when some run could not be compared with anything.")
-@click.option("--full-names", is_flag=True, help="Show each run's full log path instead of its short name.")
+@click.option("--full-names", is_flag=True, help="Show each run's log path instead of its experiment's short name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan,
@@ -211,7 +212,10 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     elif not report:
         click.echo("No runs found.")
     else:
-        click.echo(terminal_safe(_render(report, threshold)))
+        from llmb.cli.results_cmd import table_name
+
+        names = [table_name(where, full_names) for where, _, _ in picked]
+        click.echo(terminal_safe(_render(report, threshold, names, [where for where, _, _ in picked], full_names)))
     if any_regression:
         ctx.exit(1)
     if not_compared and not allow_missing:
@@ -240,41 +244,50 @@ def gpu_label(context) -> str:
     return f"{context.gpu} ({where})" if where else context.gpu
 
 
-def _render(report: list, threshold: float) -> str:
-    """The comparison table, what was measured against what was published, and the tally."""
+def _render(report: list, threshold: float, names: list[str], places: list, full_names: bool = False) -> str:
+    """The comparison table (each run by its short name and job), the verdicts' details under it, what was
+    measured against what was published, and the tally."""
+    from llmb.cli.output import Column, fit_text
+    from llmb.cli.results_cmd import grouped_notes, job_label
     from llmb.recipes.references import Figure
     from llmb.results.compare import regressed
 
-    rows = []
-    for name, result, _, verdicts, _ in report:
+    rows, details = [], []
+    for shown, (_, result, _, verdicts, _), where in zip(names, report, places, strict=True):
+        run = job_label(result, where)
         for v in verdicts:
             step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
             rows.append([
-                name, gpu_label(result.context), v.against, v.outcome.upper(),
-                "-" if step is None else f"{step:,.1f}",
-                "-" if v.reference_ms is None else f"{v.reference_ms:,.1f}",
-                "-" if v.ratio is None else f"{v.ratio:.1%}", v.detail,
+                shown, run, gpu_label(result.context), v.against, v.outcome.upper(),
+                figure(step, 1), figure(v.reference_ms, 1), "-" if v.ratio is None else f"{v.ratio:.1%}",
             ])
-    parts = [render_table(["EXPERIMENT", "GPU", "AGAINST", "OUTCOME", "STEP (ms)", "REFERENCE (ms)", "THROUGHPUT",
-                           "DETAIL"], rows)]
-    for name, result, _, _, figure in report:
-        if not isinstance(figure, Figure) or not (result.stats and result.stats.time_mean_ms):
+            if v.detail:
+                detail = v.detail if v.against == "run" else f"against {v.against}: {v.detail}"
+                details.append((shown if run == "-" else run, detail))
+    parts = [render_table([Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"), "JOB",
+                           Column("GPU", drop=2), Column("AGAINST", drop=1), "OUTCOME", "STEP ms",
+                           Column("PUBLISHED ms", drop=3), "THROUGHPUT"], rows)]
+    if details:
+        parts.append("\n" + fit_text("\n".join(grouped_notes(details))))
+    for shown, (_, result, _, _, published), where in zip(names, report, places, strict=True):
+        if not isinstance(published, Figure) or not (result.stats and result.stats.time_mean_ms):
             continue
-        measured = f"\n{name}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
+        run = job_label(result, where)
+        measured = f"\n{shown if run == '-' else run}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
         dtype = result.context.dtype
-        if figure.source == "recipe":
+        if published.source == "recipe":
             parts.append(
                 measured + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
                 f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
-                f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({figure.describe()})"
+                f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({published.describe()})"
             )
         else:
-            parts.append(measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {figure.label} "
-                         f"{_fmt(figure.tokens_per_s, 0)} tokens/s, {_fmt(figure.tflops_per_gpu, 1)} TFLOP/s/GPU "
-                         f"({figure.describe()})")
+            parts.append(measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {published.label} "
+                         f"{_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} TFLOP/s/GPU "
+                         f"({published.describe()})")
     verdicts = [v for _, _, _, vs, _ in report for v in vs]
     bad = sum(1 for v in verdicts if regressed([v]))
     missing = sum(1 for v in verdicts if v.outcome == "not_compared")
     parts.append(f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
                  f"result, {missing} not compared (threshold {threshold:.0%}).")
-    return "\n".join(parts)
+    return parts[0] + "\n" + fit_text("\n".join(parts[1:]))  # the table fits already; the text is wrapped

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import Column, emit_json, fit_text, output_width, render_table
 from llmb.log import warn
 
 
@@ -67,11 +68,12 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
              "source": s.source, "origin": s.origin, "default": s.default} for s in settings]})
         return
     if config is None:
-        click.echo(f"cluster file: {path} (none yet: llmb install writes a commented template there, or create it "
-                   f"by hand; see docs/cluster-config.md)")
+        click.echo(fit_text(f"cluster file: {path} (none yet: llmb install writes a commented template there, or "
+                            f"create it by hand; see docs/cluster-config.md)"))
     else:
         click.echo(f"cluster file: {path}")
     rows = [[s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)] for s in settings]
-    click.echo(render_table(["KEY", "VALUE", "FROM", "FLAG / VARIABLE"], rows))
-    click.echo("A flag wins over its variable, the variable over the file, the file over the default. "
-               "Local runs (--backend local) use none of these.", err=True)
+    click.echo(render_table(["KEY", Column("VALUE", squeeze=16, cut="middle"), Column("FROM", squeeze=12),
+                             Column("FLAG / VARIABLE", squeeze=16, cut="middle")], rows))
+    click.echo(fit_text("A flag wins over its variable, the variable over the file, the file over the default. "
+                        "Local runs (--backend local) use none of these.", output_width(sys.stderr)), err=True)

@@ -38,11 +38,19 @@ def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
         from llmb.runs.follow import follow, summary
 
         if announce:
-            click.echo(f"{job.id}: {job.experiment} ({job.ranks} rank(s), {job.backend}); log {job.log}", err=True)
+            from llmb.cli.output import fit_text, output_width
+            from llmb.runs.experiment import compact_name
+
+            ranks = f"{job.ranks} rank{'' if job.ranks == 1 else 's'}"
+            click.echo(fit_text(f"{job.id}: {compact_name(job.experiment)} ({ranks}, {job.backend}); its log: "
+                                f"llmb logs {job.id}", output_width(sys.stderr)), err=True)
         final = follow(job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True))
     except KeyboardInterrupt:
-        click.echo(f"\ndetached from {job.id}; it keeps running. Follow it again with llmb logs {job.id} --follow, "
-                   f"stop it with llmb cancel {job.id}.", err=True)
+        from llmb.cli.output import fit_text, output_width
+
+        click.echo("\n" + fit_text(f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
+                                   f"{job.id} --follow, stop it with llmb cancel {job.id}.", output_width(sys.stderr)),
+                   err=True)
         ctx.exit(130)
     if as_json:
         emit_json({"job_id": job.id, "state": final.state, "reason": final.reason, "attempts": final.job.attempts,
@@ -127,9 +135,10 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
 @click.command("status")
 @click.argument("job_id", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Every job, not only the latest 20.")
+@click.option("--full-names", is_flag=True, help="Show each job's whole experiment name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def status_command(ctx, job_id, show_all, as_json):
+def status_command(ctx, job_id, show_all, full_names, as_json):
     """Show one job's state (and its summary once it ended), or list jobs.
     A job whose record or state cannot be read is shown as UNKNOWN with
     what is wrong; the others are listed as usual."""
@@ -154,9 +163,11 @@ def status_command(ctx, job_id, show_all, as_json):
                        "reason": status.reason, "progress": status.progress, "experiment_dir": status.job.run_dir,
                        "log": status.job.log, "result": (status.exit or {}).get("result")})
         else:
-            click.echo(summary(status) if status.exit else
-                       f"{status.job.id}: {status.state}" + (f" ({status.progress})" if status.progress else "")
-                       + (f" - {status.reason}" if status.reason else "") + f"\n  log {status.job.log}")
+            from llmb.cli.output import fit_text
+
+            click.echo(summary(status) if status.exit else fit_text(
+                f"{status.job.id}: {status.state}" + (f" ({status.progress})" if status.progress else "")
+                + (f" - {status.reason}" if status.reason else "") + "\n" + where_lines(status.job)))
         return
     ids = list_job_ids()
     found = [j for j in (read_job(i) for i in (ids if show_all else ids[:20])) if j is not None]
@@ -187,12 +198,31 @@ def status_command(ctx, job_id, show_all, as_json):
     if not rows:
         click.echo("No jobs yet. Start one with llmb run WORKLOAD ...")
         return
-    keys = ("job_id", "backend", "state", "progress", "workload", "submitted_at", "experiment")
-    click.echo(render_table(["JOB", "BACKEND", "STATE", "PROGRESS", "WORKLOAD", "SUBMITTED", "EXPERIMENT"],
-                            [[row[k] or "-" for k in keys] for row in rows]))
-    for row in rows:
-        if row["state"] == "UNKNOWN":
-            click.echo(f"{row['job_id']}: {row['reason']}")
+    from llmb.cli.output import Column, fit_text
+    from llmb.runs.experiment import compact_name
+
+    table = [[row["job_id"], row["state"], row["progress"], _when(row["submitted_at"]),
+              (row["experiment"] if full_names else compact_name(row["experiment"])) if row["experiment"] else None,
+              row["backend"], row["workload"]] for row in rows]
+    click.echo(render_table(["JOB", "STATE", Column("PROGRESS", drop=2), Column("SUBMITTED", drop=3),
+                             Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+                             Column("BACKEND", drop=4), Column("WORKLOAD", drop=5)], table))
+    unknown = [f"{row['job_id']}: {row['reason']}" for row in rows if row["state"] == "UNKNOWN"]
+    if unknown:
+        click.echo(fit_text("\n".join(unknown)))
+
+
+def _when(stamp: str | None) -> str | None:
+    """``2026-11-26T04:47:39+00:00`` as ``2026-11-26 04:47`` (UTC, as recorded)."""
+    return stamp[:16].replace("T", " ") if stamp and len(stamp) >= 16 else stamp
+
+
+def where_lines(job) -> str:
+    """Where a job's files are, for a person: its run directory once (from $LLMB_INSTALL or ~, cut to the
+    terminal in the middle), and the command that shows its log. ``--json`` has both paths whole."""
+    from llmb.runs.follow import where_lines as lines
+
+    return lines(job)
 
 
 def _one_status(ctx, job):

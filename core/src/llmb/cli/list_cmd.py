@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import Column, emit_json, fit_text, render_table
 
 
 def _size_key(size: str) -> tuple[float, str]:
@@ -60,9 +60,9 @@ def _print_errata(workload) -> None:
     errata = [e for v in workload.variants for e in v.errata] + list(workload.notes)
     if not errata:
         return
-    click.echo(f"\nErrata of {workload.name}'s published recipes (docs/recipes-and-errata.md):")
+    click.echo(fit_text(f"\nErrata of {workload.name}'s published recipes (docs/recipes-and-errata.md):"))
     for e in errata:
-        click.echo(f"  [{e.id}] ({e.kind}) {e.recipe_says}.\n      llmb: {e.resolution}.")
+        click.echo(fit_text(f"  [{e.id}] ({e.kind}) {e.recipe_says}.\n      llmb: {e.resolution}."))
 
 
 @click.command("list")
@@ -85,12 +85,14 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
     for e in matrix:
         counts = f"{e['min_gpus']}-{e['max_gpus']}" if e["range"] else _compact(tuple(e["tested_gpus"]))
         rows.append([e["workload"], e["variant"], e["size"], e["gpu"], ",".join(e["dtypes"]), counts, e["scaling"]])
-    click.echo(render_table(["WORKLOAD", "VARIANT", "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"], rows))
-    click.echo(
-        "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts between tested ones\n"
-        "are accepted when they give a whole number of nodes and a valid layout; counts above the\n"
-        "largest run with a 'not validated' warning. The first variant of a workload is its default.\n"
-        "Details of one configuration: llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
-    )
+    click.echo(render_table(["WORKLOAD", Column("VARIANT", squeeze=6), "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"],
+                            rows))
+    click.echo(fit_text(
+        "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"
+        "between tested ones are accepted when they give a whole number of nodes and a\n"
+        "valid layout; counts above the largest run with a 'not validated' warning.\n"
+        "The first variant of a workload is its default. Details of one configuration:\n"
+        "llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
+    ))
     if workload:
         _print_errata(chosen[0])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json
+from llmb.cli.output import emit_json, fit_text
+from llmb.figures import figure
 from llmb.recipes.gpus import MAX_GPUS_PER_NODE
 
 
@@ -56,6 +57,108 @@ def _na(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _layers(count: int) -> str:
+    return f"{count} layer{'s' if count != 1 else ''}"
+
+
+def _memory_options(r) -> str:
+    """Recompute and CPU offload, as the frameworks are told them."""
+    recompute = (f"recompute {_layers(r.recompute_layers)} (full, block method)" if r.recompute_layers
+                 else "recompute: none")
+    offload = (f"CPU offload of {_layers(r.offload_layers)}' activations (production engine; the torch engine "
+               f"keeps them on the GPU)" if r.offload_layers else "offload: none")
+    return f"{recompute}; {offload}"
+
+
+def _flops_use_lines(plan) -> list[str]:
+    """Which count each engine's TFLOP/s/GPU and MFU are on, and the other count's ratio to it."""
+    from llmb.recipes.planning import FRAMEWORK_TITLES, MEGATRON_BRIDGE, WORKLOAD_FORMULA
+
+    lines = []
+    ratio = plan.megatron_ratio
+    for use in plan.flops_use:
+        engine = ("torch engine (this machine, --proxy)" if use.engine == "torch"
+                  else f"{FRAMEWORK_TITLES.get(use.engine, use.engine)} (production, on a cluster)")
+        if use.tflops is None:
+            text = f"no TFLOP/s/GPU (its log has none); MFU on {use.words(use.mfu)}"
+        elif use.tflops == use.mfu:
+            text = f"TFLOP/s/GPU and MFU on {use.words(use.tflops)}" + (
+                ", computed (the TFLOP/s its log gives are not valid)" if use.computed else "")
+        else:
+            text = f"TFLOP/s/GPU on {use.words(use.tflops)}, as its log gives it; MFU on {use.words(use.mfu)}"
+        if ratio is not None and use.mfu == WORKLOAD_FORMULA and use.tflops in (WORKLOAD_FORMULA, None):
+            text += f" (Megatron-Bridge's count is {figure(ratio, 2)}x it)"
+        elif ratio is not None and use.mfu == MEGATRON_BRIDGE:
+            text += f", as its log gives it and the published recipe computes MFU (the workload's formula is " \
+                    f"{figure(1 / ratio, 2)}x it)"
+        lines.append(f"{engine}: {text}")
+    return lines
+
+
+def _expected_lines(plan) -> list[str]:
+    from llmb.recipes.planning import published_mfu_bf16_pct
+
+    e, made, r = plan.expected, plan.expected_throughput, plan.recipe
+    at_bf16 = published_mfu_bf16_pct(e) if e.dtype != "bf16" else None
+    tokens = figure(made.tokens_per_s, 0) if "tokens_per_s" in made.computed else _count(made.tokens_per_s)
+    days = figure(made.days_1t, 1) if "days_1t" in made.computed else _na(made.days_1t)
+    lines = [
+        f"  expected     step {e.step_time_s:g} s, {tokens} tokens/s, MFU {e.mfu_label()}"
+        + (f" ({at_bf16:g}% of the BF16 peak)" if at_bf16 is not None else "")
+        + f", {days} days per 1T tokens ({e.provenance.describe()})"
+    ]
+    if made.computed:
+        which = " and ".join({"tokens_per_s": "tokens/s", "days_1t": "days"}[c] for c in made.computed)
+        gbs = e.gbs or r.gbs
+        lines.append(f"               {which} computed from the published step time (sequence {r.seq_len} x "
+                     f"GBS {gbs} / {e.step_time_s:g} s): the published recipe prints none")
+    if e.erratum and e.printed_mfu_pct is None:
+        lines.append(f"               note: the published figure is affected by erratum [{e.erratum}]")
+    return lines
+
+
+def _arch_words(arch, seq_len: int) -> str:
+    parts = [_layers(arch.layers), f"hidden {arch.hidden}", f"FFN {arch.ffn}",
+             f"{arch.heads} heads of {arch.head_dim} in {arch.query_groups} query group"
+             + ("s" if arch.query_groups != 1 else "")]
+    if arch.experts:
+        parts.append(f"{arch.experts} experts (top-{arch.topk}, expert FFN {arch.moe_ffn}"
+                     + (f", shared expert FFN {arch.shared_expert_ffn}" if arch.shared_expert_ffn else "")
+                     + (f", MoE in 1 of every {arch.moe_layer_step} layers" if arch.moe_layer_step > 1 else "")
+                     + ")")
+    if arch.mamba_heads:
+        parts.append(f"Mamba2 {arch.mamba_heads} heads of {arch.mamba_head_dim}, state {arch.mamba_state}, "
+                     f"{arch.mamba_groups} group{'s' if arch.mamba_groups != 1 else ''}")
+    if arch.layer_pattern:
+        parts.append(f"pattern {arch.layer_pattern}")
+    parts += [f"vocab {arch.vocab}", f"sequence {seq_len}"]
+    return ", ".join(parts)
+
+
+def _proxy_lines(plan) -> list[str]:
+    """What ``llmb run --proxy`` runs, and every difference from the published recipe."""
+    p = plan.proxy
+    run, ran = p.run, p.run.ran
+    where = "CPU" if run.device == "cpu" else "GPUs"
+    taken = f"the published recipe at {run.published.gpus} GPUs" + (
+        " (its smallest tested scale)" if run.smallest_scale else "")
+    lines = [
+        "",
+        f"proxy: llmb run {run.flag} runs a {run.label} model on the torch engine, {ran.gpus} "
+        f"rank{'s' if ran.gpus != 1 else ''} on this machine's {where}, cut from {taken}",
+        f"  model        {_arch_words(run.arch, run.seq_len)}",
+        f"               {figure(p.params, 0)} parameters"
+        + (f", {p.flops.per_sample:.4e} FLOPs per sample by the workload's formula" if p.flops else ""),
+        f"  parallelism  data parallel over its ranks: TP {ran.tp}  PP {ran.pp}  CP {ran.cp}  EP {_na(ran.ep)}  "
+        f"VP {_na(ran.vp)}  ->  DP {ran.dp}",
+        f"  batch        MBS {ran.mbs}  GA {ran.ga} (the recipe's)  ->  GBS {ran.gbs} = MBS*GA*ranks",
+        f"  precision    {run.compute_dtype} (the recipe's {run.published.dtype}"
+        + (", on CPU)" if run.device == "cpu" else ")"),
+        "  differs      " + (", ".join(d.text() for d in run.differences) or "nothing"),
+    ]
+    return lines
+
+
 def render_plan(plan) -> str:
     r = plan.recipe
     node_word = "node" if r.nodes == 1 else "nodes"
@@ -74,10 +177,12 @@ def render_plan(plan) -> str:
     ]
     if plan.flops:
         terms = " + ".join(f"{name} {value:.4e}" for name, value in plan.flops.terms.items())
-        lines.append(f"  model FLOPs  {plan.flops.per_sample:.4e} per sample = {terms}")
+        lines.append(f"  model FLOPs  {plan.flops.per_sample:.4e} per sample by the workload's formula = {terms}")
         lines.append(f"               ({plan.flops.formula})")
     if plan.megatron_step_flops:
         lines.append(f"               {plan.megatron_step_flops:.4e} per step by Megatron-Bridge's count (GBS {r.gbs})")
+    used = _flops_use_lines(plan)
+    lines += [f"  FLOPs used   {used[0]}"] + [f"               {line}" for line in used[1:]]
     m = plan.memory
     capacity = f" of {m.capacity_gb:g} GB" if m.capacity_gb else ""
     lines.append(
@@ -85,25 +190,16 @@ def render_plan(plan) -> str:
         f"gradients {m.gradients_gb:.1f}, optimizer {m.optimizer_gb:.1f}, activations {m.activations_gb:.1f}, "
         f"logits {m.logits_gb:.1f})"
     )
+    lines.append(f"               {_memory_options(r)}")
     if plan.expected:
-        from llmb.recipes.planning import published_mfu_bf16_pct
-
-        e = plan.expected
-        at_bf16 = published_mfu_bf16_pct(e) if e.dtype != "bf16" else None
-        lines.append(
-            f"  expected     step {e.step_time_s:g} s, {_count(e.tokens_per_s)} tokens/s, MFU {e.mfu_label()}"
-            + (f" ({at_bf16:g}% of the BF16 peak)" if at_bf16 is not None else "")
-            + f", {_na(e.days_1t)} days per 1T tokens ({e.provenance.describe()})"
-        )
-        if e.erratum and e.printed_mfu_pct is None:
-            lines.append(f"               note: the published figure is affected by erratum [{e.erratum}]")
+        lines += _expected_lines(plan)
     else:
         variant = plan.workload.variant(r.variant) or plan.workload.default_variant
         lines.append(f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
                      if not r.overrides else "  expected     no published figure: the configuration is overridden")
-    for figure in plan.other_figures:
-        lines.append(f"               {figure.label}: {figure.headline()}, {_count(figure.tokens_per_s)} tokens/s "
-                     f"({figure.describe()}; llmb compare --reference {figure.source})")
+    for other in plan.other_figures:
+        lines.append(f"               {other.label}: {other.headline()}, {_count(other.tokens_per_s)} tokens/s "
+                     f"({other.describe()}; llmb compare --reference {other.source})")
     if not plan.expected and not plan.other_figures and not r.overrides:
         lines.append("               no other published document has a figure for it either")
     from llmb.recipes.gpus import peak_source
@@ -115,6 +211,8 @@ def render_plan(plan) -> str:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in r.env))
     for note in r.adjustments:
         lines.append(f"  adjusted     {note}")
+    if plan.proxy:
+        lines += _proxy_lines(plan)
     if plan.warnings:
         lines.append("")
         lines.append("warnings:")
@@ -125,19 +223,25 @@ def render_plan(plan) -> str:
 @click.command("plan")
 @click.argument("workload")
 @recipe_options
+@click.option("--proxy", metavar="NAME",
+              help="Also show what llmb run --proxy NAME runs here (tiny: a CPU-sized model with the workload's "
+                   "structure) and every way it differs from the published recipe.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.pass_context
-def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, as_json):
+def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, proxy,
+                 as_json):
     """Resolve WORKLOAD's recipe for a size, GPU type, dtype and GPU count and
-    show it: parallel layout with DP and GA derived, model FLOPs, a per-GPU
-    memory estimate, the published recipe's numbers where it has them, and
-    any warnings or recipe errata (errors in the published recipe) that apply."""
+    show it: parallel layout with DP and GA derived, model FLOPs and which
+    count TFLOP/s and MFU use, a per-GPU memory estimate with recompute and
+    offload, the published recipe's numbers where it has them, and any
+    warnings or recipe errata (errors in the published recipe) that apply.
+    With --proxy, also what llmb run --proxy runs and what it changes."""
     from llmb.recipes.planning import make_plan
 
     host = get_host(ctx)
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
-    plan = make_plan(host, request)
+    plan = make_plan(host, request, proxy=proxy)
     if as_json:
         emit_json(plan.as_dict())
     else:
-        click.echo(render_plan(plan))
+        click.echo(fit_text(render_plan(plan)))

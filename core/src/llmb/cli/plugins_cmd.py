@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import Column, emit_json, fit_text, render_table
 
 
 @click.command("plugins")
@@ -25,7 +25,9 @@ def plugins_command(ctx: click.Context, as_json: bool) -> None:
          ",".join(i.backends) or "-", i.module]
         for i in infos
     ]
-    click.echo(render_table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "WORKLOADS", "BACKENDS", "MODULE"], rows))
+    click.echo(render_table(["PLUGIN", Column("DISTRIBUTION", squeeze=12), "VERSION", "STATUS",
+                             Column("WORKLOADS", squeeze=12), Column("BACKENDS", squeeze=8),
+                             Column("MODULE", drop=1)], rows))
     for i in infos:
         if i.error:
-            click.echo(f"\n{i.name}: {i.error}")
+            click.echo("\n" + fit_text(f"{i.name}: {i.error}"))

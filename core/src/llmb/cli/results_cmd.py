@@ -81,9 +81,13 @@ def open_store(db_path: str | None, required: bool):
 def _progress(index: int, total: int, location) -> None:
     if sys.stderr.isatty() and total > 1:
         size = os.path.getsize(location.log) if location.log and os.path.exists(location.log) else 0
-        name = terminal_safe(location.short_name).replace("\n", " ")[:60]
-        click.echo(f"\rparsing {index + 1}/{total} {name} ({size / 1e6:.0f} MB)\x1b[K",
-                   err=True, nl=False)
+        from llmb.cli.output import output_width, shorten
+        from llmb.runs.experiment import compact_name
+
+        name = terminal_safe(compact_name(location.short_name)).replace("\n", " ")
+        head, tail = f"parsing {index + 1}/{total} ", f" ({size / 1e6:.0f} MB)"
+        name = shorten(name, max(8, (output_width(sys.stderr) or 80) - 1 - len(head) - len(tail)), "middle")
+        click.echo(f"\r{head}{name}{tail}\x1b[K", err=True, nl=False)
         if index + 1 == total:
             click.echo("\r\x1b[K", err=True, nl=False)
 
@@ -147,16 +151,74 @@ def _mtime(path: str) -> datetime:
 
 
 def display_name(where, full_names: bool) -> str:
+    """A run's name in rows (``filename`` in CSV and JSON): its run directory's name, or with --full-names
+    its log's path."""
     if isinstance(where, str):
         return where
     return (where.log or where.run_dir) if full_names else where.short_name
 
 
+def table_name(where, full_names: bool) -> str:
+    """A run's name in a table: the experiment name's short form (the JOB column tells its runs apart),
+    or with --full-names its log's path, shown from $LLMB_INSTALL or ~."""
+    from llmb.runs.experiment import compact_name
+
+    if isinstance(where, str):
+        return where
+    if full_names:
+        from llmb.paths import shown_path
+
+        return shown_path(where.log or where.run_dir)
+    return compact_name(where.experiment)
+
+
+def job_label(result, where=None) -> str:
+    """The job that produced a run (what ``llmb status`` lists); where the run does not record one, the
+    number its run directory ends with (the Slurm job id in the replaced tool's layout, a timestamp in
+    llmb's), so that runs of one configuration stay apart; '-' when there is neither."""
+    if result.context.job_id:
+        return result.context.job_id
+    stamp = re.search(r"_(\d{6,})$", getattr(where, "run_dir", "") or "")
+    return stamp.group(1) if stamp else "-"
+
+
 def _f(value, digits: int) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+    from llmb.figures import figure
+
+    return figure(value, digits)
 
 
-def render(rows: list[dict], results: list, searched: list[str] | None = None) -> str:
+def results_columns(full_names: bool = False):
+    """The results table's columns, in order; a narrow terminal leaves out the highest ``drop`` first,
+    and cuts a short name (never a --full-names path) in its middle."""
+    from llmb.cli.output import Column
+
+    return [Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"), Column("JOB"), Column("STATUS"),
+            Column("WINDOW", drop=6), Column("STEP ms"), Column("STD ms", drop=8), Column("TFLOPS/GPU"),
+            Column("STD", drop=7), Column("TOKENS/S", drop=2), Column("MFU %", drop=3),
+            Column("MFU BF16 %", drop=5), Column("DAYS/1T", drop=4), Column("VS PUBLISHED", drop=1)]
+
+
+def grouped_notes(pairs: list[tuple[str, str]]) -> list[str]:
+    """``(run, note)`` pairs as lines: a note said of several runs is one line naming them."""
+    runs_of: dict[str, list[str]] = {}
+    for run, note in pairs:
+        runs_of.setdefault(note, [])
+        if run not in runs_of[note]:
+            runs_of[note].append(run)
+    lines = []
+    for note, runs in runs_of.items():
+        if len(runs) == 1:
+            lines.append(f"{runs[0]}: {note}")
+        else:
+            lines.append(f"{note} ({len(runs)} runs: {', '.join(runs)})")
+    return lines
+
+
+def render(rows: list[dict], results: list, searched: list[str] | None = None,
+           names: list[str] | None = None, full_names: bool = False, places: list | None = None) -> str:
+    from llmb.cli.output import fit_text
+
     if not rows:
         if searched == []:
             from llmb.paths import install_dir
@@ -164,40 +226,42 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None) -
             return (f"No runs found: there are no experiments under {install_dir()}/workloads. "
                     f"Give directories (llmb results DIR ...) or set LLMB_INSTALL.")
         return "No runs found."
+    names = names or [r["filename"] for r in rows]
+    places = places or [None] * len(rows)
     table = [
-        [r["filename"], r["status"], r["window"], _f(r["time_mean_ms"], 3), _f(r["time_std_dev_ms"], 3),
+        [name, job_label(result, where), r["status"], r["window"], _f(r["time_mean_ms"], 1), _f(r["time_std_dev_ms"], 1),
          _f(r["tflops_per_gpu_mean"], 2), _f(r["tflops_per_gpu_std_dev"], 2), _f(r["tokens_per_s"], 0),
-         _f(r["mfu_pct"], 2), _f(r["mfu_bf16_pct"], 2), _f(r["days_to_train_1t"], 2),
+         _f(r["mfu_pct"], 2), _f(r["mfu_bf16_pct"], 2), _f(r["days_to_train_1t"], 1),
          "-" if r["reference_delta_pct"] is None else f"{r['reference_delta_pct']:+.1f}%"]
-        for r in rows
+        for name, r, result, where in zip(names, rows, results, places, strict=True)
     ]
-    text = render_table(
-        ["EXPERIMENT", "STATUS", "WINDOW", "TIME MEAN (ms)", "TIME STD (ms)", "TFLOPS/GPU", "TFLOPS STD",
-         "TOKENS/S", "MFU %", "MFU BF16 %", "DAYS/1T", "VS PUBLISHED"], table)
+    text = render_table(results_columns(full_names), table)
     notes = []
-    for r, result in zip(rows, results, strict=True):
+    for name, r, result, where in zip(names, rows, results, places, strict=True):
+        run = job_label(result, where)  # the JOB column's id where there is one: short, and unique
+        run = name if run == "-" else run
         if r["failure_reason"]:
-            notes.append(f"{r['filename']}: {r['status']}: {r['failure_reason']}")
-        notes += [f"{r['filename']}: {n}" for n in result.notes]
+            notes.append((run, f"{r['status']}: {r['failure_reason']}"))
+        notes += [(run, n) for n in result.notes]
         if result.nccl:
             total = sum(c.bytes for c in result.nccl)
             calls = sum(c.calls for c in result.nccl)
             parts = ", ".join(f"{c.name} {c.calls} calls {c.bytes / 2**30:.2f} GiB" for c in result.nccl[:4])
-            notes.append(f"{r['filename']}: NCCL trace: {calls} calls, {total / 2**30:.2f} GiB ({parts})")
+            notes.append((run, f"NCCL trace: {calls} calls, {total / 2**30:.2f} GiB ({parts})"))
         if (transport := result.nccl_transport) is not None:
-            used = ", ".join(f"{name} {count}" for name, count in transport.channels.items()) or "no channel lines"
-            extra = "".join(f"; {what} {', '.join(names)}" for what, names in
-                            (("network", transport.networks), ("net plugin", transport.plugins)) if names)
-            notes.append(f"{r['filename']}: NCCL transport: {used}{extra}")
+            used = ", ".join(f"{kind} {count}" for kind, count in transport.channels.items()) or "no channel lines"
+            extra = "".join(f"; {what} {', '.join(found)}" for what, found in
+                            (("network", transport.networks), ("net plugin", transport.plugins)) if found)
+            notes.append((run, f"NCCL transport: {used}{extra}"))
     if notes:
-        text += "\n\n" + "\n".join(notes)
+        text += "\n\n" + fit_text("\n".join(grouped_notes(notes)))
     return text
 
 
 @click.command("results")
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--full-names", is_flag=True, help="Show each run's full log path instead of its short name.")
+@click.option("--full-names", is_flag=True, help="Show each run's log path instead of its experiment's short name.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
 def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan, fmt,
@@ -230,4 +294,6 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
         from llmb.paths import experiments_dirs
 
         searched = list(dirs) or (None if from_db else experiments_dirs())
-        click.echo(terminal_safe(render(rows, [result for _, result, _ in picked], searched)))
+        names = [table_name(where, full_names) for where, _, _ in picked]
+        click.echo(terminal_safe(render(rows, [result for _, result, _ in picked], searched, names, full_names,
+                                        [where for where, _, _ in picked])))

@@ -31,7 +31,9 @@ def _result_cells(status) -> list[str]:
     result = (status.exit or {}).get("result") if status else None
     if not result or not result.get("time_mean_ms"):
         return ["-", "-"]
-    return [f"{result['time_mean_ms']:.1f}", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-"]
+    from llmb.figures import figure
+
+    return [figure(result["time_mean_ms"], 1), figure(result.get("tokens_per_s"), 0)]
 
 
 def following_options(what: str):
@@ -129,9 +131,13 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
         emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
         return
     show_skipped(skipped or [])
-    rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks), c.planned.job.experiment]
-            for n, c in enumerate(checked, start=1)]
-    click.echo(render_table(["#", "TASK", "BACKEND", "RANKS", "EXPERIMENT"], rows))
+    from llmb.cli.output import Column
+    from llmb.runs.experiment import compact_name
+
+    rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks),
+             compact_name(c.planned.job.experiment)] for n, c in enumerate(checked, start=1)]
+    click.echo(render_table(["#", Column("TASK", squeeze=16, cut="middle"), Column("BACKEND", drop=1), "RANKS",
+                             Column("EXPERIMENT", squeeze=24, cut="middle")], rows))
     also = f", {len(skipped)} skipped" if skipped else ""
     click.echo(f"\n{len(checked)} jobs{also}; nothing was submitted (--dry-run).", err=True)
 
@@ -260,10 +266,18 @@ def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dty
         click.echo(f"{sweep.id}: {len(sweep.job_ids)} jobs submitted; llmb status lists them, llmb report --sweep "
                    f"{sweep.id} --out DIR plots them once they ended.")
     else:
-        table = [[t.label, j or "-", s or "-", *_result_cells(f), (f.reason if f else e) or ""]
-                 for t, j, s, f, e in zip(sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True)]
-        table += [[c.task.label, "-", "SKIPPED", "-", "-", c.error] for c in skipped]
-        click.echo(render_table(["TASK", "JOB", "STATE", "STEP MS", "TOKENS/S", "REASON"], table))
+        from llmb.cli.output import Column, fit_text
+
+        table = [[t.label, j or "-", s or "-", *_result_cells(f)]
+                 for t, j, s, f in zip(sweep.tasks, sweep.jobs, run.states, run.finals, strict=True)]
+        table += [[c.task.label, "-", "SKIPPED", "-", "-"] for c in skipped]
+        reasons = [f"{t.label}: {why}" for t, f, e in zip(sweep.tasks, run.finals, run.errors, strict=True)
+                   if (why := (f.reason if f else e))]
+        reasons += [f"{c.task.label}: skipped: {c.error}" for c in skipped]
+        click.echo(render_table([Column("TASK", squeeze=16, cut="middle"), "JOB", "STATE", "STEP MS", "TOKENS/S"],
+                                table))
+        if reasons:  # under the table, one line each (wrapped on a terminal)
+            click.echo("\n" + fit_text("\n".join(reasons)))
         click.echo(f"\nllmb report --sweep {sweep.id} --out DIR plots this sweep.", err=True)
     if not detach:
         ctx.exit(0 if all(s == "SUCCEEDED" for s in run.states) else 1)

@@ -19,6 +19,7 @@ from llmb.plugins import builtin, hookspecs
 from llmb.plugins.entrypoints import entry_points
 from llmb.recipes.errata_figures import with_corrected_figures
 from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+from llmb.recipes.resolve import without_idle_vp
 from llmb.runs import profiling
 
 GROUP = "llmb"
@@ -215,7 +216,7 @@ class PluginHost:
         recipe = self._for_workload("llmb_resolve_recipe", workload)(workload=workload, request=request)
         if not isinstance(recipe, Recipe):
             raise PluginError(f"the {workload.name} plugin resolved no recipe for {request}.")
-        return recipe
+        return without_idle_vp(recipe)  # a plugin's own resolution too: no VP without a pipeline
 
     def model_flops(self, workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
         return self._for_workload("llmb_model_flops", workload)(workload=workload, arch=arch, seq_len=seq_len)

@@ -1,9 +1,12 @@
 """A plan: a resolved recipe with everything llmb can say before running it
-(model FLOPs, memory estimate, published expectations, warnings, errata)."""
+(model FLOPs and which count a run's TFLOP/s/GPU and MFU use, memory estimate
+with recompute and offload, published expectations, warnings, errata) and,
+with ``proxy``, what ``llmb run --proxy`` runs and every way it differs from
+the published recipe."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llmb.plugins.host import PluginHost
@@ -11,8 +14,77 @@ from llmb.recipes.flops import megatron_bridge_step
 from llmb.recipes.gpus import gpu_type, peak_source
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
-from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Workload
-from llmb.recipes.references import Configuration, Figure, others
+from llmb.recipes.proxies import ProxyRun
+from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Variant, Workload
+from llmb.recipes.references import Configuration, Figure, Throughput, others, throughput
+
+# The FLOPs counts a run's TFLOP/s/GPU and MFU can be on (``FlopsUse``), as users read them.
+WORKLOAD_FORMULA = "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
+MEGATRON_BRIDGE = "megatron_bridge_count"  # Megatron-Bridge's MODEL_TFLOP/s/GPU count (causal attention)
+NEMO2_CALLBACK = "nemo2_flops_callback"  # NeMo 2's FLOPs callback, its log's TFLOPS_per_GPU
+COUNT_WORDS = {WORKLOAD_FORMULA: "the workload's formula", MEGATRON_BRIDGE: "Megatron-Bridge's count",
+               NEMO2_CALLBACK: "NeMo 2's FLOPs callback"}
+FRAMEWORK_TITLES = {"megatron_bridge": "Megatron-Bridge", "nemo2": "NeMo 2"}
+
+
+@dataclass(frozen=True)
+class FlopsUse:
+    """Which FLOPs count a run's TFLOP/s/GPU and MFU are on, by engine (``llmb.results.analyze`` computes
+    them): the torch engine logs MODEL_TFLOP/s/GPU on the workload's formula; a production framework's
+    log carries its own count, which becomes the MFU only where the published recipe computes MFU from
+    the logged figure (``mfu_from: log``: Llama 3.1's Megatron-Bridge recipe), and is replaced by the
+    workload's formula where the recipe calls it invalid (``log_tflops_valid: false``: Nemotron-H).
+    ``tflops`` None: the log carries no TFLOP/s/GPU."""
+
+    engine: str  # torch | the variant's framework
+    tflops: str | None
+    mfu: str
+    callback: str | None = None  # NeMo 2: the model name its FLOPs callback is given
+    computed: bool = False  # the log's TFLOP/s are invalid: llmb computes them from the workload's formula
+
+    def words(self, count: str | None) -> str:
+        if count == NEMO2_CALLBACK and self.callback:
+            return f"NeMo 2's FLOPs callback ({self.callback})"
+        return COUNT_WORDS.get(count, "-")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tflops_per_gpu": self.tflops, "mfu": self.mfu, "tflops_computed": self.computed}
+
+
+def flops_use(variant: Variant) -> tuple[FlopsUse, ...]:
+    """The torch engine's use, then the production framework's where the variant has one."""
+    uses = [FlopsUse("torch", WORKLOAD_FORMULA, WORKLOAD_FORMULA)]
+    production = variant.production
+    if production is not None:
+        callback = production.flops_callback if variant.framework == "nemo2" else None
+        if not variant.log_tflops_valid:
+            tflops: str | None = WORKLOAD_FORMULA  # computed from the formula: the logged figure is invalid
+        elif variant.framework == "megatron_bridge":
+            tflops = MEGATRON_BRIDGE
+        else:
+            tflops = NEMO2_CALLBACK if callback else None
+        mfu = tflops if variant.mfu_from == "log" and tflops else WORKLOAD_FORMULA
+        uses.append(FlopsUse(variant.framework, tflops, mfu, callback, computed=not variant.log_tflops_valid))
+    return tuple(uses)
+
+
+@dataclass(frozen=True)
+class ProxyPlan:
+    """``llmb plan --proxy``: the proxy run (``llmb.recipes.proxies.ProxyRun``) ``llmb run --proxy`` makes
+    on this machine, with its FLOPs, parameters and experiment name; ``refusal``: why ``llmb run`` would
+    refuse it here (more ranks than this machine's cores carry), None when it would run."""
+
+    run: ProxyRun
+    flops: ModelFlops | None
+    params: int
+    experiment: str
+    refusal: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = self.run.as_dict()
+        data.update({"model_flops_per_sample": self.flops.per_sample if self.flops else None,
+                     "params": self.params, "experiment": self.experiment, "refusal": self.refusal})
+        return data
 
 
 @dataclass(frozen=True)
@@ -25,6 +97,27 @@ class Plan:
     memory: MemoryEstimate
     expected: ReferenceResult | None
     other_figures: tuple[Figure, ...] = ()  # what other public documents publish for the same configuration
+    proxy: ProxyPlan | None = None
+
+    @property
+    def variant(self) -> Variant:
+        return self.workload.variant(self.recipe.variant) or self.workload.default_variant
+
+    @property
+    def flops_use(self) -> tuple[FlopsUse, ...]:
+        return flops_use(self.variant)
+
+    @property
+    def megatron_ratio(self) -> float | None:
+        """Megatron-Bridge's count over the workload's formula, per step (0.889 for Llama 3.1 8b)."""
+        if not self.megatron_step_flops or not self.flops or not self.flops.per_sample:
+            return None
+        return self.megatron_step_flops / (self.flops.per_sample * self.recipe.gbs)
+
+    @property
+    def expected_throughput(self) -> Throughput | None:
+        """The expected figure's tokens/s and days, computed from its step time where it prints neither."""
+        return throughput(self.workload, self.expected) if self.expected else None
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -43,6 +136,8 @@ class Plan:
                 f"estimated {m.total_gb:.1f} GB per GPU is just above the {self.recipe.gpu}'s {m.capacity_gb:g} GB; "
                 f"the estimate runs up to ~{MARGIN:.0%} high (docs/memory-estimate.md), so it may still fit."
             )
+        if self.proxy and self.proxy.refusal:
+            out.append(f"llmb run {self.proxy.run.flag} here would refuse it: {self.proxy.refusal}")
         return tuple(out)
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,9 +174,18 @@ class Plan:
             "model_flops_terms": dict(self.flops.terms) if self.flops else None,
             "model_flops_formula": self.flops.formula if self.flops else None,
             "megatron_bridge_flops_per_step": self.megatron_step_flops,
+            # Megatron-Bridge's count over the workload's formula, per step (both at this GBS)
+            "megatron_bridge_to_workload_formula": _ratio(self.megatron_ratio),
+            # which count each engine's TFLOP/s/GPU and MFU are on: workload_formula, megatron_bridge_count,
+            # nemo2_flops_callback (None: the log has no TFLOP/s/GPU)
+            "flops_used": {use.engine: use.as_dict() for use in self.flops_use},
+            "recompute_layers": r.recompute_layers,
+            "offload_layers": r.offload_layers,
+            "recompute": recompute_dict(r),
+            "offload": offload_dict(r),
             "memory_gb_per_gpu": round(self.memory.total_gb, 2),
             "memory": self.memory.as_dict(),
-            "expected": _expected(self.expected),
+            "expected": _expected(self.expected, self.expected_throughput),
             "other_figures": [asdict(f) for f in self.other_figures],
             "mfu_peak": asdict(peak) if (peak := peak_source(r.gpu, r.dtype)) else None,
             "env": dict(r.env),
@@ -91,7 +195,30 @@ class Plan:
             "errata": [asdict(e) for e in r.errata],
             "adjustments": list(r.adjustments),
         }
+        if self.proxy is not None:
+            data["proxy"] = self.proxy.as_dict()
         return data
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def recompute_dict(recipe: Recipe) -> dict[str, Any] | None:
+    """The recipe's activation recompute as the frameworks are told it (``llmb.engines.frameworks``: full
+    recompute of the first N layers of each stage, Megatron's block method; the torch engine does the same),
+    None without."""
+    if not recipe.recompute_layers:
+        return None
+    return {"layers": recipe.recompute_layers, "granularity": "full", "method": "block"}
+
+
+def offload_dict(recipe: Recipe) -> dict[str, Any] | None:
+    """The recipe's CPU offload: the activations (not the weights) of N layers, on the production engine;
+    None without."""
+    if not recipe.offload_layers:
+        return None
+    return {"layers": recipe.offload_layers, "what": "activations", "engines": ["production"]}
 
 
 def published_mfu_bf16_pct(ref: ReferenceResult) -> float | None:
@@ -100,16 +227,18 @@ def published_mfu_bf16_pct(ref: ReferenceResult) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _expected(ref: ReferenceResult | None) -> dict[str, Any] | None:
-    if ref is None:
+def _expected(ref: ReferenceResult | None, made: Throughput | None) -> dict[str, Any] | None:
+    if ref is None or made is None:
         return None
     return {
         "step_time_s": ref.step_time_s,
-        "tokens_per_s": ref.tokens_per_s,
+        "tokens_per_s": made.tokens_per_s,
         "mfu_pct": ref.mfu_pct,
         "mfu_bf16_pct": published_mfu_bf16_pct(ref),
         "printed_mfu_pct": ref.printed_mfu_pct,  # set when mfu_pct corrects the printed figure (see erratum)
-        "days_1t": ref.days_1t,
+        "days_1t": made.days_1t,
+        # the figures llmb computed from the published step time (the document prints none)
+        "computed": list(made.computed),
         "tflops_per_gpu": ref.tflops_per_gpu,
         "source": ref.provenance.describe(),
         "note": ref.note or None,
@@ -134,13 +263,18 @@ def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
                                                 recipe.scaling)))
 
 
-def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
+def make_plan(host: PluginHost, request: RecipeRequest, proxy: str | None = None) -> Plan:
+    """The plan of ``request``; with ``proxy`` (``tiny``), also what ``llmb run --proxy`` would run on this
+    machine, the recipe resolved as it resolves it (at its smallest tested scale where the GPU count asked
+    for is not one the recipe tests)."""
+    if proxy is not None:
+        request = replace(request, any_scale=True)
     recipe = host.resolve(request)
     workload = host.workload(recipe.workload)
     arch = workload.architecture(recipe.size).with_layers(recipe.layers)
     flops = host.model_flops(workload, arch, recipe.seq_len)
     hardware = gpu_type(recipe.gpu)
-    return Plan(
+    plan = Plan(
         workload=workload,
         recipe=recipe,
         arch=arch,
@@ -150,3 +284,31 @@ def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
         expected=find_reference(workload, recipe),
         other_figures=other_figures(workload, recipe),
     )
+    if proxy is None:
+        return plan
+    return replace(plan, proxy=plan_proxy(host, plan, proxy, request.gpus or recipe.gpus))
+
+
+def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:
+    """What ``llmb run --proxy PROXY`` on this machine (the local backend, the torch engine) runs over
+    ``ranks``: the same functions build it there (``llmb.runs.launch.submit_run``)."""
+    from llmb.errors import UsageError
+    from llmb.recipes.params import count_params
+    from llmb.recipes.proxies import proxy_flag, proxy_run
+    from llmb.runs.capability import detect
+    from llmb.runs.experiment import experiment_name
+    from llmb.runs.runspec import RunOptions, check_machine, compute_dtype, proxy_arch
+
+    recipe, workload = plan.recipe, plan.workload
+    options = RunOptions(proxy=proxy)
+    arch, seq_len = proxy_arch(workload, recipe, options)
+    refusal = None
+    try:
+        device, _ = check_machine(recipe, options, detect(), ranks)
+    except UsageError as exc:
+        device, refusal = "cpu", str(exc)
+    dtype, _ = compute_dtype(device, recipe.dtype)
+    run = proxy_run(recipe, plan.arch, arch, seq_len, flag=proxy_flag(proxy, None), label=proxy, ranks=ranks,
+                    engine="torch", device=device, compute_dtype=dtype)
+    return ProxyPlan(run=run, flops=host.model_flops(workload, arch, seq_len), params=count_params(arch).total,
+                     experiment=experiment_name(run.ran, proxy), refusal=refusal)

@@ -9,6 +9,10 @@ compared with the published figures:
   itself: the ratio of query heads to KV groups, the FFN-to-hidden ratios,
   gating, norms, the MoE routing (top-k, shared expert, which layers are
   MoE) and the hybrid Mamba/attention/MLP pattern.
+
+``proxy_run`` says what a proxy run is and every way it differs from the
+published recipe (layout, batch, model, sequence, precision): ``llmb plan
+--proxy`` shows that list and ``llmb run`` warns with it, once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmb.errors import UsageError
-from llmb.recipes.records import ModelArch
+from llmb.recipes.records import ModelArch, Recipe
 
 
 @dataclass(frozen=True)
@@ -120,3 +124,147 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
         source=f"{proxy} proxy of {arch.size} ({arch.source})",
         **mamba,
     )
+
+
+# --------------------------------------------------------------------------
+# What a proxy run changes from the published recipe: ``llmb plan --proxy`` shows it and ``llmb run``
+# warns with it, both from ``proxy_run`` (one list, so the two can never disagree).
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One setting a proxy runs otherwise than the published recipe: ``what`` as users read it (``CP``,
+    ``layers``, ``precision``), the recipe's value and the proxy's."""
+
+    what: str
+    published: object
+    proxy: object
+
+    def text(self) -> str:
+        return f"{self.what} {_shown(self.published)} -> {_shown(self.proxy)}"
+
+    def as_dict(self) -> dict:
+        return {"what": self.what, "published": self.published, "proxy": self.proxy, "text": self.text()}
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:,}" if isinstance(value, int) and value >= 10000 else str(value)
+
+
+# The model's dimensions a proxy may change, in the order users read them.
+ARCH_FIELDS = (
+    ("layers", "layers"), ("hidden", "hidden"), ("ffn", "FFN"), ("heads", "heads"), ("query_groups", "query groups"),
+    ("head_dim", "head dim"), ("vocab", "vocab"), ("experts", "experts"), ("topk", "top-k"),
+    ("moe_ffn", "expert FFN"), ("shared_expert_ffn", "shared expert FFN"), ("mamba_heads", "Mamba heads"),
+    ("mamba_head_dim", "Mamba head dim"), ("mamba_state", "Mamba state"), ("mamba_groups", "Mamba groups"),
+    ("mamba_chunk", "Mamba chunk"),
+)
+# The recipe's settings a proxy may change: its layout, batch and memory options.
+RECIPE_FIELDS = (
+    ("gpus", "GPUs"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"), ("vp", "VP"), ("ep", "EP"), ("etp", "ETP"),
+    ("dp", "DP"), ("mbs", "MBS"), ("ga", "GA"), ("gbs", "GBS"), ("fsdp", "FSDP"), ("cuda_graphs", "CUDA graphs"),
+    ("recompute_layers", "recompute layers"), ("offload_layers", "offload layers"),
+)
+
+
+def proxy_recipe(recipe: Recipe, ranks: int) -> Recipe:
+    """What the torch engine runs a proxy of ``recipe`` with over ``ranks``: data parallel only (TP, PP
+    and CP 1, no VP, EP 1), the recipe's MBS and GA, so GBS = MBS x GA x ranks; no FSDP, recompute, CPU
+    offload or CUDA graphs (the torch engine applies none of them to a proxy)."""
+    return replace(
+        recipe, gpus=ranks, nodes=1 if ranks <= recipe.gpus_per_node else ranks // recipe.gpus_per_node,
+        tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, etp=1 if recipe.etp else None, dp=ranks,
+        gbs=recipe.mbs * recipe.ga * ranks, fsdp=False, cuda_graphs=False, recompute_layers=0, offload_layers=0,
+    )
+
+
+def precision_change(dtype: str, computed: str) -> str | None:
+    """What the torch engine computes a ``dtype`` recipe in, where it is not that precision; None where it is.
+    ``computed``: ``llmb.runs.runspec.compute_dtype``'s answer (float32 on CPU, bfloat16 on GPU, auto on a
+    cluster's nodes, decided there)."""
+    if computed == "float32":
+        return "float32 (on CPU)"
+    if dtype == "bf16":
+        return None
+    on_gpu = (f"Transformer Engine's {dtype} where installed and the GPU supports it, else bfloat16"
+              if dtype in ("nvfp4", "mxfp8", "fp8_mx") else "torchao float8 on GPUs of SM 8.9 or newer, else bfloat16")
+    return on_gpu + ("; float32 on CPU nodes" if computed == "auto" else "")
+
+
+@dataclass(frozen=True)
+class ProxyRun:
+    """A proxy run as ``llmb run`` makes it: the published recipe it is cut from, the layout and batch it
+    runs (``ran``), its model and sequence, and every difference from the published recipe."""
+
+    flag: str  # --proxy tiny | --layers N
+    label: str  # tiny | layersN: the experiment name's _proxy-<label>
+    published: Recipe
+    ran: Recipe
+    full: ModelArch
+    arch: ModelArch
+    seq_len: int
+    engine: str
+    device: str
+    compute_dtype: str
+    differences: tuple[Difference, ...]
+
+    @property
+    def smallest_scale(self) -> bool:
+        """The GPU count asked for is not one the recipe tests: its smallest tested scale was taken."""
+        return self.ran.gpus != self.published.gpus
+
+    def warning(self) -> str:
+        """What ``llmb run`` says of it, once: the recipe it takes and every difference from it."""
+        taken = f" at {self.published.gpus} GPUs" + (" (its smallest tested scale)" if self.smallest_scale else "")
+        changes = ", ".join(d.text() for d in self.differences) or "nothing"
+        return (f"{self.flag} runs the published recipe{taken} with these differences: {changes}; "
+                f"its results are not compared with the published figures.")
+
+    def as_dict(self) -> dict:
+        r = self.ran
+        return {
+            "proxy": self.label,
+            "flag": self.flag,
+            "engine": self.engine,
+            "ranks": r.gpus,
+            "device": self.device,
+            "compute_dtype": self.compute_dtype,
+            "published_gpus": self.published.gpus,
+            "smallest_scale": self.smallest_scale,
+            "arch": dict(self.arch.__dict__),
+            "seq_len": self.seq_len,
+            "layout": {"tp": r.tp, "pp": r.pp, "cp": r.cp, "vp": r.vp, "ep": r.ep, "etp": r.etp, "dp": r.dp,
+                       "mbs": r.mbs, "ga": r.ga, "gbs": r.gbs, "fsdp": r.fsdp, "cuda_graphs": r.cuda_graphs,
+                       "recompute_layers": r.recompute_layers, "offload_layers": r.offload_layers},
+            "differences": [d.as_dict() for d in self.differences],
+            "warning": self.warning(),
+        }
+
+
+def proxy_run(recipe: Recipe, full: ModelArch, arch: ModelArch, seq_len: int, *, flag: str, label: str, ranks: int,
+              engine: str, device: str, compute_dtype: str) -> ProxyRun:
+    """The proxy of ``recipe`` (its model ``full``) that runs ``arch`` at ``seq_len`` over ``ranks``: on the
+    torch engine data parallel (``proxy_recipe``) in ``compute_dtype``; on the production engine (``--layers
+    N``) in the recipe's own layout and precision."""
+    torch_engine = engine == "torch"
+    ran = proxy_recipe(recipe, ranks) if torch_engine else recipe
+    found = [Difference(what, getattr(recipe, key), getattr(ran, key))
+             for key, what in RECIPE_FIELDS if getattr(recipe, key) != getattr(ran, key)]
+    found += [Difference(what, getattr(full, key), getattr(arch, key))
+              for key, what in ARCH_FIELDS if getattr(full, key) != getattr(arch, key)]
+    if seq_len != recipe.seq_len:
+        found.append(Difference("sequence", recipe.seq_len, seq_len))
+    precision = precision_change(recipe.dtype, compute_dtype) if torch_engine else None
+    if precision:
+        found.append(Difference("precision", recipe.dtype, precision))
+    return ProxyRun(flag=flag, label=label, published=recipe, ran=ran, full=full, arch=arch, seq_len=seq_len,
+                    engine=engine, device=device, compute_dtype=compute_dtype, differences=tuple(found))
+
+
+def proxy_flag(proxy: str | None, layers: int | None) -> str:
+    """``--proxy tiny`` or ``--layers N``, as the user asked for it."""
+    return f"--proxy {proxy}" if proxy else f"--layers {layers}"

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from llmb.recipes.records import ReferenceResult, Workload
+from llmb.recipes.metrics import days_to_train, tokens_per_second
+from llmb.recipes.records import RecipeSeries, ReferenceResult, Workload
 
 DEFAULT_SOURCE = "recipe"
 SUMMARY = "summary"
@@ -109,21 +110,58 @@ def all_sources(workloads) -> list[str]:
     return list(seen)
 
 
-def _recipe_gbs(workload: Workload, variant: str, ref: ReferenceResult) -> int | None:
+def _series(workload: Workload, variant: str, ref: ReferenceResult) -> RecipeSeries | None:
+    """The recipe series a published figure was measured with: its size, GPU type, dtype, scaling and scale."""
     for series in (s for v in workload.variants if v.name == variant for s in v.series):
         if (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling) \
                 and ref.dtype in series.dtypes and series.min_gpus <= ref.gpus <= series.max_gpus:
-            value = series.gbs.at(ref.gpus)
-            return int(value) if value.denominator == 1 else None
+            return series
     return None
+
+
+def _recipe_gbs(workload: Workload, variant: str, ref: ReferenceResult) -> int | None:
+    series = _series(workload, variant, ref)
+    if series is None:
+        return None
+    value = series.gbs.at(ref.gpus)
+    return int(value) if value.denominator == 1 else None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A published figure's tokens/s and days to train 1T tokens: as printed, or computed from its step
+    time where the document prints none (``computed`` names those): tokens/s = sequence x GBS / step
+    time, days = 1e12 / tokens/s / 86400, with the recipe's sequence and GBS at the figure's GPU count
+    (its own GBS where the document prints one). Never written into the data: the references keep what
+    the documents print."""
+
+    tokens_per_s: float | None
+    days_1t: float | None
+    computed: tuple[str, ...] = ()
+
+
+def throughput(workload: Workload, ref: ReferenceResult) -> Throughput:
+    """``ref``'s tokens/s and days per 1T tokens, computed from its step time where it prints neither.
+    A row that prints tokens/s but no days (Llama 3.1's 405b-Proxy rows: n/a, a proxy model's time to
+    train means nothing) keeps its n/a."""
+    if ref.tokens_per_s is not None or not ref.step_time_s:
+        return Throughput(ref.tokens_per_s, ref.days_1t)
+    series = _series(workload, ref.variant, ref)
+    gbs = ref.gbs or _recipe_gbs(workload, ref.variant, ref)
+    if series is None or not gbs:
+        return Throughput(None, ref.days_1t)
+    tokens = tokens_per_second(series.seq_len, gbs, ref.step_time_s)
+    if ref.days_1t is not None:
+        return Throughput(tokens, ref.days_1t, ("tokens_per_s",))
+    return Throughput(tokens, days_to_train(tokens), ("tokens_per_s", "days_1t"))
 
 
 def _from_recipe(workload: Workload, variant_name: str, ref: ReferenceResult, source: str, label: str) -> Figure:
     variant = workload.variant(variant_name)
     return Figure(
         source=source, label=label, document=ref.provenance.describe(), gpus=ref.gpus,
-        step_time_ms=ref.step_time_s * 1000.0, tokens_per_s=ref.tokens_per_s, tflops_per_gpu=ref.tflops_per_gpu,
-        gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
+        step_time_ms=ref.step_time_s * 1000.0, tokens_per_s=throughput(workload, ref).tokens_per_s,
+        tflops_per_gpu=ref.tflops_per_gpu, gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
         container=release_text(variant.container if variant else None),
     )
 

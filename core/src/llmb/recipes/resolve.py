@@ -9,7 +9,11 @@ The rules, in the order they are applied:
    accepted with a "not validated" warning (weak scaling keeps GBS per GPU,
    strong scaling keeps GBS); below the smallest it is rejected;
 3. ``--set`` overrides apply, then DP and GA are derived and checked
-   (whole numbers, GA >= 1, expert groups fit).
+   (whole numbers, GA >= 1, expert groups fit);
+4. a virtual pipeline (VP) without a pipeline (PP 1) is dropped, with an
+   adjustment note (``without_idle_vp``): Megatron-Core refuses one, so what
+   runs, the plan and the experiment name all have no VP (Llama 4 on H100
+   publishes VP 12 with PP 1).
 
 Every refusal is a ``RecipeError`` whose message names the bad value and the
 valid ones.
@@ -136,12 +140,10 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
     except RecipeError:
         if not request.any_scale:
             raise
+    # A proxy runs on the GPU count asked for (its ranks); the warning that says what it takes from this
+    # recipe and what it changes is llmb.recipes.proxies.proxy_run's.
     smallest = min(series, key=lambda s: s.min_gpus)
-    warnings = [
-        f"the proxy runs on {gpus} rank{'s' if gpus != 1 else ''}; the published recipe (MBS, GA, layout) is taken at "
-        f"its smallest tested scale, {smallest.min_gpus} GPUs."
-    ]
-    return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, warnings, label)
+    return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, [], label)
 
 
 def _scales(series: list[RecipeSeries]) -> str:
@@ -223,7 +225,7 @@ def build_recipe(
             f"{workload.architecture(series.size).layers} layers."
         )
     dp, gbs, ga = derive(probe, gpus)
-    return Recipe(
+    return without_idle_vp(Recipe(
         workload=workload.name,
         variant=variant.name,
         framework=variant.framework,
@@ -258,7 +260,18 @@ def build_recipe(
         overrides=tuple(sorted(request.overrides.items())),
         provenance=series.provenance,
         gbs_rule=str(gbs_expr),
-    )
+    ))
+
+
+def without_idle_vp(recipe: Recipe) -> Recipe:
+    """``recipe`` without a virtual pipeline where it has no pipeline to interleave (VP with PP 1), and a
+    note in its adjustments saying so. Every recipe passes here (``PluginHost.resolve`` too), so the plan,
+    the run and the experiment name say the same: Megatron-Core refuses a virtual pipeline with PP 1."""
+    if recipe.vp is None or recipe.pp > 1:
+        return recipe
+    note = (f"VP {recipe.vp} dropped: with PP 1 there is no pipeline to interleave (Megatron-Core refuses a "
+            f"virtual pipeline without one), so it runs with no virtual pipeline")
+    return replace(recipe, vp=None, adjustments=recipe.adjustments + (note,))
 
 
 def _whole(value: Fraction) -> int:

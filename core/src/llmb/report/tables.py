@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmb.figures import figure
 from llmb.report.series import Series, Spread, Unplotted
 
 
@@ -14,10 +15,8 @@ class Table:
 
 
 def _number(value: float | None, digits: int) -> str:
-    """``digits`` decimals, or four significant digits below 1 (a CPU proxy's TFLOP/s)."""
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if 0 < abs(value) < 1 else f"{value:,.{digits}f}"
+    """``digits`` decimals, never fewer than three significant digits (a CPU proxy's TFLOP/s)."""
+    return figure(value, digits)
 
 
 def _spread(spread: Spread, digits: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -38,6 +39,21 @@ def experiment_name(recipe: Recipe, proxy: str | None = None) -> str:
         f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
     )
     return f"{name}_proxy-{proxy}" if proxy else name
+
+
+# The parts of an experiment name that say "not used" (no CP, no virtual pipeline, no expert parallelism).
+_UNUSED_PARTS = re.compile(r"_(?:cp1|vpNone|epNone|ep1)(?=_|$)")
+_RUN_STAMP = re.compile(r"_\d{6,}$")
+
+
+def compact_name(name: str) -> str:
+    """An experiment name (or a run directory's ``<name>_<timestamp>``) in the short form tables show:
+    no ``pretrain_`` prefix, no timestamp (the JOB column tells runs apart), and no part that says a
+    dimension is unused: ``pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128_1795668434``
+    -> ``llama31_8b_bf16_gpus8_tp1_pp1_mbs2_gbs128``. ``--full-names`` and ``--json`` show the whole one."""
+    if not name.startswith("pretrain_"):
+        return name  # not one of llmb's (or the replaced tool's) names: shown as it is
+    return _UNUSED_PARTS.sub("", _RUN_STAMP.sub("", name.removeprefix("pretrain_")))
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ line a second otherwise (CI logs stay readable).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 
+from llmb.figures import figure
 from llmb.results.parsers import MegatronBridgeReader, NeMo2Reader
 from llmb.results.records import tflops_source_words
 from llmb.runs.jobs import TERMINAL, Job, JobStatus
@@ -118,9 +118,7 @@ def summary(status: JobStatus) -> str:
     if result:
         def f(key: str, digits: int, suffix: str = "") -> str:
             value = result.get(key)
-            if value is None:
-                return "-"
-            return f"{value:.3g}{suffix}" if 0 < abs(value) < 10 ** -digits * 100 else f"{value:,.{digits}f}{suffix}"
+            return "-" if value is None else figure(value, digits, suffix)
 
         proxy = f" ({job.proxy} proxy: not compared with published numbers)" if job.proxy else ""
         lines.append(f"  result      {result['status']}{proxy}"
@@ -135,8 +133,9 @@ def summary(status: JobStatus) -> str:
                                     else "- (no GPU peak applies)")
                 + (f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)" if result.get("dtype") != "bf16"
                    and result.get("mfu_bf16_pct") is not None else ""),
-                f"  1T tokens   {f('days_to_train_1t', 2)} days" + (" (of this proxy model)" if job.proxy else ""),
             ]
+            if not job.proxy:  # the time a scaled-down model would take to train means nothing
+                lines.append(f"  1T tokens   {f('days_to_train_1t', 2)} days")
         else:
             lines.append(f"  window      iterations {result['window']}: no samples")
         if result.get("reference_step_time_ms") is not None:
@@ -146,6 +145,20 @@ def summary(status: JobStatus) -> str:
             lines.append(f"  checkpoint  save {f('checkpoint_save_s', 3)} s, load {f('checkpoint_load_s', 3)} s")
     elif status.state in TERMINAL:
         lines.append("  (no parsed result: see the log)")
-    lines.append(f"  log         {job.log}")
-    lines.append(f"  experiment  {os.path.dirname(job.log) if job.log else job.run_dir}")
-    return "\n".join(lines)
+    from llmb.cli.output import fit_text
+
+    return fit_text("\n".join(lines) + "\n" + where_lines(job))
+
+
+def where_lines(job: Job) -> str:
+    """Where a job's files are, for a person: its run directory once, from $LLMB_INSTALL or ~ and cut in
+    the middle to the terminal's width, and the command that prints its log (``--json`` has both paths)."""
+    from llmb.cli.output import output_width, shorten
+    from llmb.paths import shown_path
+
+    label = "  run dir     "
+    run_dir = shown_path(job.run_dir)
+    width = output_width()
+    if width:
+        run_dir = shorten(run_dir, width - len(label), "middle")
+    return f"{label}{run_dir}\n  log         llmb logs {job.id}"

@@ -21,6 +21,7 @@ from llmb.errors import PluginError, UsageError
 from llmb.plugins.host import PluginHost
 from llmb.recipes.memory import MARGIN, estimate_memory
 from llmb.recipes.planning import Plan, make_plan
+from llmb.recipes.proxies import proxy_flag, proxy_run
 from llmb.recipes.records import RecipeRequest
 from llmb.redaction import credential_in, is_secret_name
 from llmb.runs import experiment, job_env, provenance
@@ -37,7 +38,6 @@ from llmb.runs.runspec import (
     check_machine,
     checkpoint_dirs,
     compute_dtype,
-    engine_layout,
     find_checkpoint,
     proxy_arch,
     torch_engine_layout,
@@ -141,17 +141,25 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         device = "auto" if torch_engine else "cuda"
     if torch_engine:
         dtype, dtype_warnings = compute_dtype(device, recipe.dtype)
-        warnings += dtype_warnings
+        if not options.is_proxy:  # a proxy's precision is among its differences from the recipe, below
+            warnings += dtype_warnings
     else:
         dtype = recipe.dtype  # the production framework computes in the recipe's precision
     nodes, per_node = placement(ranks, recipe.gpus_per_node)
 
     arch, seq_len = proxy_arch(workload, recipe, options)
     layout = ParallelLayout()
-    if torch_engine and options.is_proxy:
-        mbs, ga, gbs = engine_layout(recipe, ranks)
-        # Named after what runs: a proxy is data parallel over the ranks.
-        ran = replace(recipe, gpus=ranks, tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, mbs=mbs, gbs=gbs)
+    proxy = None
+    if options.is_proxy:
+        # What it runs and every difference from the published recipe, in one warning (llmb plan --proxy
+        # shows the same list).
+        proxy = proxy_run(recipe, plan.arch, arch, seq_len, flag=proxy_flag(options.proxy, options.layers),
+                          label=options.proxy_label, ranks=ranks, engine="torch" if torch_engine else engine,
+                          device=device, compute_dtype=dtype)
+        warnings.append(proxy.warning())
+    if torch_engine and proxy is not None:
+        ran = proxy.ran  # named after what runs: a proxy is data parallel over its ranks
+        mbs, ga, gbs = ran.mbs, ran.ga, ran.gbs
     else:  # the production engine, and the torch engine at full size: the recipe's own layout and batch
         mbs, ga, gbs = recipe.mbs, recipe.ga, recipe.gbs
         ran = recipe
@@ -241,6 +249,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     recipe_record.update({
         "job_id": job_id, "backend": backend_name, "engine": engine, "proxy": spec.proxy is not None,
         "proxy_kind": spec.proxy,
+        "proxy_differences": [d.as_dict() for d in proxy.differences] if proxy else None,
         "published_recipe": {k: recipe_record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
         "gpus": ranks, "nodes": nodes, "gpus_per_node": per_node, "mbs": mbs, "ga": ga, "gbs": gbs,
         "dp": ranks if torch_engine else recipe.dp, "seq_len": seq_len, "layers": arch.layers, "steps": steps,

@@ -157,11 +157,9 @@ def _profiling(framework: Framework, production: Production, recipe: Recipe, opt
     }
 
 
-def _parallelism(recipe: Recipe, notes: list[str]) -> dict:
+def _parallelism(recipe: Recipe) -> dict:
+    # A VP with PP 1 never gets here: resolving the recipe dropped it, with a note (llmb.recipes.resolve).
     vp = recipe.vp if recipe.vp and recipe.vp > 1 and recipe.pp > 1 else None
-    if recipe.vp and recipe.vp > 1 and recipe.pp == 1:
-        notes.append(f"the published VP {recipe.vp} with PP 1 has no pipeline to interleave: the framework is told "
-                     f"no virtual pipeline")
     return {"tp": recipe.tp, "pp": recipe.pp, "cp": recipe.cp, "vp": vp, "ep": recipe.ep or 1, "etp": recipe.etp,
             "dp": recipe.dp, "sequence_parallel": recipe.tp > 1, "fsdp": recipe.fsdp}
 
@@ -254,7 +252,7 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
     arch = workload.architecture(recipe.size)
     window = _window(production, options)
     train_iters, notes = _train_iters(recipe, options, window, checkpoint_load_dir is not None)
-    parallelism = _parallelism(recipe, notes)
+    parallelism = _parallelism(recipe)
     layers = _layers(framework, production, workload, recipe, options, parallelism["vp"])
     asked = dict(recipe.env) | dict(options.env)
     for secret in settings.SECRETS & set(asked):
