@@ -256,7 +256,7 @@ BAD_FILES = [
     ("env: {'A B': 1}\n", "env 'A B' is not a valid environment variable name"),
     ("env: [A=1]\n", "env must be a mapping NAME: value"),
     ("env: {NCCL_DEBUG: {x: 1}}\n", "env NCCL_DEBUG: expected a single value"),
-    ("images: {llama31: nvcr.io/nvidia/nemo:25.09}\n", "images.llama31: container image 'nvcr.io/nvidia/nemo:25.09' "
+    ("images: {llama31: nvcr.io/nvidia/nemo:25.09}\n", "images.llama31 'nvcr.io/nvidia/nemo:25.09' "
                                                       "is not in registry#repo:tag form"),
     ("images: {llama31: relative.sqsh}\n", "images.llama31 'relative.sqsh': a .sqsh image must be an absolute path"),
     ("images: [llama31]\n", "images must map workload names to container images"),

@@ -237,13 +237,16 @@ GOLDEN_ROWS = {
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_ROWS))
-def test_golden_sbatch_scripts(name, planned, install_root):
+def test_golden_sbatch_scripts(name, planned, install_root, host):
     """The whole script of one row per GPU type. After a deliberate change, regenerate with
     LLMB_UPDATE_GOLDEN=1 and review the diff."""
     workload, size, gpu, dtype, gpus, on = GOLDEN_ROWS[name]
-    spec, job = planned(workload, size, gpu, dtype, gpus)
-    spec = replace(spec, gpu=on or spec.gpu)
-    text = normalised(script_of(spec, job)[0], install_root, job.id)
+    planned(workload, size, gpu, dtype, gpus)  # the fixture's environment and install
+    submitted = submit_run(host, RecipeRequest(workload, size, gpu, dtype, gpus, any_scale=True), RunOptions(),
+                           "slurm", dry_run=True)
+    spec, job = replace(submitted.spec, gpu=on or submitted.spec.gpu), submitted.job
+    # with what the backend is given: the options and the time limit derived from the run
+    text = normalised(script_of(spec, job, submitted.submit)[0], install_root, job.id)
     golden = GOLDEN / f"{name}.sh"
     if os.environ.get("LLMB_UPDATE_GOLDEN"):
         GOLDEN.mkdir(parents=True, exist_ok=True)
@@ -267,6 +270,10 @@ def test_the_goldens_launch_as_the_reference_does():
         assert ("llmb-bind 4 16 2 " in srun) == (name == "b300"), name
         assert ("NCCL_NET_GDR_C2C" in srun and "export NCCL_NET_GDR_LEVEL=PHB" in text) == (name == "gb200"), name
         assert "export TOKENIZERS_PARALLELISM=False" in text and "TOKENIZERS_PARALLELISM" in srun
+        # a time limit derived from the run (llmb.recipes.time_limit): never the partition's, at least 30 min
+        limit = next(line for line in text.splitlines() if line.startswith("#SBATCH --time="))
+        hours, minutes, _ = limit.removeprefix("#SBATCH --time=").split(":")
+        assert 30 <= 60 * int(hours) + int(minutes) <= 120, (name, limit)
 
 
 def test_dedicated_options_become_sbatch_lines_and_retries_add_to_the_exclusions(planned):
@@ -292,9 +299,9 @@ def test_dedicated_options_become_sbatch_lines_and_retries_add_to_the_exclusions
     (SubmitOptions(qos='a"b'), "double quote"),
     (SubmitOptions(qos="high", additional="qos=low"), r"--qos is given twice: 'high' .* 'low' in ADDITIONAL_SLURM_PARAMS"),
     (SubmitOptions(additional="reservation=a;reservation=b"), "gives --reservation twice"),
-    (SubmitOptions(gres="gpu:eight"), r"--gres 'gpu:eight': use gpu:N \(or gpu:TYPE:N\)"),
+    (SubmitOptions(gres="gpu:eight"), r"--gres 'gpu:eight': expected gpu:N or gpu:TYPE:N"),
     (SubmitOptions(segment=3), "--segment 3: a segment is a whole divisor"),
-    (SubmitOptions(additional="segment=x"), "segment='x': a segment is a node count"),
+    (SubmitOptions(additional="segment=x"), "ADDITIONAL_SLURM_PARAMS item segment 'x': expected a whole number from 1"),
     (SubmitOptions(cluster_env=(("HF_TOKEN", "x"),)), "sets HF_TOKEN, a secret"),
     (SubmitOptions(cluster_env=(("A B", "x"),)), "is not a valid environment variable name"),
 ])

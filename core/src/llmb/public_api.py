@@ -46,6 +46,8 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "llmb.paths": ("install_dir",),
     "llmb.install.images": ("check_reference", "image_path"),
     "llmb.install.cluster_settings": ("VARIABLES", "time_limit"),
+    "llmb.install.value_checks": ("features", "gres", "hostlist", "image", "mount", "names", "sbatch_option",
+                                  "segment", "time_limit"),
     "llmb.runs.env_names": ("env_name_problem",),
     "llmb.http_safety": ("DeadlineExceeded", "RedirectRefused", "TooLarge", "copy_bounded", "exchange", "fetch",
                          "mask"),

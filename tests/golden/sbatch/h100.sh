@@ -8,6 +8,7 @@
 #SBATCH --exclusive
 #SBATCH --no-requeue
 #SBATCH --mem=0
+#SBATCH --time=00:35:00
 #SBATCH --gres=gpu:8
 
 set -uo pipefail  # never -x: it would print every exported value

@@ -37,7 +37,9 @@ from dataclasses import replace
 
 from llmb.errors import LlmbError, UsageError
 from llmb.install.cluster_settings import time_limit
-from llmb.install.images import check_reference, image_path
+from llmb.install.images import image_path
+from llmb.install.value_checks import image as checked_image
+from llmb.install.value_checks import mount as checked_mount
 from llmb.log import get_logger
 from llmb.paths import install_dir
 from llmb.results.scan import read_tail
@@ -112,10 +114,10 @@ class SlurmBackend:
                 from llmb.plugins.host import PluginHost
 
                 reference = PluginHost().workload(spec.workload).variant(spec.variant).container
+            reference = checked_image(reference, "the container image")  # --image's check, wherever it came from
             if reference.endswith(".sqsh"):
                 image = reference
             else:
-                check_reference(reference)
                 imported = image_path(reference)
                 image = imported if os.path.exists(imported) else reference
             library = worker_pythonpath()
@@ -126,10 +128,7 @@ class SlurmBackend:
                     raise UsageError(problem)
                 problems.append(problem)
             install = install_dir()
-            mounts = [f"{install}:{install}", *submit.mounts]
-            for mount in submit.mounts:
-                if mount.count(":") not in (1, 2) or mount.startswith(":"):
-                    raise UsageError(f"--mount {mount!r}: expected SRC:DST or SRC:DST:ro.")
+            mounts = [f"{install}:{install}", *(checked_mount(m, "a container mount") for m in submit.mounts)]
             container = {"image": image, "mounts": mounts, "env_names": [*secrets, "PYTHONPATH"]}
             worker = [*spec.wrapper, "python3", "-m", "llmb.worker", run_file]
         gpus_per_node = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres

@@ -11,9 +11,8 @@ GPU type than the run's refuse the run before anything is submitted.
 
 from __future__ import annotations
 
-import re
-
 from llmb.errors import UsageError
+from llmb.install.value_checks import gres as checked_gres
 from llmb.runs.env_names import env_name_problem
 from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
@@ -21,7 +20,6 @@ from llmb_backend_slurm import cluster_gpus, launch_settings, params
 from llmb_backend_slurm.commands import QueryFailed, SlurmCommands
 from llmb_backend_slurm.script import directive
 
-_GRES = re.compile(r"^gpu(:[A-Za-z0-9_.-]+)?:[0-9]+$")
 PLAIN = ("nodelist", "reservation", "qos", "constraint")
 
 
@@ -76,9 +74,7 @@ def _segment(spec: RunSpec, gpus_in_node: int, flag: int | None, item: str | Non
         _one("segment", str(flag), item)
     override = flag
     if item is not None:
-        if not item.strip().isdigit():
-            raise UsageError(f"ADDITIONAL_SLURM_PARAMS segment={item!r}: a segment is a node count, e.g. segment=8.")
-        override = int(item)
+        override = int(item)  # a whole number from 1: params.parse checked it as --segment's value
     segment = launch_settings.segment(spec.nodes, gpus_in_node, override)
     if segment and slurm.sbatch_has("segment") is False:
         warnings.append(f"sbatch here has no --segment option (Slurm's topology/block scheduling, newer than this "
@@ -90,10 +86,9 @@ def _segment(spec: RunSpec, gpus_in_node: int, flag: int | None, item: str | Non
 
 def _gres(spec: RunSpec, submit: SubmitOptions, item: str | None, nodelist: str | None, slurm: SlurmCommands,
           warnings: list[str], problems: list[str] | None) -> str | None:
+    if submit.gres:
+        checked_gres(submit.gres, "--gres")  # the flag's check (the item passed it in params.parse)
     override = _one("gres", submit.gres, item)
-    if override and override != "none" and not _GRES.match(override):
-        raise UsageError(f"--gres {override!r}: use gpu:N (or gpu:TYPE:N), the GPUs of each node the run takes, or "
-                         f"none to request no GPUs as generic resources.")
     where = " and ".join(part for part in (submit.partition and f"partition {submit.partition}",
                                            nodelist and f"nodes {nodelist}") if part) or "this cluster"
     try:

@@ -8,17 +8,21 @@ which is why the separator is a semicolon. Each item becomes one
 sbatch takes any unambiguous abbreviation of an option (``outpu`` is
 ``output``), so an item is refused when sbatch could read it as an option
 llmb sets itself, whatever its spelling.
+
+An item for an option llmb has a setting of its own for (``nodelist=``,
+``qos=``, ``gres=``, ``account=``, ``time=``, ...; ``CHECKED``), under
+whatever spelling sbatch reads as that option, passes the same check as
+the setting's flag, variable and cluster file key (``llmb.install.value_checks``).
 """
 
 from __future__ import annotations
 
-import re
-
 from llmb.errors import UsageError
+from llmb.install.value_checks import features, gres, hostlist, names, sbatch_option, segment, time_limit
 
 from llmb_backend_slurm import sbatch_options
 
-_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
+_BLANKS = " \t"
 _RECIPE = "llmb sets it from the recipe; change the recipe (--gpus, --gpus-per-node) instead"
 _LAYOUT = "llmb sets it: the job's name, output and directory follow the published recipes' experiment layout"
 _SUBMISSION = "llmb sets it: its submission and tracking depend on it"
@@ -33,23 +37,40 @@ OWNED = {
 
 def parse(text: str | None) -> list[tuple[str, str | None]]:
     """``[(key, value or None), ...]``; UsageError naming the bad item."""
-    if not text or not text.strip():
+    if not text or not text.strip(_BLANKS):
         return []
     items = []
     for raw in text.split(";"):
-        item = raw.strip()
+        item = raw.strip(_BLANKS)  # a line break is never dropped: it is refused, as in a flag's value
         if not item:
             continue
         key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-")
-        if not _KEY.match(key):
-            raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {item!r}: expected key=value or a flag name, "
-                             f"e.g. \"nodelist=node001,node002;constraint=gpu;exclusive\".")
+        key = sbatch_option(key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}")
         _refuse_owned(key)
+        if sep and (name := checked_option(key)):
+            where = f"ADDITIONAL_SLURM_PARAMS item {key}" + ("" if key == name else f" (sbatch's --{name})")
+            items.append((key, str(CHECKED[name](value, where))))  # as the option's flag is checked
+            continue
         if sep and any(c in value for c in "\n\r\0"):
             raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r}: a value cannot contain a line break.")
-        items.append((key, value.strip() if sep else None))
+        items.append((key, value.strip(_BLANKS) if sep else None))
     return items
+
+
+# The sbatch options llmb has a setting of its own for, and the check of the setting's kind
+# (llmb.install.cluster_settings): an item for one of them is checked as its flag is.
+CHECKED = {
+    "account": names, "partition": names, "time": time_limit, "nodelist": hostlist, "exclude": hostlist,
+    "reservation": names, "qos": names, "constraint": features, "gres": gres, "segment": segment,
+}
+
+
+def checked_option(key: str) -> str | None:
+    """The option of ``CHECKED`` sbatch reads ``--key`` as (its name, an alias, an unambiguous
+    abbreviation), or None."""
+    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {key}  # newer: segment
+    name = next(iter(meanings)) if len(meanings) == 1 else None
+    return name if name in CHECKED else None
 
 
 def _refuse_owned(key: str) -> None:
@@ -78,7 +99,8 @@ DEDICATED = ("nodelist", "exclude", "reservation", "qos", "constraint", "gres", 
 
 def dedicated(items: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[tuple[str, str | None]]]:
     """The items sbatch reads as an option llmb has a setting for (by that option's name; one
-    each, or UsageError), and the others, in order."""
+    each, or UsageError), and the others, in order. Their values passed the setting's own check
+    in ``parse``."""
     found: dict[str, str] = {}
     rest = []
     for key, value in items:

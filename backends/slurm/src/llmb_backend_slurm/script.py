@@ -30,7 +30,7 @@ from llmb_backend_slurm.launch_settings import Binding
 
 STARTED = "attempt-{attempt}.started"
 EXITED = "attempt-{attempt}.exit"
-_SAFE_DIRECTIVE = re.compile(r"^[A-Za-z0-9_.,:/@%+=&|\[\]-]*$")
+_SAFE_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*")  # matched whole: the last line of defence
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def directive(key: str, value: str | None = None) -> str:
         return f"#SBATCH --{key}"
     if any(c in value for c in "\n\r\0"):
         raise ValueError(f"sbatch option {key}: a value cannot contain a line break")
-    if _SAFE_DIRECTIVE.match(value):
+    if _SAFE_DIRECTIVE.fullmatch(value):
         return f"#SBATCH --{key}={value}"
     if '"' in value:
         raise ValueError(f"sbatch option {key}: a value cannot contain a double quote in a #SBATCH line")

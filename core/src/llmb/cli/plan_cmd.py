@@ -207,6 +207,7 @@ def render_plan(plan) -> str:
     peak = peak_source(r.gpu, r.dtype)
     lines.append(f"  MFU peak     {r.dtype.upper()} {peak.describe()}" if peak else
                  f"  MFU peak     none: no published dense {r.dtype.upper()} peak for {r.gpu}, so no MFU")
+    lines.append(f"  time limit   {plan.time_limit.describe()}")
     if r.env:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in r.env))
     for note in r.adjustments:

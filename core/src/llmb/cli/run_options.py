@@ -1,7 +1,10 @@
 """``llmb run``'s options beyond the recipe as click options, shared with
 ``llmb sweep``; ``llmb.runs.run_option_values`` turns their values into RunOptions.
 A cluster option a flag does not give comes from its variable, then from
-``$LLMB_INSTALL/cluster.yaml`` (``llmb.install.cluster_settings``)."""
+``$LLMB_INSTALL/cluster.yaml`` (``llmb.install.cluster_settings``). Their values are
+checked where they are turned into RunOptions, by the check of their kind that the
+variable, the cluster file and ADDITIONAL_SLURM_PARAMS share (``llmb.install.value_checks``):
+no click type here, whose refusal would read differently."""
 
 from __future__ import annotations
 
@@ -56,11 +59,12 @@ _OPTIONS = [
     click.option("--qos", envvar=VARIABLES["qos"], help=f"Quality of service. [env: {VARIABLES['qos']}]"),
     click.option("--constraint", envvar=VARIABLES["constraint"], metavar="FEATURES",
                  help=f"Node features, e.g. gpu&ib. [env: {VARIABLES['constraint']}]"),
-    click.option("--segment", type=click.IntRange(min=1), envvar=VARIABLES["segment"], metavar="N",
+    click.option("--segment", envvar=VARIABLES["segment"], metavar="N",  # its check: llmb.install.value_checks
                  help=f"Nodes per topology segment (default: llmb's rule on 4-GPU nodes). "
                       f"[env: {VARIABLES['segment']}]"),
     click.option("--gres", envvar=VARIABLES["gres"], metavar="gpu:N|none",
-                 help=f"How the cluster schedules GPUs (default: detected). [env: {VARIABLES['gres']}]"),
+                 help=f"How the cluster schedules GPUs: gpu:N, gpu:TYPE:N or none (default: detected). "
+                      f"[env: {VARIABLES['gres']}]"),
     click.option("--numa-binding/--no-numa-binding", default=None, envvar=VARIABLES["numa_binding"],
                  help=f"Each rank on its GPU's NUMA node (default: on). [env: {VARIABLES['numa_binding']}]"),
     click.option("--dump-env", is_flag=True,

@@ -6,4 +6,5 @@
     worker_library.py   llmb as the nodes' Python imports it (for bare and container runs)
     cluster_config.py   ``$LLMB_INSTALL/cluster.yaml``: read, written, shown (``llmb config``)
     cluster_settings.py the cluster settings, each with its flag, variable and file key
+    value_checks.py     the one check of each kind of value, whichever way it is given
 """

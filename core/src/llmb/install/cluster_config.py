@@ -14,14 +14,12 @@ malformed YAML names the line. Secrets never go in the file.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from llmb.errors import UsageError
-from llmb.install import cluster_settings
+from llmb.install import cluster_settings, value_checks
 from llmb.paths import packaged_data
-from llmb.runs.env_names import env_name_problem
 
 FILE_NAME = "cluster.yaml"
 TEMPLATE = packaged_data("cluster-template.yaml")
@@ -29,9 +27,6 @@ SLURM_SECTION = "slurm"
 KEYS = ("account", "partition", "gpu", "gpus_per_node", "gres", "images", "mounts", "env", "numa_binding",
         SLURM_SECTION)
 SLURM_KEYS = tuple(s.key.split(".", 1)[1] for s in cluster_settings.SETTINGS if s.key.startswith(SLURM_SECTION + "."))
-_WORKLOAD = re.compile(r"[a-z0-9][a-z0-9_-]*")
-_MOUNT_PATH = re.compile(r"/[A-Za-z0-9_.@+%=/-]*")  # pyxis separates mounts with commas: none inside a path
-# Names that hold credentials by convention; TOKENIZERS_PARALLELISM is not one.
 
 
 @dataclass(frozen=True)
@@ -150,8 +145,6 @@ def _mapping(data: object, where: str, keys: tuple[str, ...], what: str) -> None
 
 
 def _images(raw: object, path: str) -> tuple[tuple[str, str], ...]:
-    from llmb.install.images import check_reference
-
     if raw is None:
         return ()
     if not isinstance(raw, dict):
@@ -160,21 +153,8 @@ def _images(raw: object, path: str) -> tuple[tuple[str, str], ...]:
     out = []
     for workload, image in raw.items():
         where = f"{path}: images.{workload}"
-        if not isinstance(workload, str) or not _WORKLOAD.fullmatch(workload):
-            raise UsageError(f"{where}: a workload name such as llama31 (lower-case letters, digits, _ and -).")
-        if not isinstance(image, str) or not image.strip():
-            raise UsageError(f"{where}: expected a container image, registry#repo:tag or a .sqsh file.")
-        image = image.strip()
-        if image.endswith(".sqsh"):
-            if not _MOUNT_PATH.fullmatch(image):
-                raise UsageError(f"{where} {image!r}: a .sqsh image must be an absolute path without spaces, "
-                                 f"commas or quotes.")
-        else:
-            try:
-                check_reference(image)
-            except UsageError as exc:
-                raise UsageError(f"{where}: {exc}") from None
-        out.append((workload, image))
+        value_checks.workload_name(workload, where)
+        out.append((workload, value_checks.image(image, where)))  # as --image's
     return tuple(out)
 
 
@@ -183,15 +163,7 @@ def _mounts(raw: object, path: str) -> tuple[str, ...]:
         return ()
     if not isinstance(raw, list):
         raise UsageError(f"{path}: mounts must be a list of SRC:DST or SRC:DST:ro, e.g. mounts: [/lustre:/lustre].")
-    out = []
-    for item in raw:
-        parts = item.split(":") if isinstance(item, str) else []
-        if not (2 <= len(parts) <= 3 and all(_MOUNT_PATH.fullmatch(p) for p in parts[:2])
-                and (len(parts) == 2 or parts[2] in ("ro", "rw"))):
-            raise UsageError(f"{path}: mounts item {item!r}: expected SRC:DST or SRC:DST:ro with absolute paths "
-                             f"(no spaces, commas or quotes), e.g. /lustre/datasets:/datasets:ro.")
-        out.append(item)
-    return tuple(dict.fromkeys(out))
+    return tuple(dict.fromkeys(value_checks.mount(item, f"{path}: mounts item") for item in raw))  # as --mount's
 
 
 def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
@@ -205,18 +177,12 @@ def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
         raise UsageError(f"{path}: env must be a mapping NAME: value, e.g. env: {{NCCL_IB_HCA: mlx5}}.")
     out = []
     for name, value in raw.items():
-        if problem := env_name_problem(name, f"{path}: env"):
-            raise UsageError(problem)
+        value_checks.env_name(name, f"{path}: env")  # as --env's
         if name in SECRETS or name in SECRET_VARIABLES or is_secret_name(name):
             raise UsageError(f"{path}: env {name}: a secret never goes in a file (and would be recorded with every "
                              f"run). Export it in the shell that runs llmb: HF_TOKEN always reaches the job that way, "
                              f"another secret with llmb run --secret {name}.")
-        if value is None or isinstance(value, dict | list):
-            raise UsageError(f"{path}: env {name}: expected a single value (quote it; \"\" for an empty one).")
-        text = str(value)
-        if any(c in text for c in "\n\r\0"):
-            raise UsageError(f"{path}: env {name}: a value cannot contain a line break.")
-        out.append((name, text))
+        out.append((name, value_checks.env_value(name, value, f"{path}: env {name}")))
     return tuple(out)
 
 

@@ -1,10 +1,7 @@
 """The cluster settings a run may take from a flag, its environment variable
 or the cluster file (``$LLMB_INSTALL/cluster.yaml``), in that order, and the
-one check each value passes wherever it comes from.
-
-Most of these values end up in ``#SBATCH`` lines, which sbatch reads itself:
-a value never holds a line break, a space or a quote, only the characters
-Slurm's names, host lists and feature expressions use.
+one check each value passes wherever it comes from (``llmb.install.value_checks``,
+which an ``ADDITIONAL_SLURM_PARAMS`` item for the same sbatch option passes too).
 
 Where sbatch reads an input environment variable for the option
 (``man sbatch``, INPUT ENVIRONMENT VARIABLES) llmb reads the same one;
@@ -14,93 +11,21 @@ Where sbatch reads an input environment variable for the option
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llmb.engines.frameworks.settings import FALSE, TRUE
-from llmb.errors import UsageError
-
-_NAMES = re.compile(r"[A-Za-z0-9_.@+%-]+(,[A-Za-z0-9_.@+%-]+)*")  # accounts, partitions, QOS, reservations
-_HOSTLIST = re.compile(r"[A-Za-z0-9_.,\[\]-]+")  # node001,node[002-004]
-_FEATURES = re.compile(r"[A-Za-z0-9_.,:&|\[\]*!()-]+")  # gpu&ib, [rack1|rack2], gpu*2
-_TIME = re.compile(r"(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.I)
-_GRES = re.compile(r"none|gpu:(\d+)")
-MAX_SEGMENT = 131072  # nodes; beyond any cluster: a typo
-
-
-def _text(value: object, where: str, pattern: re.Pattern, valid: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise UsageError(f"{where}: expected text ({valid}), got {value!r}.")
-    text = str(value).strip()
-    if not pattern.fullmatch(text):
-        raise UsageError(f"{where} {text!r}: expected {valid}, without spaces, quotes or line breaks.")
-    return text
-
-
-def names(value: object, where: str) -> str:
-    return _text(value, where, _NAMES, "a name or comma-separated names of letters, digits and _ . @ + % -")
-
-
-def hostlist(value: object, where: str) -> str:
-    if isinstance(value, list):  # the cluster file may list nodes
-        value = ",".join(str(v) for v in value)
-    return _text(value, where, _HOSTLIST, "a Slurm host list such as node001,node[002-004]")
-
-
-def features(value: object, where: str) -> str:
-    return _text(value, where, _FEATURES, "a Slurm feature expression such as gpu&ib or [rack1|rack2]")
-
-
-def time_limit(value: object, where: str) -> str:
-    return _text(value, where, _TIME, "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (Slurm's forms), "
-                                      "e.g. 30 or 2:00:00")
-
-
-def count(value: object, where: str, low: int, high: int, example: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise UsageError(f"{where} {value!r}: expected a whole number from {low} to {high:,}, e.g. {example}.")
-    return value
-
-
-def segment(value: object, where: str) -> int:
-    return count(value, where, 1, MAX_SEGMENT, "4")
-
-
-def gpus_per_node(value: object, where: str) -> int:
-    from llmb.recipes.gpus import MAX_GPUS_PER_NODE
-
-    return count(value, where, 1, MAX_GPUS_PER_NODE, "8")
-
-
-def gres(value: object, where: str) -> str:
-    from llmb.recipes.gpus import MAX_GPUS_PER_NODE
-
-    text = str(value).strip() if isinstance(value, str) else value
-    match = _GRES.fullmatch(text) if isinstance(text, str) else None
-    if match is None or (match[1] is not None and not 1 <= int(match[1]) <= MAX_GPUS_PER_NODE):
-        raise UsageError(f"{where} {value!r}: expected gpu:N (N GPUs per node, 1 to {MAX_GPUS_PER_NODE}) where the "
-                         f"cluster schedules GPUs as gres, or none where it does not.")
-    return text
-
-
-def boolean(value: object, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
-        return value.strip().lower() in TRUE
-    raise UsageError(f"{where} {value!r}: expected true or false ({'/'.join(TRUE)} or {'/'.join(FALSE)}).")
-
-
-def gpu(value: object, where: str) -> str:
-    from llmb.recipes.gpus import catalogue
-
-    known = list(catalogue())
-    if not isinstance(value, str) or value.strip().lower() not in known:
-        raise UsageError(f"{where} {value!r}: unknown GPU type; llmb knows: {', '.join(known)}.")
-    return value.strip().lower()
+# Each kind's one check, shared by the flags, the variables, the cluster file and ADDITIONAL_SLURM_PARAMS.
+from llmb.install.value_checks import (
+    boolean,
+    features,
+    gpu,
+    gpus_per_node,
+    gres,
+    hostlist,
+    names,
+    segment,
+    time_limit,
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +47,7 @@ SETTINGS = (
     Setting("partition", "--partition", "SBATCH_PARTITION", "partition", names,
             "none: the cluster's default partition"),
     Setting("time_limit", "--time-limit", "SBATCH_TIMELIMIT", "slurm.time", time_limit,
-            "none: the partition's limit"),
+            "derived from the run: llmb plan shows it"),
     Setting("nodelist", "--nodelist", "LLMB_NODELIST", "slurm.nodelist", hostlist, "none: any nodes"),
     Setting("exclude", "--exclude", "LLMB_EXCLUDE", "slurm.exclude", hostlist, "none"),
     Setting("reservation", "--reservation", "SBATCH_RESERVATION", "slurm.reservation", names, "none"),

@@ -51,7 +51,7 @@ MAX_FILE_BYTES = 64 << 20
 # One file's whole exchange, however the server paces it: 64 MiB at a slow site link's 0.25 MB/s.
 DEADLINE_S = 300.0
 CONNECT_TIMEOUT_S = 60.0
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a server's answer, matched whole (fullmatch)
 
 
 class DownloadError(LlmbError):
@@ -154,7 +154,7 @@ def download(repo: str, filename: str, home: str, token: str | None, *, required
             if response.status >= 400:
                 return _refusal(response, repo, filename, home, required)
             commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() or redirects.commit
-            commit = commit if _COMMIT.match(commit) else REVISION
+            commit = commit if _COMMIT.fullmatch(commit) else REVISION
             target = os.path.join(repo_dir(home, repo), "snapshots", commit, filename)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             partial = f"{target}.{os.getpid()}.part"
@@ -185,7 +185,7 @@ def _refusal(response, repo: str, filename: str, home: str, required: bool) -> N
     """An error answer: None for an optional file the repository lacks (recorded), else DownloadError."""
     if response.status == 404 and not required:
         commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() if response.headers else ""
-        if _COMMIT.match(commit):
+        if _COMMIT.fullmatch(commit):
             _record(home, repo, commit, absent=filename)
         return None
     if response.status in (401, 403):

@@ -11,12 +11,15 @@ from typing import Any
 
 from llmb.plugins.host import PluginHost
 from llmb.recipes.flops import megatron_bridge_step
-from llmb.recipes.gpus import gpu_type, peak_source
+from llmb.recipes.gpus import catalogue, gpu_type, peak_source
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
+from llmb.recipes.params import count_params
 from llmb.recipes.proxies import ProxyRun
 from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Variant, Workload
 from llmb.recipes.references import Configuration, Figure, Throughput, others, throughput
+from llmb.recipes.time_limit import TimeLimit, estimated_step_s
+from llmb.recipes.time_limit import derive as derive_time_limit
 
 # The FLOPs counts a run's TFLOP/s/GPU and MFU can be on (``FlopsUse``), as users read them.
 WORKLOAD_FORMULA = "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
@@ -115,6 +118,22 @@ class Plan:
         return self.megatron_step_flops / (self.flops.per_sample * self.recipe.gbs)
 
     @property
+    def time_limit(self) -> TimeLimit:
+        """The cluster job's time limit when none is given (``llmb.recipes.time_limit``): from the published
+        step time, else an estimate from the model FLOPs and the GPUs' peak."""
+        r = self.recipe
+        others = sorted((f for f in self.other_figures if f.step_time_ms), key=lambda f: -f.step_time_ms)
+        if self.expected is not None:
+            step, source = self.expected.step_time_s, "published"
+        elif others:  # another public document's figure for this configuration: the slowest, to err long
+            step, source = others[0].step_time_ms / 1000.0, others[0].label
+        else:
+            peak = gpu_type(r.gpu).peak_tflops.get(r.dtype) if r.gpu in catalogue() else None
+            step = estimated_step_s(self.flops.per_sample if self.flops else None, r.gbs, r.gpus, peak)
+            source = "estimate" if step else "none"
+        return derive_time_limit(r.steps, step, source, count_params(self.arch).total)
+
+    @property
     def expected_throughput(self) -> Throughput | None:
         """The expected figure's tokens/s and days, computed from its step time where it prints neither."""
         return throughput(self.workload, self.expected) if self.expected else None
@@ -188,6 +207,7 @@ class Plan:
             "expected": _expected(self.expected, self.expected_throughput),
             "other_figures": [asdict(f) for f in self.other_figures],
             "mfu_peak": asdict(peak) if (peak := peak_source(r.gpu, r.dtype)) else None,
+            "time_limit": self.time_limit.as_dict(),  # a cluster job's, when none is given
             "env": dict(r.env),
             "overrides": {k: str(v) for k, v in r.overrides},
             "source": r.provenance.describe() if r.provenance else None,

@@ -7,19 +7,19 @@ a letter or underscore, then letters, digits and underscores."""
 
 from __future__ import annotations
 
-import re
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from llmb.errors import UsageError
+from llmb.install.value_checks import env_name  # the one check of a name, wherever it is given
 
 
 def is_env_name(name: object) -> bool:
-    return isinstance(name, str) and _IDENTIFIER.fullmatch(name) is not None
+    return env_name_problem(name, "") is None
 
 
 def env_name_problem(name: object, where: str) -> str | None:
     """Why ``name`` cannot be an environment variable name (None when it can);
     ``where`` says where it was given, e.g. ``--env``."""
-    if is_env_name(name):
-        return None
-    return (f"{where} {name!r} is not a valid environment variable name: use letters, digits and underscores, "
-            f"starting with a letter or underscore (e.g. NCCL_DEBUG).")
+    try:
+        env_name(name, where)
+    except UsageError as exc:
+        return str(exc)
+    return None

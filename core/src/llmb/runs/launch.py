@@ -23,6 +23,7 @@ from llmb.recipes.memory import MARGIN, estimate_memory
 from llmb.recipes.planning import Plan, make_plan
 from llmb.recipes.proxies import proxy_flag, proxy_run
 from llmb.recipes.records import RecipeRequest
+from llmb.recipes.time_limit import derive as derive_time_limit
 from llmb.redaction import credential_in, is_secret_name
 from llmb.runs import experiment, job_env, provenance
 from llmb.runs.capability import detect
@@ -35,6 +36,7 @@ from llmb.runs.runspec import (
     ParallelLayout,
     RunOptions,
     RunSpec,
+    SubmitOptions,
     check_machine,
     checkpoint_dirs,
     compute_dtype,
@@ -68,6 +70,7 @@ class Submitted:
     plan: Plan
     warnings: tuple[str, ...]
     description: dict | None = None  # a dry run: what the backend would do (nothing was written or sent)
+    submit: SubmitOptions | None = None  # what the backend was given: the options, with the derived time limit
 
 
 def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str:
@@ -137,6 +140,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
                              f"({workload.variant(recipe.variant).container}); it is not installed here. "
                              f"Use a cluster backend, or the torch engine (--engine torch).")
     else:
+        if options.submit.time_limit is None:  # none given (flag, variable, cluster file): the plan's
+            limit = plan.time_limit if not options.is_proxy else derive_time_limit(recipe.steps, None, "none", 0)
+            options = replace(options, submit=replace(options.submit, time_limit=limit.slurm))
         # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
         device = "auto" if torch_engine else "cuda"
     if torch_engine:
@@ -260,7 +266,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
               log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy)
     if dry_run:
         description = host.backend_impl(backend_name).describe(spec, job, options.submit)
-        return Submitted(job, spec, plan, tuple(warnings), description)
+        return Submitted(job, spec, plan, tuple(warnings), description, options.submit)
     secret_names = {*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets}
     if problem := provenance.record_submission(where.run_dir, host, backend_name, spec, options.submit,
                                                workload.variant(recipe.variant).container, secret_names):
@@ -273,7 +279,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     save_job(job)
     job = host.backend_impl(backend_name).submit(spec, job, options.submit)
     save_job(job)
-    return Submitted(job, spec, plan, tuple(warnings))
+    return Submitted(job, spec, plan, tuple(warnings), submit=options.submit)
 
 
 def default_backend() -> str:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llmb.errors import UsageError
-from llmb.install import cluster_settings
+from llmb.install import cluster_settings, value_checks
 from llmb.runs.env_names import env_name_problem
 
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, 
             example = "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
             raise UsageError(f"malformed {flag} {item!r}: expected NAME=VALUE, e.g. {example}.")
         name = name.strip()
-        if flag == "--env" and (problem := env_name_problem(name, flag)):
-            raise UsageError(problem)
+        if flag == "--env":
+            value_checks.env_name(name, flag)  # each kind's one check, as for the cluster file's
+            value = value_checks.env_value(name, value, f"{flag} {name}")
         pairs.append((name, value))
     return tuple(pairs)
 
@@ -105,8 +106,10 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
         raise UsageError(f"unknown --proxy {proxy!r}; valid: {', '.join(PROXIES)}.")
     env = _env_pairs(tuple(kw.get("env_items") or ()))
     cluster = _cluster_values(kw, config)
-    image = kw.get("image") or (config.image(workload) if config is not None and workload else None)
-    mounts = tuple(dict.fromkeys([*(config.mounts if config else ()), *(kw.get("mounts") or ())]))
+    image = value_checks.image(kw["image"], "--image") if kw.get("image") else (
+        config.image(workload) if config is not None and workload else None)
+    mounts = tuple(dict.fromkeys([*(config.mounts if config else ()),
+                                  *(value_checks.mount(m, "--mount") for m in kw.get("mounts") or ())]))
     cluster_env = tuple((k, v) for k, v in (config.env if config else ()) if k not in dict(env))
     if backend == "local":
         gpus_per_node = None  # this machine's GPUs: nothing to tell a scheduler
