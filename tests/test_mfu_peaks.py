@@ -108,7 +108,7 @@ def test_compare_text_names_the_bf16_figure_of_an_fp8_run(cli, tmp_path):
                      "gbs": 768, "seq_len": 8192})
     out = cli("compare", str(tmp_path)).out
     bf16 = 100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989  # the seed's TFLOP/s/GPU over the BF16 peak
-    assert re.search(rf"measured [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)", out), out
+    assert re.search(rf"measured [\d,.]+ ms per step, [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)", out), out
     assert "published" in out and out.count("of the BF16 peak") == 2
 
 

@@ -120,7 +120,7 @@ def test_compare_with_published_numbers_and_exit_code(cli, install, tmp_path):
     ok = cli("compare", str(install / "workloads" / "nemotronh" / "experiments" / NH / f"{NH}_1766132151"))
     assert ok.code == 0, ok.out
     assert re.search(r"published\s+PASS", ok.out)
-    assert re.search(r"published 395,888 tokens/s, MFU 26\.86% \(.+ table 2, row 4\)$", ok.out, re.M)
+    assert re.search(r"published 15,892\.0 ms, 395,888 tokens/s, MFU 26\.86% \(.+ table 2, row 4\)$", ok.out, re.M)
     slow = tmp_path / "slow"
     make_run(slow, NH, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 17.7), gbs=768),
              recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,

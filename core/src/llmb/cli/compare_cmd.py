@@ -273,12 +273,16 @@ def _render(report: list, threshold: float, names: list[str], places: list, full
         if not isinstance(published, Figure) or not (result.stats and result.stats.time_mean_ms):
             continue
         run = job_label(result, where)
-        measured = f"\n{shown if run == '-' else run}: measured {_fmt(result.tokens_per_s, 0)} tokens/s, "
+        tuned = result.context.tuned
+        measured = (f"\n{shown if run == '-' else run}" + (f" tuned ({tuned})" if tuned else "")
+                    + f": measured {_fmt(result.stats.time_mean_ms, 1)} ms per step, "
+                    + f"{_fmt(result.tokens_per_s, 0)} tokens/s, ")
         dtype = result.context.dtype
         if published.source == "recipe":
             parts.append(
                 measured + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
-                f"published {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
+                + ("the official configuration's published " if tuned else "published ")
+                + f"{_fmt(published.step_time_ms, 1)} ms, {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
                 f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({published.describe()})"
             )
         else:

@@ -196,7 +196,13 @@ def render_plan(plan) -> str:
     else:
         variant = plan.workload.variant(r.variant) or plan.workload.default_variant
         lines.append(f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
-                     if not r.overrides else "  expected     no published figure: the configuration is overridden")
+                     if not r.overrides else "  expected     none of its own: the configuration is tuned (--set)")
+    if plan.tuned:
+        lines.append("  tuned        " + ", ".join(t.text() for t in plan.tuned))
+        official = plan.official_expected
+        lines.append(f"               the official configuration's published figure: step {official.step_time_s:g} s "
+                     f"({official.provenance.describe()}); results and compare show the run beside it"
+                     if official else "               the official configuration has no published figure")
     for other in plan.other_figures:
         lines.append(f"               {other.label}: {other.headline()}, {_count(other.tokens_per_s)} tokens/s "
                      f"({other.describe()}; llmb compare --reference {other.source})")

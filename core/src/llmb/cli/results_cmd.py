@@ -242,6 +242,9 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None,
         run = name if run == "-" else run
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
+        if result.context.tuned:
+            notes.append((run, f"tuned ({result.context.tuned}); VS PUBLISHED is against the official "
+                               f"configuration's published figure"))
         notes += [(run, n) for n in result.notes]
         if result.nccl:
             total = sum(c.bytes for c in result.nccl)

@@ -91,6 +91,32 @@ class ProxyPlan:
 
 
 @dataclass(frozen=True)
+class TunedSetting:
+    """A recipe setting a tuned run changed: its name, the official configuration's value and the run's."""
+
+    setting: str
+    published: object
+    run: object
+
+    def text(self) -> str:
+        return f"{self.setting} {'-' if self.published is None else self.published} -> {self.run}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"setting": self.setting, "published": self.published, "run": self.run}
+
+
+# What a --set can change that a reader compares, beside the keys given: the derived DP and GA.
+_TUNED_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "gbs", "ga", "seq_len", "layers", "fsdp",
+                 "cuda_graphs", "steps", "recompute_layers", "offload_layers")
+
+
+def tuned_settings(official: Recipe, recipe: Recipe) -> tuple[TunedSetting, ...]:
+    """The settings of ``recipe`` (with --set) that differ from ``official`` (the same request without)."""
+    return tuple(TunedSetting(name, getattr(official, name), getattr(recipe, name)) for name in _TUNED_FIELDS
+                 if getattr(official, name, None) != getattr(recipe, name, None))
+
+
+@dataclass(frozen=True)
 class Plan:
     workload: Workload
     recipe: Recipe
@@ -101,6 +127,10 @@ class Plan:
     expected: ReferenceResult | None
     other_figures: tuple[Figure, ...] = ()  # what other public documents publish for the same configuration
     proxy: ProxyPlan | None = None
+    # A tuned request (--set): every setting that differs from the official configuration's, and the
+    # official configuration's published figure, which a tuned run is shown beside.
+    tuned: tuple[TunedSetting, ...] = ()
+    official_expected: ReferenceResult | None = None
 
     @property
     def variant(self) -> Variant:
@@ -125,6 +155,8 @@ class Plan:
         others = sorted((f for f in self.other_figures if f.step_time_ms), key=lambda f: -f.step_time_ms)
         if self.expected is not None:
             step, source = self.expected.step_time_s, "published"
+        elif self.official_expected is not None:  # a tuned run: the official configuration's
+            step, source = self.official_expected.step_time_s, "published for the official configuration"
         elif others:  # another public document's figure for this configuration: the slowest, to err long
             step, source = others[0].step_time_ms / 1000.0, others[0].label
         else:
@@ -214,6 +246,10 @@ class Plan:
             "warnings": list(self.warnings),
             "errata": [asdict(e) for e in r.errata],
             "adjustments": list(r.adjustments),
+            # --set: the settings that differ from the official configuration, and its published figure
+            "tuned": [t.as_dict() for t in self.tuned] if self.tuned else None,
+            "official_expected": _expected(self.official_expected, throughput(self.workload, self.official_expected))
+            if self.official_expected else None,
         }
         if self.proxy is not None:
             data["proxy"] = self.proxy.as_dict()
@@ -304,9 +340,23 @@ def make_plan(host: PluginHost, request: RecipeRequest, proxy: str | None = None
         expected=find_reference(workload, recipe),
         other_figures=other_figures(workload, recipe),
     )
+    if recipe.overrides:
+        plan = replace(plan, **_official(host, request, recipe, workload))
     if proxy is None:
         return plan
     return replace(plan, proxy=plan_proxy(host, plan, proxy, request.gpus or recipe.gpus))
+
+
+def _official(host: PluginHost, request: RecipeRequest, recipe: Recipe, workload: Workload) -> dict[str, Any]:
+    """What a tuned request changes, against the same request without its --set (none where that one does
+    not resolve, e.g. a GPU count only the tuned layout fits)."""
+    from llmb.errors import RecipeError
+
+    try:
+        official = host.resolve(replace(request, overrides={}))
+    except RecipeError:
+        return {"tuned": tuple(TunedSetting(k, None, v) for k, v in recipe.overrides)}
+    return {"tuned": tuned_settings(official, recipe), "official_expected": find_reference(workload, official)}
 
 
 def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:

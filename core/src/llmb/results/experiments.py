@@ -168,7 +168,17 @@ def _from_recipe(location: RunLocation, recipe: dict, job_id: str | None) -> Run
         job_state=_job_state(recipe.get("job_id")),
         device=_text(recipe.get("device")),
         flops_per_sample=_float(recipe.get("model_flops_per_sample")),
+        tuned=_tuned(recipe.get("tuned")),
     )
+
+
+def _tuned(settings) -> str | None:
+    """recipe.json's ``tuned`` list as ``tp 4 -> 8, mbs 1 -> 2``; None for an official run (or no list)."""
+    if not isinstance(settings, list) or not settings:
+        return None
+    parts = [f"{s.get('setting')} {'-' if s.get('published') is None else s.get('published')} -> {s.get('run')}"
+             for s in settings if isinstance(s, dict)]
+    return ", ".join(parts)[:500] or None
 
 
 def _job_state(job_id) -> str | None:

@@ -25,7 +25,7 @@ COLUMNS = LEGACY_COLUMNS + (
     "tflops_source", "tokens_per_s", "mfu_pct", "mfu_bf16_pct", "days_to_train_1t", "checkpoint_save_s",
     "checkpoint_load_s", "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct",
     "reference_mfu_bf16_pct", "reference_delta_pct",
-    "failure_reason", "failure_hint", "run_id", "log",
+    "failure_reason", "failure_hint", "tuned", "run_id", "log",
 )
 
 
@@ -74,6 +74,8 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "reference_delta_pct": _round(result.reference_delta_pct, 2),
         "failure_reason": result.reason,
         "failure_hint": result.failure.hint if result.failure else None,
+        # --set: the settings that differ from the official configuration, whose published figure it is compared with
+        "tuned": c.tuned,
         "run_id": run_id,
         "log": result.log,
     }

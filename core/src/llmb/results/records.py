@@ -168,6 +168,9 @@ class RunContext:
     # Where ``gpu`` came from (GPU_SOURCES): what the run recorded, or what this command assumed for it.
     gpu_source: str | None = None
     container: str | None = None  # the NeMo container release the run used (``26.04.01``), when recorded
+    # A run tuned with --set: the settings that differ from the official configuration (``tp 4 -> 8, mbs
+    # 1 -> 2``), from its recipe.json; its published figure is the official configuration's.
+    tuned: str | None = None
 
 
 # Where a run's GPU type can come from, strongest first: the run's own records, then what a command assumes.

@@ -5,7 +5,7 @@
 with ``recipe.json`` (what was asked for and what ran) in the
 ``<name>_<timestamp>`` run directory. Names follow Megatron-Bridge's
 (``pretrain_llama3_8b_nvfp4_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs4_gbs128``) with
-``_proxy-<kind>`` appended for proxy runs.
+``_tuned`` appended for runs tuned with ``--set`` and ``_proxy-<kind>`` for proxy runs.
 
 llmb's own state files (records of runs, jobs, sweeps, suites) are written
 here atomically (``write_json``) and read back by ``load_json_state``: a
@@ -38,6 +38,8 @@ def experiment_name(recipe: Recipe, proxy: str | None = None) -> str:
         f"pretrain_{recipe.workload}_{recipe.size}_{recipe.dtype}_gpus{recipe.gpus}_tp{recipe.tp}_pp{recipe.pp}"
         f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
     )
+    if recipe.overrides:  # tuned with --set: never mistaken for the official configuration's runs
+        name += "_tuned"
     return f"{name}_proxy-{proxy}" if proxy else name
 
 
