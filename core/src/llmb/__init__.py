@@ -10,17 +10,30 @@ Plugins import what they need from here::
 
 from __future__ import annotations
 
-import pluggy
+import os as _os
+import sys as _sys
 
-from llmb.public_api import install_moved_modules
+# The worker library (llmb.install.worker_library) keeps its copies of llmb's dependencies in
+# <install>/python/.fallback: appended last, after the interpreter's site-packages, so that the
+# environment's own click, PyYAML, ... win and llmb's copies serve only what it lacks. A pip
+# install of llmb has no such directory.
+_fallback = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), ".fallback")
+if _os.path.isdir(_fallback) and _fallback not in _sys.path:
+    _sys.path.append(_fallback)
 
-hookimpl = pluggy.HookimplMarker("llmb")
+from llmb.public_api import install_moved_modules  # noqa: E402 - after the fallback is on the path
+
 install_moved_modules()  # plugins written against the old module paths keep importing
 
 __all__ = ["hookimpl", "__version__"]
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str):
+    if name == "hookimpl":  # made on first use: ``python -m llmb.worker`` names a missing pluggy before then
+        import pluggy
+
+        globals()["hookimpl"] = marker = pluggy.HookimplMarker("llmb")
+        return marker
     if name == "__version__":
         from importlib.metadata import version
 

@@ -11,6 +11,14 @@ ends (an abort, a segmentation fault) prints every thread's Python stack
 first (``faulthandler``), so the log says where it was: in a step, or
 tearing down after training finished.
 
+Its first line (each node's local rank 0) says which Python runs it and where
+llmb's dependencies come from: ``[llmb] worker: Python 3.12.3 (aarch64);
+click 8.1.8 (the environment's), PyYAML 6.0.2 (the environment's), pluggy
+1.6.0 (llmb's copy), ...``: the environment's own packages, or the copies of
+the worker library's ``.fallback`` (``llmb.install.worker_library``). When
+one cannot be imported at all, the line says which and why, and every rank
+exits 1 before anything else of llmb is imported.
+
 Before training, each node's local rank 0 checks the node's GPUs against
 the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
 (``llmb.runs.provenance``).
@@ -19,10 +27,16 @@ the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
 from __future__ import annotations
 
 import faulthandler
+import importlib
+import importlib.metadata
 import json
 import os
+import platform
 import sys
 import traceback
+import warnings
+
+NEEDED = (("click", "click"), ("PyYAML", "yaml"), ("pluggy", "pluggy"), ("structlog", "structlog"))
 
 
 def placement(env=os.environ) -> tuple[int, int, int]:
@@ -39,12 +53,47 @@ def placement(env=os.environ) -> tuple[int, int, int]:
     return rank, world, local
 
 
+def dependencies() -> tuple[str, bool]:
+    """The worker's first line: this Python, and the version and origin of each of llmb's dependencies
+    (under the library's ``.fallback``: llmb's copy); and whether every one of them imports."""
+    library = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    fallback = os.path.join(os.path.realpath(library), ".fallback") + os.sep
+    found, broken = [], []
+    for dist, name in NEEDED:
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a broken package raises anything
+            broken.append(f"{dist} ({type(exc).__name__}: {' '.join(str(exc).split())})")
+            continue
+        where = os.path.realpath(getattr(module, "__file__", None) or "")
+        origin = "llmb's copy" if where.startswith(fallback) else "the environment's"
+        found.append(f"{dist} {_version(dist, module, where)} ({origin})")
+    python = f"Python {platform.python_version()} ({platform.machine()})"
+    if broken:
+        return f"[llmb] worker: {python}; cannot import what llmb needs: {', '.join(broken)}", False
+    return f"[llmb] worker: {python}; {', '.join(found)}", True
+
+
+def _version(dist: str, module, where: str) -> str:
+    """The version of the distribution beside the package imported (not another copy's on the path)."""
+    for found in importlib.metadata.distributions(name=dist, path=[os.path.dirname(os.path.dirname(where))]):
+        return found.version
+    with warnings.catch_warnings():  # click and structlog deprecate __version__
+        warnings.simplefilter("ignore")
+        return str(getattr(module, "__version__", "unknown"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rank = 0
     faulthandler.enable(all_threads=True)  # into the run's log, which is this process's stderr
     try:
         rank, world, local_rank = placement()
+        line, usable = dependencies()  # before anything heavy: what this environment gives llmb
+        if local_rank == 0:
+            print(line, file=sys.stdout if usable else sys.stderr, flush=True)
+        if not usable:
+            return 1
         with open(argv[0], encoding="utf-8") as handle:
             from llmb.runs.runspec import ENGINES, RunSpec
 

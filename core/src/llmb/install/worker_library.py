@@ -4,11 +4,19 @@ Inside NVIDIA's container a job's ranks run ``python3 -m llmb.worker`` with
 ``PYTHONPATH=<install>/python``. ``llmb install`` fills that directory from
 the llmb running it: the packages of ``llmb``, of every distribution that
 registers in the ``llmb`` entry-point group (workload plugins, backends), and
-of the pure-Python dependencies the container may lack; each with a minimal
-``.dist-info`` (name, version, entry points) so that plugin discovery works
-there as it does here. Everything is pure Python, so the container's Python
-(3.12) imports what this one (3.10+) installed; PyYAML's compiled part, built
-for this Python, is skipped there and PyYAML falls back to pure Python.
+of the dependencies the container may lack; each with a minimal ``.dist-info``
+(name, version, entry points) so that plugin discovery works there as it does
+here.
+
+``PYTHONPATH`` comes before the container's site-packages, so only llmb and
+its plugins lie directly in ``<install>/python``. The dependencies (click,
+PyYAML, pluggy, structlog: NeMo-Run and Megatron-Bridge import the first two
+too) lie in ``<install>/python/.fallback``, which no import finds from
+``<install>/python``: ``import llmb`` appends it to the end of ``sys.path``,
+so the container's own copies win and llmb's are used only for what the
+container lacks. Nothing compiled is copied (``*.so``: built for this
+machine's Python and architecture, not the container's): PyYAML falls back
+to pure Python. The stamp file records the versions and what lies where.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from llmb.plugins.entrypoints import entry_points
 
 DEPENDENCIES = (("pluggy", "pluggy"), ("structlog", "structlog"), ("click", "click"), ("PyYAML", "yaml"))
 STAMP = ".llmb-library.json"
+FALLBACK = ".fallback"  # the dependencies' directory, under the library: llmb/__init__.py appends it to sys.path
+LAYOUT = 2  # 1: the dependencies beside llmb, compiled parts included; an older stamp means "build again"
+COMPILED = ("*.so", "*.pyd", "*.dylib")
 
 
 def library_dir(install: str) -> str:
@@ -50,12 +61,13 @@ def contents() -> dict[str, dict]:
 
 
 def current(install: str) -> dict | None:
-    """What an earlier ``llmb install`` put there (None: nothing)."""
+    """The versions an earlier ``llmb install`` put there (None: nothing, or an older layout)."""
     try:
         with open(os.path.join(library_dir(install), STAMP), encoding="utf-8") as handle:
-            return json.load(handle)
+            stamp = json.load(handle)
     except (OSError, ValueError):
         return None
+    return stamp.get("versions") if isinstance(stamp, dict) and stamp.get("layout") == LAYOUT else None
 
 
 def versions(described: dict[str, dict]) -> dict[str, str]:
@@ -68,15 +80,20 @@ def build(install: str) -> str:
     target = library_dir(install)
     os.makedirs(install, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".python-", dir=install)
+    dependencies = {dist for dist, _ in DEPENDENCIES}
+    where: dict[str, list[str]] = {".": [], FALLBACK: []}
     try:
         for dist, info in described.items():
+            place = FALLBACK if dist in dependencies else "."
+            where[place] += info["packages"]
+            into = os.path.normpath(os.path.join(staging, place))
             for package in info["packages"]:
                 spec = importlib.util.find_spec(package)
                 if spec is None or not spec.submodule_search_locations:
                     raise RuntimeError(f"cannot find the package {package!r} of {dist} to copy")
-                shutil.copytree(list(spec.submodule_search_locations)[0], os.path.join(staging, package),
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            meta = os.path.join(staging, f"{dist.replace('-', '_')}-{info['version']}.dist-info")
+                shutil.copytree(list(spec.submodule_search_locations)[0], os.path.join(into, package),
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *COMPILED))
+            meta = os.path.join(into, f"{dist.replace('-', '_')}-{info['version']}.dist-info")
             os.makedirs(meta)
             with open(os.path.join(meta, "METADATA"), "w", encoding="utf-8") as handle:
                 handle.write(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {info['version']}\n")
@@ -84,7 +101,9 @@ def build(install: str) -> str:
                 with open(os.path.join(meta, "entry_points.txt"), "w", encoding="utf-8") as handle:
                     handle.write(info["entry_points"])
         with open(os.path.join(staging, STAMP), "w", encoding="utf-8") as handle:
-            json.dump(versions(described), handle, indent=2, sort_keys=True)
+            json.dump({"layout": LAYOUT, "versions": versions(described),
+                       "packages": {place: sorted(packages) for place, packages in where.items()}},
+                      handle, indent=2, sort_keys=True)
         old = None
         if os.path.exists(target):
             old = tempfile.mkdtemp(prefix=".python-old-", dir=install)
