@@ -1,6 +1,6 @@
 """The Slurm backend launches ranks the way NVIDIA's Megatron-Bridge
 scripts/performance launcher measured the published numbers: each rank under
-numactl on its GPU's socket (cores pinned on B300), --segment on 4-GPU-node
+numactl on its GPU's socket (B300 cores pinned only on opt-in), --segment on 4-GPU-node
 systems, srun --mpi=pmix in containers, --mem=0 --exclusive, GPUs as gres where
 the cluster schedules them, the launcher's rank environment; and the dedicated
 sbatch options. The whole script of one row per GPU type is pinned in
@@ -60,9 +60,12 @@ def test_numa_divisor_is_the_gpus_per_socket_of_the_gpu_types_node():
     assert launch_settings.binding("gb200", "llama31", 4) == Binding(2)
     assert launch_settings.binding("h100", "llama31", 8) == Binding(4)
     assert launch_settings.binding("h100", "llama31", 4) == Binding(2)  # a cluster of 4-GPU H100 nodes
-    # B300: two cores per rank, from SLURM_LOCALID * 16; the reference turns it off for Llama pre-training.
-    assert launch_settings.binding("b300", "nemotron4", 8) == Binding(4, 16, 2)
-    assert launch_settings.binding("b300", "llama31", 8) == Binding(4)
+    # B300: two cores per rank, from SLURM_LOCALID * 16, only under Megatron-Bridge's launcher with
+    # ENABLE_PCT_BINDING=true; never for Llama pre-training, never under NeMo 2's (tests/test_launch_env_sources.py).
+    assert launch_settings.binding("b300", "qwen3", 8, "megatron_bridge", "true") == Binding(4, 16, 2)
+    assert launch_settings.binding("b300", "qwen3", 8, "megatron_bridge", None) == Binding(4)
+    assert launch_settings.binding("b300", "llama31", 8, "megatron_bridge", "true") == Binding(4)
+    assert launch_settings.binding("b300", "nemotron4", 8, "nemo2", "true") == Binding(4)
 
 
 def test_rank_environment_is_the_launchers():
@@ -203,7 +206,7 @@ class NewerSlurm(SlurmCommands):
 @pytest.fixture
 def planned(host, install_root, monkeypatch):
     """(spec, job) of a dry run of a row on the slurm backend, in a fresh $LLMB_INSTALL."""
-    for name in ("HF_TOKEN", "SBATCH_GPUS_PER_NODE", "SLURM_CONF", "LLMB_SLURM_PYTHON"):
+    for name in ("HF_TOKEN", "SBATCH_GPUS_PER_NODE", "SLURM_CONF", "LLMB_SLURM_PYTHON", "ENABLE_PCT_BINDING"):
         monkeypatch.delenv(name, raising=False)
     (install_root / "python").mkdir(parents=True)  # what llmb install fills: container mode needs it
 
@@ -228,11 +231,21 @@ def normalised(text: str, install: Path, job_id: str) -> str:
 
 # One row per GPU type, 2+ nodes. No seed has a B300 row: the B200 row of Nemotron-4 340B runs on B300 nodes.
 GOLDEN_ROWS = {
-    "h100": ("llama31", "8b", "h100", "bf16", 16, None),
+    "h100": ("llama31", "8b", "h100", "fp8", 16, None),
     "b200": ("llama31", "8b", "b200", "fp8", 16, None),
     "gb200": ("llama31", "8b", "gb200", "fp8", 8, None),
-    "gb300": ("llama31", "8b", "gb300", "fp8", 8, None),
+    "gb300": ("llama31", "70b", "gb300", "fp8", 64, None),
     "b300": ("nemotron4", "340b", "b200", "bf16", 128, "b300"),
+}
+
+# What each golden row's launcher sets or removes for that row (None: not set).
+_CUDNN_NORM = ("NVTE_NORM_FWD_USE_CUDNN", "NVTE_NORM_BWD_USE_CUDNN")
+GOLDEN_ROW_ENV = {
+    "h100": {**dict.fromkeys(_CUDNN_NORM, "1"), "NCCL_CTA_POLICY": "1"},  # 8B FP8-CS: kept, and the CTA policy
+    "b200": {**dict.fromkeys(_CUDNN_NORM), "NCCL_CTA_POLICY": None},  # removed by PerfEnvPlugin
+    "gb200": dict.fromkeys(_CUDNN_NORM),
+    "gb300": {**dict.fromkeys(_CUDNN_NORM, "1"), "PYTORCH_CUDA_ALLOC_CONF": None},  # 70B FP8-CS: kept
+    "b300": {**dict.fromkeys(_CUDNN_NORM, "1"), "NCCL_IB_QPS_PER_CONNECTION": None},  # NeMo 2's 340B script
 }
 
 
@@ -266,10 +279,19 @@ def test_the_goldens_launch_as_the_reference_does():
         for part in ("--mpi=pmix", "--no-container-mount-home", "--container-writable",
                      f'bash -c "$bind_rank" llmb-bind {per_node // 2} '):
             assert part in srun, (name, part)
-        assert ("#SBATCH --segment=2" in text) == (per_node == 4), name
-        assert ("llmb-bind 4 16 2 " in srun) == (name == "b300"), name
+        segment = launch_settings.segment(gpus // per_node, per_node, None)
+        assert ("#SBATCH --segment=" in text) == (per_node == 4), name
+        assert not segment or f"#SBATCH --segment={segment}" in text, name
+        # B300: no core pinning by default (ENABLE_PCT_BINDING unset; Nemotron-4 runs NeMo 2's launcher)
+        assert f"llmb-bind {per_node // 2} 0 0 " in srun, name
         assert ("NCCL_NET_GDR_C2C" in srun and "export NCCL_NET_GDR_LEVEL=PHB" in text) == (name == "gb200"), name
         assert "export TOKENIZERS_PARALLELISM=False" in text and "TOKENIZERS_PARALLELISM" in srun
+        # the per-row environment (launch.yaml row_env; sources: tests/test_launch_env_sources.py)
+        exported = {line.removeprefix("export ").split("=", 1)[0]: line.split("=", 1)[1]
+                    for line in text.splitlines() if line.startswith("export ")}
+        for variable, value in GOLDEN_ROW_ENV[name].items():
+            assert exported.get(variable) == value, (name, variable)
+            assert value is None or variable in srun, (name, variable)
         # a time limit derived from the run (llmb.recipes.time_limit): never the partition's, at least 30 min
         limit = next(line for line in text.splitlines() if line.startswith("#SBATCH --time="))
         hours, minutes, _ = limit.removeprefix("#SBATCH --time=").split(":")

@@ -1,18 +1,18 @@
 #!/bin/bash
 # llmb: job slurm-JOBID, attempt 1. Resubmit by hand with: sbatch <this file>
-#SBATCH --job-name=pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256
+#SBATCH --job-name=pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8
-#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256_TIMESTAMP/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256/sbatch_pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256.out
+#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256_TIMESTAMP/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256/sbatch_pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256.out
 #SBATCH --open-mode=append
 #SBATCH --exclusive
 #SBATCH --no-requeue
 #SBATCH --mem=0
-#SBATCH --time=00:35:00
+#SBATCH --time=00:30:00
 #SBATCH --gres=gpu:8
 
 set -uo pipefail  # never -x: it would print every exported value
-log_file=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256_TIMESTAMP/pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256/log-pretrain_llama31_8b_bf16_gpus16_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs256.out
+log_file=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256_TIMESTAMP/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256/log-pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs256.out
 started_file=$LLMB_INSTALL/jobs/slurm-JOBID/attempt-1.started
 exit_file=$LLMB_INSTALL/jobs/slurm-JOBID/attempt-1.exit
 printf '{"slurm_job_id": "%s", "nodes": "%s", "started_at": %s}\n' \
@@ -25,12 +25,15 @@ export MASTER_ADDR="${master_addr:-$first_host}"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export LLMB_JOB_ID=slurm-JOBID
 export PYTHONUNBUFFERED=1
-export CUDA_DEVICE_MAX_CONNECTIONS=1
+export CUDA_DEVICE_MAX_CONNECTIONS=8
 export HF_HOME=$LLMB_INSTALL/.cache/huggingface
 export HF_HUB_OFFLINE=1
+export NCCL_CTA_POLICY=1
 export NCCL_NVLS_ENABLE=0
 export NVTE_BWD_LAYERNORM_SM_MARGIN=16
 export NVTE_FWD_LAYERNORM_SM_MARGIN=16
+export NVTE_NORM_BWD_USE_CUDNN=1
+export NVTE_NORM_FWD_USE_CUDNN=1
 export PYTHONPATH=$LLMB_INSTALL/python
 export TOKENIZERS_PARALLELISM=False
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
@@ -89,7 +92,7 @@ on_signal() {
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
-srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=8 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:26.04.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HOME,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_NVLS_ENABLE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TORCH_NCCL_HIGH_PRIORITY,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 4 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
+srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=8 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:26.04.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HOME,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_CTA_POLICY,NCCL_NVLS_ENABLE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,NVTE_NORM_BWD_USE_CUDNN,NVTE_NORM_FWD_USE_CUDNN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TORCH_NCCL_HIGH_PRIORITY,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 4 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
 srun_pid=$!
 wait "$srun_pid"
 code=$?

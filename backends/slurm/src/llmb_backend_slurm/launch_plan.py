@@ -11,8 +11,11 @@ GPU type than the run's refuse the run before anything is submitted.
 
 from __future__ import annotations
 
+import os
+
 from llmb.errors import UsageError
 from llmb.install.value_checks import gres as checked_gres
+from llmb.recipes.gpus import gpu_type
 from llmb.runs.env_names import env_name_problem
 from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
@@ -45,9 +48,13 @@ def plan(spec: RunSpec, submit: SubmitOptions, slurm: SlurmCommands, secrets: tu
         else:
             out["mpi"] = "pmix"
     out["gres"] = _gres(spec, submit, given.get("gres"), out["nodelist"], slurm, warnings, problems)
-    out["binding"] = (launch_settings.binding(spec.gpu, spec.workload, gpus_in_node).to_dict()
+    pin = (launch_settings.reference().get("core_pinning") or {}).get(gpu_type(spec.gpu).name) or {}
+    opt_in = os.environ.get(pin["opt_in"]) if pin.get("opt_in") else None
+    out["binding"] = (launch_settings.binding(spec.gpu, spec.workload, gpus_in_node, spec.framework, opt_in).to_dict()
                       if submit.numa_binding else None)
-    out["rank_env"] = {**launch_settings.rank_env(spec.gpu, "HF_TOKEN" in secrets), **_cluster_env(submit)}
+    row = launch_settings.row_of(spec.framework, spec.workload, spec.size, spec.gpu, spec.ranks,
+                                 spec.framework_config)
+    out["rank_env"] = {**launch_settings.rank_env(spec.gpu, "HF_TOKEN" in secrets, row), **_cluster_env(submit)}
     out["warnings"] = warnings
     return out
 

@@ -40,14 +40,32 @@ def node_gpus(gpu: str, cluster_gpus_per_node: int | None) -> int:
     return cluster_gpus_per_node or gpu_type(gpu).gpus_per_node
 
 
-def binding(gpu: str, workload: str, gpus_in_node: int) -> Binding:
+def binding(gpu: str, workload: str, gpus_in_node: int, framework: str | None = None,
+            opt_in: str | None = None) -> Binding:
     """The reference's binding: each rank on its GPU's socket (GPUs per socket =
-    GPUs per node / sockets per node), and the GPU type's core pinning."""
+    GPUs per node / sockets per node), and the GPU type's core pinning where the
+    run's launcher has it and ``opt_in`` (the submitting environment's value of
+    the rule's variable, ENABLE_PCT_BINDING) turns it on."""
     divisor = max(1, gpus_in_node // int(reference()["sockets_per_node"]))
     pin = (reference().get("core_pinning") or {}).get(gpu_type(gpu).name)
-    if pin and workload not in pin.get("not_for", ()):
+    if (pin and opted_in(pin.get("opt_in"), opt_in) and workload not in pin.get("not_for", ())
+            and framework in pin.get("frameworks", ())):
         return Binding(divisor, int(pin["stride"]), int(pin["cores"]))
     return Binding(divisor)
+
+
+def opted_in(name: str | None, value: str | None) -> bool:
+    """Whether ``value`` of the opt-in variable ``name`` turns the setting on, read as the
+    reference reads it (launch.sh lowercases it, argument_parser.bool_arg parses it);
+    unset or empty: off. A rule without an opt-in is always on."""
+    if not name:
+        return True
+    text = (value or "").strip().lower()
+    if text in ("true", "1", "t", "yes", "y"):
+        return True
+    if text in ("", "false", "0", "f", "no", "n"):
+        return False
+    raise UsageError(f"{name}={value!r}: expected true or false.")
 
 
 def segment(nodes: int, gpus_in_node: int, override: int | None) -> int | None:
@@ -68,11 +86,40 @@ def largest_divisor(nodes: int, at_most: int) -> int:
     return next(d for d in range(min(nodes, at_most), 0, -1) if nodes % d == 0)
 
 
-def rank_env(gpu: str, hf_token_passed: bool) -> dict[str, str]:
-    """The variables the reference sets on every rank, for this GPU type."""
+def rank_env(gpu: str, hf_token_passed: bool, row: dict | None = None) -> dict[str, str]:
+    """The variables the reference sets on every rank, for this GPU type, and, given
+    the run's ``row`` (see ``row_of``), the per-row rules (``row_env``)."""
     data = reference()
     env = {k: str(v) for k, v in (data.get("rank_env") or {}).items()}
     if hf_token_passed:
         env.update({k: str(v) for k, v in (data.get("rank_env_with_hf_token") or {}).items()})
     env.update({k: str(v) for k, v in ((data.get("gpu_env") or {}).get(gpu_type(gpu).name) or {}).items()})
+    if row is not None:
+        for rule in data.get("row_env") or ():
+            if not matches(rule["when"], row):
+                continue
+            env.update({k: str(v) for k, v in (rule.get("set") or {}).items()})
+            if "unset" in rule and not any(matches(kept["when"], row) for kept in
+                                           (data.get("keep") or {}).get(rule.get("keep"), ())):
+                env.pop(rule["unset"], None)
     return env
+
+
+def row_of(framework: str | None, workload: str, size: str, gpu: str, gpus: int,
+           framework_config: dict | None) -> dict:
+    """What the per-row rules match: the run's framework, workload, size, GPU type and
+    GPU count, and (production runs) the framework's recipe and precision names."""
+    config = framework_config or {}
+    return {"framework": framework, "workload": workload, "size": size, "gpu": gpu_type(gpu).name, "gpus": gpus,
+            "recipe": config.get("recipe"), "precision": (config.get("precision") or {}).get("name")}
+
+
+def matches(when: dict, row: dict) -> bool:
+    """Every key of ``when`` matches ``row``: a value or a list of values; ``min_gpus`` a floor."""
+    for key, wanted in when.items():
+        if key == "min_gpus":
+            if row["gpus"] < int(wanted):
+                return False
+        elif row.get(key) not in (wanted if isinstance(wanted, list) else [wanted]):
+            return False
+    return True
