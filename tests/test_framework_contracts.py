@@ -211,3 +211,94 @@ def test_nemo2_builds_every_configuration(request, host, fixed_install, tmp_path
     report(request, leg, results)
     assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
     assert all(r["ok"] for r in results["results"]), f"not accepted by NeMo 2:\n{failures(results)}"
+
+
+# ------------------------------------------------------------------ --framework-arg
+
+# Fields a user tunes (the recompute of every layer, the gradient buckets' size), by framework: each leg
+# builds one published row with them, validates it and reads them back.
+FRAMEWORK_ARGS = {
+    "megatron_bridge": ("model.recompute_granularity=full", "model.recompute_method=uniform",
+                        "model.recompute_num_layers=1", "ddp.bucket_size=40000000"),
+    "nemo2": ("model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
+              "model.config.recompute_num_layers=1", "trainer.strategy.ddp.bucket_size=40000000"),
+}
+
+
+def _catalogue_of(leg: envs.Leg, host, tmp_path: Path) -> dict:
+    """The fields of every published row's recipe object in ``leg``'s real framework."""
+    python = interpreter(leg)
+    items = [{"id": id_, "config": config} for id_, config in configurations(host, leg.framework)
+             if id_.endswith("[default]")]
+    hf_home = tmp_path / leg.name / "hf_home"
+    hf_home.mkdir(parents=True)
+    if leg.framework == "nemo2":
+        import nemo2_inputs
+
+        nemo2_inputs.write_hf_stand_ins(str(hf_home), [item["config"] for item in items])
+    else:
+        write_model_configs(str(hf_home), host)
+    configs_file, out = tmp_path / leg.name / "configs.json", tmp_path / leg.name / "fields.json"
+    configs_file.write_text(json.dumps(items), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))}
+    env.update(PYTHONPATH=str(ROOT / "core" / "src"), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(python), str(Path(envs.HERE) / "field_catalogue.py"), str(configs_file), str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("framework", ["megatron_bridge", "nemo2"])
+def test_the_field_catalogue_is_the_real_frameworks(host, fixed_install, tmp_path, framework):
+    """llmb/data/framework_fields.json holds exactly the fields present, with the same kind, in every leg of
+    the framework (LLMB_UPDATE_GOLDEN=1 rewrites it from them)."""
+    from llmb.engines.frameworks import fields
+    from llmb.paths import packaged_data
+
+    found = [_catalogue_of(leg, host, tmp_path) for leg in envs.LEGS.values() if leg.framework == framework]
+    common = dict(found[0]["fields"])
+    for other in found[1:]:
+        common = {k: v for k, v in common.items() if other["fields"].get(k) == v}
+    path = Path(packaged_data(fields.CATALOGUE))
+    shipped = json.loads(path.read_text(encoding="utf-8"))
+    if os.environ.get("LLMB_UPDATE_GOLDEN"):
+        shipped["fields"][framework] = dict(sorted(common.items()))
+        shipped["versions"][framework] = [{k: v for k, v in f["versions"].items() if v} for f in found]
+        path.write_text(json.dumps(shipped, indent=0) + "\n", encoding="utf-8")
+        fields.catalogue.cache_clear()
+    assert shipped["fields"][framework] == dict(sorted(common.items())), "LLMB_UPDATE_GOLDEN=1 to accept"
+    assert len(common) > 300  # the model, training, parallelism, DDP and optimizer fields at least
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("leg_name", list(envs.LEGS))
+def test_framework_args_reach_the_real_configuration(host, fixed_install, tmp_path, leg_name):
+    """A published row with --framework-arg fields validates in the real framework, which holds them."""
+    from contract_configs import INNER, resolve_smallest, seed_rows
+    from llmb.engines.frameworks import build_config
+    from llmb.runs.runspec import RunOptions
+
+    leg = envs.LEGS[leg_name]
+    interpreter(leg)
+    # the first published row that neither recomputes nor offloads (the frameworks refuse recompute with offload)
+    workload, recipe = next((w, r) for w, v, s, d in seed_rows(host, leg.framework)
+                            if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers)
+    config = build_config(workload, recipe, RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
+                          experiment="pretrain_contract", inner_dir=INNER, checkpoint_save_dir=None,
+                          checkpoint_load_dir=None)
+    asked = config["framework_args"]
+    assert list(asked.values()) == ["full", "uniform", 1, 40000000]
+    assert list(config["overrides"].items())[-4:] == list(asked.items())  # last: they win over llmb's own
+    hf_home = tmp_path / "hf_home"
+    if leg.framework == "nemo2":
+        import nemo2_inputs
+
+        nemo2_inputs.write_hf_stand_ins(str(hf_home), [config])
+    else:
+        write_model_configs(str(hf_home), host)
+    results = run_checker(leg, [{"id": "framework-args", "config": config}], hf_home, tmp_path)
+    (result,) = results["results"]
+    assert result["ok"], result["error"]
+    assert result["observed"]["framework_args"] == asked

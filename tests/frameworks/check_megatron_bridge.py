@@ -102,6 +102,11 @@ def observe(container) -> dict:
     return observed
 
 
+def observe_asked(container, config: dict) -> dict:
+    """The fields --framework-arg set (``config["framework_args"]``), read back from the built object."""
+    return {path: _value(container, path) for path in config.get("framework_args") or {}}
+
+
 def check(config: dict) -> dict:
     from llmb.engines.frameworks.runtime import build_recipe
 
@@ -110,7 +115,7 @@ def check(config: dict) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         container = build_recipe(config)
         container.validate()
-    return observe(container)
+    return {**observe(container), "framework_args": observe_asked(container, config)}
 
 
 def main(argv: list[str]) -> int:

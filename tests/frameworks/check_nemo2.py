@@ -348,6 +348,8 @@ def check(entry: dict) -> dict:
     try:
         recipe = build_recipe(config)
         seen.update(observe(recipe))
+        # the fields --framework-arg set, read back from the built recipe
+        seen["framework_args"] = {path: _plain(_get(recipe, path)) for path in config.get("framework_args") or {}}
         problems = expectations(config, seen)
         problems += exercise(recipe, config, seen)
         error = "; ".join(problems) or None

@@ -42,6 +42,10 @@ _OPTIONS = [
     click.option("--checkpoint-load", envvar="LOAD_CHECKPOINT_PATH", type=click.Path(),
                  help="Load this checkpoint and train one step. [env: LOAD_CHECKPOINT_PATH]"),
     click.option("--env", "env_items", multiple=True, metavar="NAME=VALUE", help="Set a variable for every rank."),
+    click.option("--framework-arg", "framework_args", multiple=True, metavar="PATH=VALUE",
+                 help="Set a field of the production framework's configuration (Megatron-Bridge, NeMo 2), e.g. "
+                      "model.recompute_granularity=full; checked before anything is submitted; the run is then "
+                      "tuned. Repeatable."),
     click.option("--engine", type=click.Choice(["torch", "production"]),
                  help="torch (llmb's own) or production (the recipe's framework in NVIDIA's container). "
                       "Default: torch on this machine and for --proxy, production on a cluster."),

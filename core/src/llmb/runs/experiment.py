@@ -30,7 +30,7 @@ from llmb.recipes.records import Recipe
 RECIPE_FILE = "recipe.json"
 
 
-def experiment_name(recipe: Recipe, proxy: str | None = None) -> str:
+def experiment_name(recipe: Recipe, proxy: str | None = None, tuned: bool = False) -> str:
     def value(v: object) -> str:
         return "None" if v is None else str(v)
 
@@ -38,7 +38,7 @@ def experiment_name(recipe: Recipe, proxy: str | None = None) -> str:
         f"pretrain_{recipe.workload}_{recipe.size}_{recipe.dtype}_gpus{recipe.gpus}_tp{recipe.tp}_pp{recipe.pp}"
         f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
     )
-    if recipe.overrides:  # tuned with --set: never mistaken for the official configuration's runs
+    if recipe.overrides or tuned:  # tuned (--set, --framework-arg): never taken for the official configuration's
         name += "_tuned"
     return f"{name}_proxy-{proxy}" if proxy else name
 

@@ -125,6 +125,15 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     torch_engine = engine == "torch"
     if ranks is None or not torch_engine:
         ranks = recipe.gpus  # the production engine runs the recipe's own layout
+    framework_args: tuple = ()  # checked before anything is written
+    if options.framework_args:
+        if torch_engine:
+            raise UsageError("--framework-arg sets the production framework's configuration (Megatron-Bridge, "
+                             "NeMo 2); this run uses the torch engine (a proxy, this machine, or --engine torch): "
+                             "--set changes the recipe's own fields.")
+        from llmb.engines.frameworks.fields import check as check_framework_args
+
+        framework_args = check_framework_args(options.framework_args, recipe.framework)
 
     if backend_name == "local":
         from llmb.backends.local_slots import job_limit
@@ -186,7 +195,7 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     flops = host.model_flops(workload, arch, seq_len)
 
     job_id = new_job_id(backend_name) if dry_run else new_job_dir(backend_name)[0]
-    name = experiment.experiment_name(ran, options.proxy_label)
+    name = experiment.experiment_name(ran, options.proxy_label, tuned=bool(framework_args))
     where = (experiment.locate if dry_run else experiment.create)(recipe.workload, name)
 
     profile = host.profile(ProfileRequest(
@@ -262,6 +271,9 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,
         "arch": spec.arch, "warnings": warnings, "submitted_at": now(),
     })
+    if framework_args:  # tuned beyond the recipe's fields: results show it beside the official figure
+        recipe_record["tuned"] = [*(recipe_record.get("tuned") or []),
+                                  *({"setting": path, "published": None, "run": value} for path, value in framework_args)]
     job = Job(id=job_id, backend=backend_name, workload=recipe.workload, experiment=name, run_dir=where.run_dir,
               log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy)
     if dry_run:

@@ -121,6 +121,7 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
         nccl_trace=bool(kw.get("nccl_trace")), profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
         checkpoint_save=bool(kw.get("checkpoint_save")), checkpoint_dir=kw.get("checkpoint_dir"),
         checkpoint_load=kw.get("checkpoint_load"), env=env, engine=kw.get("engine"), dump_env=bool(kw.get("dump_env")),
+        framework_args=tuple(kw.get("framework_args") or ()),
         submit=SubmitOptions(
             retries=kw.get("retries") or 0, requeue=bool(kw.get("requeue")), image=image, mounts=mounts,
             bare=bool(kw.get("bare")), secrets=_secret_names(tuple(kw.get("secrets") or ())),

@@ -86,6 +86,9 @@ class RunOptions:
     env: tuple[tuple[str, str], ...] = ()
     engine: str | None = None  # torch | production; None: torch for proxies and on this machine
     dump_env: bool = False  # write the run's effective environment (secrets redacted) beside its log
+    # --framework-arg PATH=VALUE: fields of the production framework's configuration, checked against
+    # llmb.engines.frameworks.fields at submission; a run with any is tuned
+    framework_args: tuple[str, ...] = ()
     submit: SubmitOptions = field(default_factory=SubmitOptions)
 
     @property

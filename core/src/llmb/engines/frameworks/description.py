@@ -299,4 +299,13 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
     config["tp_comm_overlap"] = chosen.get("tp_comm_overlap", framework.default_tp_comm_overlap(config))
     config["env"] = _environment(framework, config, production, recipe, asked)
     config["overrides"] = framework.overrides(config)
+    # --framework-arg: the user's fields, checked against the framework's catalogue, last: they win over llmb's
+    from llmb.engines.frameworks.fields import check
+
+    asked_fields = check(options.framework_args, framework.NAME)
+    for path, value in asked_fields:
+        config["overrides"].pop(path, None)
+        config["overrides"][path] = value
+    if asked_fields:
+        config["framework_args"] = dict(asked_fields)
     return config
