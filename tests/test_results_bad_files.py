@@ -16,6 +16,7 @@ from experiment_dirs import make_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
+from llmb.runs.experiment import compact_name  # noqa: E402
 
 MB = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
 NEMO = "pretrain_llama3.1_8b_fp8_8"
@@ -96,11 +97,15 @@ def test_bad_logs_are_reported_and_the_good_runs_still_show(llmb_proc, experimen
 
     table = llmb_proc("results", str(root), "--db", str(tmp_path / "r.sqlite"), timeout=120)
     assert table.code == 0, table.err
+    def row(name: str, status: str) -> str:  # the experiment's short form, then its run's number as JOB
+        experiment, stamp = name.rsplit("_", 1)
+        return rf"^{re.escape(compact_name(experiment))}\s+{stamp}\s+{status}\s"
+
     for name in good:
-        assert re.search(rf"^{re.escape(name)}\s+success\s", table.out, re.M)
+        assert re.search(row(name, "success"), table.out, re.M), table.out
     for name, reason in bad.items():
-        assert re.search(rf"^{re.escape(name)}\s+unreadable\s", table.out, re.M)
-        assert re.search(rf"^{re.escape(name)}: unreadable: {reason}", table.out, re.M), name
+        assert re.search(row(name, "unreadable"), table.out, re.M), table.out
+        assert re.search(rf"^{name.rsplit('_', 1)[1]}: unreadable: {reason}", table.out, re.M), name
 
 
 def test_unreadable_logs_are_not_stored(llmb_proc, experiments, tmp_path):

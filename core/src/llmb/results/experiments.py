@@ -111,7 +111,10 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
     """What the run recorded (``recipe.json``), else what its name says; then what its
     ``provenance.json`` adds: the GPU type where neither names one, and the container."""
     job = _JOB_ID.search(location.log) if location.log else None
-    job_id = job.group(1) if job else None
+    # A log named for its experiment alone (``log-<exp>.out``) names no job: a number ending it belongs to
+    # the experiment's name (``pretrain_llama3.1_8b_fp8_8``: 8 GPUs), not to a scheduler.
+    named_alone = location.log is not None and os.path.basename(location.log) == f"log-{location.experiment}.out"
+    job_id = job.group(1) if job and not named_alone else None
     recipe = read_recipe(location)
     context = _from_recipe(location, recipe, job_id) if recipe is not None else \
         infer_from_name(location.experiment, workloads, job_id)
