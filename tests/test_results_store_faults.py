@@ -19,6 +19,7 @@ from experiment_dirs import make_run
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
 from llmb.results.store import MIGRATIONS, ResultStore, StoreError  # noqa: E402
+from llmb.runs.experiment import compact_name  # noqa: E402
 
 MB = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
 NEMO = "pretrain_llama3.1_8b_fp8_8"
@@ -52,7 +53,9 @@ def results_despite_the_store(llmb_proc, root: Path, db: Path, *args: str, env: 
     assert len(warnings) == 1, result.err
     assert f"the results database {db}" in warnings[0] and "results are computed from the logs" in warnings[0]
     table = llmb_proc("results", str(root), "--db", str(db), *args, env=env, timeout=120)
-    assert table.code == 0 and all(name in table.out for name in RUNS), table.err
+    # each run by its experiment's short form and its run's number (the JOB column)
+    shown = [(compact_name(name.rsplit("_", 1)[0]), name.rsplit("_", 1)[1]) for name in RUNS]
+    assert table.code == 0 and all(short in table.out and stamp in table.out for short, stamp in shown), table.err
     return warnings[0]
 
 
