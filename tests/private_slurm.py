@@ -1,5 +1,7 @@
-"""A private Slurm cluster for the tests: munged, one slurmctld and two slurmd
-emulating two nodes on 127.0.0.1, all in one directory, on free ports.
+"""A private Slurm cluster for the tests: munged, one slurmctld and one slurmd
+per emulated node (two by default, ``nodes=`` names more) on 127.0.0.1, all in one
+directory, on free ports. ``wrappers`` starts a node's slurmd under a command
+(e.g. ``taskset -c 0``): what the node's jobs run inherits it.
 
 Debian's ``slurm-wlm`` (22.05) and ``munge`` provide the daemons (``.ci/run``
 installs them). Nothing outside the directory is touched: the munge key and
@@ -27,13 +29,17 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 ACCOUNTING_DAEMONS = ("mariadbd", "mariadb-install-db", "slurmdbd", "sacctmgr")
 ACCOUNT = "bench"
-NODES = ("node1", "node2")
+NODES = ("node1", "node2")  # the default; PrivateSlurm(nodes=...) for others
+
+
+def node_names(count: int) -> tuple[str, ...]:
+    return tuple(f"node{i}" for i in range(1, count + 1))
 CPUS_PER_NODE = 4
 GPUS_PER_NODE = 4
 # Seconds a finished job stays in squeue (Slurm's default is 300): short, so that
@@ -70,6 +76,8 @@ def _daemon(name: str) -> str:
 class PrivateSlurm:
     root: Path
     accounting: bool = False
+    nodes: tuple[str, ...] = NODES
+    wrappers: dict[str, list[str]] = field(default_factory=dict)  # node -> argv prefix of its slurmd
 
     @property
     def conf(self) -> Path:
@@ -87,13 +95,13 @@ class PrivateSlurm:
 
     def _write_config(self) -> None:
         host = socket.gethostname().split(".")[0]
-        ctld_port, dbd_port, self.db_port, *node_ports = _free_ports(3 + len(NODES))
-        for sub in ("etc", "state", "log", "run", "munge", "db", *(f"spool/{n}" for n in NODES)):
+        ctld_port, dbd_port, self.db_port, *node_ports = _free_ports(3 + len(self.nodes))
+        for sub in ("etc", "state", "log", "run", "munge", "db", *(f"spool/{n}" for n in self.nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         nodes = "\n".join(
             f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
             f"RealMemory=1000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
-            for name, port in zip(NODES, node_ports, strict=True)
+            for name, port in zip(self.nodes, node_ports, strict=True)
         )
         r = self.root
         # FirstJobId: job ids (and so the jobs' MASTER_PORT, 20000 + id) of two clusters running at once on
@@ -137,8 +145,8 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 MessageTimeout=20
 {nodes}
-PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
-PartitionName=other Nodes={",".join(NODES)} MaxTime=INFINITE State=UP
+PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP
+PartitionName=other Nodes={",".join(self.nodes)} MaxTime=INFINITE State=UP
 """)
         if self.accounting:
             dbd = self.root / "etc" / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF
@@ -221,8 +229,8 @@ StorageLoc=slurm_acct_db
             self._start_database()
             self._start_slurmdbd()
         self._run([_daemon("slurmctld"), "-f", str(self.conf)])
-        for name in NODES:
-            self._run([_daemon("slurmd"), "-f", str(self.conf), "-N", name])
+        for name in self.nodes:
+            self._run([*self.wrappers.get(name, ()), _daemon("slurmd"), "-f", str(self.conf), "-N", name])
         self.wait_idle(timeout)
         return self
 
@@ -241,7 +249,7 @@ StorageLoc=slurm_acct_db
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             states = self.sinfo()
-            if sorted(states) == sorted(NODES) and all(s == "idle" for s in states.values()):
+            if sorted(states) == sorted(self.nodes) and all(s == "idle" for s in states.values()):
                 return
             time.sleep(0.3)
         raise RuntimeError(f"the private Slurm did not come up within {timeout:.0f} s (nodes: {states})\n{self.logs()}")

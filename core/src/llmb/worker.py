@@ -1,7 +1,8 @@
 """The worker every rank runs: ``python -m llmb.worker RUN_JSON``.
 
-It reads the ``RunSpec`` and runs its engine: the torch engine, or the
-production framework (``llmb.engines.frameworks``) inside NVIDIA's container. The
+It reads the ``RunSpec`` and runs its engine: the torch engine, the
+production framework (``llmb.engines.frameworks``) inside NVIDIA's container, or
+``llmb preflight``'s measurements (engine ``preflight``, ``llmb.preflight.worker``). The
 rank comes from the launcher: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (the local
 backend, torchrun), else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/
 ``SLURM_LOCALID`` (``srun``). An exception is printed with a ``[rankN]:``
@@ -103,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         from llmb.runs.provenance import start_job
 
         start_job(spec, rank=rank, world=world, local_rank=local_rank)  # the GPU check; rank 0 records provenance
-        if spec.engine == "torch":
+        if spec.engine == "preflight":
+            from llmb.preflight.worker import run as train
+        elif spec.engine == "torch":
             from llmb.engines.torch.train import train
         else:
             from llmb.engines.frameworks import train  # imports the framework lazily, inside the container

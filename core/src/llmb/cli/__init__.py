@@ -25,6 +25,8 @@ COMMANDS = {
     "logs": ("llmb.cli.jobs_cmd", "logs_command", "Print a job's log, or follow its progress."),
     "cancel": ("llmb.cli.jobs_cmd", "cancel_command", "Stop a job and wait until it has ended."),
     "sweep": ("llmb.cli.sweep_cmd", "sweep_command", "Run every combination of sizes, dtypes and GPU counts."),
+    "preflight": ("llmb.cli.preflight_cmd", "preflight_command",
+                  "Measure every node (GEMM, memory, all-reduce) and flag the slow ones before a benchmark."),
     "certify": ("llmb.cli.certify_cmd", "certify_command", "Certify a cluster: the published suite, gated, one verdict."),
     "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
     "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),

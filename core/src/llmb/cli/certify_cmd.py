@@ -142,11 +142,14 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
               help="A suite file (the sweep-file format) instead of the published suite.")
 @click.option("--rerun", metavar="WORKLOAD", help="Re-run this workload of the suite alone (--suite; default: the last).")
 @click.option("--suite", "suite_id", metavar="ID", help="With --rerun: the suite (default: the most recent).")
+@click.option("--preflight", "preflight_nodes", type=click.IntRange(min=1), metavar="NODES",
+              help="First run llmb preflight over NODES nodes with these cluster options, and keep every run of the "
+                   "suite off the nodes it flags (--exclude-from its file).")
 @run_options
 @following_options("suite")
 @click.pass_context
-def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, suite_id, max_parallel, dry_run, detach,
-                    as_json, **run_kw):
+def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, suite_id, preflight_nodes, max_parallel,
+                    dry_run, detach, as_json, **run_kw):
     """Certify a cluster as the NVIDIA DGX Cloud Benchmarking Exemplar
     validation guide does: run every installed workload's published
     configurations for one GPU type (--gpu) at one scale (--scale, default
@@ -167,8 +170,8 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
     llmb certify status [--suite ID]      the verdict again
     llmb archive --suite ID --format zst  the suite's runs, to hand in"""
     if ctx.invoked_subcommand is not None:
-        given = _given(ctx, (*SUITE_OPTIONS, "rerun", "suite_id", "max_parallel", "dry_run", "detach", "as_json",
-                             *run_kw))
+        given = _given(ctx, (*SUITE_OPTIONS, "rerun", "suite_id", "preflight_nodes", "max_parallel", "dry_run",
+                             "detach", "as_json", *run_kw))
         if given:
             sub = ctx.invoked_subcommand
             raise UsageError(f"{', '.join(given)} apply to running a suite (llmb certify ...), not to llmb certify "
@@ -177,6 +180,16 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
     from llmb.certify import suite as suites
 
     host = get_host(ctx)
+    if preflight_nodes:
+        if run_kw.get("exclude_from"):
+            raise UsageError("--preflight writes the exclusion file itself; give it or --exclude-from, not both.")
+        if dry_run:
+            click.echo(f"note: --preflight: a real certification first runs llmb preflight over {preflight_nodes} "
+                       f"node(s) and keeps the suite off the nodes it flags.", err=True)
+        else:
+            from llmb.cli.preflight_cmd import preflight_first
+
+            run_kw = {**run_kw, "exclude_from": preflight_first(ctx, gpu, preflight_nodes, run_kw)}
     if rerun:
         extra = _given(ctx, SUITE_OPTIONS)
         if extra:

@@ -58,6 +58,9 @@ _OPTIONS = [
                  help=f"Run on these nodes, e.g. node[001-004]. [env: {VARIABLES['nodelist']}]"),
     click.option("--exclude", envvar=VARIABLES["exclude"], metavar="NODES",
                  help=f"Never run on these nodes. [env: {VARIABLES['exclude']}]"),
+    click.option("--exclude-from", "exclude_from", metavar="PREFLIGHT.json", type=click.Path(dir_okay=False),
+                 help="Never run on the nodes this llmb preflight file flagged (added to --exclude); the run records "
+                      "the file."),
     click.option("--reservation", envvar=VARIABLES["reservation"],
                  help=f"Run in this reservation. [env: {VARIABLES['reservation']}]"),
     click.option("--qos", envvar=VARIABLES["qos"], help=f"Quality of service. [env: {VARIABLES['qos']}]"),
@@ -91,6 +94,21 @@ _OPTIONS = [
 def run_options(func):
     for option in reversed(_OPTIONS):
         func = option(func)
+    return func
+
+
+# The options of a job that is not a recipe's run (llmb preflight): where and how to submit.
+CLUSTER_OPTIONS = ("backend", "env_items", "account", "partition", "time_limit", "nodelist", "exclude", "exclude_from",
+                   "reservation", "qos", "constraint", "segment", "gres", "numa_binding", "image", "mounts", "bare",
+                   "secrets", "additional_slurm_params", "backend_opts")
+
+
+def cluster_options(func):
+    """``CLUSTER_OPTIONS`` of the options above, as ``run_options`` gives them."""
+    for option in reversed(_OPTIONS):
+        probe = option(lambda: None).__click_params__[0]
+        if probe.name in CLUSTER_OPTIONS:
+            func = option(func)
     return func
 
 

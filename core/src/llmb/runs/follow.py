@@ -115,7 +115,15 @@ def summary(status: JobStatus) -> str:
     job = status.job
     lines = [f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else "")]
     result = (status.exit or {}).get("result")
-    if result:
+    preflight = (status.exit or {}).get("preflight")
+    if preflight:  # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)
+        if preflight.get("error"):
+            lines.append(f"  preflight   {preflight['error']}")
+        else:
+            flagged = ", ".join(preflight.get("exclude") or ()) or "none"
+            lines.append(f"  preflight   {preflight.get('verdict')}; flagged nodes: {flagged}")
+            lines.append(f"  report      {preflight.get('report')}")
+    elif result:
         def f(key: str, digits: int, suffix: str = "") -> str:
             value = result.get(key)
             return "-" if value is None else figure(value, digits, suffix)

@@ -271,6 +271,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
         "device": device, "compute_dtype": dtype, "model_flops_per_sample": spec.flops_per_sample,
         "arch": spec.arch, "warnings": warnings, "submitted_at": now(),
     })
+    if options.preflight:  # --exclude-from: the preflight file that chose the nodes to keep off
+        recipe_record["preflight"] = options.preflight
     if framework_args:  # tuned beyond the recipe's fields: results show it beside the official figure
         recipe_record["tuned"] = [*(recipe_record.get("tuned") or []),
                                   *({"setting": path, "published": None, "run": value} for path, value in framework_args)]
@@ -283,6 +285,8 @@ def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, ba
     if problem := provenance.record_submission(where.run_dir, host, backend_name, spec, options.submit,
                                                workload.variant(recipe.variant).container, secret_names):
         warnings.append(problem)  # before the job exists: the job's side is merged into the file later
+    if options.preflight and (problem := provenance.write_section(where.run_dir, "preflight", options.preflight)):
+        warnings.append(problem)
     experiment.write_json(where.recipe_file, recipe_record)
     with open(where.log, "a", encoding="utf-8") as handle:
         for warning in warnings:

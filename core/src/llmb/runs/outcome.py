@@ -53,6 +53,13 @@ def finish(job: Job, state: str, reason: str | None, *, prefer_log_reason: bool,
     log names one (a rank that raised says why; a rank killed by a signal
     could not, and what the others printed afterwards would mislead).
     """
+    if job.workload == "preflight":  # no training result: its report (llmb.preflight.job)
+        from llmb.preflight.job import finish_summary
+
+        data = {"state": state, "reason": reason, "ended_at": now(), "result": None,
+                "preflight": finish_summary(job), **extra}
+        write_exit(job.id, data)
+        return data
     recorded = record_result(job.log, state)
     if state == "FAILED" and prefer_log_reason:
         reason = log_failure(recorded.summary) or reason

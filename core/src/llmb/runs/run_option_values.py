@@ -106,6 +106,14 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
         raise UsageError(f"unknown --proxy {proxy!r}; valid: {', '.join(PROXIES)}.")
     env = _env_pairs(tuple(kw.get("env_items") or ()))
     cluster = _cluster_values(kw, config)
+    preflight = None
+    if kw.get("exclude_from"):  # a preflight file's flagged nodes join the exclude list (llmb.preflight)
+        from llmb.preflight.exclusion import merged, read
+
+        preflight = read(kw["exclude_from"])
+        exclude = merged(cluster.get("exclude"), preflight["exclude"])
+        if exclude:
+            cluster["exclude"] = cluster_settings.BY_NAME["exclude"].check(exclude, "--exclude-from")
     image = value_checks.image(kw["image"], "--image") if kw.get("image") else (
         config.image(workload) if config is not None and workload else None)
     mounts = tuple(dict.fromkeys([*(config.mounts if config else ()),
@@ -121,7 +129,7 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
         nccl_trace=bool(kw.get("nccl_trace")), profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
         checkpoint_save=bool(kw.get("checkpoint_save")), checkpoint_dir=kw.get("checkpoint_dir"),
         checkpoint_load=kw.get("checkpoint_load"), env=env, engine=kw.get("engine"), dump_env=bool(kw.get("dump_env")),
-        framework_args=tuple(kw.get("framework_args") or ()),
+        framework_args=tuple(kw.get("framework_args") or ()), preflight=preflight,
         submit=SubmitOptions(
             retries=kw.get("retries") or 0, requeue=bool(kw.get("requeue")), image=image, mounts=mounts,
             bare=bool(kw.get("bare")), secrets=_secret_names(tuple(kw.get("secrets") or ())),

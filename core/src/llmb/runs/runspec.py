@@ -22,7 +22,7 @@ from llmb.runs.capability import Machine
 from llmb.runs.checkpoint_metadata import check_metadata
 
 # The torch engine (embedded) and the production frameworks (inside NVIDIA's container).
-ENGINES = ("torch", "megatron_bridge", "nemo2")
+ENGINES = ("torch", "megatron_bridge", "nemo2", "preflight")  # preflight: llmb.preflight.worker
 # Transformer Engine's block-scaled formats: the torch engine runs them through Transformer Engine's layers
 # where it is installed and the GPU supports them, else in bfloat16 with a warning; fp8 runs as torchao float8
 # on GPUs with float8 matrix products (llmb.engines.torch.parallel.float8 decides in the job).
@@ -90,6 +90,9 @@ class RunOptions:
     # llmb.engines.frameworks.fields at submission; a run with any is tuned
     framework_args: tuple[str, ...] = ()
     submit: SubmitOptions = field(default_factory=SubmitOptions)
+    # --exclude-from PREFLIGHT.json: the preflight file whose flagged nodes were added to submit.exclude
+    # (llmb.preflight.exclusion.read); recorded in recipe.json and provenance.json
+    preflight: dict | None = None
 
     @property
     def is_proxy(self) -> bool:
@@ -173,6 +176,7 @@ class RunSpec:
     nodes: int = 1
     ranks_per_node: int | None = None  # None: all ranks on one node
     layout: ParallelLayout = field(default_factory=ParallelLayout)  # the torch engine's; default: DP only
+    preflight: dict | None = None  # engine "preflight": its sizes (llmb.preflight.worker.DEFAULTS)
 
     def relocated(self, old_root: str, new_root: str) -> RunSpec:
         """This spec with every path under ``old_root`` moved under ``new_root`` (a retry's fresh

@@ -1,0 +1,133 @@
+"""The preflight job: submitted like a run (the job records, ``llmb status``/``logs``/``cancel``,
+provenance), ended like one (``llmb.runs.outcome.finish``), with its report written at its end.
+
+Its experiment directory is ``$LLMB_INSTALL/preflight/<name>/<name>_<stamp>/`` (not under
+``workloads/``: ``llmb results`` has no row to make of it). Beside the log: ``measurements.json``
+(what the ranks measured) and ``preflight.json`` (``llmb.preflight.verdict``), the file
+``--exclude-from`` takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+from llmb.errors import UsageError
+from llmb.paths import install_dir
+from llmb.runs import experiment, provenance
+from llmb.runs.jobs import Job, new_job_dir, new_job_id, now, save_job
+from llmb.runs.runspec import SECRET_VARIABLES, RunOptions, RunSpec
+
+WORKLOAD = "preflight"
+REPORT = "preflight.json"
+
+
+def root() -> str:
+    return os.path.join(install_dir(), WORKLOAD)
+
+
+def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
+           dry_run: bool = False, sizes: dict | None = None):
+    """(Job, RunSpec, description or None): the preflight of ``nodes`` nodes of ``gpus_per_node`` ranks."""
+    from llmb.runs.launch import Submitted
+
+    host.backend(backend)
+    submit_options = options.submit
+    warnings: list[str] = []
+    if backend == "local":
+        from llmb.runs.capability import detect
+
+        machine = detect()
+        if nodes != 1:
+            raise UsageError(f"--nodes {nodes}: the local backend runs on this machine, one node; use --nodes 1 or "
+                             f"a cluster backend.")
+        device = "cuda" if machine.gpus >= gpus_per_node else "cpu"
+        if device == "cpu" and gpus_per_node > 2 * machine.cpus:
+            raise UsageError(f"--gpus-per-node {gpus_per_node}: more CPU ranks than this machine's {machine.cpus} cores "
+                             f"can carry; use at most {2 * machine.cpus}.")
+        if submit_options.given():
+            warnings.append(f"the local backend ignores {', '.join(submit_options.given())} (cluster options).")
+    else:
+        device = "auto"
+        if not submit_options.bare and not submit_options.image:
+            raise UsageError("llmb preflight on a cluster runs in a container with torch: give --image (e.g. the "
+                             "recipes' NeMo container) or --bare to run from the nodes' Python environment.")
+        if submit_options.time_limit is None:
+            options = replace(options, submit=replace(submit_options, time_limit="20"))
+    ranks = nodes * gpus_per_node
+    name = f"preflight_{gpu}_nodes{nodes}_gpus{gpus_per_node}"
+    job_id = new_job_id(backend) if dry_run else new_job_dir(backend)[0]
+    where = (experiment.locate if dry_run else experiment.create)(WORKLOAD, name, root())
+    env = dict(options.env)
+    if device != "cpu":
+        env.setdefault("NCCL_DEBUG", "INFO")  # NCCL's set-up lines name each node's transport
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    spec = RunSpec(
+        job_id=job_id, workload=WORKLOAD, variant=WORKLOAD, framework="torch", engine="preflight", size="-",
+        arch={}, proxy=None, gpu=gpu, dtype="bf16", compute_dtype="auto" if device == "auto" else (
+            "bfloat16" if device == "cuda" else "float32"),
+        device=device, ranks=ranks, mbs=1, ga=1, gbs=ranks, seq_len=0, steps=0, seed=options.seed, compile=False,
+        flops_per_sample=0.0, experiment=name, run_dir=where.run_dir, inner_dir=where.inner, log=where.log,
+        env=env, nodes=nodes, ranks_per_node=gpus_per_node, preflight=dict(sizes or {}),
+    )
+    job = Job(id=job_id, backend=backend, workload=WORKLOAD, experiment=name, run_dir=where.run_dir, log=where.log,
+              ranks=ranks, submitted_at=now(), proxy=None)
+    impl = host.backend_impl(backend)
+    if dry_run:
+        return Submitted(job, spec, None, tuple(warnings), impl.describe(spec, job, options.submit), options.submit)
+    secret_names = {*SECRET_VARIABLES, *options.submit.secrets}
+    if problem := provenance.record_submission(where.run_dir, host, backend, spec, options.submit, None, secret_names):
+        warnings.append(problem)
+    experiment.write_json(where.recipe_file, {
+        "kind": WORKLOAD, "job_id": job_id, "backend": backend, "gpu": gpu, "nodes": nodes,
+        "gpus_per_node": gpus_per_node, "ranks": ranks, "device": device, "sizes": spec.preflight,
+        "submitted_at": now(), "warnings": warnings,
+    })
+    with open(where.log, "a", encoding="utf-8") as handle:
+        for warning in warnings:
+            handle.write(f"[llmb] warning: {warning}\n")
+    save_job(job)
+    job = impl.submit(spec, job, options.submit)
+    save_job(job)
+    return Submitted(job, spec, None, tuple(warnings), submit=options.submit)
+
+
+def report_path(run_dir: str) -> str:
+    return os.path.join(run_dir, REPORT)
+
+
+def write_report(run_dir: str, log: str | None) -> dict | None:
+    """Build ``preflight.json`` from the job's measurements and log; None when the ranks wrote none."""
+    from llmb.files import read_tail
+    from llmb.preflight.expected import expected
+    from llmb.preflight.verdict import build
+    from llmb.preflight.worker import MEASUREMENTS
+
+    try:
+        with open(os.path.join(run_dir, MEASUREMENTS), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    text = ""
+    if log:
+        try:
+            text = read_tail(log, 64 << 20).decode("utf-8", "replace")
+        except OSError:
+            text = ""
+    report = build(data, expected(data["gpu"], data.get("device") or "cpu"), text)
+    report["written_at"] = now()
+    experiment.write_json(report_path(run_dir), report)
+    return report
+
+
+def finish_summary(job: Job) -> dict:
+    """What ``exit.json`` holds as the job's result: the verdict and the flagged nodes."""
+    try:
+        report = write_report(job.run_dir, job.log)
+    except Exception as exc:  # noqa: BLE001 - a report problem must not lose the job's state
+        return {"error": f"could not write the preflight report: {type(exc).__name__}: {exc}"}
+    if report is None:
+        return {"error": "the ranks wrote no measurements"}
+    return {"kind": WORKLOAD, "verdict": report["verdict"], "exclude": report["exclude"],
+            "report": report_path(job.run_dir)}
