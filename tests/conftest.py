@@ -92,7 +92,9 @@ _SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALI
               *(setting.variable for setting in SETTINGS))  # every cluster setting's variable (SBATCH_QOS, ...)
 
 
-def _private_slurm(tmp_path_factory, accounting: bool):
+def _private_slurm(tmp_path_factory, accounting: bool, name: str | None = None, **cluster):
+    """A private Slurm for a fixture to yield (``cluster``: PrivateSlurm's ``nodes``, ``wrappers``); skipped
+    where the daemons are missing, except under CI, where that fails."""
     from private_slurm import PrivateSlurm, missing_daemons
 
     missing = missing_daemons(accounting)
@@ -102,12 +104,13 @@ def _private_slurm(tmp_path_factory, accounting: bool):
             pytest.fail(f"CI must run the Slurm tests, but {', '.join(missing)} is not installed (.ci/run installs "
                         f"{packages})")
         pytest.skip(f"not installed here: {', '.join(missing)} (apt-get install {packages})")
-    cluster = PrivateSlurm(tmp_path_factory.mktemp("slurm-accounting" if accounting else "slurm"), accounting)
+    private = PrivateSlurm(tmp_path_factory.mktemp(name or ("slurm-accounting" if accounting else "slurm")),
+                           accounting, **cluster)
     try:
-        cluster.up()
-        yield cluster
+        private.up()
+        yield private
     finally:
-        cluster.down()
+        private.down()
 
 
 @pytest.fixture(scope="session")

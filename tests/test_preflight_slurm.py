@@ -30,22 +30,14 @@ BUSY = 3
 
 @pytest.fixture(scope="module")
 def three_nodes(tmp_path_factory):
-    from private_slurm import PrivateSlurm, missing_daemons, node_names
+    from conftest import _private_slurm
+    from private_slurm import node_names
 
-    if missing_daemons():
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the Slurm tests (apt-get install slurm-wlm munge)")
-        pytest.skip("not installed here: slurm-wlm munge")
     if (os.cpu_count() or 1) < 2:
         pytest.skip("the slowdown confines one node to a core of its own: needs 2 cores")
-    cluster = PrivateSlurm(tmp_path_factory.mktemp("slurm3"), nodes=node_names(3),
-                           wrappers={"node1": ["taskset", "-c", "1"], "node2": ["taskset", "-c", "1"],
-                                     SLOW: ["taskset", "-c", "0"]})
-    try:
-        cluster.up()
-        yield cluster
-    finally:
-        cluster.down()
+    yield from _private_slurm(tmp_path_factory, accounting=False, name="slurm3", nodes=node_names(3),
+                              wrappers={"node1": ["taskset", "-c", "1"], "node2": ["taskset", "-c", "1"],
+                                        SLOW: ["taskset", "-c", "0"]})
 
 
 @pytest.fixture(scope="module")
