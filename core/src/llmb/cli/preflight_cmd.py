@@ -10,11 +10,8 @@ from llmb.cli import get_host
 from llmb.cli.output import Column, emit_json, fit_text, output_width, render_table
 from llmb.cli.run_options import cluster_options
 from llmb.errors import UsageError
+from llmb.figures import figure
 from llmb.log import warn
-
-
-def _figure(value) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
 
 def table(report: dict) -> str:
@@ -25,8 +22,8 @@ def table(report: dict) -> str:
     for row in report["rows"]:
         transport = row.get("transport") or {}
         nccl = ",".join(transport.get("channels") or transport.get("networks") or []) or "-"
-        rows.append([row["node"], _figure(row["gemm"]), _figure(row["memory"]), _figure(row["intra"]),
-                     _figure(row["inter"]), nccl, "yes" if row["flagged"] else "no", "; ".join(row["reasons"]) or "-"])
+        rows.append([row["node"], figure(row["gemm"], 0), figure(row["memory"], 0), figure(row["intra"], 0),
+                     figure(row["inter"], 0), nccl, "yes" if row["flagged"] else "no", "; ".join(row["reasons"]) or "-"])
     return render_table(headers, rows)
 
 

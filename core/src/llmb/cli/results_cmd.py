@@ -176,10 +176,11 @@ def job_label(result, where=None) -> str:
     """The job that produced a run (what ``llmb status`` lists); where the run does not record one, the
     number its run directory ends with (the Slurm job id in the replaced tool's layout, a timestamp in
     llmb's), so that runs of one configuration stay apart; '-' when there is neither."""
+    from llmb.results.experiments import run_stamp
+
     if result.context.job_id:
         return result.context.job_id
-    stamp = re.search(r"_(\d{6,})$", getattr(where, "run_dir", "") or "")
-    return stamp.group(1) if stamp else "-"
+    return run_stamp(getattr(where, "run_dir", "") or "") or "-"
 
 
 def _f(value, digits: int) -> str:

@@ -176,12 +176,21 @@ def _from_recipe(location: RunLocation, recipe: dict, job_id: str | None) -> Run
 
 
 def _tuned(settings) -> str | None:
-    """recipe.json's ``tuned`` list as ``tp 4 -> 8, mbs 1 -> 2``; None for an official run (or no list)."""
+    """recipe.json's ``tuned`` list as the plan words it, ``tp 4 -> 8, mbs 1 -> 2``; None for an official run."""
+    from llmb.recipes.planning import TunedSetting
+
     if not isinstance(settings, list) or not settings:
         return None
-    parts = [f"{s.get('setting')} {'-' if s.get('published') is None else s.get('published')} -> {s.get('run')}"
+    parts = [TunedSetting(s.get("setting"), s.get("published"), s.get("run")).text()
              for s in settings if isinstance(s, dict)]
     return ", ".join(parts)[:500] or None
+
+
+def run_stamp(run_dir: str) -> str | None:
+    """The number a run directory's name ends with (``<exp>_<stamp>``): llmb's timestamp, or the Slurm job
+    id in the replaced tool's layout; None for a directory not named so."""
+    found = _RUN_DIR.match(os.path.basename(run_dir or ""))
+    return found.group("stamp") if found else None
 
 
 def _job_state(job_id) -> str | None:
