@@ -101,7 +101,7 @@ class Reference(nn.Module):
 
 def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
     """A plain training loop with the engine's data, AdamW settings, clipping and GA: step(i) -> loss."""
-    from llmb.engines.torch.train import CLIP_NORM, learning_rate
+    from llmb.engines.torch.optim import CLIP_NORM, learning_rate
 
     torch.manual_seed(seed)
     model = Reference(arch)
@@ -144,8 +144,9 @@ def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, c
 
 def build_engine(spec, rank: int = 0, world: int = 1):
     from llmb.engines.torch.train import Engine
+    from llmb.plugins.host import PluginHost
 
-    engine = Engine(spec, rank, world, rank)
+    engine = Engine(spec, rank, world, rank, PluginHost())  # this process's host (the worker makes the run's)
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
         engine.build()
     return engine
@@ -237,7 +238,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("tiny", "8b"))
     parser.add_argument("--compile", action="store_true", help="the engine's --compile (per-block torch.compile)")
     args = parser.parse_args()
-    from llmb.engines.torch.train import cpu_threads
+    from llmb.engines.torch.runtime import cpu_threads
     from llmb.plugins.host import PluginHost
 
     torch.set_num_threads(cpu_threads())

@@ -53,13 +53,13 @@ def global_batch(layout: Layout, vocab: int, step: int) -> torch.Tensor:
 
 
 def optimizer(parameters):
-    from llmb.engines.torch.train import make_optimizer
+    from llmb.engines.torch.optim import make_optimizer
 
     return make_optimizer(parameters)  # the engine's own AdamW
 
 
 def set_lr(opt, step: int) -> None:
-    from llmb.engines.torch.train import learning_rate
+    from llmb.engines.torch.optim import learning_rate
 
     for group in opt.param_groups:
         group["lr"] = learning_rate(step)
@@ -72,7 +72,7 @@ def loss_of(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def reference(layout: Layout, float8: str | None = None) -> dict:
     """The unsharded model on the whole global batch (GA over all of it), in one process.
     ``float8``: the model converted with ``apply_float8`` (emulated on CPU) first."""
-    from llmb.engines.torch.train import CLIP_NORM
+    from llmb.engines.torch.optim import CLIP_NORM
 
     torch.set_num_threads(1)
     model, arch = tiny_model(layout.workload)
@@ -106,9 +106,9 @@ def reference(layout: Layout, float8: str | None = None) -> dict:
 def pipeline_run(rank: int, world: int, vp: int) -> dict:
     """PP over all ``world`` ranks (vp virtual stages each), one pipeline, no DP."""
     import torch.distributed as dist
+    from llmb.engines.torch.optim import CLIP_NORM
     from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
     from llmb.engines.torch.parallel.pipeline import apply_pipeline
-    from llmb.engines.torch.train import CLIP_NORM
 
     layout = PIPELINE
     model, arch = tiny_model(layout.workload)
@@ -132,9 +132,9 @@ def expert_train_run(rank: int, world: int) -> dict:
     """EP over all ``world`` ranks, which are also the data-parallel ranks (edp 1): each rank trains on
     its own rows under DDP, which leaves the experts to ``reduce_expert_gradients``."""
     import torch.distributed as dist
+    from llmb.engines.torch.optim import CLIP_NORM
     from llmb.engines.torch.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
     from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
-    from llmb.engines.torch.train import CLIP_NORM
     from torch.nn.parallel import DistributedDataParallel
 
     layout = EXPERTS
@@ -170,10 +170,10 @@ def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
     gradients finished, clipping over the layout (``clip_layout_grad_norm_``)."""
     import torch.distributed as dist
     from llmb.engines.torch import parallel
+    from llmb.engines.torch.optim import CLIP_NORM
     from llmb.engines.torch.parallel.experts import reduce_expert_gradients
     from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
     from llmb.engines.torch.parallel.pipeline import Pipeline
-    from llmb.engines.torch.train import CLIP_NORM
     from parallel_layout_ranks import run_spec
 
     spec = run_spec({"workload": layout.workload, "layout": sizes, "ga": layout.ga, "rows": layout.dp * layout.mbs,

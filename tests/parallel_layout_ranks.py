@@ -79,7 +79,7 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from llmb.engines.torch import parallel
-    from llmb.engines.torch.train import CLIP_NORM, learning_rate, make_optimizer
+    from llmb.engines.torch.optim import CLIP_NORM, learning_rate, make_optimizer
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import FSDPModule
@@ -140,9 +140,10 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
     from dataclasses import asdict
 
     from llmb.engines.torch.train import Engine
+    from llmb.plugins.host import PluginHost
 
     spec = replace(run_spec(config, world), arch=asdict(tiny_arch(config["workload"])), mbs=config["rows"])
-    engine = Engine(spec, rank, world, rank)
+    engine = Engine(spec, rank, world, rank, PluginHost())
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
         engine.build()
     losses, norms = [], []

@@ -47,10 +47,12 @@ def _defines(path: Path, name: str) -> bool:
 
 
 FLOW = PAGE.split("## The flow")[1]
-# `runs/launch.py`, `runs/launch.submit_run`, `engines/frameworks.train` (a package's function), `engines/torch/parallel/`
+# `lifecycle/prepare.py`, `lifecycle/prepare.prepare`,
+# `engines/frameworks.train` (a package's function), `engines/torch/parallel/`
 PATHS = sorted(set(re.findall(r"`((?:\w+/)+\w*)(?:\.(\w+))?", FLOW)))
 # `PluginHost.resolve`, `launch.choose_engine`, `cli.get_host`: a function of a module or class named before
-OWNERS = {"PluginHost": "plugins/host.py", "launch": "runs/launch.py", "cli": "cli/__init__.py"}
+OWNERS = {"PluginHost": "plugins/host.py", "prepare": "lifecycle/prepare.py", "submit": "lifecycle/submit.py",
+          "reconcile": "lifecycle/reconcile.py", "cli": "cli/__init__.py"}
 METHODS = sorted(set(re.findall(r"`(" + "|".join(OWNERS) + r")\.(\w+)", FLOW)))
 
 

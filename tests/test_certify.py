@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from llmb.certify.gates import MAX_STEP_CV, judge, passed
 from llmb.certify.suite import EXEMPLAR_SCALE, Attempt, published_suite
 from llmb.certify.verdict import EXERCISED, FAIL, PASS, PENDING, Configuration, Judged, SuiteVerdict
@@ -278,7 +279,7 @@ PROFILES = re.compile(r"(\.nsys-rep|_trace\.json|\.pt\.trace\.json)$|/(torch_pro
 def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_proc, slurm, tmp_path):
     pytest.importorskip("torch", reason="the torch engine needs torch")
     install = tmp_path / "install"
-    env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", **slurm.env()}
+    env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", **slurm.env(), **FAULTS}
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(
         "defaults: {gpu: h100, proxy: tiny, bare: true}\n"

@@ -17,8 +17,8 @@ import pytest
 from llmb.cli.run_options import parameter_names, run_options
 from llmb.errors import UsageError
 from llmb.install import cluster_config, cluster_settings
+from llmb.lifecycle.run_option_values import run_inputs
 from llmb.recipes.records import RecipeRequest
-from llmb.runs.run_option_values import run_inputs
 
 RUN = ("run", "llama31", "--size", "8b", "--dtype", "bf16", "--gpus", "8", "--backend", "slurm", "--dry-run")
 # Every variable the cluster settings read, emptied unless a test sets it (a developer's shell may hold them;

@@ -9,7 +9,7 @@ whole, under the unsharded model's names), to float32 round-off. Each run
 also reports what the layout did to the model (FSDP units, DTensor
 parameters, the share of a weight a rank holds, recomputed layers), so a
 layout that silently did nothing fails too. One run goes through the
-engine itself (``Engine.wrap`` calls ``parallelize``).
+engine itself (``llmb.engines.torch.parallelize.wrap`` calls ``parallelize``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,11 @@ import pytest
 import torch
 from engine_throughput import engine_spec
 from gloo_ranks import free_port
-from llmb.engines.torch.train import Engine, GarbageCollection, compile_blocks, flops_line, make_optimizer, wants_compile
+from llmb.engines.torch.model import flops_line
+from llmb.engines.torch.optim import make_optimizer
+from llmb.engines.torch.parallelize import compile_blocks, wants_compile
+from llmb.engines.torch.runtime import GarbageCollection
+from llmb.engines.torch.train import Engine
 from llmb.recipes.flops import megatron_bridge_sample
 from llmb.recipes.proxies import shrink
 
@@ -36,8 +40,8 @@ def tiny_spec(host, ranks: int = 1, ga: int = 1, compile_: bool | None = False, 
     return engine_spec(host, work, arch, seq=32, mbs=2, ga=ga, ranks=ranks, compile_=compile_)
 
 
-def built(spec, engine_class=Engine) -> Engine:
-    engine = engine_class(spec, 0, 1, 0)
+def built(spec, host, engine_class=Engine) -> Engine:
+    engine = engine_class(spec, 0, 1, 0, host)
     with contextlib.redirect_stdout(io.StringIO()):
         engine.build()
     return engine
@@ -64,7 +68,7 @@ def test_optimizer_is_fused_where_the_device_has_a_kernel_else_foreach():
 
 
 def test_a_step_runs_the_fused_adamw_and_multi_tensor_clipping_kernels(host):
-    engine = built(tiny_spec(host))
+    engine = built(tiny_spec(host), host)
     assert engine.optimizer.defaults["fused"] is True
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         loss, norm, seconds = engine.step(1)
@@ -88,8 +92,8 @@ def test_compile_default_is_on_for_gpu_and_off_for_cpu():
 
 
 def test_compile_per_block_wraps_each_layer_in_place(host):
-    plain = built(tiny_spec(host, compile_=None))  # the CPU default: not compiled
-    compiled = built(tiny_spec(host, compile_=True))
+    plain = built(tiny_spec(host, compile_=None), host)  # the CPU default: not compiled
+    compiled = built(tiny_spec(host, compile_=True), host)
     assert all(layer._compiled_call_impl is None for layer in plain.model.layers)
     assert len(compiled.model.layers) >= 2
     assert all(layer._compiled_call_impl is not None for layer in compiled.model.layers)
@@ -102,7 +106,7 @@ def test_compile_per_block_wraps_each_layer_in_place(host):
 
 
 def test_compile_blocks_on_a_hybrid_model(host):
-    engine = built(tiny_spec(host, workload="nemotronh"))
+    engine = built(tiny_spec(host, workload="nemotronh"), host)
     assert compile_blocks(engine.model) == len(engine.model.layers) == len(engine.spec.model_arch().layer_kinds())
     assert all(layer._compiled_call_impl is not None for layer in engine.model.layers)
     engine.close()
@@ -123,7 +127,7 @@ def test_startup_line_gives_both_flop_counts(host, capsys):
     assert spec.flops_per_sample / megatron == pytest.approx(1.125, abs=1e-3)  # full vs causal attention at 8B/8k
     hybrid = tiny_spec(host, workload="nemotronh")
     assert "does not describe" in flops_line(hybrid)
-    engine = Engine(tiny_spec(host), 0, 1, 0)
+    engine = Engine(tiny_spec(host), 0, 1, 0, host)
     engine.build()
     assert flops_line(engine.spec) in capsys.readouterr().out.splitlines()
     engine.close()
@@ -140,7 +144,7 @@ def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(host, 
     (tmp_path / "recipe.json").write_text(json.dumps({"compute_dtype": "float32"}))
     spec = replace(tiny_spec(host), dtype="fp8", run_dir=str(tmp_path))
     monkeypatch.setenv("LLMB_FLOAT8_EMULATE", "1")
-    engine = Engine(spec, 0, 1, 0)
+    engine = Engine(spec, 0, 1, 0, host)
     engine.build()
     converted = [name for name, module in engine.model.named_modules() if isinstance(module, Float8Linear)]
     assert converted and not any(name.endswith(("output", "router")) for name in converted)
@@ -152,7 +156,7 @@ def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(host, 
                                                                    "compute_precision": "fp8-tensorwise-emulated"}
 
     monkeypatch.delenv("LLMB_FLOAT8_EMULATE")  # without emulation a CPU run computes in float32 and says why
-    engine = built(spec)
+    engine = built(spec, host)
     engine.close()
     assert json.loads((tmp_path / "recipe.json").read_text())["compute_precision"] == "float32"
     assert not any(isinstance(module, Float8Linear) for module in engine.model.modules())
@@ -173,7 +177,7 @@ def test_garbage_collection_runs_on_the_cadence_and_only_then(host):
             collections.append(info["generation"])
 
     assert gc.isenabled()
-    engine = built(tiny_spec(host), EveryTwo)
+    engine = built(tiny_spec(host), host, EveryTwo)
     gc.callbacks.append(record)
     try:
         per_step = []
@@ -224,12 +228,13 @@ class OneRankForTwo(Engine):
 
 
 def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
+    from llmb.plugins.host import PluginHost
     from llmb.runs.runspec import RunSpec
     from llmb.worker import end_without_finalizing
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     spec = RunSpec.from_dict(spec_dict)
-    engine = Engine(spec, rank, spec.ranks, rank)
+    engine = Engine(spec, rank, spec.ranks, rank, PluginHost())
     with contextlib.redirect_stdout(io.StringIO()):
         engine.build()
     trajectory = [engine.step(step)[:2] for step in range(1, STEPS + 1)]
@@ -264,7 +269,7 @@ def test_two_ranks_with_ddp_train_as_one_rank_on_the_same_global_batch(host, tmp
         assert not any(result["compiled"])  # CPU default
     assert ranks[0]["trajectory"] == ranks[1]["trajectory"]  # the logged loss is the mean over ranks
 
-    one = built(replace(spec, ranks=1, ga=4, gbs=spec.gbs), OneRankForTwo)
+    one = built(replace(spec, ranks=1, ga=4, gbs=spec.gbs), host, OneRankForTwo)
     expected = [one.step(step)[:2] for step in range(1, STEPS + 1)]
     one.close()
     assert all(math.isfinite(loss) and norm > 0 for loss, norm in expected)  # random tokens: no trend in 4 steps
@@ -272,9 +277,42 @@ def test_two_ranks_with_ddp_train_as_one_rank_on_the_same_global_batch(host, tmp
 
 
 def test_compiled_blocks_train_as_the_eager_model(host):
-    eager, compiled = built(tiny_spec(host, ga=2)), built(tiny_spec(host, ga=2, compile_=True))
+    eager, compiled = built(tiny_spec(host, ga=2), host), built(tiny_spec(host, ga=2, compile_=True), host)
     expected = [eager.step(step)[:2] for step in range(1, 3)]
     got = [compiled.step(step)[:2] for step in range(1, 3)]
     for engine in (eager, compiled):
         engine.close()
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# The per-step hook (llmb_before_step), through the tests' fault plugin
+
+
+def test_a_plugin_named_in_llmb_plugins_fails_a_rank_or_makes_the_loss_nan_before_a_step(host, monkeypatch, capsys):
+    import fault_plugin
+    from llmb.engines.torch.train import run
+    from llmb.plugins.host import PluginHost
+
+    monkeypatch.setenv("LLMB_PLUGINS", "fault_plugin")
+    faulty = PluginHost()  # what the worker makes in a rank that inherited the variable
+    assert faulty.pm.get_plugin("fault_plugin") is fault_plugin
+    spec = replace(tiny_spec(host), steps=3)
+
+    monkeypatch.setenv("LLMB_NAN_FROM_STEP", "2")
+    engine = Engine(spec, 0, 1, 0, faulty)
+    run(engine)
+    engine.close()
+    losses = [line.split("lm loss: ")[1].split(" |")[0] for line in capsys.readouterr().out.splitlines()
+              if " iteration " in line]
+    assert len(losses) == 3 and losses[0] != "NAN" and losses[1:] == ["NAN", "NAN"]
+
+    monkeypatch.delenv("LLMB_NAN_FROM_STEP")
+    monkeypatch.setenv("LLMB_FAIL_AT_STEP", "2")
+    engine = Engine(spec, 0, 1, 0, faulty)
+    try:
+        with pytest.raises(RuntimeError, match=r"^injected failure at step 2 on rank 0 \(LLMB_FAIL_AT_STEP\)$"):
+            run(engine)
+    finally:
+        engine.close()
+    assert sum(" iteration " in line for line in capsys.readouterr().out.splitlines()) == 1

@@ -115,7 +115,7 @@ class TransformerEngineRow(Engine):
 
 def test_the_engine_converts_and_runs_every_forward_under_the_rows_recipe(fake_te, host):
     spec = replace(tiny_spec(host, ga=2), dtype="nvfp4")
-    engine = TransformerEngineRow(spec, 0, 1, 0)
+    engine = TransformerEngineRow(spec, 0, 1, 0, host)
     with contextlib.redirect_stdout(io.StringIO()) as out:
         engine.build()
     assert "[llmb] precision: nvfp4-transformer-engine" in out.getvalue().splitlines()

@@ -1,7 +1,7 @@
 """Flaky application failures: the signature list (data), the tail matcher,
 the ``llmb_flaky_signatures`` hook, and the Slurm backend retrying them on
-the private Slurm (bare ``--proxy tiny`` runs, a failure injected with the
-engine's test hooks)."""
+the private Slurm (bare ``--proxy tiny`` runs, a failure injected through the
+engine's ``llmb_before_step`` hook by ``tests/fault_plugin.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from llmb import hookimpl
+from llmb.lifecycle.flaky import TAIL_BYTES, builtin_signatures, first_signature, flaky_failure, retry_nan_asked
 from llmb.plugins.host import PluginHost
-from llmb.runs.flaky import TAIL_BYTES, builtin_signatures, first_signature, flaky_failure, retry_nan_asked
 
 # The retryable failures of NVIDIA's performance launcher (Megatron-Bridge scripts/performance), verbatim.
 REFERENCE_LIST = [
@@ -188,7 +189,7 @@ def job_record(env, job_id) -> dict:
 def test_a_flaky_failure_is_retried_on_a_fresh_job_that_completes(llmb_proc, env, tmp_path):
     once = tmp_path / "failed-once"
     result, summary = run_json(llmb_proc, "--retries", "1", "--env", "LLMB_FAIL_AT_STEP=2:1",
-                               "--env", f"LLMB_FAIL_MESSAGE={NCCL}", "--env", f"LLMB_FAIL_ONCE={once}", env=env)
+                               "--env", f"LLMB_FAIL_MESSAGE={NCCL}", "--env", f"LLMB_FAIL_ONCE={once}", env={**env, **FAULTS})
     assert result.code == 0 and summary["state"] == "SUCCEEDED", (summary, result.err[-3000:])
     assert summary["attempts"] == 2 and once.exists()
     first, second = job_record(env, summary["job_id"])["details"]["attempts"]
@@ -208,7 +209,7 @@ def test_a_flaky_failure_is_retried_on_a_fresh_job_that_completes(llmb_proc, env
 @pytest.mark.slurm
 def test_without_retries_a_flaky_failure_fails_with_its_signature_as_reason(llmb_proc, env):
     result, summary = run_json(llmb_proc, "--env", "LLMB_FAIL_AT_STEP=2:1", "--env", f"LLMB_FAIL_MESSAGE={NCCL}",
-                               env=env)
+                               env={**env, **FAULTS})
     assert result.code == 1 and (summary["state"], summary["attempts"]) == ("FAILED", 1)
     assert summary["reason"].startswith(f"flaky failure: {NCCL!r} on node"), summary["reason"]
     assert summary["reason"].endswith("(not retried: llmb run --retries N resubmits such failures)")
@@ -218,7 +219,7 @@ def test_without_retries_a_flaky_failure_fails_with_its_signature_as_reason(llmb
 def test_a_nan_that_is_the_runs_own_is_not_retried(llmb_proc, env):
     result, summary = run_json(llmb_proc, "--retries", "1", "--env", "LLMB_NAN_FROM_STEP=2",
                                "--env", "LLMB_FAIL_AT_STEP=3",
-                               "--env", "LLMB_FAIL_MESSAGE=found NaN in local grad norm for bucket #0", env=env)
+                               "--env", "LLMB_FAIL_MESSAGE=found NaN in local grad norm for bucket #0", env={**env, **FAULTS})
     assert result.code == 1 and (summary["state"], summary["attempts"]) == ("FAILED", 1), summary
     assert summary["result"]["status"] == "invalid_grad_norm"
     assert summary["reason"].startswith("flaky failure: 'found NaN in' on node")

@@ -88,7 +88,7 @@ def test_megatron_bridge_formula_has_no_answer_for_hybrid_models(host):
 
 
 def test_core_fallback_counts_a_plugin_without_its_own_formula(host):
-    from llmb.plugins import builtin
+    from llmb.recipes import defaults as builtin
 
     arch = host.workload("llama31").architecture("8b")
     fallback = builtin.llmb_model_flops(workload=None, arch=arch, seq_len=8192)

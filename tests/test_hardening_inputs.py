@@ -8,9 +8,9 @@ import re
 
 import pytest
 from llmb.cli.run_options import parameter_names
+from llmb.env_names import is_env_name
 from llmb.errors import UsageError
 from llmb.recipes.workload_file import workload_from_dict
-from llmb.runs.env_names import is_env_name
 from llmb.runs.sweeps import tasks_from_file
 from workload_dicts import minimal_workload
 

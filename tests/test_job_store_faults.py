@@ -296,7 +296,7 @@ def test_a_job_that_ends_on_a_full_disk_still_records_its_end(install, end):
 
 def test_following_a_job_whose_exit_record_is_unreadable_ends_with_the_cause(finished, install, monkeypatch):
     from llmb.backends.local import LocalBackend
-    from llmb.runs.follow import follow
+    from llmb.lifecycle.follow import follow
     from llmb.runs.jobs import load_job
 
     monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])

@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 from llmb.errors import UsageError
+from llmb.lifecycle.submit import submit_run
 from llmb.recipes.records import RecipeRequest
-from llmb.runs.launch import submit_run
 from llmb.runs.runspec import RunOptions
 from llmb_backend_slurm import launch_settings
 from llmb_backend_slurm.backend import SlurmBackend

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from waiting import wait_for
 
 pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
@@ -104,7 +105,7 @@ def test_a_killed_rank_fails_the_job_and_stops_the_others(llmb_proc, install):
 
 
 def test_a_rank_that_raises_fails_the_job_with_the_reason_from_its_log(llmb_proc, install):
-    env = {**install, "LLMB_FAIL_AT_STEP": "2:1"}
+    env = {**install, **FAULTS, "LLMB_FAIL_AT_STEP": "2:1"}
     result, summary = run_json(llmb_proc, "run", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "fp8",
                                "--gpus", "2", "--proxy", "tiny", "--steps", "4", env=env)
     assert result.code == 1

@@ -120,7 +120,7 @@ def test_plan_shows_the_published_mfu_against_both_peaks(cli):
 
 
 def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
-    from llmb.runs.follow import summary
+    from llmb.lifecycle.follow import summary
     from llmb.runs.jobs import Job, JobStatus
 
     job = Job(id="local-1", backend="local", workload="llama31", experiment="x", run_dir="/r", log="/r/log",

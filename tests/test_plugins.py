@@ -210,3 +210,11 @@ def test_a_workload_file_with_the_old_key_names_still_loads_with_a_deprecation_w
     with pytest.warns(DeprecationWarning, match="seed, seed_says, seed_table are the old names"):
         loaded = workload_from_dict(old)
     assert repr(loaded) == repr(workload_from_dict(current))  # records compare by identity; their text is the test
+
+
+def test_a_plugin_named_in_llmb_plugins_that_fails_to_import_is_reported_like_an_installed_one(llmb_proc):
+    result = llmb_proc("plugins", "--json", env={"LLMB_PLUGINS": "no_such_llmb_plugin_module"})
+    assert result.code == 0, result.err
+    failed = [p for p in json.loads(result.out) if p["name"] == "no_such_llmb_plugin_module"]
+    assert len(failed) == 1 and failed[0]["status"] == "failed", result.out
+    assert "ModuleNotFoundError" in failed[0]["error"]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from llmb.errors import UsageError
-from llmb.preflight import exclusion, gpu_info, pairing, transport
+from llmb.preflight import gpu_info, pairing, transport
 from llmb.preflight.expected import FRACTION, PEER_MARGIN, Expected, expected
 from llmb.preflight.verdict import build, node_figures
+from llmb.runs import exclusion
 
 REAL = Path(__file__).parent / "real_logs" / "preflight"
 
@@ -169,7 +170,7 @@ def test_exclusion_file_is_read_and_merged(tmp_path):
 
 
 def test_exclude_from_reaches_the_submit_options_and_the_run_record(tmp_path):
-    from llmb.runs.run_option_values import options_from
+    from llmb.lifecycle.run_option_values import options_from
 
     path = tmp_path / "preflight.json"
     path.write_text(json.dumps({"job_id": "slurm-1", "verdict": "flagged", "exclude": ["node3"]}))

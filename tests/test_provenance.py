@@ -23,8 +23,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from llmb.lifecycle import provenance
 from llmb.recipes.gpus import catalogue
-from llmb.runs import gpu_seen, job_env, provenance
+from llmb.runs import gpu_seen, job_env
 from llmb.runs.runspec import RunSpec
 
 # Lines nvidia-smi printed on real nodes (--query-gpu=name,driver_version --format=csv,noheader).

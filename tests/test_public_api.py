@@ -1,6 +1,7 @@
-"""The names plugins may import (``llmb.public_api.PUBLIC``): each exists, the plugins and backends in
-this repository import nothing else from llmb, docs/plugin-api.md shows the list, and the paths they had
-before the core was grouped by stage (``MOVED``) still import, with a warning."""
+"""The plugin API: one flat namespace, ``from llmb import ...`` (``llmb.public_api.FACADE``). Every name
+resolves, ``import llmb`` imports none of their modules, the plugins in this repository import nothing
+else from llmb, docs/plugin-api.md lists exactly these names, and the module paths plugins imported
+before (``MOVED``) still import, with a warning."""
 
 from __future__ import annotations
 
@@ -12,63 +13,100 @@ import subprocess
 import sys
 from pathlib import Path
 
+import llmb
 import pytest
-from llmb.public_api import MOVED, PUBLIC
+from llmb.public_api import FACADE, MOVED
 
 REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "core" / "src" / "llmb"
+# Whose imports must go through the facade. The cluster backends switch with the backends' rewrite:
+# then add "backends" here.
+PLUGIN_ROOTS = ("plugins", "backends")
 
 
-@pytest.mark.parametrize("module", sorted(PUBLIC))
-def test_every_public_name_exists(module):
-    imported = importlib.import_module(module)
-    missing = [name for name in PUBLIC[module] if not hasattr(imported, name)]
-    assert not missing, f"{module} no longer has {missing}: plugins import them (llmb.public_api)"
+@pytest.mark.parametrize("name", sorted(FACADE))
+def test_every_name_resolves(name):
+    value = getattr(llmb, name)
+    assert value is not None
+    path = FACADE[name]
+    if path.rpartition(".")[2] == name:  # a helper module offered whole
+        assert value is sys.modules[path]
+    else:
+        assert value is getattr(importlib.import_module(path), name)
+    assert vars(llmb)[name] is value  # looked up once, then an attribute like any other
 
 
-def _is_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # the parent is a module, not a package
-        return False
+def test_the_facade_is_listed_and_refuses_other_names():
+    assert set(FACADE) <= set(llmb.__all__) and set(FACADE) <= set(dir(llmb))
+    assert 30 <= len(FACADE) <= 50, f"{len(FACADE)} names: the facade is meant to stay small (about 40)"
+    with pytest.raises(AttributeError):
+        llmb.PluginHostess  # noqa: B018
+    for name, path in FACADE.items():
+        shadowed = (CORE / f"{name}.py").exists() or (CORE / name / "__init__.py").exists()
+        assert not shadowed or path == f"llmb.{name}", f"llmb.{name} is a module; the facade's {name} is not it"
 
 
-def _imports(path: Path) -> set[tuple[str, str]]:
-    """(module, name) of every llmb name ``path`` imports; for a module imported from ``llmb``, the
-    attributes the file reads of it."""
+def test_import_llmb_imports_none_of_the_facades_modules():
+    script = ("import json, sys; import llmb; from llmb.public_api import FACADE; "
+              "print(json.dumps(sorted(m for m in set(FACADE.values()) - {'llmb'} if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def _plugin_sources() -> list[Path]:
+    sources = [p for root in PLUGIN_ROOTS for p in (REPO / root).glob("*/src/**/*.py")]
+    return sources + list((REPO / "tests" / "toy_plugin").rglob("*.py"))  # the documented example plugin
+
+
+def _outside_the_facade(path: Path) -> list[str]:
+    """What ``path`` takes from llmb other than ``from llmb import <facade name>``: ``from llmb.x import``,
+    ``import llmb.x``, a name the facade lacks, or ``llmb.<attribute>`` it lacks after ``import llmb``."""
     tree = ast.parse(path.read_text())
-    used, modules = set(), {}
+    found, aliases = [], set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and re.fullmatch(r"llmb(\..+)?", node.module):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "llmb":
+            if node.module != "llmb":
+                found.append(f"line {node.lineno}: from {node.module} import ...")
+            else:
+                found += [f"line {node.lineno}: {a.name}" for a in node.names if a.name not in FACADE]
+        elif isinstance(node, ast.Import):
             for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                if submodule not in MOVED and _is_module(submodule):
-                    modules[alias.asname or alias.name] = submodule
-                else:
-                    used.add((node.module, alias.name))
-        elif isinstance(node, ast.Import) and any(a.name.startswith("llmb.") for a in node.names):
-            raise AssertionError(f"{path}: 'import llmb.x' hides which names it uses; import them by name")
+                if alias.name == "llmb":
+                    aliases.add(alias.asname or "llmb")
+                elif alias.name.startswith("llmb."):
+                    found.append(f"line {node.lineno}: import {alias.name}")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
-            used.add((modules[node.value.id], node.attr))
-    return used
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr not in FACADE):
+            found.append(f"line {node.lineno}: llmb.{node.attr}")
+    return found
 
 
-def test_the_repositorys_plugins_and_backends_import_only_public_names():
-    sources = [p for root in ("plugins", "backends") for p in (REPO / root).glob("*/src/**/*.py")]
-    sources += list((REPO / "tests" / "toy_plugin").rglob("*.py"))  # the documented example plugin
-    assert len(sources) > 10
-    private = sorted({(module, name, str(path.relative_to(REPO))) for path in sources
-                      for module, name in _imports(path) if name not in PUBLIC.get(module, ())})
-    assert not private, "plugins import names outside llmb.public_api.PUBLIC:\n" + "\n".join(map(str, private))
+def test_the_repositorys_plugins_import_only_from_llmb():
+    sources = _plugin_sources()
+    assert len(sources) > 8
+    outside = [f"{path.relative_to(REPO)} {what}" for path in sources for what in _outside_the_facade(path)]
+    assert not outside, "plugins import llmb other than `from llmb import <name>` (llmb.public_api.FACADE):\n" + (
+        "\n".join(outside))
 
 
-def test_the_plugin_api_page_shows_the_list():
+def _docs() -> tuple[str, str]:
     page = (REPO / "docs" / "plugin-api.md").read_text()
     api, _, old_paths = page.partition("## Paths from before")
-    shown = {}
-    for module, names in re.findall(r"^\| `([\w.]+)` \| (.+) \|$", api, re.MULTILINE):
-        shown[module] = tuple(re.findall(r"`(\w+)`", names))
-    assert shown == PUBLIC
+    return api, old_paths
+
+
+def test_the_plugin_api_page_lists_exactly_the_facade():
+    api, _ = _docs()
+    listed = re.findall(r"^\| `(\w+)` \| ", api, re.MULTILINE)
+    assert len(listed) == len(set(listed)), "a name is listed twice in docs/plugin-api.md"
+    assert set(listed) == set(FACADE), (set(listed) ^ set(FACADE))
+    imports = re.findall(r"^(?:from|import) llmb\S*", api, re.MULTILINE)
+    assert imports and all(line in ("from llmb", "import llmb") for line in imports), imports
+
+
+def test_the_plugin_api_page_lists_the_old_paths():
+    _, old_paths = _docs()
     assert dict(re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \|$", old_paths, re.MULTILINE)) == MOVED
 
 
@@ -92,13 +130,12 @@ print(json.dumps(seen))
         assert any(f"{old} has moved to {new}" in message for message in warned), (old, warned)
 
 
-def test_every_moved_path_leads_to_the_plugin_api():
-    """MOVED keeps old paths of plugin-facing modules only: each new path is in PUBLIC or holds one, and
-    no file is left at an old path to shadow the new one."""
-    package = Path(importlib.import_module("llmb").__file__).parent
+def test_no_file_is_left_at_an_old_path():
+    """An old path in MOVED leads to a module of the core, and no file at the old path shadows it."""
     for old, new in MOVED.items():
-        assert any(module == new or module.startswith(new + ".") for module in PUBLIC), (old, new)
-        stale = package.joinpath(*old.split(".")[1:])
+        target = CORE.joinpath(*new.split(".")[1:])
+        assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), (old, new)
+        stale = CORE.joinpath(*old.split(".")[1:])
         assert not stale.with_suffix(".py").exists() and not stale.is_dir(), f"{stale} shadows {new}"
 
 

@@ -197,9 +197,9 @@ def test_a_cp_row_whose_batch_does_not_split_over_the_folded_dp_is_refused(host)
 
 
 def test_the_folded_layouts_memory_estimate_holds_whole_sequences(host):
+    from llmb.lifecycle.prepare import folded_memory_note
     from llmb.recipes.planning import make_plan
     from llmb.recipes.records import RecipeRequest
-    from llmb.runs.launch import folded_memory_note
 
     plan = make_plan(host, RecipeRequest("llama31", "8b", "h100", "bf16", 8))
     layout, ga, _ = torch_engine_layout(plan.recipe, 8)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from llmb.errors import UsageError
+from llmb.lifecycle.submit import submit_run
 from llmb.recipes.gpus import catalogue
 from llmb.recipes.records import RecipeRequest
-from llmb.runs.launch import submit_run
 from llmb.runs.runspec import RunOptions, SubmitOptions
 from llmb_backend_slurm import binding, cluster_gpus, launch_settings
 from llmb_backend_slurm.backend import SlurmBackend, worker_started

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from private_slurm import counting_shims
 from waiting import wait_for
 
@@ -121,7 +122,7 @@ def test_secrets_reach_the_ranks_but_no_file_and_cancel_stops_the_job(llmb_proc,
 
 def test_a_rank_that_raises_fails_the_job_with_the_reason_from_its_log(llmb_proc, env):
     result, summary = run_json(llmb_proc, "run", *PROXY, "--gpus", "2", "--steps", "3",
-                               "--env", "LLMB_FAIL_AT_STEP=2:1", env=env)
+                               "--env", "LLMB_FAIL_AT_STEP=2:1", env={**env, **FAULTS})
     assert result.code == 1
     assert summary["state"] == "FAILED"
     assert summary["reason"] == "python exception: RuntimeError: injected failure at step 2 on rank 1 (LLMB_FAIL_AT_STEP)"
@@ -293,7 +294,7 @@ def acct_env(slurm_accounting, tmp_path):
 
 def test_finished_jobs_come_from_sacct_once_squeue_forgets_them(llmb_proc, acct_env, slurm_accounting, tmp_path):
     _, started = run_json(llmb_proc, "run", *PROXY, "--gpus", "2", "--steps", "3", "--account", "bench",
-                          "--env", "LLMB_FAIL_AT_STEP=2:1", "--detach", env=acct_env)
+                          "--env", "LLMB_FAIL_AT_STEP=2:1", "--detach", env={**acct_env, **FAULTS})
     job, sid = started["job_id"], slurm_id(acct_env, started["job_id"])
     directory = Path(acct_env["LLMB_INSTALL"]) / "jobs" / job
     wait_for((directory / "attempt-1.exit").exists, what="the job to end")

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from llmb.cli.run_options import parameter_names
 from llmb.errors import UsageError
 from llmb.runs.sweeps import expand, load_sweep, tasks_from_file
@@ -134,7 +135,7 @@ def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(llmb_proc
 @pytest.mark.slurm
 def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc, slurm, tmp_path):
     pytest.importorskip("torch", reason="the torch engine needs torch")
-    env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env()}
+    env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env(), **FAULTS}
     sweep_file = tmp_path / "acceptance.yaml"
     sweep_file.write_text(
         "defaults: {gpu: h100, proxy: tiny, bare: true, steps: 3}\n"

@@ -156,7 +156,7 @@ def test_results_and_compare_say_recipe_not_seed(cli, experiments, tmp_path):
 
 def test_the_run_summary_says_where_its_tflops_come_from():
     """Not a bare ``(log)`` / ``(computed)``: words a reader understands, which the README explains."""
-    from llmb.runs.follow import summary
+    from llmb.lifecycle.follow import summary
     from llmb.runs.jobs import Job, JobStatus
 
     job = Job(id="local-1", backend="local", workload="nemotronh", experiment="x", run_dir="/r", log="/r/log",

@@ -13,7 +13,7 @@ from llmb.runs.runspec import RunSpec
 # The worker with the job's start (the GPU check) replaced by ``action``; then the worker's own main.
 RUN = """
 import os, sys
-import llmb.runs.provenance as provenance
+import llmb.lifecycle.provenance as provenance
 import llmb.worker as worker
 provenance.start_job = lambda *args, **kwargs: {action}
 sys.exit(worker.main([sys.argv[1]]))
@@ -25,7 +25,7 @@ sys.exit(worker.main([sys.argv[1]]))
 FINISH = """
 import atexit, sys
 import llmb.engines.torch.train as engine
-import llmb.runs.provenance as provenance
+import llmb.lifecycle.provenance as provenance
 import llmb.worker as worker
 provenance.start_job = lambda *args, **kwargs: None
 engine.train = {train}

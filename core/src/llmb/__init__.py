@@ -1,11 +1,11 @@
 """llmb: run NVIDIA's LLM pre-training benchmarks and report what they achieve.
 
-Plugins import what they need from here::
+Plugins import what they need from here, and only from here::
 
-    from llmb import hookimpl
-    from llmb.recipes.records import Workload, ModelFlops
+    from llmb import ModelFlops, Workload, hookimpl
 
-(the whole list: ``llmb.public_api.PUBLIC``, shown in docs/plugin-api.md).
+(the whole list: ``llmb.public_api.FACADE``, shown in docs/plugin-api.md). Each name's module is
+imported the first time the name is asked for: ``import llmb`` imports none of them.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ _fallback = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__f
 if _os.path.isdir(_fallback) and _fallback not in _sys.path:
     _sys.path.append(_fallback)
 
-from llmb.public_api import install_moved_modules  # noqa: E402 - after the fallback is on the path
+from llmb.public_api import FACADE as _FACADE  # noqa: E402 - after the fallback is on the path
+from llmb.public_api import install_moved_modules  # noqa: E402
 
 install_moved_modules()  # plugins written against the old module paths keep importing
 
-__all__ = ["hookimpl", "__version__"]
+__all__ = [*_FACADE, "__version__"]
 
 
 def __getattr__(name: str):
@@ -38,4 +39,13 @@ def __getattr__(name: str):
         from importlib.metadata import version
 
         return version("llmb")
-    raise AttributeError(name)
+    if name in _FACADE:
+        from llmb.public_api import resolve
+
+        globals()[name] = value = resolve(name)  # once: later lookups do not come here
+        return value
+    raise AttributeError(f"module 'llmb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

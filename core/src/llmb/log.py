@@ -63,7 +63,7 @@ def _first_time(level: str, event: str, fields: dict[str, Any]) -> bool:
 def plain_line(level: str, event: str, fields: dict[str, Any]) -> str:
     """``llmb: warning: text (name: value; ...)`` on one line, safe to print on a terminal; on a terminal
     (stderr's, or ``COLUMNS``) that line is wrapped to its width, indented under the first."""
-    from llmb.cli.output import fit_text, output_width, terminal_safe
+    from llmb.terminal import fit_text, output_width, terminal_safe
 
     text = str(event)
     if fields:

@@ -4,8 +4,8 @@
 artefacts (images, venvs, workloads, experiments); without it llmb uses
 ``$XDG_DATA_HOME/llmb`` (``~/.local/share/llmb``). Each workload's runs go
 under ``<install>/workloads/<workload>/experiments`` (the seeds'
-``$LLMB_WORKLOAD/experiments``), and the results database is
-``<install>/results.sqlite``.
+``$LLMB_WORKLOAD/experiments``), the results database is
+``<install>/results.sqlite``, and Hugging Face files are under ``hf_home``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def shown_path(path: str) -> str:
 
 def workload_dir(workload: str) -> str:
     return os.path.join(install_dir(), "workloads", workload)
+
+
+def hf_home(install: str) -> str:
+    """``HF_HOME`` of an install: the seeds' ``$LLMB_INSTALL/.cache/huggingface`` (llmb install fills it,
+    the production frameworks read it)."""
+    return os.path.join(install, ".cache", "huggingface")
 
 
 def experiments_dirs() -> list[str]:

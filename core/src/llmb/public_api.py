@@ -1,14 +1,18 @@
-"""What a plugin may import from llmb: the names workload and backend plugins build on.
+"""What a plugin may import from llmb: one flat namespace, ``from llmb import Workload, hookimpl``.
 
-``PUBLIC`` maps each module to the names in it that plugins use. Anything
-else in ``llmb`` is internal and may move. ``tests/test_public_api.py`` fails
-when a listed name disappears, when a plugin or backend in this repository
-imports a name that is not listed, and when ``docs/plugin-api.md`` no longer
-shows this list.
+``FACADE`` maps each name a workload or backend plugin builds on to the module that defines it;
+``llmb/__init__.py`` imports that module the first time the name is asked for (``import llmb``
+itself imports none of them: a rank's and the CLI's start-up stay as cheap as they were). A name
+equal to its module's last part (``value_checks``, ``http_safety``, ``redaction``) is the module
+itself: a plugin that uses many of a helper module's functions reads them from it. Everything else
+in ``llmb`` is internal and may move; ``tests/test_public_api.py`` fails when a name no longer
+resolves, when a plugin in this repository imports anything but ``from llmb import ...``, and when
+``docs/plugin-api.md`` no longer lists exactly these names.
 
-``MOVED`` keeps the paths plugins imported before the core was grouped by
-stage (``llmb.records`` is now ``llmb.recipes.records``, ...): importing an old
-path gives the module at its new one, with a DeprecationWarning naming it.
+``MOVED`` keeps the module paths plugins imported before: importing an old path gives the module
+at its new one, with a DeprecationWarning naming it (for one release). The internal paths the
+plugin API named before the facade (``llmb.recipes.records``, ...) are real modules and keep
+importing, without a warning.
 """
 
 from __future__ import annotations
@@ -18,42 +22,70 @@ import importlib.machinery
 import sys
 import warnings
 
-PUBLIC: dict[str, tuple[str, ...]] = {
-    # hooks and the plugin host
-    "llmb": ("hookimpl",),
-    "llmb.plugins.host": ("PluginHost",),
-    "llmb.errors": ("LlmbError", "UsageError"),
-    "llmb.log": ("get_logger",),
-    # workloads: records, workload files, FLOPs, parameters, the torch engine's building blocks
-    "llmb.recipes.records": ("ModelArch", "ModelFlops", "Workload"),
-    "llmb.recipes.workload_file": ("load_workload",),
-    "llmb.recipes.flops": ("dense_transformer",),
-    "llmb.recipes.params": ("mamba_d_inner",),
-    "llmb.engines.torch.blocks": ("CausalLM", "GroupedQueryAttention", "LayerNorm1p", "LayerParts", "Mamba2Mixer",
-                           "RMSNorm", "RotaryEmbedding", "RoutedMoE", "SquaredReLUMLP", "SwiGLU"),
-    "llmb.recipes.gpus": ("catalogue", "gpu_type"),
-    # backends: the backend contract, run specs, jobs and their outcome
-    "llmb.backends": ("Backend",),
-    "llmb.runs.runspec": ("RunSpec", "SECRET_VARIABLES", "SubmitOptions"),
-    "llmb.runs.jobs": ("CANCEL_FILE", "Job", "JobStatus", "TERMINAL", "cancel_requested", "job_dir", "job_lock",
-                  "last_iteration", "load_job", "now", "read_exit", "request_cancel", "save_job", "wait_until_ended"),
-    "llmb.runs.outcome": ("finish",),
-    "llmb.runs.flaky": ("FlakyFailure", "flaky_failure", "retry_nan_asked"),
-    "llmb.runs.experiment": ("RECIPE_FILE", "create", "read_json", "write_json"),
-    "llmb.runs.provenance": ("read", "write_section"),
-    "llmb.results.scan": ("read_tail",),
-    # installation, cluster settings, and safe inputs
-    "llmb.paths": ("install_dir",),
-    "llmb.install.images": ("check_reference", "image_path"),
-    "llmb.install.cluster_settings": ("VARIABLES", "time_limit"),
-    "llmb.install.value_checks": ("features", "gres", "hostlist", "image", "mount", "names", "sbatch_option",
-                                  "segment", "time_limit"),
-    "llmb.runs.env_names": ("env_name_problem",),
-    "llmb.http_safety": ("DeadlineExceeded", "RedirectRefused", "TooLarge", "copy_bounded", "exchange", "fetch",
-                         "mask"),
-    "llmb.redaction": ("MASK", "credential_in", "is_secret_name", "mask"),
-    "llmb.yamlio": ("load_user_yaml_file", "load_yaml_file"),
+FACADE: dict[str, str] = {
+    # hooks, logging, errors
+    "hookimpl": "llmb",
+    "get_logger": "llmb.log",
+    "LlmbError": "llmb.errors",
+    "UsageError": "llmb.errors",
+    # workloads: records, workload files, FLOPs, parameters, GPUs
+    "Workload": "llmb.recipes.records",
+    "ModelArch": "llmb.recipes.records",
+    "ModelFlops": "llmb.recipes.records",
+    "load_workload": "llmb.recipes.workload_file",
+    "resolve_from_tables": "llmb.recipes.resolve",
+    "dense_transformer": "llmb.recipes.flops",
+    "mamba_d_inner": "llmb.recipes.params",
+    "catalogue": "llmb.recipes.gpus",
+    "gpu_type": "llmb.recipes.gpus",
+    # the torch engine's building blocks (llmb_build_model); importing one imports torch
+    "CausalLM": "llmb.engines.torch.blocks",
+    "GroupedQueryAttention": "llmb.engines.torch.blocks",
+    "LayerNorm1p": "llmb.engines.torch.blocks",
+    "LayerParts": "llmb.engines.torch.blocks",
+    "Mamba2Mixer": "llmb.engines.torch.blocks",
+    "RMSNorm": "llmb.engines.torch.blocks",
+    "RotaryEmbedding": "llmb.engines.torch.blocks",
+    "RoutedMoE": "llmb.engines.torch.blocks",
+    "SquaredReLUMLP": "llmb.engines.torch.blocks",
+    "SwiGLU": "llmb.engines.torch.blocks",
+    # backends: the contract, what a job runs, its record and how it ended
+    "Backend": "llmb.backends",
+    "RunSpec": "llmb.runs.runspec",
+    "SubmitOptions": "llmb.runs.runspec",
+    "SECRET_VARIABLES": "llmb.runs.runspec",
+    "Job": "llmb.runs.jobs",
+    "JobStatus": "llmb.runs.jobs",
+    "Ending": "llmb.runs.jobs",
+    "NothingSubmitted": "llmb.runs.jobs",
+    "Unconfirmed": "llmb.runs.jobs",
+    "TERMINAL": "llmb.runs.jobs",
+    "job_dir": "llmb.runs.jobs",
+    "cancel_requested": "llmb.runs.jobs",
+    "now": "llmb.runs.jobs",
+    "read_json": "llmb.runs.experiment",
+    "write_json": "llmb.runs.experiment",
+    "install_dir": "llmb.paths",
+    "read_tail": "llmb.files",
+    "image_path": "llmb.install.images",
+    "VARIABLES": "llmb.install.cluster_settings",
+    # safe inputs: one check per kind of value, environment names, HTTP, secrets, YAML
+    "value_checks": "llmb.install.value_checks",
+    "env_name_problem": "llmb.env_names",
+    "http_safety": "llmb.http_safety",
+    "redaction": "llmb.redaction",
+    "load_yaml_file": "llmb.yamlio",
+    "load_user_yaml_file": "llmb.yamlio",
 }
+
+
+def resolve(name: str):
+    """The object ``from llmb import name`` gives: the module itself for a module's own name, else the
+    attribute of that name of its module (KeyError: not in the facade)."""
+    path = FACADE[name]
+    module = importlib.import_module(path)
+    return module if path.rpartition(".")[2] == name else getattr(module, name)
+
 
 # Where the plugin-facing modules were before the core was grouped by stage (llmb 0.1).
 MOVED: dict[str, str] = {
@@ -67,13 +99,22 @@ MOVED: dict[str, str] = {
     "llmb.engine.blocks": "llmb.engines.torch.blocks",
     "llmb.runspec": "llmb.runs.runspec",
     "llmb.jobs": "llmb.runs.jobs",
-    "llmb.outcome": "llmb.runs.outcome",
-    "llmb.flaky": "llmb.runs.flaky",
+    "llmb.outcome": "llmb.lifecycle.outcome",
+    "llmb.flaky": "llmb.lifecycle.flaky",
     "llmb.experiment": "llmb.runs.experiment",
     "llmb.provenance": "llmb.runs.provenance",
-    "llmb.env_names": "llmb.runs.env_names",
     "llmb.images": "llmb.install.images",
+    # llmb 0.3: a run's life moved from llmb.runs to llmb.lifecycle (docs/architecture.md)
+    "llmb.runs.launch": "llmb.lifecycle.submit",
+    "llmb.lifecycle.launch": "llmb.lifecycle.submit",  # split into lifecycle.prepare and lifecycle.submit
+    "llmb.runs.outcome": "llmb.lifecycle.outcome",
+    "llmb.runs.flaky": "llmb.lifecycle.flaky",
+    "llmb.runs.follow": "llmb.lifecycle.follow",
+    "llmb.runs.sweep_runner": "llmb.lifecycle.sweep_runner",
+    "llmb.runs.run_option_values": "llmb.lifecycle.run_option_values",
     "llmb.cluster_settings": "llmb.install.cluster_settings",
+    # llmb 0.3: an environment variable name's check is a base module (docs/architecture.md, The stages)
+    "llmb.runs.env_names": "llmb.env_names",
 }
 
 
@@ -88,8 +129,8 @@ class MovedModules:
 
     def create_module(self, spec):
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} has moved to {new}; import it from there (llmb's plugin API: "
-                      f"docs/plugin-api.md)", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{spec.name} has moved to {new}; import it from there (or from llmb, "
+                      f"the plugin API: docs/plugin-api.md)", DeprecationWarning, stacklevel=2)
         return importlib.import_module(new)
 
     def exec_module(self, module) -> None:

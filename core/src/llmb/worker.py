@@ -22,7 +22,11 @@ exits 1 before anything else of llmb is imported.
 
 Before training, each node's local rank 0 checks the node's GPUs against
 the run's ``--gpu``, and rank 0 records the job's side of ``provenance.json``
-(``llmb.runs.provenance``).
+(``llmb.lifecycle.provenance``).
+
+The worker makes this process's plugin host (``llmb.plugins.host.process_host``:
+the installed plugins and those ``LLMB_PLUGINS`` names) and passes it to the
+torch engine; nothing under ``llmb.engines`` makes its own.
 """
 
 from __future__ import annotations
@@ -101,16 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             spec = RunSpec.from_dict(json.load(handle))
         if spec.engine not in ENGINES:
             raise ValueError(f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}")
-        from llmb.runs.provenance import start_job
+        from llmb.lifecycle.provenance import start_job
 
         start_job(spec, rank=rank, world=world, local_rank=local_rank)  # the GPU check; rank 0 records provenance
-        if spec.engine == "preflight":
-            from llmb.preflight.worker import run as train
-        elif spec.engine == "torch":
-            from llmb.engines.torch.train import train
-        else:
-            from llmb.engines.frameworks import train  # imports the framework lazily, inside the container
-        train(spec, rank=rank, world=world, local_rank=local_rank)
+        engine_entry(spec.engine)(spec, rank=rank, world=world, local_rank=local_rank)
         if spec.engine == "torch" and (spec.profile or {}).get("kind") != "nsys":
             end_without_finalizing(0)
     except BaseException as exc:  # noqa: BLE001 - report everything, including KeyboardInterrupt
@@ -123,6 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return 1
     return 0
+
+
+def engine_entry(engine: str):
+    """The function that runs ``engine`` on this rank: ``(spec, rank=, world=, local_rank=)``. The torch
+    engine is given this process's plugin host (the one the worker makes), which builds its model and
+    answers its per-step hook (``llmb_before_step``)."""
+    if engine == "preflight":
+        from llmb.preflight.worker import run
+
+        return run
+    if engine == "torch":
+        from functools import partial
+
+        from llmb.engines.torch.train import train
+        from llmb.plugins.host import process_host
+
+        return partial(train, host=process_host())
+    from llmb.engines.frameworks import train  # imports the framework lazily, inside the container
+
+    return train
 
 
 def end_without_finalizing(code: int) -> None:

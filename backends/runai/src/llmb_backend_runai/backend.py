@@ -13,29 +13,12 @@ import os
 import re
 from dataclasses import replace
 
-from llmb.errors import LlmbError, UsageError
-from llmb.paths import install_dir
-from llmb.runs.jobs import (
-    TERMINAL,
-    Job,
-    JobStatus,
-    cancel_requested,
-    job_dir,
-    job_lock,
-    last_iteration,
-    load_job,
-    read_exit,
-    request_cancel,
-    wait_until_ended,
-)
-from llmb.runs.outcome import finish
-from llmb.runs.runspec import RunSpec, SubmitOptions
+from llmb import TERMINAL, Ending, Job, JobStatus, LlmbError, RunSpec, SubmitOptions, UsageError, cancel_requested, install_dir
 
 from llmb_backend_runai import settings as runai_settings
 from llmb_backend_runai import workload
 from llmb_backend_runai.client import RunaiClient, RunaiError
 
-CANCEL_WAIT_S = 120.0
 UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 # actualPhase -> llmb state. Unknown is what Run:ai shows while pods start: not a failure.
@@ -53,6 +36,7 @@ def llmb_state(phase: str | None) -> str:
 
 class RunaiBackend:
     name = "runai"
+    cancel_wait_s, cancel_poll_s = 120.0, 1.0  # how the core waits after a cancel
 
     def __init__(self, environ: dict | None = None):
         self.environ = os.environ if environ is None else environ
@@ -100,9 +84,9 @@ class RunaiBackend:
             return submit.image
         if spec.framework_config and spec.framework_config.get("container"):
             return spec.framework_config["container"]
-        from llmb.plugins.host import PluginHost
-
-        return PluginHost().workload(spec.workload).variant(spec.variant).container
+        if not spec.container:
+            raise UsageError(f"no container image is known for {spec.workload}: give --image.")
+        return spec.container
 
     def _request(self, spec: RunSpec, submit: SubmitOptions, settings, project_id: str, cluster_id: str,
                  mask: bool) -> tuple[RunSpec, str, dict]:
@@ -122,10 +106,7 @@ class RunaiBackend:
             project_id, cluster_id = self._project(client)
             pod_spec, kind, request = self._request(spec, submit, client.settings, project_id, cluster_id, mask=False)
             created = client.create(kind, request)
-        except (UsageError, RunaiError) as exc:
-            import shutil
-
-            shutil.rmtree(job_dir(job.id), ignore_errors=True)
+        except (UsageError, RunaiError) as exc:  # nothing was created (the core removes the job)
             raise UsageError(str(exc)) from None
         workload_id = created.get("workloadId")
         if not workload_id:
@@ -161,17 +142,12 @@ class RunaiBackend:
         return [self._status(job) for job in jobs]
 
     def _status(self, job: Job) -> JobStatus:
-        ended = read_exit(job.id)
-        if ended is not None:
-            return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"), last_iteration(job.log), ended)
         info = job.details.get("runai") or {}
         try:
             client = self.client()
             found = client.workload(info["kind"], info["workload_id"])
         except (LlmbError, KeyError) as exc:
-            return JobStatus(job, "UNKNOWN", f"cannot ask Run:ai ({exc}); the job is left alone",
-                             last_iteration(job.log))
-        progress = last_iteration(job.log)
+            return JobStatus(job, "UNKNOWN", f"cannot ask Run:ai ({exc}); the job is left alone")
         cancelled = cancel_requested(job.id)
         if found is None:  # deleted
             state, reason, phase = "CANCELLED", "cancelled" if cancelled else "deleted outside llmb", "Deleted"
@@ -184,17 +160,11 @@ class RunaiBackend:
             if state == "CANCELLED":
                 reason = "cancelled" if cancelled else "stopped outside llmb"
         if state not in TERMINAL:
-            return JobStatus(job, state, reason or (f"Run:ai: {phase}" if phase not in ("Running", None) else None),
-                             progress)
-        with job_lock(job.id):
-            ended = read_exit(job.id)
-            if ended is not None:
-                return JobStatus(load_job(job.id), ended.get("state", "UNKNOWN"), ended.get("reason"), progress, ended)
-            if state == "FAILED":
-                reason = self._failure(client, info, reason)
-            written = finish(job, state, reason, prefer_log_reason=True, runai_phase=phase,
-                             workload_id=info.get("workload_id"), log_reachable=os.path.exists(job.log))
-        return JobStatus(job, state, written["reason"], progress, written)
+            return JobStatus(job, state, reason or (f"Run:ai: {phase}" if phase not in ("Running", None) else None))
+        if state == "FAILED":
+            reason = self._failure(client, info, reason)
+        return JobStatus(job, state, reason, ending=Ending(state, reason, record={
+            "runai_phase": phase, "workload_id": info.get("workload_id"), "log_reachable": os.path.exists(job.log)}))
 
     @staticmethod
     def _failure(client: RunaiClient, info: dict, message: str | None) -> str:
@@ -212,17 +182,18 @@ class RunaiBackend:
     # ------------------------------------------------------------ cancel, logs
 
     def cancel(self, job: Job) -> JobStatus:
+        """Ask Run:ai to stop the workload (delete or suspend, as RUNAI_CANCEL says); the core left the
+        cancel marker first, and waits until the workload ended."""
         current = self._status(job)
         if current.state in TERMINAL:
             return current
         info = job.details["runai"]
-        request_cancel(job.id)
         client = self.client()
         if client.settings.cancel == "delete":
             client.delete(info["kind"], info["workload_id"])
         else:
             client.suspend(info["kind"], info["workload_id"])
-        return wait_until_ended(lambda: self._status(job), CANCEL_WAIT_S, 1.0, "the request to stop")
+        return JobStatus(job, current.state, current.reason)
 
     def log_path(self, job: Job) -> str | None:
         return job.log if os.path.exists(job.log) else None

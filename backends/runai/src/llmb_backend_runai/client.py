@@ -27,9 +27,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from llmb import http_safety
-from llmb.errors import LlmbError
-from llmb.log import get_logger
+from llmb import LlmbError, get_logger, http_safety
 
 from llmb_backend_runai.settings import RunaiSettings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pluggy
-from llmb.backends import Backend
+from llmb import Backend
 
 hookimpl = pluggy.HookimplMarker("llmb")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from llmb.errors import UsageError
+from llmb import UsageError
 
 KEYS = {
     "base_url": "BASE_URL", "app_id": "APP_ID", "app_secret": "APP_SECRET", "project": "PROJECT_NAME",
@@ -90,7 +90,7 @@ def config_file(environ: dict) -> str:
 
 def _from_file(path: str) -> dict:
     import yaml
-    from llmb.yamlio import load_user_yaml_file
+    from llmb import load_user_yaml_file
 
     try:
         data = load_user_yaml_file(path) or {}

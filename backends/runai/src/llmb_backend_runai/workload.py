@@ -25,8 +25,7 @@ import secrets
 import shlex
 import zlib
 
-from llmb.errors import UsageError
-from llmb.runs.runspec import SECRET_VARIABLES, RunSpec
+from llmb import SECRET_VARIABLES, RunSpec, UsageError
 
 from llmb_backend_runai.settings import RunaiSettings
 

@@ -1,4 +1,4 @@
-"""The Slurm backend: submit, track, cancel, retry.
+"""The Slurm backend: submit, track, cancel, and resubmit when the core retries.
 
 A job is one or more attempts, each a Slurm job of its own with its own
 experiment run directory (a retry never overwrites what the failed attempt
@@ -8,9 +8,11 @@ left). ``job.details["slurm"]`` holds what every attempt is rendered from;
 Tracking, for any number of jobs: one ``squeue`` for the attempts Slurm
 still holds, one ``sacct`` for those it has forgotten (when the cluster keeps
 accounting), then the exit marker the batch script wrote. A job that has
-ended is finished once (result parsed and stored, ``exit.json`` written)
-and costs no Slurm call afterwards. A failed query leaves every state as it
-was: a job is never cancelled or failed because Slurm did not answer.
+ended is reported with its ``Ending`` (the Slurm state, reason, nodes, and an
+infrastructure cause when there is one); the core records it once (result
+parsed and stored, ``exit.json`` written), after which it costs no Slurm
+call. A failed query leaves every state as it was: a job is never cancelled
+or failed because Slurm did not answer.
 
 Every submission carries a marker, ``sbatch --comment=llmb:<job id>:<attempt>``.
 When sbatch's answer is lost (it timed out, was killed, printed no job id),
@@ -19,50 +21,45 @@ script wrote on starting, and tracked as any other; until Slurm answers, the
 job stays UNKNOWN and is looked up again at every poll. A job record with no
 attempt (llmb stopped during its first sbatch) is looked up the same way.
 
-Retries (``--retries N``) resubmit a fresh job, excluding the nodes that
-failed, for infrastructure failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, a
-launch that never started the worker) and for flaky application failures:
-a failed job whose log ends with a known flaky signature (``llmb.runs.flaky``),
-unless it follows the run's own NaN grad norm. Each retried attempt's record
-says why it ended (``ended``).
+Retries (``--retries N``) are the core's decision (``llmb.lifecycle.reconcile``):
+for infrastructure failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, a node lost
+under srun, a launch that never started the worker: this backend names them)
+and for flaky application failures. ``resubmit`` then submits a fresh Slurm
+job for the fresh run directory the core made, excluding the nodes
+``unhealthy_nodes`` found. Each retried attempt's record says why it ended
+(``ended``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import replace
 
-from llmb.errors import LlmbError, UsageError
-from llmb.install.cluster_settings import time_limit
-from llmb.install.images import image_path
-from llmb.install.value_checks import image as checked_image
-from llmb.install.value_checks import mount as checked_mount
-from llmb.log import get_logger
-from llmb.paths import install_dir
-from llmb.results.scan import read_tail
-from llmb.runs import experiment, provenance
-from llmb.runs.flaky import FlakyFailure, flaky_failure, retry_nan_asked
-from llmb.runs.jobs import (
-    CANCEL_FILE,
+from llmb import (
+    SECRET_VARIABLES,
     TERMINAL,
+    Ending,
     Job,
     JobStatus,
+    LlmbError,
+    NothingSubmitted,
+    RunSpec,
+    SubmitOptions,
+    Unconfirmed,
+    UsageError,
     cancel_requested,
+    get_logger,
+    image_path,
+    install_dir,
     job_dir,
-    job_lock,
-    last_iteration,
-    load_job,
     now,
-    read_exit,
-    request_cancel,
-    save_job,
-    wait_until_ended,
+    read_json,
+    read_tail,
+    value_checks,
+    write_json,
 )
-from llmb.runs.outcome import finish
-from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
 
 from llmb_backend_slurm import launch_plan
 from llmb_backend_slurm.commands import AnswerLost, QueryFailed, Row, SlurmCommands, submission_env
@@ -71,7 +68,6 @@ from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, r
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
 RUN_FILE = "run.json"
-CANCEL_WAIT_S = 60.0
 LOOK_UP_AGAIN_S = 2.0  # after sbatch's answer was lost and squeue showed no such job: once more, later
 _HEALTHY = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "plnd", "planned", "resv", "reserved")
 
@@ -93,6 +89,7 @@ def secret_names(submit: SubmitOptions) -> tuple[str, ...]:
 
 class SlurmBackend:
     name = "slurm"
+    cancel_wait_s, cancel_poll_s, cancel_after = 60.0, 0.5, "scancel"  # how the core waits after a cancel
 
     def __init__(self, commands: SlurmCommands | None = None):
         self.slurm = commands or SlurmCommands()
@@ -109,12 +106,11 @@ class SlurmBackend:
             worker = [*spec.wrapper, python, "-m", "llmb.worker", run_file]
             container = None
         else:
-            reference = submit.image or spec.framework_config and spec.framework_config.get("container") or None
-            if reference is None:
-                from llmb.plugins.host import PluginHost
-
-                reference = PluginHost().workload(spec.workload).variant(spec.variant).container
-            reference = checked_image(reference, "the container image")  # --image's check, wherever it came from
+            reference = submit.image or (spec.framework_config or {}).get("container") or spec.container
+            if not reference:
+                raise UsageError(f"no container image is known for {spec.workload}: give --image, or --bare to run "
+                                 f"from the nodes' Python environment.")
+            reference = value_checks.image(reference, "the container image")  # --image's check, wherever it came from
             if reference.endswith(".sqsh"):
                 image = reference
             else:
@@ -128,13 +124,14 @@ class SlurmBackend:
                     raise UsageError(problem)
                 problems.append(problem)
             install = install_dir()
-            mounts = [f"{install}:{install}", *(checked_mount(m, "a container mount") for m in submit.mounts)]
+            mounts = [f"{install}:{install}", *(value_checks.mount(m, "a container mount") for m in submit.mounts)]
             container = {"image": image, "mounts": mounts, "env_names": [*secrets, "PYTHONPATH"]}
             worker = [*spec.wrapper, "python3", "-m", "llmb.worker", run_file]
         gpus_per_node = os.environ.get("SBATCH_GPUS_PER_NODE") or None  # the seeds: set it where the cluster uses gres
         return {
             "account": submit.account, "partition": submit.partition,
-            "time_limit": submit.time_limit and time_limit(submit.time_limit, "--time-limit"), "gpus_per_node": gpus_per_node,
+            "time_limit": submit.time_limit and value_checks.time_limit(submit.time_limit, "--time-limit"),
+            "gpus_per_node": gpus_per_node,
             "requeue": submit.requeue, "exclusive": True, "mem": "0",
             "container": container, "worker": worker, "retries": submit.retries, "secrets": list(secrets),
             "pythonpath": None if submit.bare else worker_pythonpath(),
@@ -142,11 +139,7 @@ class SlurmBackend:
         }
 
     def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:
-        try:
-            settings = self.settings(spec, submit)
-        except UsageError:
-            shutil.rmtree(job_dir(job.id), ignore_errors=True)
-            raise
+        settings = self.settings(spec, submit)  # a UsageError: nothing was submitted (the core removes the job)
         job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
         for warning in settings["warnings"]:
             get_logger("llmb.slurm").warning(warning)  # about the cluster, not the job: said once
@@ -192,7 +185,7 @@ class SlurmBackend:
 
     def _submit_attempt(self, job: Job, spec: RunSpec, first: bool) -> Job:
         attempt = job.attempts + 1
-        experiment.write_json(os.path.join(job_dir(job.id), RUN_FILE), spec.to_dict())
+        write_json(os.path.join(job_dir(job.id), RUN_FILE), spec.to_dict())
         script_path = os.path.join(spec.run_dir, f"sbatch_{spec.experiment}.sh")
         try:
             text = render(self._script(job, spec, attempt))
@@ -207,8 +200,6 @@ class SlurmBackend:
         except AnswerLost as exc:
             slurm_id, lost = None, str(exc)
         except UsageError as exc:
-            if first:
-                shutil.rmtree(job_dir(job.id), ignore_errors=True)
             raise UsageError(f"{exc} (the script is kept: {script_path})") from None
         record = {"attempt": attempt, "slurm_id": slurm_id, "marker": marker, "run_dir": spec.run_dir,
                   "log": spec.log, "submitted_at": now(), "exclude": list(job.details["slurm"].get("exclude", []))}
@@ -228,32 +219,26 @@ class SlurmBackend:
             try:
                 slurm_id = self._look_up([job])[job.id]
             except QueryFailed as exc:
-                save_job(job)
                 if not first:
                     return job
-                raise LlmbError(f"{why}, and {exc}: whether Slurm took the job is not known yet. llmb keeps it as "
-                                f"{job.id} and finds its Slurm job by that marker once Slurm answers: llmb status "
-                                f"{job.id} shows it, llmb cancel {job.id} stops it.") from None
+                raise Unconfirmed(f"{why}, and {exc}: whether Slurm took the job is not known yet. llmb keeps it as "
+                                  f"{job.id} and finds its Slurm job by that marker once Slurm answers: llmb status "
+                                  f"{job.id} shows it, llmb cancel {job.id} stops it.", job) from None
             if slurm_id:
                 _note(job.log, f"{why}; Slurm job {slurm_id} carries it, tracked as attempt {job.attempts}")
                 return self._with_slurm_id(job, slurm_id)
-        if first:
-            shutil.rmtree(job_dir(job.id), ignore_errors=True)
-        raise LlmbError(f"{why}, and Slurm holds no job with that marker: nothing was submitted (the script is kept: "
-                        f"{script_path}). Submit again; LLMB_SLURM_TIMEOUT (now {self.slurm.timeout:.0f} s) is how "
-                        f"long llmb waits for Slurm's commands.")
+        error = NothingSubmitted if first else LlmbError  # the core removes a first attempt's job
+        raise error(f"{why}, and Slurm holds no job with that marker: nothing was submitted (the script is kept: "
+                    f"{script_path}). Submit again; LLMB_SLURM_TIMEOUT (now {self.slurm.timeout:.0f} s) is how "
+                    f"long llmb waits for Slurm's commands.")
 
     # ------------------------------------------------------------ tracking
 
     def status(self, jobs: list[Job]) -> list[JobStatus]:
         out: dict[str, JobStatus] = {}
         live, unconfirmed = [], []
-        for job in jobs:
-            ended = read_exit(job.id)
-            if ended is not None:
-                out[job.id] = JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"),
-                                        last_iteration(job.log), ended)
-            elif self._current(job).get("slurm_id"):
+        for job in jobs:  # the core asks only for jobs whose end is not recorded
+            if self._current(job).get("slurm_id"):
                 live.append(job)
             else:
                 unconfirmed.append(job)
@@ -263,7 +248,7 @@ class SlurmBackend:
             except QueryFailed as exc:
                 for job in unconfirmed:
                     out[job.id] = JobStatus(job, "UNKNOWN", f"{self._unconfirmed(job)}; {exc}, so llmb looks for it "
-                                                            f"again at the next poll", last_iteration(job.log))
+                                                            f"again at the next poll")
             else:
                 for job in unconfirmed:
                     if found[job.id]:
@@ -278,7 +263,7 @@ class SlurmBackend:
                 accounting = self.slurm.sacct(gone) if gone else {}
             except QueryFailed as exc:
                 for job in live:
-                    out[job.id] = JobStatus(job, "UNKNOWN", f"{exc}; the job is left alone", last_iteration(job.log))
+                    out[job.id] = JobStatus(job, "UNKNOWN", f"{exc}; the job is left alone")
             else:
                 for job in live:
                     out[job.id] = self._decide(job, rows, accounting)
@@ -313,7 +298,7 @@ class SlurmBackend:
         ask: dict[str, str] = {}
         for job in jobs:
             attempt = self._current(job)
-            started = experiment.read_json(os.path.join(job_dir(job.id), STARTED.format(attempt=attempt["attempt"])))
+            started = read_json(os.path.join(job_dir(job.id), STARTED.format(attempt=attempt["attempt"])))
             slurm_id = str((started or {}).get("slurm_job_id", ""))
             if slurm_id.isdigit():
                 found[job.id] = slurm_id
@@ -332,16 +317,12 @@ class SlurmBackend:
         return replace(job, attempts=max(job.attempts, attempt["attempt"]), details={**job.details, "attempts": attempts})
 
     def _adopt(self, job: Job, slurm_id: str) -> Job:
-        """The job record, with the Slurm job id found for its current attempt (saved; a note in the log)."""
+        """The job record, with the Slurm job id found for its current attempt (a note in the log); the
+        core saves the record."""
         why = self._unconfirmed(job)
-        with job_lock(job.id):
-            fresh = load_job(job.id)
-            if self._current(fresh).get("slurm_id"):
-                return fresh  # another shell found it first
-            fresh = self._with_slurm_id(fresh, slurm_id)
-            save_job(fresh)
-        _note(fresh.log, f"{why}; Slurm job {slurm_id} carries it, tracked as attempt {fresh.attempts}")
-        return fresh
+        found = self._with_slurm_id(job, slurm_id)
+        _note(found.log, f"{why}; Slurm job {slurm_id} carries it, tracked as attempt {found.attempts}")
+        return found
 
     def _not_found(self, job: Job) -> JobStatus:
         """Slurm answered and holds no job with the marker, and none started."""
@@ -349,16 +330,12 @@ class SlurmBackend:
         if self._current(job).get("unrecorded"):  # perhaps submitted by an llmb that did not mark its jobs
             return JobStatus(job, "UNKNOWN", f"{why}, and Slurm holds no job with that marker: it was not "
                                              f"submitted, or not with a marker (squeue --name={job.experiment} lists "
-                                             f"jobs of its name)", last_iteration(job.log))
-        with job_lock(job.id):
-            ended = read_exit(job.id)
-            if ended is not None:
-                return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"), None, ended)
-            state = "CANCELLED" if cancel_requested(job.id) else "INFRA_FAILED"
-            written = finish(job, state, f"{why}, and Slurm holds no job with that marker, nor did one start: it "
-                                         f"was not submitted", prefer_log_reason=False, slurm_state="",
-                             slurm_id=None, nodes="", attempts=job.attempts)
-        return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
+                                             f"jobs of its name)")
+        state = "CANCELLED" if cancel_requested(job.id) else "INFRA_FAILED"
+        reason = f"{why}, and Slurm holds no job with that marker, nor did one start: it was not submitted"
+        return JobStatus(job, state, reason, ending=Ending(
+            state, reason, prefer_log_reason=False,
+            record={"slurm_state": "", "slurm_id": None, "nodes": "", "attempts": job.attempts}))
 
     def _decide(self, job: Job, rows: dict[str, Row], accounting: dict[str, Row] | None) -> JobStatus:
         attempt = self._current(job)
@@ -373,25 +350,18 @@ class SlurmBackend:
                 reason = f"exit code {row.exit_code}"  # sacct's ExitCode, code:signal
         else:
             slurm_state, state, reason, nodes = self._from_marker(job, attempt, accounting is None)
-        progress = last_iteration(job.log)
         if state not in TERMINAL:
             if state == "QUEUED" and reason:
                 reason = f"Slurm: {reason}"
-            return JobStatus(job, state, reason, progress)
-        with job_lock(job.id):
-            fresh = load_job(job.id)
-            ended = read_exit(job.id)
-            if ended is not None:  # another shell finished it meanwhile
-                return JobStatus(fresh, ended.get("state", "UNKNOWN"), ended.get("reason"), progress, ended)
-            if fresh.attempts != job.attempts:  # ... or resubmitted it
-                return JobStatus(fresh, "QUEUED", f"resubmitted (attempt {fresh.attempts})", None)
-            return self._ended(job, attempt, slurm_state, state, reason, nodes)
+            return JobStatus(job, state, reason)
+        ending = self._ending(job, attempt, slurm_state, state, reason, nodes)
+        return JobStatus(job, state, ending.reason, ending=ending)
 
     def _from_marker(self, job: Job, attempt: dict, no_accounting: bool) -> tuple[str, str, str | None, str]:
         """The batch script's own record, when Slurm has forgotten the job."""
         directory = job_dir(job.id)
-        started = experiment.read_json(os.path.join(directory, STARTED.format(attempt=attempt["attempt"])))
-        exited = experiment.read_json(os.path.join(directory, EXITED.format(attempt=attempt["attempt"])))
+        started = read_json(os.path.join(directory, STARTED.format(attempt=attempt["attempt"])))
+        exited = read_json(os.path.join(directory, EXITED.format(attempt=attempt["attempt"])))
         nodes = (started or {}).get("nodes", "")
         why = "Slurm no longer knows the job" + (" and keeps no accounting" if no_accounting else "")
         if exited is None:
@@ -405,77 +375,38 @@ class SlurmBackend:
                                  f"limit)", nodes
         return "FAILED", "FAILED", f"exit code {exited.get('exit_code')}", nodes
 
-    def _ended(self, job: Job, attempt: dict, slurm_state: str, state: str, reason: str | None,
-               nodes: str) -> JobStatus:
-        why = slurm_state if slurm_state in INFRASTRUCTURE else None
-        if why is None and state == "FAILED":
-            why = node_failure(job.log) or (None if worker_started(job.log) else "the launch never started the worker")
-        flaky = self._flaky(job) if why is None and state == "FAILED" else None
-        where = nodes or "unknown nodes"
-        prefer_log_reason = True
-        if why or (flaky and flaky.retry):
-            retries = job.details.get("slurm", {}).get("retries", 0)
-            cause = why or flaky.describe()
-            if job.attempts <= retries:
-                return self._retry(job, attempt, cause, nodes)
-            reason = f"{cause} on {where}" + (
-                f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})" if job.attempts > 1 else "")
-            if why:
-                state = "INFRA_FAILED"
-            else:  # still the application's failure (FAILED), named by its signature
-                prefer_log_reason = False
-                if not retries:
-                    reason += " (not retried: llmb run --retries N resubmits such failures)"
-        elif flaky:  # it follows the run's own NaN
-            reason, prefer_log_reason = f"{flaky.describe()} on {where}, not retried: {flaky.why_not}", False
-        elif state == "CANCELLED":
-            requested = cancel_requested(job.id)
-            reason = "cancelled" if requested else "cancelled outside llmb (scancel)"
-        elif state == "TIMEOUT":
-            limit = job.details.get("slurm", {}).get("time_limit")
-            reason = f"time limit reached ({limit})" if limit else "time limit reached"
-        elif state == "FAILED":
-            reason = f"Slurm: {slurm_state or 'the job failed'}" + (f", {reason}" if reason else "")
-        written = finish(job, state, reason, prefer_log_reason=prefer_log_reason, slurm_state=slurm_state,
-                         slurm_id=attempt["slurm_id"], nodes=nodes, attempts=job.attempts)
-        return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
-
-    @staticmethod
-    def _flaky(job: Job) -> FlakyFailure | None:
-        """The known flaky signature (the core's and the plugins') at the end of the failed attempt's log.
-        The run's environment may opt in to retrying one that follows its own NaN (LLMB_RETRY_NAN=1)."""
-        from llmb.plugins.host import PluginHost
-
-        run = experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)) or {}
-        env = run.get("env") if isinstance(run.get("env"), dict) else {}
-        return flaky_failure(job.log, PluginHost().flaky_signatures(), retry_nan=retry_nan_asked(env))
+    def _ending(self, job: Job, attempt: dict, slurm_state: str, state: str, reason: str | None,
+                nodes: str) -> Ending:
+        """How the attempt ended, as Slurm and the log tell it: an infrastructure cause when there is one
+        (the core retries or records it), else the reason in Slurm's words."""
+        cause = slurm_state if slurm_state in INFRASTRUCTURE else None
+        if cause is None and state == "FAILED":
+            cause = node_failure(job.log) or (None if worker_started(job.log) else "the launch never started the worker")
+        if cause is None:
+            if state == "CANCELLED":
+                reason = "cancelled" if cancel_requested(job.id) else "cancelled outside llmb (scancel)"
+            elif state == "TIMEOUT":
+                limit = job.details.get("slurm", {}).get("time_limit")
+                reason = f"time limit reached ({limit})" if limit else "time limit reached"
+            elif state == "FAILED":
+                reason = f"Slurm: {slurm_state or 'the job failed'}" + (f", {reason}" if reason else "")
+        return Ending(state, reason, infrastructure=cause, nodes=nodes, label=f"Slurm job {attempt['slurm_id']}",
+                      cluster_id=attempt["slurm_id"],
+                      record={"slurm_state": slurm_state, "slurm_id": attempt["slurm_id"], "nodes": nodes,
+                              "attempts": job.attempts})
 
     # ------------------------------------------------------------ retries
 
-    def _retry(self, job: Job, attempt: dict, why: str, nodes: str) -> JobStatus:
-        bad = self._failed_nodes(nodes)
+    def resubmit(self, job: Job, spec: RunSpec, exclude: tuple[str, ...]) -> Job:
+        """A fresh Slurm job for ``spec`` (the core made its run directory), kept off ``exclude`` too."""
         slurm = dict(job.details["slurm"])
-        slurm["exclude"] = sorted({*slurm.get("exclude", []), *bad})
-        ended = f"{why} on {nodes or 'unknown nodes'}; retried as attempt {job.attempts + 1}"
-        attempts = [*job.details["attempts"][:-1], {**job.details["attempts"][-1], "ended": ended}]
-        job = replace(job, details={**job.details, "slurm": slurm, "attempts": attempts})
-        old = RunSpec.from_dict(experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)))
-        fresh = experiment.create(old.workload, old.experiment)
-        spec = old.relocated(old.run_dir, fresh.run_dir)
-        recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}
-        recipe.update({"attempt": job.attempts + 1, "retry_of": attempt["slurm_id"], "submitted_at": now()})
-        experiment.write_json(fresh.recipe_file, recipe)
-        submitted = (provenance.read(old.run_dir) or {}).get("submission")
-        if submitted and (problem := provenance.write_section(fresh.run_dir, "submission", submitted)):
-            _note(old.log, f"warning: {problem}")  # the retry runs all the same
-        excluded = f", excluding {','.join(slurm['exclude'])}" if slurm["exclude"] else ""
-        _note(old.log, f"attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}) ended: {ended}, a fresh "
-                       f"job{excluded}: {spec.log}")
-        _note(spec.log, f"retry of attempt {attempt['attempt']} (Slurm job {attempt['slurm_id']}, {why}); its log: "
-                        f"{old.log}")
-        job = self._submit_attempt(job, spec, first=False)
-        save_job(job)
-        return JobStatus(job, "QUEUED", ended)
+        slurm["exclude"] = sorted({*slurm.get("exclude", []), *exclude})
+        job = replace(job, details={**job.details, "slurm": slurm})
+        return self._submit_attempt(job, spec, first=False)
+
+    def unhealthy_nodes(self, nodelist: str) -> list[str]:
+        """The allocation's nodes Slurm now reports unhealthy (down, drained, failing): asked before a retry."""
+        return self._failed_nodes(nodelist)
 
     def _failed_nodes(self, nodelist: str) -> list[str]:
         """The allocation's nodes Slurm now reports unhealthy (down, drained, failing)."""
@@ -496,10 +427,7 @@ class SlurmBackend:
     # ------------------------------------------------------------ cancel, logs
 
     def cancel(self, job: Job) -> JobStatus:
-        current = self.status([job])[0]
-        if current.state in TERMINAL:
-            return current
-        job = load_job(job.id)  # with the Slurm job id status may have found
+        """scancel the job's current attempt (the core left the cancel marker first, and waits until it ended)."""
         slurm_id = self._current(job).get("slurm_id")
         try:
             if not slurm_id:
@@ -507,29 +435,18 @@ class SlurmBackend:
                 job = self._adopt(job, slurm_id) if slurm_id else job
             if not slurm_id:
                 return self._nothing_to_cancel(job)
-            asked_before = cancel_requested(job.id)
-            request_cancel(job.id)
-            try:
-                self.slurm.scancel([slurm_id])
-            except QueryFailed:
-                if not asked_before:  # not cancelled: an end that follows is not a cancel
-                    os.remove(os.path.join(job_dir(job.id), CANCEL_FILE))
-                raise
-        except QueryFailed as exc:
+            self.slurm.scancel([slurm_id])
+        except QueryFailed as exc:  # the core takes its cancel marker back: an end that follows is no cancel
             raise LlmbError(f"{job.id} was not cancelled: {exc}. Run llmb cancel {job.id} again once Slurm "
                             f"answers.") from None
-        return wait_until_ended(lambda: self.status([job])[0], CANCEL_WAIT_S, 0.5, "scancel")
+        return JobStatus(job, "RUNNING")
 
     def _nothing_to_cancel(self, job: Job) -> JobStatus:
         """A job Slurm holds nothing of: cancelling it stops nothing and ends its record."""
-        request_cancel(job.id)
         reason = f"nothing to stop: {self._unconfirmed(job)}, and Slurm holds no job with that marker"
-        with job_lock(job.id):
-            ended = read_exit(job.id)
-            if ended is None:
-                ended = finish(job, "CANCELLED", reason, prefer_log_reason=False, slurm_state="", slurm_id=None,
-                               nodes="", attempts=job.attempts)
-        return JobStatus(job, ended.get("state", "UNKNOWN"), ended.get("reason"), None, ended)
+        return JobStatus(job, "CANCELLED", reason, None, ending=Ending(
+            "CANCELLED", reason, prefer_log_reason=False,
+            record={"slurm_state": "", "slurm_id": None, "nodes": "", "attempts": job.attempts}))
 
     def log_path(self, job: Job) -> str | None:
         return job.log

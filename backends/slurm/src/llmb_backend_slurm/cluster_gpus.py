@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llmb.errors import UsageError
-from llmb.recipes.gpus import catalogue
+from llmb import UsageError, catalogue
 
 _PARENTHESES = re.compile(r"\([^)]*\)")
 _WORD = re.compile(r"[a-z0-9]+")

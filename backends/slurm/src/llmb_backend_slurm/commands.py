@@ -14,8 +14,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from llmb.errors import UsageError
-from llmb.install.cluster_settings import VARIABLES
+from llmb import VARIABLES, UsageError
 
 TIMEOUT_S = 60.0
 SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import os
 
-from llmb.errors import UsageError
-from llmb.install.value_checks import gres as checked_gres
-from llmb.recipes.gpus import gpu_type
-from llmb.runs.env_names import env_name_problem
-from llmb.runs.runspec import SECRET_VARIABLES, RunSpec, SubmitOptions
+from llmb import SECRET_VARIABLES, RunSpec, SubmitOptions, UsageError, env_name_problem, gpu_type, value_checks
 
 from llmb_backend_slurm import cluster_gpus, launch_settings, params
 from llmb_backend_slurm.commands import QueryFailed, SlurmCommands
@@ -94,7 +90,7 @@ def _segment(spec: RunSpec, gpus_in_node: int, flag: int | None, item: str | Non
 def _gres(spec: RunSpec, submit: SubmitOptions, item: str | None, nodelist: str | None, slurm: SlurmCommands,
           warnings: list[str], problems: list[str] | None) -> str | None:
     if submit.gres:
-        checked_gres(submit.gres, "--gres")  # the flag's check (the item passed it in params.parse)
+        value_checks.gres(submit.gres, "--gres")  # the flag's check (the item passed it in params.parse)
     override = _one("gres", submit.gres, item)
     where = " and ".join(part for part in (submit.partition and f"partition {submit.partition}",
                                            nodelist and f"nodes {nodelist}") if part) or "this cluster"

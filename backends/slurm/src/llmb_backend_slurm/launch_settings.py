@@ -12,9 +12,7 @@ import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from llmb.errors import UsageError
-from llmb.recipes.gpus import gpu_type
-from llmb.yamlio import load_yaml_file
+from llmb import UsageError, gpu_type, load_yaml_file
 
 
 @lru_cache(maxsize=1)

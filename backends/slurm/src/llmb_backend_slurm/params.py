@@ -17,8 +17,7 @@ the setting's flag, variable and cluster file key (``llmb.install.value_checks``
 
 from __future__ import annotations
 
-from llmb.errors import UsageError
-from llmb.install.value_checks import features, gres, hostlist, names, sbatch_option, segment, time_limit
+from llmb import UsageError, value_checks
 
 from llmb_backend_slurm import sbatch_options
 
@@ -45,7 +44,7 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
         if not item:
             continue
         key, sep, value = item.partition("=")
-        key = sbatch_option(key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}")
+        key = value_checks.sbatch_option(key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}")
         _refuse_owned(key)
         if sep and (name := checked_option(key)):
             where = f"ADDITIONAL_SLURM_PARAMS item {key}" + ("" if key == name else f" (sbatch's --{name})")
@@ -60,8 +59,10 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
 # The sbatch options llmb has a setting of its own for, and the check of the setting's kind
 # (llmb.install.cluster_settings): an item for one of them is checked as its flag is.
 CHECKED = {
-    "account": names, "partition": names, "time": time_limit, "nodelist": hostlist, "exclude": hostlist,
-    "reservation": names, "qos": names, "constraint": features, "gres": gres, "segment": segment,
+    "account": value_checks.names, "partition": value_checks.names, "time": value_checks.time_limit,
+    "nodelist": value_checks.hostlist, "exclude": value_checks.hostlist, "reservation": value_checks.names,
+    "qos": value_checks.names, "constraint": value_checks.features, "gres": value_checks.gres,
+    "segment": value_checks.segment,
 }
 
 

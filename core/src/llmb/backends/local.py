@@ -31,6 +31,7 @@ from llmb.backends.local_processes import JOB_DIR_VARIABLE, Proc, job_processes,
 from llmb.backends.local_slots import SLOT_FILE, queued_reason
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
+    Ending,
     Job,
     JobStatus,
     alive,
@@ -99,6 +100,7 @@ def _last_line(path: str) -> str | None:
 
 class LocalBackend:
     name = "local"
+    cancel_is_final = True  # cancel returns once every process is gone (or says which survive)
 
     def __init__(self) -> None:
         # The supervisors started here, kept referenced: a Popen collected at once would run its
@@ -228,13 +230,10 @@ class LocalBackend:
             return JobStatus(job, current.state, f"processes still alive after SIGKILL: "
                              f"{[p.pid for p in survivors]}", current.progress)
         ended, _ = read_exit_checked(job.id)
-        if ended is None:  # the supervisor was gone, or never got to record it
-            from llmb.runs.outcome import finish
-
-            try:
-                finish(job, "CANCELLED", "cancelled", prefer_log_reason=False, exit_codes={})
-            except OSError as exc:
-                problems.append(f"its end could not be recorded: {describe_os_error(exc)}")
+        if ended is None:  # the supervisor was gone, or never got to record it: the core records the cancel
+            return JobStatus(job, "CANCELLED", "; ".join(["cancelled", *problems]), current.progress,
+                             ending=Ending("CANCELLED", "; ".join(["cancelled", *problems]), prefer_log_reason=False,
+                                           record={"exit_codes": {}}))
         status = self._status(job)
         if status.exit is None:  # nothing could be recorded: say what was done
             return JobStatus(job, "CANCELLED", "; ".join(["cancelled", *problems]), status.progress)
@@ -265,3 +264,13 @@ class LocalBackend:
 
     def log_path(self, job: Job) -> str | None:
         return job.log
+
+    @staticmethod
+    def check(submit: SubmitOptions) -> list[str]:
+        """Before anything of a run is written (``llmb.lifecycle.prepare``): a bad ``LLMB_LOCAL_JOBS`` is
+        refused (``UsageError``); the warnings: the cluster options given, which this backend ignores."""
+        from llmb.backends.local_slots import job_limit
+
+        job_limit()
+        given = submit.given()
+        return [f"the local backend ignores {', '.join(given)} (cluster options)."] if given else []

@@ -8,9 +8,10 @@ MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), all appending
 to the run's log, and records each rank's pid as it starts it. A cancel
 marker left before a rank starts (``llmb cancel`` during start-up) means no
 rank starts. When a rank fails, the others are stopped; on SIGTERM (``llmb
-cancel``) all are. At the end it parses the log, stores the result in the
-results database and writes ``exit.json`` (into space reserved at the
-start, should the disk have filled meanwhile).
+cancel``) all are. At the end it hands the job's end to the core
+(``llmb.lifecycle.reconcile.record_end``), which parses the log, stores the
+result in the results database and writes ``exit.json`` (into space
+reserved at the start, should the disk have filled meanwhile).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from llmb.backends import local_slots
 from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE, supervisor_record
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
 from llmb.errors import UsageError
+from llmb.lifecycle.reconcile import record_end
 from llmb.paths import install_dir
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
     JOB_FILE,
+    Ending,
     cancel_requested,
     describe_os_error,
     job_from_dict,
@@ -40,7 +43,6 @@ from llmb.runs.jobs import (
     reserve_exit_space,
     write_exit,
 )
-from llmb.runs.outcome import finish
 from llmb.runs.runspec import RunSpec
 
 STOP_GRACE_S = 10.0
@@ -62,8 +64,9 @@ def describe_exit(code: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, host):
         self.directory = directory
+        self.host = host  # () -> the process's plugin host, made once the ranks ended: the job's end is recorded with it
         record, problem = read_record(os.path.join(directory, JOB_FILE))
         self.job, problem = job_from_dict(record) if record else (None, problem or "job.json is missing")
         if self.job is None:
@@ -200,8 +203,9 @@ class Supervisor:
         if state == "FAILED" and first is not None:
             reason = f"rank {first[0]} {describe_exit(first[1])}"
         try:
-            written = finish(self.job, state, reason, prefer_log_reason=first is not None and first[1] > 0,
-                             exit_codes={str(r): c for r, c in codes.items()})
+            written = record_end(self.host(), self.job, Ending(
+                state, reason, prefer_log_reason=first is not None and first[1] > 0,
+                record={"exit_codes": {str(r): c for r, c in codes.items()}}))
         except OSError as exc:
             self.note(f"the job ended {state}, but that could not be recorded in {self.directory}: "
                       f"{describe_os_error(exc)}")
@@ -236,7 +240,9 @@ class Supervisor:
 
 
 def main() -> None:
-    Supervisor(sys.argv[1]).run()
+    from llmb.plugins.host import process_host
+
+    Supervisor(sys.argv[1], process_host).run()
 
 
 if __name__ == "__main__":

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmb.certify.gates import Gate, judge, passed
 from llmb.certify.suite import Attempt, Suite
 from llmb.errors import LlmbError
-from llmb.plugins.host import PluginHost
+from llmb.lifecycle.sweep_runner import statuses
 from llmb.results.collect import Collector
 from llmb.results.experiments import RunLocation, find_runs
 from llmb.results.records import RunResult
 from llmb.results.references import best
 from llmb.runs.jobs import TERMINAL, Job, load_job
-from llmb.runs.sweep_runner import statuses
 from llmb.runs.sweeps import Task
+
+if TYPE_CHECKING:
+    from llmb.plugins.host import PluginHost  # the caller's one host (llmb.cli.get_host)
 
 PASS, FAIL, PENDING, NOT_RUN = "pass", "fail", "pending", "not run"
 EXERCISED = "exercised"  # a proxy run that met every gate: it ran, but certifies nothing

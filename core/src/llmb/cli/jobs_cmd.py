@@ -12,8 +12,8 @@ from llmb.cli.output import emit_json, render_table
 from llmb.cli.plan_cmd import build_request, recipe_options
 from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
+from llmb.lifecycle.run_option_values import run_inputs
 from llmb.log import warn
-from llmb.runs.run_option_values import run_inputs
 
 
 def _backend_of(ctx, job):
@@ -21,7 +21,9 @@ def _backend_of(ctx, job):
 
 
 def _status_of(ctx, job):
-    return _backend_of(ctx, job).status([job])[0]
+    from llmb.lifecycle.reconcile import status
+
+    return status(get_host(ctx), job)
 
 
 def _current(job):
@@ -35,7 +37,7 @@ def _current(job):
 
 def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
     try:  # an interrupt from here on detaches: the job runs on
-        from llmb.runs.follow import follow, summary
+        from llmb.lifecycle.follow import follow, summary
 
         if announce:
             from llmb.cli.output import fit_text, output_width
@@ -98,8 +100,8 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
     experiment directory in the published recipes' layout, start the job
     and follow it (step, step time, ETA) to its summary. With --detach, print the job id
     and return; llmb status, logs and cancel take it from any shell."""
+    from llmb.lifecycle.submit import submit_run
     from llmb.runs.jobs import created_job_ids
-    from llmb.runs.launch import submit_run
 
     request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
     request, options, backend = run_inputs(run_kw, request)  # with the cluster file on a cluster backend
@@ -142,7 +144,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     """Show one job's state (and its summary once it ended), or list jobs.
     A job whose record or state cannot be read is shown as UNKNOWN with
     what is wrong; the others are listed as usual."""
-    from llmb.runs.follow import summary
+    from llmb.lifecycle.follow import summary
     from llmb.runs.jobs import BrokenJob, list_job_ids, load_job, read_job
 
     if job_id:
@@ -176,9 +178,11 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     for job in jobs:
         by_backend.setdefault(job.backend, []).append(job)
     statuses = {}
-    for name, members in by_backend.items():  # one batched query per backend
+    from llmb.lifecycle.reconcile import statuses as reconciled
+
+    for members in by_backend.values():  # one batched query per backend
         try:
-            batch = get_host(ctx).backend_impl(name).status(members)
+            batch = reconciled(get_host(ctx), members)
         except Exception:  # noqa: BLE001 - then job by job, so that one job's trouble shows on that job only
             batch = [_one_status(ctx, job) for job in members]
         statuses.update({status.job.id: status for status in batch})
@@ -220,7 +224,7 @@ def _when(stamp: str | None) -> str | None:
 def where_lines(job) -> str:
     """Where a job's files are, for a person: its run directory once (from $LLMB_INSTALL or ~, cut to the
     terminal in the middle), and the command that shows its log. ``--json`` has both paths whole."""
-    from llmb.runs.follow import where_lines as lines
+    from llmb.lifecycle.follow import where_lines as lines
 
     return lines(job)
 
@@ -301,7 +305,9 @@ def cancel_command(ctx, job_id, as_json):
         state, reason = _cancel_unrecorded(ctx, job_id, job)
     else:
         try:
-            status = _backend_of(ctx, job).cancel(job)
+            from llmb.lifecycle.reconcile import cancel
+
+            status = cancel(get_host(ctx), job)
         except OSError as exc:
             raise store_error(f"cannot cancel {job_id}", exc) from None
         state, reason = status.state, status.reason

@@ -57,9 +57,9 @@ def preflight_command(ctx, gpu, nodes, gpus_per_node, gemm_size, repeats, dry_ru
     its peers' median (docs/preflight.md), prints a table and the verdict,
     and writes preflight.json, which llmb run/sweep/certify --exclude-from
     take. Exits 0 when no node is flagged, 1 otherwise."""
+    from llmb.lifecycle.run_option_values import options_from
     from llmb.preflight import job as preflight_job
     from llmb.recipes.gpus import gpu_type
-    from llmb.runs.run_option_values import options_from
 
     kind = gpu_type(gpu).name
     options, backend = options_from(kw, None, None)
@@ -94,7 +94,7 @@ def wait_for_report(ctx, job, nodes: int, per_node: int, as_json: bool):
     """Follow the preflight job to its end and print its report: (final status, report);
     UsageError when it ended without measurements."""
     from llmb.cli.jobs_cmd import _current, _status_of
-    from llmb.runs.follow import follow
+    from llmb.lifecycle.follow import follow
 
     click.echo(fit_text(f"{job.id}: preflight of {nodes} node(s) x {per_node} rank(s) ({job.backend}); its log: "
                         f"llmb logs {job.id}", output_width(sys.stderr)), err=True)
@@ -110,9 +110,9 @@ def preflight_first(ctx, gpu: str | None, nodes: int, run_kw: dict) -> str:
     """``llmb certify --preflight N``: a preflight of ``nodes`` nodes with the suite's cluster options,
     followed to its end; the path of its preflight.json, for every run's ``--exclude-from``."""
     from llmb.cli.run_options import CLUSTER_OPTIONS
+    from llmb.lifecycle.run_option_values import options_from
     from llmb.preflight import job as preflight_job
     from llmb.recipes.gpus import gpu_type
-    from llmb.runs.run_option_values import options_from
 
     if not gpu:
         raise UsageError("--preflight needs the cluster's GPU type: --gpu h100 (or GPU_TYPE).")

@@ -1,5 +1,5 @@
 """``llmb run``'s options beyond the recipe as click options, shared with
-``llmb sweep``; ``llmb.runs.run_option_values`` turns their values into RunOptions.
+``llmb sweep``; ``llmb.lifecycle.run_option_values`` turns their values into RunOptions.
 A cluster option a flag does not give comes from its variable, then from
 ``$LLMB_INSTALL/cluster.yaml`` (``llmb.install.cluster_settings``). Their values are
 checked where they are turned into RunOptions, by the check of their kind that the

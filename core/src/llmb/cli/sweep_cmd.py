@@ -56,7 +56,7 @@ def following_options(what: str):
 
 def checked_tasks(host, tasks: list, base: dict) -> list:
     """Every task checked as llmb run --dry-run checks a run; a UsageError listing each that cannot run."""
-    from llmb.runs import sweep_runner
+    from llmb.lifecycle import sweep_runner
 
     checked = sweep_runner.check(host, tasks, base)
     problem = sweep_runner.problems(checked)
@@ -69,7 +69,7 @@ def split_tasks(host, tasks: list, base: dict, skip_invalid: bool) -> tuple[list
     """(the tasks that can run, those that cannot), each checked as llmb run --dry-run checks a run. Without
     ``skip_invalid`` any task that cannot run is a UsageError listing each (and saying that --skip-invalid
     runs the others); with it, only when none can run."""
-    from llmb.runs import sweep_runner
+    from llmb.lifecycle import sweep_runner
 
     checked = sweep_runner.check(host, tasks, base)
     valid = [c for c in checked if not c.error]
@@ -146,7 +146,7 @@ def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detac
     """Submit the checked tasks as one sweep and follow it to its end (or only submit, ``detach``), the
     sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
     submission. Returns the SweepRun (exit 130 when interrupted)."""
-    from llmb.runs import sweep_runner
+    from llmb.lifecycle import sweep_runner
 
     backends = {c.planned.job.backend for c in checked}
     parallel = sweep_runner.default_parallel(backends, max_parallel)

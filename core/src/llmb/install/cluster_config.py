@@ -3,7 +3,7 @@
 ``llmb install`` writes it as a commented template (never over an existing
 file); the user edits it. Every cluster run (a backend other than ``local``)
 takes from it what neither a flag nor an environment variable gave
-(``llmb.runs.run_option_values``); ``llmb config show`` lists the outcome. The
+(``llmb.lifecycle.run_option_values``); ``llmb config show`` lists the outcome. The
 format and every key are in docs/cluster-config.md.
 
 Every value is checked when the file is read: an unknown key, a wrong type

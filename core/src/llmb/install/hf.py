@@ -36,6 +36,7 @@ from collections.abc import Callable
 from llmb import http_safety
 from llmb.errors import LlmbError
 from llmb.http_safety import KeepAuthOnOrigin
+from llmb.paths import hf_home  # noqa: F401 - where they live; the frameworks' side reads it from llmb.paths
 from llmb.redaction import mask
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -56,11 +57,6 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")  # a server's answer, matched whole (fullm
 
 class DownloadError(LlmbError):
     """A Hugging Face file could not be fetched; the message never holds the token."""
-
-
-def hf_home(install: str) -> str:
-    """``HF_HOME`` of an install: the seeds' ``$LLMB_INSTALL/.cache/huggingface``."""
-    return os.path.join(install, ".cache", "huggingface")
 
 
 def endpoint(environ: dict | None = None) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from llmb.env_names import ENV_NAME, env_name  # noqa: F401 - a name's check is a base module; here with the rest
 from llmb.errors import UsageError
 
 _NAME = r"[A-Za-z0-9_.@+%-]+"
@@ -35,7 +36,6 @@ MOUNT = re.compile(rf"(?P<src>{_PATH}):(?P<dst>{_PATH})(?::(?P<flags>ro|rw))?")
 IMAGE_REFERENCE = re.compile(r"(?P<registry>[A-Za-z0-9.-]+(?::\d+)?)#(?P<repo>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)",
                              re.ASCII)  # nvcr.io#nvidia/nemo:26.04.01
 SQSH = re.compile(rf"{_PATH}\.sqsh")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORKLOAD = re.compile(r"[a-z0-9][a-z0-9_-]*")
 SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*")
 MAX_SEGMENT = 131072  # nodes; beyond any cluster: a typo
@@ -161,14 +161,6 @@ def mount(value: object, where: str) -> str:
                          f"and _ . @ + % = / -; no spaces, commas, quotes or line breaks: one mount per item), "
                          f"e.g. /lustre/data:/data:ro.")
     return value.strip(_BLANKS)
-
-
-def env_name(value: object, where: str) -> str:
-    """An environment variable's name: a shell identifier such as ``NCCL_DEBUG``."""
-    if isinstance(value, str) and ENV_NAME.fullmatch(value):
-        return value
-    raise UsageError(f"{where} {value!r} is not a valid environment variable name: use letters, digits and "
-                     f"underscores, starting with a letter or underscore (e.g. NCCL_DEBUG).")
 
 
 def env_value(name: str, value: object, where: str) -> str:

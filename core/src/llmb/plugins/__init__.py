@@ -4,5 +4,6 @@
     host.py         the pluggy manager: registers the core's own plugins and the installed ones,
                     and answers "which workloads, backends, profilers are there"
     entrypoints.py  discovery of installed plugins (the ``llmb`` entry-point group)
-    builtin.py      the core's default hook implementations (recipe resolution from the tables)
+    (the core's own hook implementations live with their stage: recipes/defaults.py, runs/profiling.py,
+                    results/hooks.py, lifecycle/hooks.py, backends/hooks.py, preflight/hooks.py)
 """

@@ -118,6 +118,23 @@ def llmb_build_model(workload: Workload, arch: ModelArch) -> Any:
 
 
 @hookspec
+def llmb_before_step(step: int, rank: int) -> float | None:
+    """Called by the torch engine on every rank before each training step (1:N).
+
+    ``step`` counts from 1; ``rank`` is the global rank. Raise to fail this
+    rank at this step: the exception ends the rank as an error of the step
+    would (its traceback in the run's log, with the ``[rankN]:`` prefix;
+    the job FAILED with it as the reason). Return a number to multiply each
+    of the step's micro-batch losses by before backward (``float("nan")``:
+    a diverging run, its grad norm NaN; a pipeline schedule computes its
+    losses itself and is not changed), or None to leave the step alone; the
+    answers of several plugins multiply. Called on every step: keep it cheap,
+    and free of collective calls. The core implements none; tests inject
+    faults through it (``tests/fault_plugin.py``, loaded by ``LLMB_PLUGINS``).
+    """
+
+
+@hookspec
 def llmb_profile(request: Any) -> Any:
     """Contribute to a run's profiling (1:N; every plugin may answer).
 
@@ -131,10 +148,23 @@ def llmb_profile(request: Any) -> Any:
     """
 
 
+@hookspec(firstresult=True)
+def llmb_job_summary(job: Any) -> Any:
+    """What ``exit.json`` records as the result of a job that is no training run, or None.
+
+    ``job`` is an ``llmb.runs.jobs.Job`` that has just ended. A training run's
+    result is its results row, parsed from its log; a job of another kind
+    (``llmb preflight``'s, workload ``preflight``) answers with its own summary
+    (a dict), written in place of that row. Called once per job, when the core
+    records its end (``llmb.lifecycle.reconcile``)."""
+
+
 @hookspec
 def llmb_backends() -> list:
     """Register backends (1:N): ``llmb.backends.Backend`` records whose
     ``load()`` returns the implementation (imported lazily): ``submit``,
-    ``status`` (batched over jobs), ``cancel`` (returns once the job really
-    ended) and ``log_path``; see ``llmb.backends.BackendImpl``. The core
-    registers ``local``."""
+    ``status`` (batched over jobs), ``cancel``, ``describe``, ``log_path``
+    and, for a backend that retries, ``resubmit``; see
+    ``llmb.backends.BackendImpl``. A backend reports what it sees; the core
+    decides when a job has ended, records it and retries it
+    (``llmb.lifecycle.reconcile``). The core registers ``local``."""

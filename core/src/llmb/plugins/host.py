@@ -1,6 +1,7 @@
 """The plugin host: discovers plugins, indexes their records, dispatches hooks.
 
-Discovery reads the entry-point group ``llmb``. A plugin that fails to import
+Discovery reads the entry-point group ``llmb``, then the modules named in
+``LLMB_PLUGINS`` (comma-separated). A plugin that fails to import
 (or whose registration hook raises) is recorded as failed and reported as a
 warning; the rest keeps working, and selecting a workload that the failed
 plugin would have provided raises ``PluginError`` with the original error.
@@ -8,6 +9,8 @@ plugin would have provided raises ``PluginError`` with the original error.
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +18,18 @@ from typing import Any
 import pluggy
 
 from llmb.errors import PluginError, UsageError
-from llmb.plugins import builtin, hookspecs
+from llmb.plugins import hookspecs
 from llmb.plugins.entrypoints import entry_points
 from llmb.recipes.errata_figures import with_corrected_figures
 from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
 from llmb.recipes.resolve import without_idle_vp
-from llmb.runs import profiling
 
 GROUP = "llmb"
-CORE_PLUGINS = ("llmb.plugins.builtin", "llmb.runs.profiling")
+PLUGINS_VARIABLE = "LLMB_PLUGINS"  # more plugins, by module name: ``_named_plugins``
+# The core's own plugins, one per stage that answers hooks, registered by name (as pytest loads its
+# own): the host imports no later stage, and each module imports what it needs when called.
+CORE_PLUGINS = ("llmb.recipes.defaults", "llmb.runs.profiling", "llmb.results.hooks", "llmb.lifecycle.hooks",
+                "llmb.backends.hooks", "llmb.preflight.hooks")
 
 
 @dataclass(frozen=True)
@@ -62,13 +68,14 @@ def _describe(exc: BaseException) -> str:
 
 
 class PluginHost:
-    """One per process (the CLI makes it); tests make their own."""
+    """One per process, made by its entry point (the CLI, the worker, the local supervisor: ``process_host``)
+    and passed to what needs it; tests make their own."""
 
     def __init__(self, *, discover: bool = True, extra_plugins: Iterable[tuple[str, object]] = ()):
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
-        self.pm.register(builtin, name="llmb.plugins.builtin")
-        self.pm.register(profiling, name="llmb.runs.profiling")
+        for name in CORE_PLUGINS:
+            self.pm.register(importlib.import_module(name), name=name)
         self._infos: dict[str, PluginInfo] = {}
         self._workloads: dict[str, Workload] | None = None
         self._backends: dict[str, Any] | None = None
@@ -106,6 +113,20 @@ class PluginHost:
                 self._failed(key, ep.name, ep.value, dist_name, version, exc)
                 continue
             self._infos[key] = PluginInfo(ep.name, ep.value, dist_name, version, "loaded")
+        self._named_plugins()
+
+    def _named_plugins(self) -> None:
+        """The modules named in ``LLMB_PLUGINS`` (comma-separated, importable: as pytest's PYTEST_PLUGINS),
+        registered under their module name after the installed plugins. Set in a run's environment, the
+        variable reaches its ranks, whose worker loads them too (tests load ``tests/fault_plugin.py`` so).
+        One that fails to import is reported as an installed plugin would be."""
+        for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+            try:
+                self.pm.register(importlib.import_module(name), name=name)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - as an entry point's import failure
+                self._failed(name, name, name, None, None, exc)
+                continue
+            self._infos[name] = PluginInfo(name, name, None, None, "loaded")
 
     def add_plugin(self, name: str, plugin: object) -> None:
         """Register an in-process plugin (tests, site configuration)."""
@@ -305,3 +326,15 @@ class PluginHost:
                     continue
                 found[parser.name] = parser
         return list(found.values())
+
+
+_process_host: PluginHost | None = None
+
+
+def process_host() -> PluginHost:
+    """The plugin host of this process, made on first use: for an entry point (``llmb``'s command
+    line, ``python -m llmb.worker``, the local supervisor), which passes it on."""
+    global _process_host
+    if _process_host is None:
+        _process_host = PluginHost()
+    return _process_host

@@ -11,5 +11,6 @@
     worker.py     the job's side: ``python -m llmb.worker RUN_JSON`` with engine ``preflight``
     verdict.py    measurements -> per-node figures, flags and the verdict (preflight.json)
     job.py        the submission (a job like a run's) and its end (the report written)
-    exclusion.py  reading a preflight file back: the nodes ``--exclude-from`` keeps jobs off
+
+Reading a preflight file back for ``--exclude-from`` is a run's option: ``llmb.runs.exclusion``.
 """

@@ -1,5 +1,5 @@
 """The preflight job: submitted like a run (the job records, ``llmb status``/``logs``/``cancel``,
-provenance), ended like one (``llmb.runs.outcome.finish``), with its report written at its end.
+provenance), ended like one (``llmb.lifecycle.outcome.finish``), with its report written at its end.
 
 Its experiment directory is ``$LLMB_INSTALL/preflight/<name>/<name>_<stamp>/`` (not under
 ``workloads/``: ``llmb results`` has no row to make of it). Beside the log: ``measurements.json``
@@ -14,9 +14,11 @@ import os
 from dataclasses import replace
 
 from llmb.errors import UsageError
+from llmb.lifecycle.prepare import Prepared
+from llmb.lifecycle.submit import Submitted, describe, submit_fresh
 from llmb.paths import install_dir
-from llmb.runs import experiment, provenance
-from llmb.runs.jobs import Job, new_job_dir, new_job_id, now, save_job
+from llmb.runs import experiment
+from llmb.runs.jobs import Job, new_job_id, now
 from llmb.runs.runspec import SECRET_VARIABLES, RunOptions, RunSpec
 
 WORKLOAD = "preflight"
@@ -27,11 +29,10 @@ def root() -> str:
     return os.path.join(install_dir(), WORKLOAD)
 
 
-def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
-           dry_run: bool = False, sizes: dict | None = None):
-    """(Job, RunSpec, description or None): the preflight of ``nodes`` nodes of ``gpus_per_node`` ranks."""
-    from llmb.runs.launch import Submitted
-
+def prepare(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
+            sizes: dict | None = None) -> Prepared:
+    """The preflight of ``nodes`` nodes of ``gpus_per_node`` ranks, ready to submit (``llmb.lifecycle.submit``):
+    every refusal is raised here, before anything is written."""
     host.backend(backend)
     submit_options = options.submit
     warnings: list[str] = []
@@ -57,8 +58,8 @@ def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, 
             options = replace(options, submit=replace(submit_options, time_limit="20"))
     ranks = nodes * gpus_per_node
     name = f"preflight_{gpu}_nodes{nodes}_gpus{gpus_per_node}"
-    job_id = new_job_id(backend) if dry_run else new_job_dir(backend)[0]
-    where = (experiment.locate if dry_run else experiment.create)(WORKLOAD, name, root())
+    job_id = new_job_id(backend)  # claimed by submit, with the experiment directory (llmb.lifecycle.prepare)
+    where = experiment.locate(WORKLOAD, name, root())
     env = dict(options.env)
     if device != "cpu":
         env.setdefault("NCCL_DEBUG", "INFO")  # NCCL's set-up lines name each node's transport
@@ -73,24 +74,23 @@ def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, 
     )
     job = Job(id=job_id, backend=backend, workload=WORKLOAD, experiment=name, run_dir=where.run_dir, log=where.log,
               ranks=ranks, submitted_at=now(), proxy=None)
-    impl = host.backend_impl(backend)
+    record = {"kind": WORKLOAD, "job_id": job_id, "backend": backend, "gpu": gpu, "nodes": nodes,
+              "gpus_per_node": gpus_per_node, "ranks": ranks, "device": device, "sizes": spec.preflight,
+              "submitted_at": now(), "warnings": warnings}
+    return Prepared(spec, job, None, tuple(warnings), record, options.submit, where, None,
+                    frozenset({*SECRET_VARIABLES, *options.submit.secrets}))
+
+
+def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
+           dry_run: bool = False, sizes: dict | None = None) -> Submitted:
+    """Prepare and submit the preflight job (``llmb.lifecycle.submit``, as a run); with ``dry_run``, what the
+    backend would do, writing and sending nothing."""
+    def prepare_once() -> Prepared:
+        return prepare(host, gpu, nodes, gpus_per_node, options, backend, sizes)
+
     if dry_run:
-        return Submitted(job, spec, None, tuple(warnings), impl.describe(spec, job, options.submit), options.submit)
-    secret_names = {*SECRET_VARIABLES, *options.submit.secrets}
-    if problem := provenance.record_submission(where.run_dir, host, backend, spec, options.submit, None, secret_names):
-        warnings.append(problem)
-    experiment.write_json(where.recipe_file, {
-        "kind": WORKLOAD, "job_id": job_id, "backend": backend, "gpu": gpu, "nodes": nodes,
-        "gpus_per_node": gpus_per_node, "ranks": ranks, "device": device, "sizes": spec.preflight,
-        "submitted_at": now(), "warnings": warnings,
-    })
-    with open(where.log, "a", encoding="utf-8") as handle:
-        for warning in warnings:
-            handle.write(f"[llmb] warning: {warning}\n")
-    save_job(job)
-    job = impl.submit(spec, job, options.submit)
-    save_job(job)
-    return Submitted(job, spec, None, tuple(warnings), submit=options.submit)
+        return describe(host, prepare_once(), backend)
+    return submit_fresh(host, prepare_once, backend)
 
 
 def report_path(run_dir: str) -> str:

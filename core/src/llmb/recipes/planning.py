@@ -7,9 +7,8 @@ the published recipe."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmb.plugins.host import PluginHost
 from llmb.recipes.flops import megatron_bridge_step
 from llmb.recipes.gpus import catalogue, gpu_type, peak_source
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
@@ -20,6 +19,9 @@ from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, R
 from llmb.recipes.references import Configuration, Figure, Throughput, others, throughput
 from llmb.recipes.time_limit import TimeLimit, estimated_step_s
 from llmb.recipes.time_limit import derive as derive_time_limit
+
+if TYPE_CHECKING:  # the host is passed in: recipes come before plugins (docs/architecture.md)
+    from llmb.plugins.host import PluginHost
 
 # The FLOPs counts a run's TFLOP/s/GPU and MFU can be on (``FlopsUse``), as users read them.
 WORKLOAD_FORMULA = "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
@@ -319,12 +321,9 @@ def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
                                                 recipe.scaling)))
 
 
-def make_plan(host: PluginHost, request: RecipeRequest, proxy: str | None = None) -> Plan:
-    """The plan of ``request``; with ``proxy`` (``tiny``), also what ``llmb run --proxy`` would run on this
-    machine, the recipe resolved as it resolves it (at its smallest tested scale where the GPU count asked
-    for is not one the recipe tests)."""
-    if proxy is not None:
-        request = replace(request, any_scale=True)
+def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
+    """The plan of ``request`` (``llmb plan``; with ``--proxy`` also what ``llmb run --proxy`` would run on
+    this machine: ``llmb.lifecycle.prepare.plan_with_proxy``)."""
     recipe = host.resolve(request)
     workload = host.workload(recipe.workload)
     arch = workload.architecture(recipe.size).with_layers(recipe.layers)
@@ -342,9 +341,7 @@ def make_plan(host: PluginHost, request: RecipeRequest, proxy: str | None = None
     )
     if recipe.overrides:
         plan = replace(plan, **_official(host, request, recipe, workload))
-    if proxy is None:
-        return plan
-    return replace(plan, proxy=plan_proxy(host, plan, proxy, request.gpus or recipe.gpus))
+    return plan
 
 
 def _official(host: PluginHost, request: RecipeRequest, recipe: Recipe, workload: Workload) -> dict[str, Any]:
@@ -357,28 +354,3 @@ def _official(host: PluginHost, request: RecipeRequest, recipe: Recipe, workload
     except RecipeError:
         return {"tuned": tuple(TunedSetting(k, None, v) for k, v in recipe.overrides)}
     return {"tuned": tuned_settings(official, recipe), "official_expected": find_reference(workload, official)}
-
-
-def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:
-    """What ``llmb run --proxy PROXY`` on this machine (the local backend, the torch engine) runs over
-    ``ranks``: the same functions build it there (``llmb.runs.launch.submit_run``)."""
-    from llmb.errors import UsageError
-    from llmb.recipes.params import count_params
-    from llmb.recipes.proxies import proxy_flag, proxy_run
-    from llmb.runs.capability import detect
-    from llmb.runs.experiment import experiment_name
-    from llmb.runs.runspec import RunOptions, check_machine, compute_dtype, proxy_arch
-
-    recipe, workload = plan.recipe, plan.workload
-    options = RunOptions(proxy=proxy)
-    arch, seq_len = proxy_arch(workload, recipe, options)
-    refusal = None
-    try:
-        device, _ = check_machine(recipe, options, detect(), ranks)
-    except UsageError as exc:
-        device, refusal = "cpu", str(exc)
-    dtype, _ = compute_dtype(device, recipe.dtype)
-    run = proxy_run(recipe, plan.arch, arch, seq_len, flag=proxy_flag(proxy, None), label=proxy, ranks=ranks,
-                    engine="torch", device=device, compute_dtype=dtype)
-    return ProxyPlan(run=run, flops=host.model_flops(workload, arch, seq_len), params=count_params(arch).total,
-                     experiment=experiment_name(run.ran, proxy), refusal=refusal)

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmb.env_names import env_name_problem
 from llmb.recipes.gpus import DTYPES, catalogue
-from llmb.recipes.records import HuggingFaceFiles, Production, ProductionRule, RecipeSeries
-from llmb.runs.env_names import env_name_problem
-from llmb.runs.profiling import DEFAULT_WINDOW
+from llmb.recipes.records import PROFILE_WINDOW, HuggingFaceFiles, Production, ProductionRule, RecipeSeries
 
 KEYS = ("recipes", "profile_window", "profile_ranks", "flops_callback", "rules", "huggingface")
 RULE_KEYS = ("match", "min_gpus", "precision", "env", "why")
@@ -121,7 +120,7 @@ def production_from_dict(raw: Any, series: Sequence[RecipeSeries]) -> Production
     ranks = raw.get("profile_ranks", "all")
     return Production(
         recipes=_size_map(raw.get("recipes"), sizes, "production recipes", complete=True),
-        profile_window=_pair(raw.get("profile_window", DEFAULT_WINDOW), "profile_window"),
+        profile_window=_pair(raw.get("profile_window", PROFILE_WINDOW), "profile_window"),
         profile_ranks=None if ranks == "all" else _pair(ranks, "profile_ranks"),
         flops_callback=None if raw.get("flops_callback") is None else str(raw["flops_callback"]),
         rules=tuple(_rule(r, series) for r in raw.get("rules") or ()),

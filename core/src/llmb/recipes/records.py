@@ -258,6 +258,9 @@ class HuggingFaceFiles:
     gated: bool  # the repositories need an access token (HF_TOKEN)
 
 
+PROFILE_WINDOW = (45, 50)  # the steps the seeds profile, [first, last]: a variant's default, and a run's
+
+
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Production:
     """How the variant's production framework is driven (``llmb.engines.frameworks``):
@@ -265,7 +268,7 @@ class Production:
     launcher's per-recipe rules and the Hugging Face files it needs."""
 
     recipes: Mapping[str, str]  # size -> the framework's recipe name, e.g. 8b -> llama3_8b
-    profile_window: tuple[int, int]  # the seed's default profiled steps
+    profile_window: tuple[int, int]  # the seed's default profiled steps (PROFILE_WINDOW unless it says)
     profile_ranks: tuple[int, int] | None = None  # ranks [first, last) the seed profiles; None: every rank
     flops_callback: str | None = None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
     rules: tuple[ProductionRule, ...] = ()

@@ -76,26 +76,33 @@ def _layout(run_dir: str, name: str) -> ExperimentDir:
 
 
 def locate(workload: str, name: str, root: str | None = None) -> ExperimentDir:
-    """Where ``create`` would put a run now, creating nothing (a dry run)."""
+    """Where ``create`` would put a run now, creating nothing (a run being prepared, a dry run): the first
+    timestamp from now that no run directory has taken."""
     base = os.path.join(root or os.path.join(workload_dir(workload), "experiments"), name)
-    return _layout(os.path.join(base, f"{name}_{int(time.time())}"), name)
+    stamp = int(time.time())
+    while os.path.lexists(os.path.join(base, f"{name}_{stamp}")):
+        stamp += 1
+    return _layout(os.path.join(base, f"{name}_{stamp}"), name)
+
+
+def claim(where: ExperimentDir) -> bool:
+    """Create exactly ``where`` (from ``locate``); False, creating nothing, when another run took its
+    directory in between."""
+    os.makedirs(os.path.dirname(where.run_dir), exist_ok=True)
+    try:
+        os.mkdir(where.run_dir)
+    except FileExistsError:
+        return False
+    os.makedirs(where.inner)
+    return True
 
 
 def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
     """A fresh run directory; the timestamp moves on until the name is free."""
-    base = os.path.join(root or os.path.join(workload_dir(workload), "experiments"), name)
-    os.makedirs(base, exist_ok=True)
-    stamp = int(time.time())
     while True:
-        run_dir = os.path.join(base, f"{name}_{stamp}")
-        try:
-            os.mkdir(run_dir)
-            break
-        except FileExistsError:
-            stamp += 1
-    where = _layout(run_dir, name)
-    os.makedirs(where.inner)
-    return where
+        where = locate(workload, name, root)
+        if claim(where):
+            return where
 
 
 def write_json(path: str, data: dict) -> None:

@@ -42,6 +42,20 @@ class JobStoreError(LlmbError):
     file system, a corrupt record). Exit code 1."""
 
 
+class NothingSubmitted(LlmbError):
+    """A backend's submission that left nothing on the cluster (a refusal is a ``UsageError``): the core
+    removes the job's directory. Exit code 1."""
+
+
+class Unconfirmed(LlmbError):
+    """Whether the cluster took the job is not known yet (its answer was lost, and it cannot be asked
+    now): the core keeps ``job``, the record as far as it is known, so that status finds the job later."""
+
+    def __init__(self, message: str, job: Job):
+        super().__init__(message)
+        self.job = job
+
+
 @dataclass(frozen=True)
 class Job:
     """A submitted run."""
@@ -56,19 +70,42 @@ class Job:
     submitted_at: str
     proxy: str | None = None
     attempts: int = 1
-    details: dict = field(default_factory=dict)  # backend-specific (e.g. Slurm job ids)
+    # backend-specific (e.g. Slurm job ids); details["attempts"], where a backend keeps one record per
+    # attempt, gets the core's ``ended`` (why the attempt was retried) on each retried one
+    details: dict = field(default_factory=dict)
+    retries: int = 0  # how many times a failure worth retrying is resubmitted (``llmb run --retries``)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def retry_limit(self) -> int:
+        """``retries``; for a record written before the core kept it, what the Slurm backend kept."""
+        return self.retries or int((self.details.get("slurm") or {}).get("retries") or 0)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a backend saw a job end, for the core to judge (``llmb.lifecycle.reconcile``): retried, or
+    recorded with its result in ``exit.json``. A backend never records a job's end itself."""
+
+    state: str  # one of TERMINAL, as the backend maps its own states
+    reason: str | None = None
+    prefer_log_reason: bool = True  # a FAILED job's reason comes from its log when the log names one
+    infrastructure: str | None = None  # an infrastructure cause (a node failure, ...): retried like a flaky one
+    nodes: str = ""  # where the attempt ran, as the cluster names them
+    label: str | None = None  # the attempt as the cluster knows it, for the log ("Slurm job 41")
+    cluster_id: str | None = None  # the attempt's id on the cluster (a retry's recipe.json names it)
+    record: dict = field(default_factory=dict)  # what exit.json gets beside state and reason (the cluster's view)
+
 
 @dataclass(frozen=True)
 class JobStatus:
-    job: Job
+    job: Job  # the record as the backend knows it now: when it changed (an id found), the core saves it
     state: str
     reason: str | None = None
     progress: str | None = None  # e.g. "iteration 37/50"
     exit: dict | None = None  # what the job recorded when it ended
+    ending: Ending | None = None  # a backend's status of a job that ended and is not recorded yet
 
 
 @dataclass(frozen=True)
@@ -98,7 +135,7 @@ def job_dir(job_id: str) -> str:
 
 
 def new_job_id(backend: str) -> str:
-    """A job id for a job that will not be created (a dry run)."""
+    """A fresh job id, not yet claimed (``claim_job_dir``): a dry run's, or a run's being prepared."""
     return f"{backend}-{secrets.token_hex(3)}"
 
 
@@ -112,27 +149,35 @@ def created_job_ids() -> list[str]:
 def new_job_dir(backend: str) -> tuple[str, str]:
     """A fresh (job id, directory): ``<backend>-<6 hex>``. It names this
     process as the job's submitter until the job's own processes run."""
+    while True:
+        job_id = new_job_id(backend)
+        path = claim_job_dir(job_id)
+        if path is not None:
+            return job_id, path
+
+
+def claim_job_dir(job_id: str) -> str | None:
+    """Create the directory of job ``job_id`` (an id from ``new_job_id``), naming this process as the
+    job's submitter; None when another job has that id."""
     try:
         os.makedirs(jobs_root(), exist_ok=True)
     except OSError as exc:
         raise store_error(f"cannot create the jobs directory {jobs_root()}", exc) from None
-    while True:
-        job_id = new_job_id(backend)
-        path = job_dir(job_id)
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise store_error(f"cannot create a job directory in {jobs_root()}", exc) from None
-        _created_here.append(job_id)
-        try:
-            write_json(os.path.join(path, SUBMITTER_FILE),
-                       {"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
-        except OSError as exc:
-            discard_job_dir(job_id)
-            raise store_error(f"cannot write in the job directory {path}", exc) from None
-        return job_id, path
+    path = job_dir(job_id)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        raise store_error(f"cannot create a job directory in {jobs_root()}", exc) from None
+    _created_here.append(job_id)
+    try:
+        write_json(os.path.join(path, SUBMITTER_FILE),
+                   {"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
+    except OSError as exc:
+        discard_job_dir(job_id)
+        raise store_error(f"cannot write in the job directory {path}", exc) from None
+    return path
 
 
 def discard_job_dir(job_id: str) -> None:
@@ -282,6 +327,12 @@ def request_cancel(job_id: str) -> None:
         with contextlib.suppress(OSError):
             handle.write(now() + "\n")
             handle.flush()
+
+
+def withdraw_cancel(job_id: str) -> None:
+    """Remove the cancel marker (a stop request that failed: an end that follows is not a cancel)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(job_dir(job_id), CANCEL_FILE))
 
 
 def cancel_requested(job_id: str) -> bool:

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 from llmb import hookimpl
 from llmb.errors import UsageError
-
-DEFAULT_WINDOW = (45, 50)
+from llmb.recipes.records import PROFILE_WINDOW as DEFAULT_WINDOW  # the seeds' steps 45-50
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,9 @@ class RunSpec:
     ranks_per_node: int | None = None  # None: all ranks on one node
     layout: ParallelLayout = field(default_factory=ParallelLayout)  # the torch engine's; default: DP only
     preflight: dict | None = None  # engine "preflight": its sizes (llmb.preflight.worker.DEFAULTS)
+    # The container image the recipe names (the workload's variant): a cluster backend runs it unless
+    # --image (or the production framework's configuration) names another.
+    container: str | None = None
 
     def relocated(self, old_root: str, new_root: str) -> RunSpec:
         """This spec with every path under ``old_root`` moved under ``new_root`` (a retry's fresh

@@ -13,9 +13,9 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 from llmb.paths import install_dir
-from llmb.runs.env_names import env_name_problem
 from llmb.runs.experiment import StateFileError, load_json_state, record_fields, write_json, wrong_shape
 
 SWEEP_FILE = "sweep.json"

@@ -11,8 +11,7 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, SwiGLU
-from llmb.recipes.records import ModelArch
+from llmb import CausalLM, GroupedQueryAttention, LayerParts, ModelArch, RMSNorm, RotaryEmbedding, SwiGLU
 
 ROPE_BASE = 500_000.0
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmb import hookimpl
-from llmb.recipes.flops import dense_transformer
-from llmb.recipes.records import ModelArch, ModelFlops, Workload
-from llmb.recipes.workload_file import load_workload
+from llmb import ModelArch, ModelFlops, Workload, dense_transformer, hookimpl, load_workload
 
 
 @hookimpl

@@ -17,8 +17,7 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, RMSNorm, RotaryEmbedding, RoutedMoE, SwiGLU
-from llmb.recipes.records import ModelArch
+from llmb import CausalLM, GroupedQueryAttention, LayerParts, ModelArch, RMSNorm, RotaryEmbedding, RoutedMoE, SwiGLU
 
 ROPE_BASE = 500_000.0
 

@@ -10,8 +10,7 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerNorm1p, LayerParts, RotaryEmbedding, SquaredReLUMLP
-from llmb.recipes.records import ModelArch
+from llmb import CausalLM, GroupedQueryAttention, LayerNorm1p, LayerParts, ModelArch, RotaryEmbedding, SquaredReLUMLP
 
 ROPE_BASE = 10_000.0
 ROTARY_FRACTION = 0.5

@@ -12,8 +12,7 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb.engines.torch.blocks import CausalLM, GroupedQueryAttention, LayerParts, Mamba2Mixer, RMSNorm, SquaredReLUMLP
-from llmb.recipes.records import ModelArch
+from llmb import CausalLM, GroupedQueryAttention, LayerParts, Mamba2Mixer, ModelArch, RMSNorm, SquaredReLUMLP
 
 
 def build(arch: ModelArch) -> CausalLM:

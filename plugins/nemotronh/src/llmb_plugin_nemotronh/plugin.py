@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmb import hookimpl
-from llmb.recipes.params import mamba_d_inner
-from llmb.recipes.records import ModelArch, ModelFlops, Workload
-from llmb.recipes.workload_file import load_workload
+from llmb import ModelArch, ModelFlops, Workload, hookimpl, load_workload, mamba_d_inner
 
 
 @hookimpl

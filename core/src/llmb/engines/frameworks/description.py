@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 from llmb.engines.frameworks import settings
 from llmb.errors import UsageError
-from llmb.install.hf import hf_home
-from llmb.paths import install_dir
+from llmb.paths import hf_home, install_dir
 from llmb.recipes.gpus import gpu_type
 from llmb.recipes.records import Production, Recipe, Workload
 from llmb.runs.runspec import NCCL_TRACE_STEPS, RunOptions

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from llmb.engines.torch.parallel.low_precision import eligible_linear
 from llmb.runs.runspec import BLOCK_SCALED
 
 __all__ = ["FLOAT8_RECIPES", "Precision", "apply_float8", "choose_precision", "float8_eligible", "record_precision"]
@@ -40,8 +41,7 @@ __all__ = ["FLOAT8_RECIPES", "Precision", "apply_float8", "choose_precision", "f
 # The recipe's precision name -> torchao's float8 recipe (fp8 is current scaling: tensorwise).
 FLOAT8_RECIPES = {"fp8": "tensorwise", "fp8_cs": "tensorwise", "fp8_tensorwise": "tensorwise",
                   "fp8_rowwise": "rowwise"}
-_SKIPPED = ("output", "router")  # module names kept in high precision
-_ALIGNMENT = 16
+_ALIGNMENT = 16  # float8 GEMMs' dimensions
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,7 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
 def float8_eligible(module: nn.Module, name: str) -> bool:
     """Whether ``convert_to_float8_training`` may swap this module: a linear layer outside the
     output layer and the router, with both dimensions multiples of 16."""
-    if not isinstance(module, nn.Linear) or name.rsplit(".", 1)[-1] in _SKIPPED:
-        return False
-    return module.in_features % _ALIGNMENT == 0 and module.out_features % _ALIGNMENT == 0
+    return eligible_linear(module, name, _ALIGNMENT)
 
 
 def apply_float8(model: nn.Module, recipe: str, emulate: bool = False) -> int:

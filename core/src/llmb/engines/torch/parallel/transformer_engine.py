@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from llmb.engines.torch.parallel.float8 import float8_eligible
+from llmb.engines.torch.parallel.low_precision import eligible_linear
 
 __all__ = ["BLOCK_SCALED_RECIPES", "apply_te_linears", "availability", "te_autocast"]
 
@@ -63,9 +63,9 @@ def availability(requested: str, device: torch.device, tensor_parallel: int) -> 
 
 
 def te_eligible(module: nn.Module, name: str) -> bool:
-    """A layer float8 would convert (``float8_eligible``) whose dimensions are also multiples of 32."""
-    return (float8_eligible(module, name) and module.in_features % _ALIGNMENT == 0
-            and module.out_features % _ALIGNMENT == 0)
+    """A layer float8 would convert (``float8.float8_eligible``) whose dimensions are also multiples of 32:
+    ``low_precision.eligible_linear`` at 32 (a multiple of float8's 16)."""
+    return eligible_linear(module, name, _ALIGNMENT)
 
 
 def apply_te_linears(model: nn.Module) -> int:

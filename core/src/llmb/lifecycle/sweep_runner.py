@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmb.errors import LlmbError
+from llmb.lifecycle.submit import Submitted, submit_run
 from llmb.plugins.host import PluginHost
 from llmb.recipes.overrides import parse_overrides
 from llmb.recipes.records import RecipeRequest
 from llmb.runs.jobs import TERMINAL, Job, JobStatus, load_job, now
-from llmb.runs.launch import Submitted, submit_run
 from llmb.runs.sweeps import Sweep, Task, new_sweep_id, save_sweep
 
 POLL_S = 1.0
@@ -41,7 +41,7 @@ def request_for(task: Task) -> RecipeRequest:
 def inputs_for(task: Task, base: dict):
     """(request, RunOptions, backend) of a task: the command line's run options, then the task's own
     (and the cluster file on a cluster backend)."""
-    from llmb.runs.run_option_values import run_inputs
+    from llmb.lifecycle.run_option_values import run_inputs
 
     return run_inputs({**base, **task.options}, request_for(task))
 
@@ -58,15 +58,10 @@ def check(host: PluginHost, tasks: list[Task], base: dict) -> list[Checked]:
 
 
 def statuses(host: PluginHost, jobs: list[Job]) -> list[JobStatus]:
-    """Each job's status, in order, with one batched query per backend."""
-    by_backend: dict[str, list[int]] = {}
-    for index, job in enumerate(jobs):
-        by_backend.setdefault(job.backend, []).append(index)
-    found: list[JobStatus | None] = [None] * len(jobs)
-    for name, members in by_backend.items():
-        for index, status in zip(members, host.backend_impl(name).status([jobs[i] for i in members]), strict=True):
-            found[index] = status
-    return found
+    """Each job's status, in order, with one batched query per backend (``llmb.lifecycle.reconcile``)."""
+    from llmb.lifecycle.reconcile import statuses as reconciled
+
+    return reconciled(host, jobs)
 
 
 def default_parallel(backends: set[str], max_parallel: int | None) -> int:

@@ -1,5 +1,6 @@
 """Reading a preflight file back: the nodes ``--exclude-from PREFLIGHT.json`` keeps a job off,
-and what the run that used it records (``recipe.json``'s and ``provenance.json``'s ``preflight``)."""
+and what the run that used it records (``recipe.json``'s and ``provenance.json``'s ``preflight``).
+``llmb preflight`` (``llmb.preflight``) writes the file; a run's options read it."""
 
 from __future__ import annotations
 

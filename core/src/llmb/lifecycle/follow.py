@@ -153,7 +153,7 @@ def summary(status: JobStatus) -> str:
             lines.append(f"  checkpoint  save {f('checkpoint_save_s', 3)} s, load {f('checkpoint_load_s', 3)} s")
     elif status.state in TERMINAL:
         lines.append("  (no parsed result: see the log)")
-    from llmb.cli.output import fit_text
+    from llmb.terminal import fit_text
 
     return fit_text("\n".join(lines) + "\n" + where_lines(job))
 
@@ -161,8 +161,8 @@ def summary(status: JobStatus) -> str:
 def where_lines(job: Job) -> str:
     """Where a job's files are, for a person: its run directory once, from $LLMB_INSTALL or ~ and cut in
     the middle to the terminal's width, and the command that prints its log (``--json`` has both paths)."""
-    from llmb.cli.output import output_width, shorten
     from llmb.paths import shown_path
+    from llmb.terminal import output_width, shorten
 
     label = "  run dir     "
     run_dir = shown_path(job.run_dir)

@@ -16,9 +16,9 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 from llmb.install import cluster_settings, value_checks
-from llmb.runs.env_names import env_name_problem
 
 if TYPE_CHECKING:
     from llmb.install.cluster_config import ClusterConfig
@@ -108,7 +108,7 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
     cluster = _cluster_values(kw, config)
     preflight = None
     if kw.get("exclude_from"):  # a preflight file's flagged nodes join the exclude list (llmb.preflight)
-        from llmb.preflight.exclusion import merged, read
+        from llmb.runs.exclusion import merged, read
 
         preflight = read(kw["exclude_from"])
         exclude = merged(cluster.get("exclude"), preflight["exclude"])

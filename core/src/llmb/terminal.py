@@ -1,0 +1,105 @@
+"""Text as a terminal shows it: control sequences made inert, the width output should fit, long
+lines cut or wrapped. No dependency, fast to import: logging (``llmb.log``) uses it for the warnings
+every stage prints, and the CLI's tables (``llmb.cli.output``) build on it.
+
+Text that llmb did not write itself - log lines, failure messages, file and directory names - goes
+through ``terminal_safe`` before it reaches a terminal in human output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+# A whole escape sequence: CSI (ESC [ or C1 0x9b, parameters, a final byte);
+# OSC, DCS, SOS, PM, APC (ESC ] P X ^ _ or their C1 forms) up to BEL, ST or
+# the line's end; any other ESC sequence (intermediates, then a final byte).
+_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]"
+)
+# What is left of the C0 and C1 controls (tab and newline are text).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(match: re.Match) -> str:
+    char = match.group()
+    return "\n" if char == "\r" else f"\\x{ord(char):02x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as it may be printed on a terminal: escape sequences (which
+    could set the window title, clear the screen, move the cursor or worse)
+    are removed, a carriage return starts a new line instead of overwriting
+    the last, and any other control character is shown as ``\\xNN``."""
+    if text.isprintable():  # the common case: nothing to do
+        return text
+    return _CONTROL.sub(_visible, _SEQUENCE.sub("", text.replace("\r\n", "\n")))
+
+
+# The narrowest width fitting is attempted for: below it, output is left as it is.
+MIN_WIDTH = 40
+
+
+def output_width(stream=None) -> int | None:
+    """The columns human output should fit: ``COLUMNS`` where it is set to a number (whatever the output
+    is, as ``ls`` and ``git`` do), else the width of the terminal ``stream`` (stdout) is; None when it is a
+    pipe or a file, where nothing is cut or wrapped."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return max(int(columns), MIN_WIDTH)
+    stream = sys.stdout if stream is None else stream
+    try:
+        if not stream.isatty():
+            return None
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture), or no size known
+        return None
+    return max(width, MIN_WIDTH) if width > 0 else None
+
+
+ELLIPSIS = "\u2026"
+
+
+def shorten(text: str, width: int, cut: str = "end") -> str:
+    """``text`` in at most ``width`` characters: cut at the end, or in the middle, with an ellipsis."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    if cut == "middle":  # a little more of the head: a name's first parts say the most
+        head = (width * 3) // 5
+        return text[:head] + ELLIPSIS + text[len(text) - (width - 1 - head):]
+    return text[: width - 1] + ELLIPSIS
+
+
+_AUTO = object()
+
+
+
+_LABELLED = re.compile(r"^( *(?:- |\S+(?: \S+)?  +)?)")
+
+
+def fit_text(text: str, width: int | None | object = _AUTO) -> str:
+    """``text`` with each line longer than ``width`` (default ``output_width()``) wrapped at spaces; the
+    continuation lines are indented under the line's text: after its label (``  memory       ...``), its
+    bullet (``  - ...``) or its own indentation."""
+    limit = output_width() if width is _AUTO else width
+    if not limit or all(len(line) <= limit for line in text.split("\n")):
+        return text
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= limit:
+            out.append(line)
+            continue
+        leading = len(line) - len(line.lstrip(" "))
+        indent = len(_LABELLED.match(line).group(1))
+        if indent == leading or indent > limit // 2:
+            indent = leading + 2
+        out += textwrap.wrap(line, limit, subsequent_indent=" " * indent, break_long_words=False,
+                             break_on_hyphens=False, drop_whitespace=True) or [line]
+    return "\n".join(out)
