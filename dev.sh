@@ -81,6 +81,7 @@ case "${1:-}" in
     setup
     setup_system
     "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check .  # .venv/bin/ruff format . fixes what it names
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   demo)

@@ -12,5 +12,7 @@ def llmb_executable() -> str:
     beside = Path(sys.executable).with_name("llmb")
     found = str(beside) if beside.exists() else shutil.which("llmb")
     if not found:
-        sys.exit("llmb is not installed in this environment; run ./dev.sh setup and use .venv/bin/python")
+        sys.exit(
+            "llmb is not installed in this environment; run ./dev.sh setup and use .venv/bin/python"
+        )
     return found

@@ -56,7 +56,18 @@ def main() -> None:
         "llmb list": [llmb, "list"],
         "llmb list --json": [llmb, "list", "--json"],
         "llmb plan llama31 ... (design-card example)": [
-            llmb, "plan", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "nvfp4", "--gpus", "8"],
+            llmb,
+            "plan",
+            "llama31",
+            "--size",
+            "8b",
+            "--gpu",
+            "b200",
+            "--dtype",
+            "nvfp4",
+            "--gpus",
+            "8",
+        ],
     }
     results = median_seconds(commands, args.runs)
     base = results[next(iter(results))]
@@ -65,7 +76,9 @@ def main() -> None:
     print(f"{'-' * width}  {'-' * 9}  {'-' * 5}")
     for name, seconds in results.items():
         print(f"{name:<{width}}  {seconds * 1000:9.1f}  {seconds / base:5.2f}")
-    print(f"\n{args.runs} runs each, median; python {sys.version.split()[0]}; target: llmb list ratio <= 1.5")
+    print(
+        f"\n{args.runs} runs each, median; python {sys.version.split()[0]}; target: llmb list ratio <= 1.5"
+    )
 
 
 if __name__ == "__main__":

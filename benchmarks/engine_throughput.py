@@ -60,13 +60,22 @@ class Reference(nn.Module):
         h, d = arch.hidden, arch.head_dim
         self.heads, self.groups, self.head_dim = arch.heads, arch.query_groups, d
         self.embed = nn.Embedding(arch.vocab, h)
-        self.blocks = nn.ModuleList(nn.ModuleDict({
-            "norm1": nn.RMSNorm(h, eps=1e-5), "norm2": nn.RMSNorm(h, eps=1e-5),
-            "q": nn.Linear(h, arch.heads * d, bias=False), "k": nn.Linear(h, arch.query_groups * d, bias=False),
-            "v": nn.Linear(h, arch.query_groups * d, bias=False), "o": nn.Linear(arch.heads * d, h, bias=False),
-            "gate": nn.Linear(h, arch.ffn, bias=False), "up": nn.Linear(h, arch.ffn, bias=False),
-            "down": nn.Linear(arch.ffn, h, bias=False),
-        }) for _ in range(arch.layers))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "norm1": nn.RMSNorm(h, eps=1e-5),
+                    "norm2": nn.RMSNorm(h, eps=1e-5),
+                    "q": nn.Linear(h, arch.heads * d, bias=False),
+                    "k": nn.Linear(h, arch.query_groups * d, bias=False),
+                    "v": nn.Linear(h, arch.query_groups * d, bias=False),
+                    "o": nn.Linear(arch.heads * d, h, bias=False),
+                    "gate": nn.Linear(h, arch.ffn, bias=False),
+                    "up": nn.Linear(h, arch.ffn, bias=False),
+                    "down": nn.Linear(arch.ffn, h, bias=False),
+                }
+            )
+            for _ in range(arch.layers)
+        )
         self.norm = nn.RMSNorm(h, eps=1e-5)
         self.out = nn.Linear(h, arch.vocab, bias=False)
         self.inv_freq = 1.0 / rope_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
@@ -87,7 +96,9 @@ class Reference(nn.Module):
         angles = torch.outer(torch.arange(s, dtype=torch.float32), self.inv_freq).repeat(1, 2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.heads != self.groups)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.heads != self.groups
+        )
         return b["o"](y.transpose(1, 2).reshape(n, s, -1))
 
     def forward(self, tokens):
@@ -105,8 +116,14 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
 
     torch.manual_seed(seed)
     model = Reference(arch)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(1), betas=(0.9, 0.95), weight_decay=0.1,
-                                  eps=1e-8, fused=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=learning_rate(1),
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        eps=1e-8,
+        fused=True,
+    )
     generator = torch.Generator().manual_seed(seed * 1000)
 
     def step(i: int) -> float:
@@ -116,7 +133,10 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
         for _ in range(ga):
             tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator)
             logits = model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1)) / ga
+            loss = (
+                F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
+                / ga
+            )
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
@@ -135,10 +155,31 @@ def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, c
 
     flops = host.model_flops(workload, arch, seq)
     return RunSpec(
-        job_id="bench", workload=workload.name, variant="bench", framework="bench", engine="torch", size=arch.size,
-        arch=arch.__dict__.copy(), proxy="bench", gpu="cpu", dtype="fp32", compute_dtype="float32", device="cpu",
-        ranks=ranks, mbs=mbs, ga=ga, gbs=mbs * ga * ranks, seq_len=seq, steps=1000, seed=1234, compile=compile_,
-        flops_per_sample=flops.per_sample, experiment="bench", run_dir="", inner_dir="", log="",
+        job_id="bench",
+        workload=workload.name,
+        variant="bench",
+        framework="bench",
+        engine="torch",
+        size=arch.size,
+        arch=arch.__dict__.copy(),
+        proxy="bench",
+        gpu="cpu",
+        dtype="fp32",
+        compute_dtype="float32",
+        device="cpu",
+        ranks=ranks,
+        mbs=mbs,
+        ga=ga,
+        gbs=mbs * ga * ranks,
+        seq_len=seq,
+        steps=1000,
+        seed=1234,
+        compile=compile_,
+        flops_per_sample=flops.per_sample,
+        experiment="bench",
+        run_dir="",
+        inner_dir="",
+        log="",
     )
 
 
@@ -146,7 +187,9 @@ def build_engine(spec, rank: int = 0, world: int = 1):
     from llmb.engines.torch.train import Engine
     from llmb.plugins.host import PluginHost
 
-    engine = Engine(spec, rank, world, rank, PluginHost())  # this process's host (the worker makes the run's)
+    engine = Engine(
+        spec, rank, world, rank, PluginHost()
+    )  # this process's host (the worker makes the run's)
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
         engine.build()
     return engine
@@ -158,7 +201,9 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - begin
 
 
-def mm_gflops(dtype: torch.dtype, shape: tuple[int, int, int] = PEAK_SHAPE, repeats: int = 1) -> float:
+def mm_gflops(
+    dtype: torch.dtype, shape: tuple[int, int, int] = PEAK_SHAPE, repeats: int = 1
+) -> float:
     m, k, n = shape
     a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     torch.mm(a, b)  # warm-up
@@ -174,12 +219,16 @@ def measure(spec, with_reference: bool, rounds: int, warmup: int, steps_per_roun
     reference = None
     if with_reference:
         model, reference = reference_trainer(arch, spec.mbs, spec.seq_len, spec.ga, spec.seed)
-        assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in engine.model.parameters())
+        assert sum(p.numel() for p in model.parameters()) == sum(
+            p.numel() for p in engine.model.parameters()
+        )
     times: dict[str, list[float]] = {"engine": [], "reference": [], "peak": []}
     n = steps_per_round
     for r in range(warmup + rounds):
         engine_s = sum(timed(engine.step, r * n + i + 1) for i in range(n)) / n
-        reference_s = sum(timed(reference, r * n + i + 1) for i in range(n)) / n if reference else math.nan
+        reference_s = (
+            sum(timed(reference, r * n + i + 1) for i in range(n)) / n if reference else math.nan
+        )
         if r >= warmup:
             times["engine"].append(engine_s)
             times["reference"].append(reference_s)
@@ -206,7 +255,9 @@ def measure_ddp(spec, steps: int, warmup: int) -> float:
         port = probe.getsockname()[1]
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
-    mp.start_processes(_ddp_rank, args=(spec, steps, warmup, port, queue), nprocs=spec.ranks, start_method="spawn")
+    mp.start_processes(
+        _ddp_rank, args=(spec, steps, warmup, port, queue), nprocs=spec.ranks, start_method="spawn"
+    )
     return queue.get()
 
 
@@ -221,22 +272,39 @@ def models(host, only: str | None):
     if only in (None, "tiny"):
         for workload in host.workloads().values():
             arch = shrink(workload.architecture(workload.default_variant.series[0].size), "tiny")
-            rows.append((f"{workload.name} tiny", workload, arch, PROXIES["tiny"].seq_len, 4, workload.name == "llama31"))
+            rows.append(
+                (
+                    f"{workload.name} tiny",
+                    workload,
+                    arch,
+                    PROXIES["tiny"].seq_len,
+                    4,
+                    workload.name == "llama31",
+                )
+            )
     if only in (None, "8b"):
         workload = host.workload("llama31")
-        arch = replace(workload.architecture("8b").with_layers(1), vocab=WIDE_VOCAB, size="8b-width-1layer")
+        arch = replace(
+            workload.architecture("8b").with_layers(1), vocab=WIDE_VOCAB, size="8b-width-1layer"
+        )
         rows.append(("llama31 8B width, 1 layer", workload, arch, WIDE_SEQ, 1, True))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per row (a tiny row's round: 4 steps)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed rounds per row (a tiny row's round: 4 steps)"
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--ga", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--ranks", default="1", help="comma-separated world sizes: 1, or 1,2 for DDP as well")
+    parser.add_argument(
+        "--ranks", default="1", help="comma-separated world sizes: 1, or 1,2 for DDP as well"
+    )
     parser.add_argument("--only", choices=("tiny", "8b"))
-    parser.add_argument("--compile", action="store_true", help="the engine's --compile (per-block torch.compile)")
+    parser.add_argument(
+        "--compile", action="store_true", help="the engine's --compile (per-block torch.compile)"
+    )
     args = parser.parse_args()
     from llmb.engines.torch.runtime import cpu_threads
     from llmb.plugins.host import PluginHost
@@ -246,12 +314,26 @@ def main() -> None:
     worlds = [int(w) for w in args.ranks.split(",")]
     load = os.getloadavg()
     bf16 = mm_gflops(torch.bfloat16, BF16_SHAPE, repeats=3)
-    print(f"CPU, torch {torch.__version__}, {torch.get_num_threads()} thread(s) per rank, GA {args.ga}, "
-          f"compile {'on' if args.compile else 'off'}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"torch.mm fp32 {PEAK_SHAPE[0]}x{PEAK_SHAPE[1]} @ {PEAK_SHAPE[1]}x{PEAK_SHAPE[2]}: sampled once per round "
-          f"(column 'peak'); bf16 {BF16_SHAPE[0]}x{BF16_SHAPE[1]} @ {BF16_SHAPE[1]}x{BF16_SHAPE[2]}: {bf16:.1f} GFLOP/s")
-    header = ("model", "ranks", "tokens/step", "engine s", "GFLOP/s/rank", "peak", "% peak", "reference s",
-              "ref GFLOP/s", "% of ref")
+    print(
+        f"CPU, torch {torch.__version__}, {torch.get_num_threads()} thread(s) per rank, GA {args.ga}, "
+        f"compile {'on' if args.compile else 'off'}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(
+        f"torch.mm fp32 {PEAK_SHAPE[0]}x{PEAK_SHAPE[1]} @ {PEAK_SHAPE[1]}x{PEAK_SHAPE[2]}: sampled once per round "
+        f"(column 'peak'); bf16 {BF16_SHAPE[0]}x{BF16_SHAPE[1]} @ {BF16_SHAPE[1]}x{BF16_SHAPE[2]}: {bf16:.1f} GFLOP/s"
+    )
+    header = (
+        "model",
+        "ranks",
+        "tokens/step",
+        "engine s",
+        "GFLOP/s/rank",
+        "peak",
+        "% peak",
+        "reference s",
+        "ref GFLOP/s",
+        "% of ref",
+    )
     widths = (26, 5, 11, 9, 12, 7, 7, 11, 11, 8)
     print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
     for label, workload, arch, seq, mbs, has_reference in models(host, args.only):
@@ -262,17 +344,31 @@ def main() -> None:
             if world == 1:
                 result = measure(spec, has_reference, args.rounds, args.warmup, per_round)
             else:
-                result = {"engine": measure_ddp(spec, args.rounds * per_round, args.warmup), "reference": math.nan,
-                          "peak": math.nan}
+                result = {
+                    "engine": measure_ddp(spec, args.rounds * per_round, args.warmup),
+                    "reference": math.nan,
+                    "peak": math.nan,
+                }
             achieved = step_flops / result["engine"] / world / 1e9
             reference = step_flops / result["reference"] / 1e9
-            cells = (label, world, spec.gbs * seq, f"{result['engine']:.3f}", f"{achieved:.1f}",
-                     f"{result['peak']:.1f}", f"{100 * achieved / result['peak']:.0f}%",
-                     f"{result['reference']:.3f}", f"{reference:.1f}", f"{100 * achieved / reference:.0f}%")
+            cells = (
+                label,
+                world,
+                spec.gbs * seq,
+                f"{result['engine']:.3f}",
+                f"{achieved:.1f}",
+                f"{result['peak']:.1f}",
+                f"{100 * achieved / result['peak']:.0f}%",
+                f"{result['reference']:.3f}",
+                f"{reference:.1f}",
+                f"{100 * achieved / reference:.0f}%",
+            )
             cells = ["-" if "nan" in str(c) else c for c in cells]
             print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)), flush=True)
     load = os.getloadavg()
-    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; python {sys.version.split()[0]}")
+    print(
+        f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; python {sys.version.split()[0]}"
+    )
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def write_large_trace(path, size_bytes: int, seed: int = 0, block_lines: int = 2
     iteration_lines = list(megatron_bridge_lines(range(1, 51), seed=seed))
     written = 0
     with open(path, "wb") as handle:
-        pairs = [iteration_lines[i:i + 2] for i in range(0, len(iteration_lines), 2)]
+        pairs = [iteration_lines[i : i + 2] for i in range(0, len(iteration_lines), 2)]
         blocks_total = max(1, size_bytes // len(block))
         per_step = max(1, blocks_total // 5)  # the trace covers the first five steps
         for step, pair in enumerate(pairs):
@@ -152,12 +152,16 @@ def _noisy_run(path, size_bytes: int, kind: str, seed: int) -> int:
     """One run's log of about ``size_bytes``: warnings around 50 Megatron-Bridge
     iterations. ``kind``: ``success``, ``incomplete`` (stops after 40),
     ``nan`` (grad norm nan at 20) or ``oom`` (dies before its first step)."""
-    lines = [f"[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/{seed}"]
+    lines = [
+        f"[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/{seed}"
+    ]
     if kind == "oom":
         lines += [*TRACEBACK, OOM]
     else:
         stop = 40 if kind == "incomplete" else 50
-        lines += megatron_bridge_lines(range(1, stop + 1), nan_at=(20,) if kind == "nan" else (), seed=seed)
+        lines += megatron_bridge_lines(
+            range(1, stop + 1), nan_at=(20,) if kind == "nan" else (), seed=seed
+        )
     noise = (NOISE_LINE + "\n") * max(0, (size_bytes // len(lines) - 200) // (len(NOISE_LINE) + 1))
     written = 0
     with open(path, "w", encoding="utf-8") as handle:
@@ -168,7 +172,9 @@ def _noisy_run(path, size_bytes: int, kind: str, seed: int) -> int:
     return written
 
 
-def write_experiments_tree(root, size_bytes: int = 1_000_000_000, small_runs: int = 200, seed: int = 0) -> dict:
+def write_experiments_tree(
+    root, size_bytes: int = 1_000_000_000, small_runs: int = 200, seed: int = 0
+) -> dict:
     """An ``experiments`` tree of about ``size_bytes`` in the seeds' layout,
     ``<root>/<exp>/<exp>_<timestamp>/<exp>/log-<exp>_<jobid>_0.out`` (job ids
     make each log's file name unique): 60 % in six runs whose first steps carry
@@ -181,7 +187,10 @@ def write_experiments_tree(root, size_bytes: int = 1_000_000_000, small_runs: in
     kinds: dict[str, str] = {}
     plan = [("trace", int(size_bytes * 0.1))] * 6 + [("noise", int(size_bytes * 0.1))] * 2
     small = int(size_bytes * 0.2 / max(1, small_runs))
-    plan += [({7: "incomplete", 8: "nan", 9: "oom"}.get(i % 10, "success"), small) for i in range(small_runs)]
+    plan += [
+        ({7: "incomplete", 8: "nan", 9: "oom"}.get(i % 10, "success"), small)
+        for i in range(small_runs)
+    ]
     for index, (kind, size) in enumerate(plan):
         exp = TREE_EXPERIMENTS[index % len(TREE_EXPERIMENTS)]
         run = os.path.join(root, exp, f"{exp}_{1763719200 + index}", exp)

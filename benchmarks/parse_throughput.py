@@ -98,7 +98,10 @@ def make_logs(directory: Path, trace_gb: float) -> dict[str, Path]:
     loggen.write_large_trace(logs["NCCL trace + 50 iterations"], int(trace_gb * 1e9))
     noise = directory / "noise.log"
     with open(noise, "w") as handle:
-        line = "[NeMo W 2026-11-21 10:00:00 nemo_logging:361] a warning that says nothing useful " * 2 + "\n"
+        line = (
+            "[NeMo W 2026-11-21 10:00:00 nemo_logging:361] a warning that says nothing useful " * 2
+            + "\n"
+        )
         lines = list(loggen.megatron_bridge_lines(range(1, 51)))
         per_gap = int(200e6 / len(line) / len(lines))
         for item in lines:
@@ -108,7 +111,9 @@ def make_logs(directory: Path, trace_gb: float) -> dict[str, Path]:
     logs["NeMo 2, 50 iterations"] = directory / "nemo.log"
     loggen.write_lines(logs["NeMo 2, 50 iterations"], loggen.nemo2_lines(range(0, 50)))
     logs["Megatron-Bridge, 50 iterations"] = directory / "mb.log"
-    loggen.write_lines(logs["Megatron-Bridge, 50 iterations"], loggen.megatron_bridge_lines(range(1, 51)))
+    loggen.write_lines(
+        logs["Megatron-Bridge, 50 iterations"], loggen.megatron_bridge_lines(range(1, 51))
+    )
     return logs
 
 
@@ -132,17 +137,45 @@ def logs_mode(args) -> None:
         for name, path in logs.items():
             m = measure(path)
             rate = m["bytes"] / m["seconds"] / 1e6 if m["seconds"] else float("inf")
-            rows.append((name, m["bytes"] / 1e6, m["seconds"], rate, m["rss_kb"] / 1024, m["iterations"],
-                         m["nccl_calls"]))
+            rows.append(
+                (
+                    name,
+                    m["bytes"] / 1e6,
+                    m["seconds"],
+                    rate,
+                    m["rss_kb"] / 1024,
+                    m["iterations"],
+                    m["nccl_calls"],
+                )
+            )
         header = ("log", "MB", "seconds", "MB/s", "peak RSS MB", "iterations", "NCCL calls")
         widths = [max(len(str(h)), 34 if i == 0 else 10) for i, h in enumerate(header)]
-        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+        print(
+            "  ".join(
+                h.ljust(w) if i == 0 else h.rjust(w)
+                for i, (h, w) in enumerate(zip(header, widths, strict=True))
+            )
+        )
         for name, mb, seconds, rate, rss, iterations, calls in rows:
-            cells = [name, f"{mb:,.1f}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rss:,.0f}", str(iterations), f"{calls:,}"]
-            print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
-        print("\naims: >= 300 MB/s on one core, < 200 MB peak RSS "
-              f"(python {sys.version.split()[0]}, every registered parser reading every log)")
-
+            cells = [
+                name,
+                f"{mb:,.1f}",
+                f"{seconds:.2f}",
+                f"{rate:,.0f}",
+                f"{rss:,.0f}",
+                str(iterations),
+                f"{calls:,}",
+            ]
+            print(
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+                )
+            )
+        print(
+            "\naims: >= 300 MB/s on one core, < 200 MB peak RSS "
+            f"(python {sys.version.split()[0]}, every registered parser reading every log)"
+        )
 
 
 # ---------------------------------------------------------------- tree mode: llmb against the bash parser
@@ -219,8 +252,14 @@ def timed(command: list[str], env: dict[str, str], stdout_path: Path, sample: bo
             thread.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stderr.close()
-    return {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
-            "tree_rss_mb": peak_sum[0] / 1024, "rc": proc.returncode, "stderr": stderr.decode(errors="replace")}
+    return {
+        "seconds": seconds,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "rss_mb": usage.ru_maxrss / 1024,
+        "tree_rss_mb": peak_sum[0] / 1024,
+        "rc": proc.returncode,
+        "stderr": stderr.decode(errors="replace"),
+    }
 
 
 def read_bash_csv(path: Path) -> dict[str, dict]:
@@ -229,8 +268,14 @@ def read_bash_csv(path: Path) -> dict[str, dict]:
         if not line or line.startswith("#") or line.startswith("filename,"):
             continue
         name, status, mean, std, tf_mean, tf_std, extra = (line.split(",") + [""] * 7)[:7]
-        rows[name] = {"status": status, "time_mean_ms": mean, "time_std_dev_ms": std,
-                      "tflops_per_gpu_mean": tf_mean, "tflops_per_gpu_std_dev": tf_std, "extra": extra}
+        rows[name] = {
+            "status": status,
+            "time_mean_ms": mean,
+            "time_std_dev_ms": std,
+            "tflops_per_gpu_mean": tf_mean,
+            "tflops_per_gpu_std_dev": tf_std,
+            "extra": extra,
+        }
     return rows
 
 
@@ -255,19 +300,28 @@ def disagreements(bash: dict[str, dict], llmb: dict[str, dict]) -> list[str]:
     for name in sorted(set(bash) | set(llmb)):
         b, m = bash.get(name), llmb.get(name)
         if b is None or m is None:
-            out.append(f"{name}: only {'llmb' if b is None else 'bash'} has it"
-                       f" ({(m or b)['status']})")
+            out.append(
+                f"{name}: only {'llmb' if b is None else 'bash'} has it ({(m or b)['status']})"
+            )
             continue
         expected = _STATUS.get(b["status"])
-        if (expected or "") != m["status"] and not (b["status"] == "Failed" and m["status"] not in _STATUS.values()):
+        if (expected or "") != m["status"] and not (
+            b["status"] == "Failed" and m["status"] not in _STATUS.values()
+        ):
             out.append(f"{name}: status bash {b['status']}, llmb {m['status']}")
             continue
         if b["status"] == "Failed" and b["extra"] and b["extra"] != m["max_iteration"]:
-            out.append(f"{name}: last iteration bash {b['extra']}, llmb {m['max_iteration'] or '-'}")
+            out.append(
+                f"{name}: last iteration bash {b['extra']}, llmb {m['max_iteration'] or '-'}"
+            )
         if b["status"] != "Success":
             continue
-        for column, tolerance in (("time_mean_ms", 0.0015), ("time_std_dev_ms", 0.0015),
-                                  ("tflops_per_gpu_mean", 0.015), ("tflops_per_gpu_std_dev", 0.015)):
+        for column, tolerance in (
+            ("time_mean_ms", 0.0015),
+            ("time_std_dev_ms", 0.0015),
+            ("tflops_per_gpu_mean", 0.015),
+            ("tflops_per_gpu_std_dev", 0.015),
+        ):
             x, y = _number(b[column]), _number(m[column])
             if (x is None) != (y is None) or (x is not None and abs(x - y) > tolerance):
                 out.append(f"{name}: {column} bash {b[column] or '-'}, llmb {m[column] or '-'}")
@@ -283,11 +337,17 @@ def tree_mode(args) -> None:
         if tree.exists():
             shutil.rmtree(tree)
         started = time.perf_counter()
-        kinds = loggen.write_experiments_tree(str(tree), int(args.tree_gb * 1e9), small_runs=args.small_runs)
+        kinds = loggen.write_experiments_tree(
+            str(tree), int(args.tree_gb * 1e9), small_runs=args.small_runs
+        )
         size = sum(os.path.getsize(log) for log in kinds)
-        print(f"generated {len(kinds)} runs, {size / 1e6:,.0f} MB, in {time.perf_counter() - started:.1f} s "
-              f"({', '.join(f'{n} {k}' for k, n in sorted(Counter(kinds.values()).items()))})")
-        print(f"bash parser: {bash_parser}; llmb: {llmb}; {os.cpu_count()} CPUs, python {sys.version.split()[0]}\n")
+        print(
+            f"generated {len(kinds)} runs, {size / 1e6:,.0f} MB, in {time.perf_counter() - started:.1f} s "
+            f"({', '.join(f'{n} {k}' for k, n in sorted(Counter(kinds.values()).items()))})"
+        )
+        print(
+            f"bash parser: {bash_parser}; llmb: {llmb}; {os.cpu_count()} CPUs, python {sys.version.split()[0]}\n"
+        )
 
         def run(tool: str, out: Path, sample: bool = False) -> dict:
             # Bytecode as users have it (pip compiles installed packages, an editable checkout compiles on
@@ -298,7 +358,15 @@ def tree_mode(args) -> None:
             else:
                 install = tempfile.mkdtemp(prefix="llmb-bench-install-", dir=scratch)
                 env["LLMB_INSTALL"] = install  # a fresh, empty results database every time
-                command = [llmb, "results", "--rescan", str(tree), "--format", "csv", "--full-names"]
+                command = [
+                    llmb,
+                    "results",
+                    "--rescan",
+                    str(tree),
+                    "--format",
+                    "csv",
+                    "--full-names",
+                ]
             m = timed(command, env, out, sample)
             if tool == "llmb" and m["rc"] != 0 or tool == "bash" and m["rc"] not in (0, 1):
                 sys.exit(f"{tool} failed ({m['rc']}): {' '.join(command)}\n{m['stderr']}")
@@ -307,54 +375,122 @@ def tree_mode(args) -> None:
             return m
 
         outputs = {tool: directory / f"{tool}.csv" for tool in ("bash", "llmb")}
-        warm = {tool: run(tool, outputs[tool], sample=True) for tool in ("bash", "llmb")}  # warms the page cache
+        warm = {
+            tool: run(tool, outputs[tool], sample=True) for tool in ("bash", "llmb")
+        }  # warms the page cache
         differences = disagreements(read_bash_csv(outputs["bash"]), read_llmb_csv(outputs["llmb"]))
         times: dict[str, list[dict]] = {"bash": [], "llmb": []}
         for _ in range(args.repeat):
             for tool in ("bash", "llmb"):
                 times[tool].append(run(tool, directory / f"{tool}.timed.csv"))
 
-        header = ("tool", "best s", "median s", "MB/s", "CPU s", "peak RSS MB", "tree RSS MB", "speed-up")
+        header = (
+            "tool",
+            "best s",
+            "median s",
+            "MB/s",
+            "CPU s",
+            "peak RSS MB",
+            "tree RSS MB",
+            "speed-up",
+        )
         widths = (30, 7, 9, 6, 6, 12, 12, 9)
-        print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+        print(
+            "  ".join(
+                h.ljust(w) if i == 0 else h.rjust(w)
+                for i, (h, w) in enumerate(zip(header, widths, strict=True))
+            )
+        )
         best = {tool: min(m["seconds"] for m in runs) for tool, runs in times.items()}
-        median = {tool: statistics.median(m["seconds"] for m in runs) for tool, runs in times.items()}
+        median = {
+            tool: statistics.median(m["seconds"] for m in runs) for tool, runs in times.items()
+        }
         names = {"bash": "parse_train_timing_mbridge.sh", "llmb": "llmb results --rescan (cold)"}
         for tool, runs in times.items():
             fastest = min(runs, key=lambda m: m["seconds"])
-            cells = (names[tool], f"{best[tool]:.2f}", f"{median[tool]:.2f}", f"{size / best[tool] / 1e6:,.0f}",
-                     f"{fastest['cpu']:.2f}", f"{max(m['rss_mb'] for m in [*runs, warm[tool]]):,.0f}",
-                     f"{warm[tool]['tree_rss_mb']:,.0f}", f"{best['bash'] / best[tool]:.1f}x")
-            print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
-        print(f"\nspeed-up of llmb: {best['bash'] / best['llmb']:.1f}x at the best, "
-              f"{median['bash'] / median['llmb']:.1f}x at the median ({args.repeat} runs each, alternating, "
-              f"after one warm-up each; CPU s: user and system time of the fastest run; tree RSS: the summed "
-              f"RSS of the tool's processes, sampled in the warm-up run)")
-        print("every run's time: " + "; ".join(
-            f"{tool} " + " ".join(f"{m['seconds']:.2f}" for m in runs) for tool, runs in times.items()))
+            cells = (
+                names[tool],
+                f"{best[tool]:.2f}",
+                f"{median[tool]:.2f}",
+                f"{size / best[tool] / 1e6:,.0f}",
+                f"{fastest['cpu']:.2f}",
+                f"{max(m['rss_mb'] for m in [*runs, warm[tool]]):,.0f}",
+                f"{warm[tool]['tree_rss_mb']:,.0f}",
+                f"{best['bash'] / best[tool]:.1f}x",
+            )
+            print(
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+                )
+            )
+        print(
+            f"\nspeed-up of llmb: {best['bash'] / best['llmb']:.1f}x at the best, "
+            f"{median['bash'] / median['llmb']:.1f}x at the median ({args.repeat} runs each, alternating, "
+            f"after one warm-up each; CPU s: user and system time of the fastest run; tree RSS: the summed "
+            f"RSS of the tool's processes, sampled in the warm-up run)"
+        )
+        print(
+            "every run's time: "
+            + "; ".join(
+                f"{tool} " + " ".join(f"{m['seconds']:.2f}" for m in runs)
+                for tool, runs in times.items()
+            )
+        )
         rows = read_llmb_csv(outputs["llmb"])
-        print(f"agreement: {len(rows)} runs; llmb statuses "
-              + ", ".join(f"{n} {s}" for s, n in sorted(Counter(r["status"] for r in rows.values()).items())))
+        print(
+            f"agreement: {len(rows)} runs; llmb statuses "
+            + ", ".join(
+                f"{n} {s}" for s, n in sorted(Counter(r["status"] for r in rows.values()).items())
+            )
+        )
         if differences:
             print(f"{len(differences)} disagreements between bash and llmb:")
             for line in differences:
                 print(f"  {line}")
         else:
-            print("bash and llmb agree on every run (status, time mean and std, TFLOPS mean and std, last iteration)")
+            print(
+                "bash and llmb agree on every run (status, time mean and std, TFLOPS mean and std, last iteration)"
+            )
         print("\naims: llmb >= 10x faster than the bash parser, peak RSS < 200 MB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", nargs="?", choices=("logs", "tree"), default="logs",
-                        help="logs: per-log throughput (default); tree: llmb against the bash parser on a tree")
-    parser.add_argument("--trace-gb", type=float, default=1.0, help="logs: size of the NCCL-trace log (default 1 GB)")
-    parser.add_argument("--tree-gb", type=float, default=1.0, help="tree: size of the tree (default 1 GB)")
-    parser.add_argument("--small-runs", type=int, default=200, help="tree: runs in its small-log fifth (default 200)")
-    parser.add_argument("--repeat", type=int, default=3, help="tree: timed runs of each tool (default 3)")
-    parser.add_argument("--bash-parser", help=f"tree: parse_train_timing_mbridge.sh (default ${BASH_PARSER_VARIABLE})")
-    parser.add_argument("--llmb", help="tree: the llmb to time (default: the one beside this Python), e.g. a "
-                                       "script that runs another checkout's, to compare versions")
+    parser.add_argument(
+        "mode",
+        nargs="?",
+        choices=("logs", "tree"),
+        default="logs",
+        help="logs: per-log throughput (default); tree: llmb against the bash parser on a tree",
+    )
+    parser.add_argument(
+        "--trace-gb",
+        type=float,
+        default=1.0,
+        help="logs: size of the NCCL-trace log (default 1 GB)",
+    )
+    parser.add_argument(
+        "--tree-gb", type=float, default=1.0, help="tree: size of the tree (default 1 GB)"
+    )
+    parser.add_argument(
+        "--small-runs",
+        type=int,
+        default=200,
+        help="tree: runs in its small-log fifth (default 200)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="tree: timed runs of each tool (default 3)"
+    )
+    parser.add_argument(
+        "--bash-parser",
+        help=f"tree: parse_train_timing_mbridge.sh (default ${BASH_PARSER_VARIABLE})",
+    )
+    parser.add_argument(
+        "--llmb",
+        help="tree: the llmb to time (default: the one beside this Python), e.g. a "
+        "script that runs another checkout's, to compare versions",
+    )
     parser.add_argument("--keep", type=Path, help="write the logs (or the tree) here and keep them")
     args = parser.parse_args()
     if args.mode == "tree":

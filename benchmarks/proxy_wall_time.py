@@ -43,17 +43,23 @@ TEST_ROWS = [
     ("nemotronh 56b h100 fp8", ["nemotronh"]),
 ]
 EXTRA_ROWS = [
-    ("llama31 8b h100 bf16 (demo)", ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16"]),
+    (
+        "llama31 8b h100 bf16 (demo)",
+        ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16"],
+    ),
     ("llama31 405b h100 fp8", ["llama31", "--size", "405b", "--gpu", "h100", "--dtype", "fp8"]),
 ]
 STEP_MS = re.compile(r"elapsed time per iteration \(ms\): ([0-9.]+)")
 GA = re.compile(r"MBS (\d+) x GA (\d+)")
 
 
-
 def source_path(tree: Path) -> str:
     """PYTHONPATH entries that put ``tree``'s packages ahead of the installed (editable) ones."""
-    entries = [tree / "core" / "src", *sorted(tree.glob("plugins/*/src")), *sorted(tree.glob("backends/*/src"))]
+    entries = [
+        tree / "core" / "src",
+        *sorted(tree.glob("plugins/*/src")),
+        *sorted(tree.glob("backends/*/src")),
+    ]
     missing = [str(e) for e in entries[:1] if not e.is_dir()]
     if missing:
         sys.exit(f"--before {tree}: no {missing[0]}")
@@ -67,13 +73,22 @@ def load() -> str:
 
 def run_row(args: list[str], pythonpath: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="llmb-proxy-bench-") as install:
-        env = {k: v for k, v in os.environ.items() if k not in ("LLMB_INSTALL", "PYTHONPATH", "OMP_NUM_THREADS")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("LLMB_INSTALL", "PYTHONPATH", "OMP_NUM_THREADS")
+        }
         env.update(LLMB_INSTALL=install, LLMB_NO_CACHE="1")
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
         begin = time.perf_counter()
-        proc = subprocess.run([llmb_executable(), "run", *args, "--gpus", "2", "--proxy", "tiny", "--json"],
-                              env=env, capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(
+            [llmb_executable(), "run", *args, "--gpus", "2", "--proxy", "tiny", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         wall = time.perf_counter() - begin
         if proc.returncode != 0:
             return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["failed"]}
@@ -81,30 +96,52 @@ def run_row(args: list[str], pythonpath: str | None) -> dict:
         log = Path(summary["log"]).read_text()
     steps = [float(ms) / 1000 for ms in STEP_MS.findall(log)]
     layout = GA.search(log)
-    return {"wall": wall, "steps": len(steps), "step": statistics.mean(steps) if steps else float("nan"),
-            "startup": wall - sum(steps), "ga": int(layout.group(2)) if layout else None}
+    return {
+        "wall": wall,
+        "steps": len(steps),
+        "step": statistics.mean(steps) if steps else float("nan"),
+        "startup": wall - sum(steps),
+        "ga": int(layout.group(2)) if layout else None,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", choices=("tests", "all"), default="tests",
-                        help="the test suite's four commands, or those plus the demo and the largest GA")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each row (and each source tree)")
-    parser.add_argument("--before", type=Path, help="a source tree to run first, for a before/after table")
+    parser.add_argument(
+        "--rows",
+        choices=("tests", "all"),
+        default="tests",
+        help="the test suite's four commands, or those plus the demo and the largest GA",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of each row (and each source tree)"
+    )
+    parser.add_argument(
+        "--before", type=Path, help="a source tree to run first, for a before/after table"
+    )
     parser.add_argument("--only", help="run only the rows whose label contains this")
     args = parser.parse_args()
     before = source_path(args.before.resolve()) if args.before else None
     rows = TEST_ROWS + (EXTRA_ROWS if args.rows == "all" else [])
     rows = [row for row in rows if not args.only or args.only in row[0]]
-    print(f"nproc {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), load average {load()}; "
-          f"each row: llmb run ... --gpus 2 --proxy tiny, default steps")
+    print(
+        f"nproc {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))}), load average {load()}; "
+        f"each row: llmb run ... --gpus 2 --proxy tiny, default steps"
+    )
     header = ("row", "GA", "tree", "steps", "wall s", "s/step", "start-up s", "after/before")
     widths = (28, 3, 6, 5, 7, 7, 10, 12)
-    print("  ".join(f"{h:>{w}}" if i else f"{h:<{w}}" for i, (h, w) in enumerate(zip(header, widths, strict=True))))
+    print(
+        "  ".join(
+            f"{h:>{w}}" if i else f"{h:<{w}}"
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    )
     for label, row_args in rows:
         for _ in range(args.repeats):
             results = {}
-            for tree, path in ((("before", before),) if before else ()) + (("after" if before else "this", None),):
+            for tree, path in ((("before", before),) if before else ()) + (
+                ("after" if before else "this", None),
+            ):
                 results[tree] = result = run_row(row_args, path)
                 if "error" in result:
                     print(f"{label:<28}  {tree}: failed: {result['error'][0]}", flush=True)
@@ -112,10 +149,23 @@ def main() -> None:
                 ratio = ""
                 if tree == "after" and "wall" in results.get("before", {}):
                     ratio = f"{result['wall'] / results['before']['wall']:.2f}x"
-                cells = (label, result["ga"] or "-", tree, result["steps"], f"{result['wall']:.1f}",
-                         f"{result['step']:.3f}", f"{result['startup']:.1f}", ratio)
-                print("  ".join(f"{c:>{w}}" if i else f"{c:<{w}}"
-                                for i, (c, w) in enumerate(zip(cells, widths, strict=True))), flush=True)
+                cells = (
+                    label,
+                    result["ga"] or "-",
+                    tree,
+                    result["steps"],
+                    f"{result['wall']:.1f}",
+                    f"{result['step']:.3f}",
+                    f"{result['startup']:.1f}",
+                    ratio,
+                )
+                print(
+                    "  ".join(
+                        f"{c:>{w}}" if i else f"{c:<{w}}"
+                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+                    ),
+                    flush=True,
+                )
             print(f"{'':28}  load average {load()}", flush=True)
 
 

@@ -34,8 +34,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from private_slurm import PrivateSlurm, counting_shims  # noqa: E402
 
-RUN = ["run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--proxy", "tiny", "--gpus", "1",
-       "--backend", "slurm", "--bare", "--detach", "--json"]
+RUN = [
+    "run",
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--proxy",
+    "tiny",
+    "--gpus",
+    "1",
+    "--backend",
+    "slurm",
+    "--bare",
+    "--detach",
+    "--json",
+]
 
 
 def llmb(*args: str, env: dict[str, str]) -> str:
@@ -60,21 +77,37 @@ def poll(env: dict[str, str], log: Path, polls: int) -> tuple[Counter, float]:
 def measure(jobs: int, polls: int, base_env: dict[str, str], work: Path) -> dict:
     install = work / f"install-{jobs}"
     log = counting_shims(work / f"shims-{jobs}")
-    env = {**base_env, "LLMB_INSTALL": str(install), "PATH": f"{log.parent}:{base_env['PATH']}",
-           "ADDITIONAL_SLURM_PARAMS": "hold", "LLMB_LOG_FORMAT": "json"}
+    env = {
+        **base_env,
+        "LLMB_INSTALL": str(install),
+        "PATH": f"{log.parent}:{base_env['PATH']}",
+        "ADDITIONAL_SLURM_PARAMS": "hold",
+        "LLMB_LOG_FORMAT": "json",
+    }
     start = time.perf_counter()
     ids = [json.loads(llmb(*RUN, env=env))["job_id"] for _ in range(jobs)]
     submit_s = time.perf_counter() - start
     live_calls, live_s = poll(env, log, polls)
-    slurm_ids = [json.loads((install / "jobs" / i / "job.json").read_text())["details"]["attempts"][-1]["slurm_id"]
-                 for i in ids]
+    slurm_ids = [
+        json.loads((install / "jobs" / i / "job.json").read_text())["details"]["attempts"][-1][
+            "slurm_id"
+        ]
+        for i in ids
+    ]
     subprocess.run(["scancel", *slurm_ids], check=True, env=env)
     log.write_text("")
     llmb("status", "--all", "--json", env=env)  # finishes the cancelled jobs (one squeue for all)
     finishing = Counter(log.read_text().split())
     ended_calls, ended_s = poll(env, log, polls)
-    return {"jobs": jobs, "submit_s": submit_s, "live": live_calls, "live_s": live_s, "finishing": finishing,
-            "ended": ended_calls, "ended_s": ended_s}
+    return {
+        "jobs": jobs,
+        "submit_s": submit_s,
+        "live": live_calls,
+        "live_s": live_s,
+        "finishing": finishing,
+        "ended": ended_calls,
+        "ended_s": ended_s,
+    }
 
 
 def calls(counter: Counter) -> str:
@@ -88,9 +121,10 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmb-slurm-bench-"))
     cluster = None
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_") and k != "LLMB_BACKEND"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("SBATCH_") and k != "LLMB_BACKEND"
+    }
     if "SLURM_CONF" not in env:
-
         cluster = PrivateSlurm(work / "slurm").up()
         env.update(cluster.env())
     try:
@@ -99,14 +133,20 @@ def main() -> None:
         if cluster:
             cluster.down()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"llmb status --all over N held Slurm jobs ({'private two-node Slurm' if cluster else env['SLURM_CONF']}), "
-          f"median of {args.polls} polls")
-    header = f"{'N':>4}  {'submit s':>9}  {'jobs/s':>7}  {'calls per poll (live)':<24}  {'poll s':>7}  " \
-             f"{'finishing poll':<22}  {'calls per poll (ended)':<22}  {'poll s':>7}"
+    print(
+        f"llmb status --all over N held Slurm jobs ({'private two-node Slurm' if cluster else env['SLURM_CONF']}), "
+        f"median of {args.polls} polls"
+    )
+    header = (
+        f"{'N':>4}  {'submit s':>9}  {'jobs/s':>7}  {'calls per poll (live)':<24}  {'poll s':>7}  "
+        f"{'finishing poll':<22}  {'calls per poll (ended)':<22}  {'poll s':>7}"
+    )
     print(header)
     for r in rows:
-        print(f"{r['jobs']:>4}  {r['submit_s']:9.2f}  {r['jobs'] / r['submit_s']:7.2f}  {calls(r['live']):<24}  "
-              f"{r['live_s']:7.3f}  {calls(r['finishing']):<22}  {calls(r['ended']):<22}  {r['ended_s']:7.3f}")
+        print(
+            f"{r['jobs']:>4}  {r['submit_s']:9.2f}  {r['jobs'] / r['submit_s']:7.2f}  {calls(r['live']):<24}  "
+            f"{r['live_s']:7.3f}  {calls(r['finishing']):<22}  {calls(r['ended']):<22}  {r['ended_s']:7.3f}"
+        )
     print(f"\npython {sys.version.split()[0]}")
 
 

@@ -21,7 +21,9 @@ import pytest
 # that need one set it themselves.
 os.environ.pop("COLUMNS", None)
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # loggen: logs in the seeds' formats
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1] / "benchmarks")
+)  # loggen: logs in the seeds' formats
 
 from llmb.install.cluster_settings import SETTINGS  # noqa: E402
 from llmb.plugins.host import PluginHost  # noqa: E402
@@ -39,7 +41,9 @@ def host() -> PluginHost:
 def seeds() -> Path:
     found = seeds_dir()
     if found is None:
-        pytest.skip("seed documents not found: need ../shared/seeds beside the checkout or $LLMB_SEEDS_DIR")
+        pytest.skip(
+            "seed documents not found: need ../shared/seeds beside the checkout or $LLMB_SEEDS_DIR"
+        )
     return found
 
 
@@ -75,21 +79,42 @@ def llmb_proc(tmp_path_factory):
     install = tmp_path_factory.mktemp("install")
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
-        full_env = {k: v for k, v in os.environ.items() if k not in _SEED_VARS and k != "LLMB_LOG_FORMAT"}
+        full_env = {
+            k: v for k, v in os.environ.items() if k not in _SEED_VARS and k != "LLMB_LOG_FORMAT"
+        }
         full_env["LLMB_INSTALL"] = str(install)
         full_env.update(env or {})
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+        proc = subprocess.run(
+            [exe, *args], capture_output=True, text=True, env=full_env, timeout=timeout
+        )
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
 
 
 # Variables a developer's shell may hold that would change what a test asks for.
-_SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE",
-              "SBATCH_ACCOUNT", "SBATCH_PARTITION", "SBATCH_TIMELIMIT", "SBATCH_GPUS_PER_NODE",
-              "ADDITIONAL_SLURM_PARAMS", "LLMB_BACKEND", "HF_TOKEN", "ENABLE_PROFILE", "ENABLE_NCCLTRACE",
-              "ENABLE_CHECKPOINT", "ENABLE_GPU_METRICS", "LOAD_CHECKPOINT_PATH", "CHECKPOINT_DIR",
-              *(setting.variable for setting in SETTINGS))  # every cluster setting's variable (SBATCH_QOS, ...)
+_SEED_VARS = (
+    "MODEL_SIZE",
+    "DTYPE",
+    "JOB_TOTAL_GPUS",
+    "GPU_TYPE",
+    "STRONG_SCALING",
+    "GPUS_PER_NODE",
+    "SBATCH_ACCOUNT",
+    "SBATCH_PARTITION",
+    "SBATCH_TIMELIMIT",
+    "SBATCH_GPUS_PER_NODE",
+    "ADDITIONAL_SLURM_PARAMS",
+    "LLMB_BACKEND",
+    "HF_TOKEN",
+    "ENABLE_PROFILE",
+    "ENABLE_NCCLTRACE",
+    "ENABLE_CHECKPOINT",
+    "ENABLE_GPU_METRICS",
+    "LOAD_CHECKPOINT_PATH",
+    "CHECKPOINT_DIR",
+    *(setting.variable for setting in SETTINGS),
+)  # every cluster setting's variable (SBATCH_QOS, ...)
 
 
 def _private_slurm(tmp_path_factory, accounting: bool, name: str | None = None, **cluster):
@@ -101,11 +126,16 @@ def _private_slurm(tmp_path_factory, accounting: bool, name: str | None = None, 
     packages = "slurm-wlm munge" + (" mariadb-server slurmdbd" if accounting else "")
     if missing:
         if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests, but {', '.join(missing)} is not installed (.ci/run installs "
-                        f"{packages})")
+            pytest.fail(
+                f"CI must run the Slurm tests, but {', '.join(missing)} is not installed (.ci/run installs "
+                f"{packages})"
+            )
         pytest.skip(f"not installed here: {', '.join(missing)} (apt-get install {packages})")
-    private = PrivateSlurm(tmp_path_factory.mktemp(name or ("slurm-accounting" if accounting else "slurm")),
-                           accounting, **cluster)
+    private = PrivateSlurm(
+        tmp_path_factory.mktemp(name or ("slurm-accounting" if accounting else "slurm")),
+        accounting,
+        **cluster,
+    )
     try:
         private.up()
         yield private
@@ -143,8 +173,18 @@ def proxy_certification(llmb_proc, tmp_path_factory) -> ProxyCertification:
     suite = root / "suite.yaml"
     suite.write_text("llama31_8b: {dtypes: [bf16], scales: [1]}\n")
     env = {"LLMB_INSTALL": str(root / "install"), "LLMB_NO_CACHE": "1"}
-    result = llmb_proc("certify", "--file", str(suite), "--gpu", "h100", "--proxy", "tiny", "--json", env=env,
-                       timeout=900)  # a hang guard only
+    result = llmb_proc(
+        "certify",
+        "--file",
+        str(suite),
+        "--gpu",
+        "h100",
+        "--proxy",
+        "tiny",
+        "--json",
+        env=env,
+        timeout=900,
+    )  # a hang guard only
     try:
         shown = json.loads(result.out)
     except ValueError:

@@ -49,7 +49,9 @@ def tiny_model(workload: str):
 def global_batch(layout: Layout, vocab: int, step: int) -> torch.Tensor:
     """The step's tokens, ``[dp * ga * mbs, SEQ + 1]``: data-parallel rank d owns rows ``d * ga * mbs`` on."""
     generator = torch.Generator().manual_seed(SEED * 1000 + step)
-    return torch.randint(0, vocab, (layout.dp * layout.ga * layout.mbs, SEQ + 1), generator=generator)
+    return torch.randint(
+        0, vocab, (layout.dp * layout.ga * layout.mbs, SEQ + 1), generator=generator
+    )
 
 
 def optimizer(parameters):
@@ -86,7 +88,11 @@ def reference(layout: Layout, float8: str | None = None) -> dict:
     for step in range(1, layout.steps + 1):
         set_lr(opt, step)
         tokens = global_batch(layout, arch.vocab, step)
-        rows = tokens.view(layout.dp, layout.ga, layout.mbs, SEQ + 1).transpose(0, 1).reshape(layout.ga, micro, -1)
+        rows = (
+            tokens.view(layout.dp, layout.ga, layout.mbs, SEQ + 1)
+            .transpose(0, 1)
+            .reshape(layout.ga, micro, -1)
+        )
         total = 0.0
         for chunk in rows:
             loss = loss_of(model(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
@@ -133,7 +139,11 @@ def expert_train_run(rank: int, world: int) -> dict:
     its own rows under DDP, which leaves the experts to ``reduce_expert_gradients``."""
     import torch.distributed as dist
     from llmb.engines.torch.optim import CLIP_NORM
-    from llmb.engines.torch.parallel.experts import apply_expert_parallel, expert_parameter_names, reduce_expert_gradients
+    from llmb.engines.torch.parallel.experts import (
+        apply_expert_parallel,
+        expert_parameter_names,
+        reduce_expert_gradients,
+    )
     from llmb.engines.torch.parallel.gradnorm import clip_layout_grad_norm_
     from torch.nn.parallel import DistributedDataParallel
 
@@ -148,7 +158,9 @@ def expert_train_run(rank: int, world: int) -> dict:
     losses, norms = [], []
     for step in range(1, layout.steps + 1):
         set_lr(opt, step)
-        mine = global_batch(layout, arch.vocab, step).view(world, layout.ga, layout.mbs, SEQ + 1)[rank]
+        mine = global_batch(layout, arch.vocab, step).view(world, layout.ga, layout.mbs, SEQ + 1)[
+            rank
+        ]
         total = torch.zeros(())
         for micro, chunk in enumerate(mine):
             with ddp.no_sync() if micro < layout.ga - 1 else contextlib.nullcontext():
@@ -176,8 +188,16 @@ def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
     from llmb.engines.torch.parallel.pipeline import Pipeline
     from parallel_layout_ranks import run_spec
 
-    spec = run_spec({"workload": layout.workload, "layout": sizes, "ga": layout.ga, "rows": layout.dp * layout.mbs,
-                     "steps": layout.steps}, world)
+    spec = run_spec(
+        {
+            "workload": layout.workload,
+            "layout": sizes,
+            "ga": layout.ga,
+            "rows": layout.dp * layout.mbs,
+            "steps": layout.steps,
+        },
+        world,
+    )
     assert spec.layout.dp(world) == layout.dp
     model, arch = tiny_model(layout.workload)
     module = parallel.parallelize(model, spec, world)
@@ -186,13 +206,17 @@ def parallelize_run(rank: int, world: int, layout: Layout, sizes: dict) -> dict:
     losses, norms = [], []
     for step in range(1, layout.steps + 1):
         set_lr(opt, step)
-        mine = global_batch(layout, arch.vocab, step).view(layout.dp, layout.ga * layout.mbs, SEQ + 1)[replica]
+        mine = global_batch(layout, arch.vocab, step).view(
+            layout.dp, layout.ga * layout.mbs, SEQ + 1
+        )[replica]
         if isinstance(module, Pipeline):
             total = module.step(mine[:, :-1], mine[:, 1:])
         else:
             total = torch.zeros(())
             for micro, chunk in enumerate(mine.view(layout.ga, layout.mbs, SEQ + 1)):
-                with parallel.no_sync(module) if micro < layout.ga - 1 else contextlib.nullcontext():
+                with (
+                    parallel.no_sync(module) if micro < layout.ga - 1 else contextlib.nullcontext()
+                ):
                     loss = loss_of(module(chunk[:, :-1]), chunk[:, 1:]) / layout.ga
                     loss.backward()
                 total += loss.detach()
@@ -230,9 +254,12 @@ def expert_block_run(rank: int, world: int, out: str) -> dict:
         x = tokens[rank].clone().requires_grad_(True)
         y = layer(x)
         (y * probe[rank]).sum().backward()
-        saved[label] = {"output": y.detach(), "input_grad": x.grad,
-                        "grads": {name: p.grad for name, p in layer.named_parameters() if p.grad is not None},
-                        "parameters": sorted(name for name, _ in layer.named_parameters())}
+        saved[label] = {
+            "output": y.detach(),
+            "input_grad": x.grad,
+            "grads": {name: p.grad for name, p in layer.named_parameters() if p.grad is not None},
+            "parameters": sorted(name for name, _ in layer.named_parameters()),
+        }
     torch.save(saved, out + ".pt")
     return {"configs": list(saved)}
 
@@ -242,7 +269,9 @@ EXPERTS = Layout("llama4", steps=4, mbs=2, ga=2, dp=2)
 PIPELINE_DP = Layout("llama31", steps=3, mbs=1, ga=4, dp=2)
 MOE_TOKENS = 6
 MOE_CONFIGS = {  # Llama 4's routing (sigmoid, weights before the expert, shared expert) and Mixtral-style
-    "llama4": dict(hidden=16, experts=8, moe_ffn=32, topk=1, shared_ffn=24, score="sigmoid", weight_inputs=True),
+    "llama4": dict(
+        hidden=16, experts=8, moe_ffn=32, topk=1, shared_ffn=24, score="sigmoid", weight_inputs=True
+    ),
     "top2": dict(hidden=16, experts=4, moe_ffn=32, topk=2, score="softmax", weight_inputs=False),
 }
 
@@ -252,7 +281,9 @@ SCENARIOS = {
     "ep-train": lambda rank, world: expert_train_run(rank, world),
     "ep-block": expert_block_run,
     "parallelize-pp2-dp2": lambda rank, world: parallelize_run(rank, world, PIPELINE_DP, {"pp": 2}),
-    "parallelize-pp2-vp2-dp2": lambda rank, world: parallelize_run(rank, world, PIPELINE_DP, {"pp": 2, "vp": 2}),
+    "parallelize-pp2-vp2-dp2": lambda rank, world: parallelize_run(
+        rank, world, PIPELINE_DP, {"pp": 2, "vp": 2}
+    ),
     "parallelize-ep2": lambda rank, world: parallelize_run(rank, world, EXPERTS, {"ep": 2}),
 }
 
@@ -272,4 +303,6 @@ if __name__ == "__main__":
     main(sys.argv[1:])
     from llmb.worker import end_without_finalizing
 
-    end_without_finalizing(0)  # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(
+        0
+    )  # as the worker ends a finished rank: no distributed teardown in finalization

@@ -8,7 +8,11 @@ from pathlib import Path
 
 
 def make_run(
-    root: Path, experiment: str, lines: Iterable[str] | None, *, stamp: str = "1766132151",
+    root: Path,
+    experiment: str,
+    lines: Iterable[str] | None,
+    *,
+    stamp: str = "1766132151",
     recipe: dict | None = None,
 ) -> Path:
     """``root/<exp>/<exp>_<stamp>/<exp>/log-<exp>.out`` (no log when ``lines`` is None);

@@ -51,8 +51,20 @@ from urllib.parse import parse_qsl, urlsplit
 
 API = "/api/v1"
 PHASES = (
-    "Creating", "Initializing", "Resuming", "Pending", "Deleting", "Running", "Updating",
-    "Stopped", "Stopping", "Degraded", "Failed", "Completed", "Terminating", "Unknown",
+    "Creating",
+    "Initializing",
+    "Resuming",
+    "Pending",
+    "Deleting",
+    "Running",
+    "Updating",
+    "Stopped",
+    "Stopping",
+    "Degraded",
+    "Failed",
+    "Completed",
+    "Terminating",
+    "Unknown",
 )
 DEFAULT_PHASES = ["Creating", "Pending", "Running", "Completed"]
 CLUSTER_ID = "0b4c9e3a-58f1-4d0e-9a57-2c61f0d7e8a4"
@@ -68,40 +80,131 @@ DEFAULT_PROJECTS = [
 ]
 KILL_GRACE_S = 5.0
 # The fields of the generic workload view (GET /workloads/{id}, and each item of GET /workloads) it fills.
-GENERIC_FIELDS = {"id", "name", "type", "phase", "phaseMessage", "clusterId", "projectId", "projectName", "createdAt",
-                  "deletedAt", "submittedBy", "runningPods"}
+GENERIC_FIELDS = {
+    "id",
+    "name",
+    "type",
+    "phase",
+    "phaseMessage",
+    "clusterId",
+    "projectId",
+    "projectName",
+    "createdAt",
+    "deletedAt",
+    "submittedBy",
+    "runningPods",
+}
 
 # Field names from the documented request schemas (WorkloadCreationMeta, DistributedSpec, TrainingSpec).
 TOP_KEYS = {"name", "projectId", "clusterId", "useGivenNameAsPrefix", "templateId", "spec"}
 DISTRIBUTED_TOP_KEYS = {"masterSpecSameAsWorker", "masterSpec"}
 SPEC_KEYS = {
-    "annotations", "args", "autoDeletionTimeAfterCompletionSeconds", "backoffLimit", "category", "command",
-    "compute", "createHomeDir", "environmentVariables", "exposedUrls", "image", "imagePullPolicy",
-    "imagePullSecrets", "labels", "nodeAffinityRequired", "nodePools", "nodeType", "podAffinity", "ports",
-    "preemptibility", "priorityClass", "probes", "relatedUrls", "restartPolicy", "security", "stdin",
-    "storage", "terminateAfterPreemption", "terminationGracePeriodSeconds", "tolerations", "tty", "workingDir",
+    "annotations",
+    "args",
+    "autoDeletionTimeAfterCompletionSeconds",
+    "backoffLimit",
+    "category",
+    "command",
+    "compute",
+    "createHomeDir",
+    "environmentVariables",
+    "exposedUrls",
+    "image",
+    "imagePullPolicy",
+    "imagePullSecrets",
+    "labels",
+    "nodeAffinityRequired",
+    "nodePools",
+    "nodeType",
+    "podAffinity",
+    "ports",
+    "preemptibility",
+    "priorityClass",
+    "probes",
+    "relatedUrls",
+    "restartPolicy",
+    "security",
+    "stdin",
+    "storage",
+    "terminateAfterPreemption",
+    "terminationGracePeriodSeconds",
+    "tolerations",
+    "tty",
+    "workingDir",
 }
 DISTRIBUTED_SPEC_KEYS = {
-    "cleanPodPolicy", "distributedFramework", "maxReplicas", "minReplicas", "mpiLauncherCreationPolicy",
-    "numWorkers", "slotsPerWorker", "sshAuthMountPath",
+    "cleanPodPolicy",
+    "distributedFramework",
+    "maxReplicas",
+    "minReplicas",
+    "mpiLauncherCreationPolicy",
+    "numWorkers",
+    "slotsPerWorker",
+    "sshAuthMountPath",
 }
 TRAINING_SPEC_KEYS = {"completions", "parallelism"}
 COMPUTE_KEYS = {
-    "cpuCoreLimit", "cpuCoreRequest", "cpuMemoryLimit", "cpuMemoryRequest", "extendedResources",
-    "gpuDevicesRequest", "gpuMemoryLimit", "gpuMemoryRequest", "gpuPortionLimit", "gpuPortionRequest",
-    "gpuRequestType", "largeShmRequest",
+    "cpuCoreLimit",
+    "cpuCoreRequest",
+    "cpuMemoryLimit",
+    "cpuMemoryRequest",
+    "extendedResources",
+    "gpuDevicesRequest",
+    "gpuMemoryLimit",
+    "gpuMemoryRequest",
+    "gpuPortionLimit",
+    "gpuPortionRequest",
+    "gpuRequestType",
+    "largeShmRequest",
 }
-STORAGE_KEYS = {"configMapVolume", "dataVolume", "emptyDirVolume", "git", "hostPath", "nfs", "pvc", "s3", "secretVolume"}
-PVC_KEYS = {"name", "path", "existingPvc", "claimName", "readOnly", "ephemeral", "claimInfo", "dataSharing", "exclude"}
-ENV_KEYS = {"name", "value", "secret", "configMap", "podFieldRef", "userCredential", "exclude", "description"}
+STORAGE_KEYS = {
+    "configMapVolume",
+    "dataVolume",
+    "emptyDirVolume",
+    "git",
+    "hostPath",
+    "nfs",
+    "pvc",
+    "s3",
+    "secretVolume",
+}
+PVC_KEYS = {
+    "name",
+    "path",
+    "existingPvc",
+    "claimName",
+    "readOnly",
+    "ephemeral",
+    "claimInfo",
+    "dataSharing",
+    "exclude",
+}
+ENV_KEYS = {
+    "name",
+    "value",
+    "secret",
+    "configMap",
+    "podFieldRef",
+    "userCredential",
+    "exclude",
+    "description",
+}
 FRAMEWORKS = {"MPI", "PyTorch", "TF", "XGBoost", "JAX"}
 RESTART_POLICIES = {"Always", "Never", "OnFailure"}
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
 FILTER_RE = re.compile(r"^(\w+)(==|!=|<=|>=|=@|!@|=\^|=\$)(.+)$")
 FILTER_OPS = {
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
-    "=@": lambda a, b: b in a, "!@": lambda a, b: b not in a, "=^": str.startswith, "=$": str.endswith,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "=@": lambda a, b: b in a,
+    "!@": lambda a, b: b not in a,
+    "=^": str.startswith,
+    "=$": str.endswith,
 }
 
 
@@ -150,9 +253,19 @@ class FakeRunai:
     request, ``name``, ``phase``, ``phaseMessage``, ``events``, ``pods``: pod names, ``procs``: the
     pods' processes in execution mode, ...)."""
 
-    def __init__(self, *, client_id="llmb-qa", client_secret="s3cret", projects=None, token_ttl=3600.0,
-                 args_limit=10_000, app_token_only=False, client_credentials_only=False,
-                 execute=False, python=None):
+    def __init__(
+        self,
+        *,
+        client_id="llmb-qa",
+        client_secret="s3cret",
+        projects=None,
+        token_ttl=3600.0,
+        args_limit=10_000,
+        app_token_only=False,
+        client_credentials_only=False,
+        execute=False,
+        python=None,
+    ):
         self.client_id, self.client_secret = client_id, client_secret
         self.projects = [dict(p) for p in (DEFAULT_PROJECTS if projects is None else projects)]
         self.token_ttl, self.args_limit = float(token_ttl), args_limit
@@ -190,7 +303,9 @@ class FakeRunai:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{API}"
         return self
 
@@ -212,46 +327,80 @@ class FakeRunai:
 
     # ----- knobs for tests -----
 
-    def fail_next(self, status: int, times: int = 1, path_prefix: str = "",
-                  body: str | Callable[[Request], str] | None = None, retry_after: float | None = None,
-                  method: str | None = None) -> None:
+    def fail_next(
+        self,
+        status: int,
+        times: int = 1,
+        path_prefix: str = "",
+        body: str | Callable[[Request], str] | None = None,
+        retry_after: float | None = None,
+        method: str | None = None,
+    ) -> None:
         """Answer the next ``times`` requests whose path starts with ``path_prefix`` (with or without
         ``/api/v1``) and, when given, whose method is ``method`` with ``status``, before any other
         processing (nothing is created or changed). ``body`` may be a function of the request (a
         server that echoes what it was sent)."""
         headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
-        self._add_fault("reply", times, path_prefix, method, status=status, body=body, headers=headers)
+        self._add_fault(
+            "reply", times, path_prefix, method, status=status, body=body, headers=headers
+        )
 
     def malformed_next(self, times: int = 1, path_prefix: str = "") -> None:
         """Answer the next matching requests 200 with a truncated, unparsable JSON body."""
-        self._add_fault("reply", times, path_prefix, None, status=200, body='{"code": 200, "mess', headers={})
+        self._add_fault(
+            "reply", times, path_prefix, None, status=200, body='{"code": 200, "mess', headers={}
+        )
 
-    def reset_after_next(self, times: int = 1, path_prefix: str = "", method: str | None = None) -> None:
+    def reset_after_next(
+        self, times: int = 1, path_prefix: str = "", method: str | None = None
+    ) -> None:
         """Handle the next matching requests in full (a POST creates its workload), then reset the
         connection (TCP RST) instead of answering: the client cannot know it took effect."""
         self._add_fault("reset", times, path_prefix, method)
 
-    def redirect_next(self, location: str, status: int = 302, times: int = 1, path_prefix: str = "",
-                      method: str | None = None) -> None:
+    def redirect_next(
+        self,
+        location: str,
+        status: int = 302,
+        times: int = 1,
+        path_prefix: str = "",
+        method: str | None = None,
+    ) -> None:
         """Answer the next matching requests with a redirect to ``location`` followed by the request's
         own path and query (``location`` is another server: another origin)."""
-        self._add_fault("redirect", times, path_prefix, method, status=status, location=location.rstrip("/"))
+        self._add_fault(
+            "redirect", times, path_prefix, method, status=status, location=location.rstrip("/")
+        )
 
-    def drip_next(self, interval: float, times: int = 1, path_prefix: str = "", method: str | None = None) -> None:
+    def drip_next(
+        self, interval: float, times: int = 1, path_prefix: str = "", method: str | None = None
+    ) -> None:
         """Answer the next matching requests as usual, but one byte (status line and headers too) every
         ``interval`` seconds."""
         self._add_fault("drip", times, path_prefix, method, interval=interval)
 
-    def flood_next(self, size: int, times: int = 1, path_prefix: str = "", method: str | None = None,
-                   declare_length: bool = True) -> None:
+    def flood_next(
+        self,
+        size: int,
+        times: int = 1,
+        path_prefix: str = "",
+        method: str | None = None,
+        declare_length: bool = True,
+    ) -> None:
         """Answer the next matching requests 200 with ``size`` bytes of JSON array, written as fast as
         the client reads them: with that Content-Length, or (``declare_length=False``) none at all,
         the answer ending when the connection closes."""
-        self._add_fault("flood", times, path_prefix, method, size=size, declare_length=declare_length)
+        self._add_fault(
+            "flood", times, path_prefix, method, size=size, declare_length=declare_length
+        )
 
-    def _add_fault(self, action: str, times: int, prefix: str, method: str | None, **details) -> None:
+    def _add_fault(
+        self, action: str, times: int, prefix: str, method: str | None, **details
+    ) -> None:
         with self._lock:
-            self._faults.append({"action": action, "times": times, "prefix": prefix, "method": method, **details})
+            self._faults.append(
+                {"action": action, "times": times, "prefix": prefix, "method": method, **details}
+            )
 
     def expire_tokens(self) -> None:
         with self._lock:
@@ -288,8 +437,13 @@ class FakeRunai:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw
-        req = Request(h.command, split.path, dict(parse_qsl(split.query, keep_blank_values=True)),
-                      {k.lower(): v for k, v in h.headers.items()}, body)
+        req = Request(
+            h.command,
+            split.path,
+            dict(parse_qsl(split.query, keep_blank_values=True)),
+            {k.lower(): v for k, v in h.headers.items()},
+            body,
+        )
         with self._lock:
             self.requests.append(req)
             fault = self._take_fault(req)
@@ -302,7 +456,9 @@ class FakeRunai:
             if callable(text):
                 text = text(req)
             if text is None:
-                text = json.dumps({"code": status, "message": h.responses.get(status, ("Injected failure",))[0]})
+                text = json.dumps(
+                    {"code": status, "message": h.responses.get(status, ("Injected failure",))[0]}
+                )
         elif action == "redirect":
             status, headers = fault["status"], {"Location": fault["location"] + h.path}
             text = json.dumps({"code": status, "message": "moved"})
@@ -311,10 +467,16 @@ class FakeRunai:
             if action == "reset":
                 return _reset(h)
         data = text.encode()
-        head = [f"HTTP/1.1 {status} {h.responses.get(status, ('',))[0]}", "Content-Type: application/json",
-                f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
+        head = [
+            f"HTTP/1.1 {status} {h.responses.get(status, ('',))[0]}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(data)}",
+            *(f"{k}: {v}" for k, v in headers.items()),
+        ]
         if action == "drip":
-            return self._drip(h, ("\r\n".join(head) + "\r\n\r\n").encode() + data, fault["interval"])
+            return self._drip(
+                h, ("\r\n".join(head) + "\r\n\r\n").encode() + data, fault["interval"]
+            )
         h.send_response(status)
         for line in head[1:]:
             h.send_header(*line.split(": ", 1))
@@ -326,7 +488,11 @@ class FakeRunai:
         try:
             status, payload = self._route(req)
         except _Reply as reply:
-            status, headers, payload = reply.status, reply.headers, {"code": reply.status, "message": reply.message}
+            status, headers, payload = (
+                reply.status,
+                reply.headers,
+                {"code": reply.status, "message": reply.message},
+            )
         except Exception as error:  # a bug in the fake: say so rather than drop the connection
             status, payload = 500, {"code": 500, "message": f"fake_runai internal error: {error!r}"}
         return status, headers, json.dumps(payload)
@@ -337,7 +503,7 @@ class FakeRunai:
             if self._stopping:
                 return
             try:
-                h.wfile.write(data[i:i + 1])
+                h.wfile.write(data[i : i + 1])
             except OSError:  # the client gave up
                 return
             time.sleep(interval)
@@ -357,7 +523,7 @@ class FakeRunai:
         try:
             h.wfile.write(b"[")
             while sent < fault["size"] - 1 and not self._stopping:
-                part = chunk[:fault["size"] - 1 - sent]
+                part = chunk[: fault["size"] - 1 - sent]
                 h.wfile.write(part)
                 sent += len(part)
         except OSError:  # the client stopped reading and closed
@@ -366,8 +532,11 @@ class FakeRunai:
     def _take_fault(self, req: Request) -> dict | None:
         for fault in self._faults:
             prefix = fault["prefix"]
-            if fault["times"] > 0 and (req.path.startswith(prefix) or req.path.startswith(API + prefix)) and \
-                    fault["method"] in (None, req.method):
+            if (
+                fault["times"] > 0
+                and (req.path.startswith(prefix) or req.path.startswith(API + prefix))
+                and fault["method"] in (None, req.method)
+            ):
                 fault["times"] -= 1
                 return fault
         return None
@@ -375,7 +544,7 @@ class FakeRunai:
     def _route(self, req: Request) -> tuple[int, Any]:
         if not req.path.startswith(API + "/"):
             raise _Reply(404, f"no route for {req.path}")
-        route, method = req.path[len(API):], req.method
+        route, method = req.path[len(API) :], req.method
         if route == "/token":
             _allow(method, "POST")
             return self._token(req.body)
@@ -421,9 +590,15 @@ class FakeRunai:
                 if body.get("refreshToken") not in self._refresh_tokens:
                     raise _Reply(401, "invalid refresh token")
             return 200, self._issue()
-        fields = {"client_credentials": ("clientID", "clientSecret"), "app_token": ("appID", "appSecret")}.get(grant)
-        if fields is None or (grant == "client_credentials" and self.app_token_only) or (
-                grant == "app_token" and self.client_credentials_only):
+        fields = {
+            "client_credentials": ("clientID", "clientSecret"),
+            "app_token": ("appID", "appSecret"),
+        }.get(grant)
+        if (
+            fields is None
+            or (grant == "client_credentials" and self.app_token_only)
+            or (grant == "app_token" and self.client_credentials_only)
+        ):
             raise _bad(f"unsupported grantType {grant!r}")
         given = [body.get(f) for f in fields]
         if not all(isinstance(v, str) and v for v in given):
@@ -434,15 +609,29 @@ class FakeRunai:
 
     def _issue(self) -> dict:
         now = time.time()
-        claims = {"iss": self.url, "sub": self.client_id, "iat": int(now), "exp": int(now + self.token_ttl),
-                  "jti": secrets.token_hex(8)}
-        access = ".".join([_b64(b'{"alg":"RS256","typ":"JWT"}'), _b64(json.dumps(claims).encode()),
-                           _b64(secrets.token_bytes(32))])
+        claims = {
+            "iss": self.url,
+            "sub": self.client_id,
+            "iat": int(now),
+            "exp": int(now + self.token_ttl),
+            "jti": secrets.token_hex(8),
+        }
+        access = ".".join(
+            [
+                _b64(b'{"alg":"RS256","typ":"JWT"}'),
+                _b64(json.dumps(claims).encode()),
+                _b64(secrets.token_bytes(32)),
+            ]
+        )
         refresh = secrets.token_urlsafe(32)
         with self._lock:
             self._tokens[access] = time.monotonic() + self.token_ttl
             self._refresh_tokens.add(refresh)
-        answer = {"accessToken": access, "idToken": secrets.token_urlsafe(32), "refreshToken": refresh}
+        answer = {
+            "accessToken": access,
+            "idToken": secrets.token_urlsafe(32),
+            "refreshToken": refresh,
+        }
         if not self.app_token_only:
             answer["expiresIn"] = int(self.token_ttl)
         return answer
@@ -471,8 +660,11 @@ class FakeRunai:
     def _list_workloads(self, query: dict) -> dict:
         """The generic views of the live workloads (of the deleted ones with ``deleted=true``), as listed."""
         deleted = query.get("deleted", "false") == "true"
-        views = [self._generic_view(wl) for wl in self.workloads.values()
-                 if (wl["deletedAt"] is not None) == deleted]
+        views = [
+            self._generic_view(wl)
+            for wl in self.workloads.values()
+            if (wl["deletedAt"] is not None) == deleted
+        ]
         return _page(_filtered(views, query, GENERIC_FIELDS), query, "workloads")
 
     def _find(self, workload_id: str, kind: str | None = None) -> dict:
@@ -488,24 +680,52 @@ class FakeRunai:
         if body.get("useGivenNameAsPrefix"):
             final = f"{name}-{''.join(secrets.choice('abcdefghijklmnopqrstuvwxyz0123456789') for _ in range(5))}"
         if len(final) > 63 or not DNS1123_LABEL.match(final):
-            what = "prefix of a DNS-1123 label (with the 6-character suffix)" if final != name else "DNS-1123 label"
-            raise _bad(f"name: {name!r} is not a valid {what}: lower-case letters, digits and '-', "
-                       "starting and ending with a letter or digit, at most 63 characters")
-        if any(w["name"] == final and w["projectId"] == body["projectId"] and w["state"] != "gone"
-               for w in self.workloads.values()):
-            raise _Reply(409, f"a workload named {final} already exists in project {body['projectId']}")
+            what = (
+                "prefix of a DNS-1123 label (with the 6-character suffix)"
+                if final != name
+                else "DNS-1123 label"
+            )
+            raise _bad(
+                f"name: {name!r} is not a valid {what}: lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit, at most 63 characters"
+            )
+        if any(
+            w["name"] == final and w["projectId"] == body["projectId"] and w["state"] != "gone"
+            for w in self.workloads.values()
+        ):
+            raise _Reply(
+                409, f"a workload named {final} already exists in project {body['projectId']}"
+            )
         spec = body["spec"]
         if kind == "distributed":
-            pods = [f"{final}-master-0"] + [f"{final}-worker-{i}" for i in range(spec["numWorkers"])]
+            pods = [f"{final}-master-0"] + [
+                f"{final}-worker-{i}" for i in range(spec["numWorkers"])
+            ]
         else:
             pods = [f"{final}-0-0"]
         wl = self.workloads[workload_id] = {
-            "kind": kind, "body": body, "id": workload_id, "name": final, "requestedName": name,
-            "projectId": body["projectId"], "projectName": project.get("name", ""), "clusterId": body["clusterId"],
-            "createdAt": _now(), "createdBy": self.client_id, "desiredPhase": "Running",
-            "phase": "Creating", "phaseMessage": "", "script": list(self._phases), "messages": dict(self._messages),
-            "gets": 0, "state": "active", "stop_seen": False, "deletedAt": None,
-            "pods": pods, "procs": [], "events": [],
+            "kind": kind,
+            "body": body,
+            "id": workload_id,
+            "name": final,
+            "requestedName": name,
+            "projectId": body["projectId"],
+            "projectName": project.get("name", ""),
+            "clusterId": body["clusterId"],
+            "createdAt": _now(),
+            "createdBy": self.client_id,
+            "desiredPhase": "Running",
+            "phase": "Creating",
+            "phaseMessage": "",
+            "script": list(self._phases),
+            "messages": dict(self._messages),
+            "gets": 0,
+            "state": "active",
+            "stop_seen": False,
+            "deletedAt": None,
+            "pods": pods,
+            "procs": [],
+            "events": [],
         }
         if self.execute:
             threading.Thread(target=self._run_pods, args=(wl,), daemon=True).start()
@@ -526,10 +746,18 @@ class FakeRunai:
             raise _bad("clusterId: must be a UUID")
         if "useGivenNameAsPrefix" in body and not isinstance(body["useGivenNameAsPrefix"], bool):
             raise _bad("useGivenNameAsPrefix: must be a boolean")
-        project = next((p for p in self.projects if str(p.get("id")) == body["projectId"]
-                        and p.get("clusterId") == body["clusterId"]), None)
+        project = next(
+            (
+                p
+                for p in self.projects
+                if str(p.get("id")) == body["projectId"] and p.get("clusterId") == body["clusterId"]
+            ),
+            None,
+        )
         if project is None:
-            raise _bad(f"projectId {body['projectId']!r} does not exist in cluster {body['clusterId']}")
+            raise _bad(
+                f"projectId {body['projectId']!r} does not exist in cluster {body['clusterId']}"
+            )
         spec = body.get("spec")
         if not isinstance(spec, dict):
             raise _bad("spec: required, an object")
@@ -538,14 +766,18 @@ class FakeRunai:
             if key not in SPEC_KEYS | extra:
                 where = "here"
                 if key in DISTRIBUTED_SPEC_KEYS | TRAINING_SPEC_KEYS:
-                    where = "in a distributed workload" if kind == "distributed" else "in a training"
+                    where = (
+                        "in a distributed workload" if kind == "distributed" else "in a training"
+                    )
                 raise _bad(f"spec.{key}: field not allowed {where}")
         _string(spec, "image", required=True)
         _string(spec, "command", required=self.execute)
         _string(spec, "args")
         _string(spec, "workingDir")
         if len(spec.get("args") or "") > self.args_limit:
-            raise _bad(f"spec.args: {len(spec['args'])} characters, more than the {self.args_limit} allowed")
+            raise _bad(
+                f"spec.args: {len(spec['args'])} characters, more than the {self.args_limit} allowed"
+            )
         self._validate_compute(spec.get("compute"))
         self._validate_storage(spec.get("storage"))
         self._validate_env(spec.get("environmentVariables"))
@@ -558,11 +790,16 @@ class FakeRunai:
             _integer(spec, "numWorkers", minimum=1, required=True)
             _integer(spec, "minReplicas", minimum=1)
             _integer(spec, "maxReplicas", minimum=1)
-            if _is_int(spec.get("minReplicas")) and _is_int(spec.get("maxReplicas")) and \
-                    spec["maxReplicas"] < spec["minReplicas"]:
+            if (
+                _is_int(spec.get("minReplicas"))
+                and _is_int(spec.get("maxReplicas"))
+                and spec["maxReplicas"] < spec["minReplicas"]
+            ):
                 raise _bad("spec.maxReplicas: cannot be smaller than spec.minReplicas")
             if body.get("masterSpecSameAsWorker") is not True or "masterSpec" in body:
-                raise _bad("masterSpecSameAsWorker: must be true, without a masterSpec (no separate master spec here)")
+                raise _bad(
+                    "masterSpecSameAsWorker: must be true, without a masterSpec (no separate master spec here)"
+                )
         else:
             _integer(spec, "completions", minimum=1)
             _integer(spec, "parallelism", minimum=1)
@@ -577,7 +814,9 @@ class FakeRunai:
             if key not in COMPUTE_KEYS:
                 raise _bad(f"spec.compute.{key}: field not allowed here")
         _integer(compute, "gpuDevicesRequest", minimum=0, where="spec.compute")
-        if compute.get("largeShmRequest") is not None and not isinstance(compute["largeShmRequest"], bool):
+        if compute.get("largeShmRequest") is not None and not isinstance(
+            compute["largeShmRequest"], bool
+        ):
             raise _bad("spec.compute.largeShmRequest: must be a boolean")
 
     def _validate_storage(self, storage) -> None:
@@ -608,7 +847,9 @@ class FakeRunai:
                     raise _bad(f"{where}.{flag}: must be a boolean")
             if len(pvc.get("claimName") or "") > 63:
                 raise _bad(f"{where}.claimName: at most 63 characters")
-            if pvc.get("existingPvc") and (not pvc.get("claimName") or pvc.get("claimInfo") is not None):
+            if pvc.get("existingPvc") and (
+                not pvc.get("claimName") or pvc.get("claimInfo") is not None
+            ):
                 raise _bad(f"{where}: an existing PVC needs a claimName and no claimInfo")
 
     def _validate_env(self, env) -> None:
@@ -643,10 +884,18 @@ class FakeRunai:
 
     def _view(self, wl: dict) -> dict:
         view = {
-            "name": wl["name"], "requestedName": wl["requestedName"], "workloadId": wl["id"],
-            "projectId": wl["projectId"], "clusterId": wl["clusterId"], "createdBy": wl["createdBy"],
-            "createdAt": wl["createdAt"], "deletedAt": wl["deletedAt"], "desiredPhase": wl["desiredPhase"],
-            "actualPhase": wl["phase"], "phaseMessage": wl["phaseMessage"], "spec": wl["body"]["spec"],
+            "name": wl["name"],
+            "requestedName": wl["requestedName"],
+            "workloadId": wl["id"],
+            "projectId": wl["projectId"],
+            "clusterId": wl["clusterId"],
+            "createdBy": wl["createdBy"],
+            "createdAt": wl["createdAt"],
+            "deletedAt": wl["deletedAt"],
+            "desiredPhase": wl["desiredPhase"],
+            "actualPhase": wl["phase"],
+            "phaseMessage": wl["phaseMessage"],
+            "spec": wl["body"]["spec"],
         }
         if wl["kind"] == "distributed":
             view["masterSpecSameAsWorker"] = True
@@ -654,10 +903,17 @@ class FakeRunai:
 
     def _generic_view(self, wl: dict) -> dict:
         return {
-            "id": wl["id"], "name": wl["name"], "type": "distributed" if wl["kind"] == "distributed" else "training",
-            "phase": wl["phase"], "phaseMessage": wl["phaseMessage"], "clusterId": wl["clusterId"],
-            "projectId": wl["projectId"], "projectName": wl["projectName"], "createdAt": wl["createdAt"],
-            "deletedAt": wl["deletedAt"], "submittedBy": wl["createdBy"],
+            "id": wl["id"],
+            "name": wl["name"],
+            "type": "distributed" if wl["kind"] == "distributed" else "training",
+            "phase": wl["phase"],
+            "phaseMessage": wl["phaseMessage"],
+            "clusterId": wl["clusterId"],
+            "projectId": wl["projectId"],
+            "projectName": wl["projectName"],
+            "createdAt": wl["createdAt"],
+            "deletedAt": wl["deletedAt"],
+            "submittedBy": wl["createdBy"],
             "runningPods": sum(p.poll() is None for p in wl["procs"]),
         }
 
@@ -677,13 +933,26 @@ class FakeRunai:
 
     # ----- events -----
 
-    def _event(self, wl: dict, type: str, reason: str, message: str, pod: str | None = None) -> None:
-        event = {"createdAt": _now(), "id": str(uuid.uuid4()), "type": type, "clusterId": wl["clusterId"],
-                 "message": message, "reason": reason, "source": "kubelet" if pod else "runai"}
+    def _event(
+        self, wl: dict, type: str, reason: str, message: str, pod: str | None = None
+    ) -> None:
+        event = {
+            "createdAt": _now(),
+            "id": str(uuid.uuid4()),
+            "type": type,
+            "clusterId": wl["clusterId"],
+            "message": message,
+            "reason": reason,
+            "source": "kubelet" if pod else "runai",
+        }
         if pod:
             namespace = f"runai-{wl['projectName']}"
-            event["involvedObject"] = {"uid": str(uuid.uuid5(uuid.NAMESPACE_URL, pod)), "kind": "Pod", "name": pod,
-                                       "namespace": namespace}
+            event["involvedObject"] = {
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, pod)),
+                "kind": "Pod",
+                "name": pod,
+                "namespace": namespace,
+            }
         wl["events"].append(event)
 
     def _list_events(self, wl: dict, query: dict) -> dict:
@@ -698,8 +967,15 @@ class FakeRunai:
     def _run_pods(self, wl: dict) -> None:
         try:
             self._start_pods(wl)
-        except Exception as error:  # a pod that cannot even be set up fails the workload, it does not hang it
-            self._fail(wl, str(error) if isinstance(error, RuntimeError) else f"cannot start the pods: {error!r}")
+        except (
+            Exception
+        ) as error:  # a pod that cannot even be set up fails the workload, it does not hang it
+            self._fail(
+                wl,
+                str(error)
+                if isinstance(error, RuntimeError)
+                else f"cannot start the pods: {error!r}",
+            )
             return
         self._watch_pods(wl)
 
@@ -711,7 +987,9 @@ class FakeRunai:
         for pvc in (spec.get("storage") or {}).get("pvc") or []:
             Path(pvc["path"]).mkdir(parents=True, exist_ok=True)
         env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
-        env.update({e["name"]: e.get("value") or "" for e in spec.get("environmentVariables") or []})
+        env.update(
+            {e["name"]: e.get("value") or "" for e in spec.get("environmentVariables") or []}
+        )
         port, size = _free_port(), len(wl["pods"])
         workdir = spec.get("workingDir")
         cwd = workdir if workdir and os.path.isdir(workdir) else self.log_dir
@@ -719,17 +997,33 @@ class FakeRunai:
             wl["phase"] = "Pending"
         for index, pod in enumerate(wl["pods"]):
             pod_env = dict(env)
-            if wl["kind"] == "distributed":  # what the training operator adds to a PyTorchJob's pods
-                pod_env.update({
-                    "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                    "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port), "WORLD_SIZE": str(size),
-                    "RANK": str(index), "PET_NODE_RANK": str(index), "PET_NNODES": str(size),
-                })
+            if (
+                wl["kind"] == "distributed"
+            ):  # what the training operator adds to a PyTorchJob's pods
+                pod_env.update(
+                    {
+                        "PYTHONUNBUFFERED": "1",
+                        "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port),
+                        "PET_MASTER_ADDR": "127.0.0.1",
+                        "PET_MASTER_PORT": str(port),
+                        "WORLD_SIZE": str(size),
+                        "RANK": str(index),
+                        "PET_NODE_RANK": str(index),
+                        "PET_NNODES": str(size),
+                    }
+                )
             with open(self.log_dir / f"pod-{wl['id']}-{index}.log", "wb") as log:
                 try:
-                    proc = subprocess.Popen(argv, env=pod_env, cwd=cwd,
-                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                    proc = subprocess.Popen(
+                        argv,
+                        env=pod_env,
+                        cwd=cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 except OSError as error:
                     log.write(f"cannot start {argv!r}: {error}\n".encode())
                     raise RuntimeError(f"pod {pod} could not start: {error}") from None
@@ -764,7 +1058,12 @@ class FakeRunai:
             if wl["state"] != "active":
                 return
             wl["phase"], wl["phaseMessage"] = "Failed", why
-            self._event(wl, "Warning", "BackoffLimitExceeded", f"Job has reached the specified backoff limit: {why}")
+            self._event(
+                wl,
+                "Warning",
+                "BackoffLimitExceeded",
+                f"Job has reached the specified backoff limit: {why}",
+            )
             procs = list(wl["procs"])
         _kill(procs)
 
@@ -782,12 +1081,16 @@ def _string(obj: dict, key: str, required: bool = False, where: str = "spec") ->
         raise _bad(f"{where}.{key}: {'required, ' if required else 'must be '}a non-empty string")
 
 
-def _integer(obj: dict, key: str, minimum: int, required: bool = False, where: str = "spec") -> None:
+def _integer(
+    obj: dict, key: str, minimum: int, required: bool = False, where: str = "spec"
+) -> None:
     value = obj.get(key)
     if value is None and not required:
         return
     if not _is_int(value) or value < minimum:
-        raise _bad(f"{where}.{key}: {'required, ' if required else 'must be '}an integer >= {minimum}")
+        raise _bad(
+            f"{where}.{key}: {'required, ' if required else 'must be '}an integer >= {minimum}"
+        )
 
 
 def _filtered(items: list[dict], query: dict, fields: set[str] | None = None) -> list[dict]:
@@ -817,7 +1120,7 @@ def _page(items: list, query: dict, key: str) -> dict:
         raise _bad("offset and limit must be integers") from None
     if offset < 0 or not 1 <= limit <= 500:
         raise _bad("offset must be >= 0 and limit between 1 and 500")
-    page = {key: items[offset:offset + limit]}
+    page = {key: items[offset : offset + limit]}
     if offset + limit < len(items):
         page["next"] = offset + limit
     return page

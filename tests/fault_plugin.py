@@ -28,8 +28,12 @@ FAIL_ONCE = "LLMB_FAIL_ONCE"
 NAN_FROM_STEP = "LLMB_NAN_FROM_STEP"
 
 # The environment that loads this plugin in the processes of an ``llmb`` command (its jobs' ranks too).
-ENV = {"LLMB_PLUGINS": "fault_plugin",
-       "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH"))))}
+ENV = {
+    "LLMB_PLUGINS": "fault_plugin",
+    "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")))
+    ),
+}
 
 
 def injected_failure(step: int, rank: int) -> str | None:
@@ -46,7 +50,10 @@ def injected_failure(step: int, rank: int) -> str | None:
             os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
             return None  # an earlier attempt failed here already
-    return os.environ.get(FAIL_MESSAGE) or f"injected failure at step {step} on rank {rank} ({FAIL_AT_STEP})"
+    return (
+        os.environ.get(FAIL_MESSAGE)
+        or f"injected failure at step {step} on rank {rank} ({FAIL_AT_STEP})"
+    )
 
 
 @hookimpl

@@ -40,8 +40,15 @@ def tiny_arch(workload: str):
     if arch.experts:
         small.update(experts=4, moe_ffn=32, shared_expert_ffn=32)
     if arch.layer_pattern:
-        small.update(layer_pattern="M*-", layers=3, mamba_heads=8, mamba_head_dim=16, mamba_groups=2,
-                     mamba_state=8, mamba_chunk=8)
+        small.update(
+            layer_pattern="M*-",
+            layers=3,
+            mamba_heads=8,
+            mamba_head_dim=16,
+            mamba_groups=2,
+            mamba_state=8,
+            mamba_chunk=8,
+        )
     return replace(arch, **small)
 
 
@@ -66,10 +73,31 @@ def run_spec(config: dict, world: int):
 
     layout = ParallelLayout(**config.get("layout", {}))
     return RunSpec(
-        job_id="test", workload=config["workload"], variant="test", framework="megatron_bridge", engine="torch",
-        size="tiny", arch={}, proxy="tiny", gpu="cpu", dtype="bf16", compute_dtype="float32", device="cpu",
-        ranks=world, mbs=1, ga=config["ga"], gbs=config["rows"] * config["ga"], seq_len=SEQ, steps=config["steps"],
-        seed=SEED, compile=False, flops_per_sample=0.0, experiment="test", run_dir="", inner_dir="", log="",
+        job_id="test",
+        workload=config["workload"],
+        variant="test",
+        framework="megatron_bridge",
+        engine="torch",
+        size="tiny",
+        arch={},
+        proxy="tiny",
+        gpu="cpu",
+        dtype="bf16",
+        compute_dtype="float32",
+        device="cpu",
+        ranks=world,
+        mbs=1,
+        ga=config["ga"],
+        gbs=config["rows"] * config["ga"],
+        seq_len=SEQ,
+        steps=config["steps"],
+        seed=SEED,
+        compile=False,
+        flops_per_sample=0.0,
+        experiment="test",
+        run_dir="",
+        inner_dir="",
+        log="",
         layout=layout,
     )
 
@@ -86,7 +114,9 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
 
     spec = run_spec(config, world)
     model, arch = tiny_model(config["workload"])
-    calls = [0] * len(model.layers)  # forward calls per decoder layer: a recomputed layer runs twice
+    calls = [0] * len(
+        model.layers
+    )  # forward calls per decoder layer: a recomputed layer runs twice
     for index, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(lambda *_, i=index: calls.__setitem__(i, calls[i] + 1))
     qkv_rows = first_qkv(model).weight.shape[0]
@@ -106,7 +136,9 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
             mine = tokens[micro].chunk(dp)[replica]
             sync = parallel.no_sync(module) if micro < ga - 1 else contextlib.nullcontext()
             with sync, parallel.loss_context(spec):
-                loss = module(mine[:, :-1], mine[:, 1:]) / ga  # the engine's call: the model returns the loss
+                loss = (
+                    module(mine[:, :-1], mine[:, 1:]) / ga
+                )  # the engine's call: the model returns the loss
                 loss.backward()
             total += parallel.plain(loss.detach())
         norm = parallel.plain(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM))
@@ -119,7 +151,9 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
         norms.append(float(norm))
     if config.get("checkpoint"):  # a distributed checkpoint as the engine saves one (.distcp)
         dcp.save({"model": get_model_state_dict(module)}, checkpoint_id=config["checkpoint"])
-    weights = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    weights = get_model_state_dict(
+        module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     qkv = first_qkv(model).weight
     facts = {
         "module": type(module).__name__,
@@ -142,7 +176,9 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
     from llmb.engines.torch.train import Engine
     from llmb.plugins.host import PluginHost
 
-    spec = replace(run_spec(config, world), arch=asdict(tiny_arch(config["workload"])), mbs=config["rows"])
+    spec = replace(
+        run_spec(config, world), arch=asdict(tiny_arch(config["workload"])), mbs=config["rows"]
+    )
     engine = Engine(spec, rank, world, rank, PluginHost())
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
         engine.build()
@@ -153,18 +189,35 @@ def engine_steps(config: dict, rank: int, world: int) -> dict:
         norms.append(norm)
     from torch.distributed.tensor import DTensor
 
-    experts = sorted({len(m.experts) for m in engine.model.modules() if hasattr(m, "experts") and hasattr(m, "router")})
+    experts = sorted(
+        {
+            len(m.experts)
+            for m in engine.model.modules()
+            if hasattr(m, "experts") and hasattr(m, "router")
+        }
+    )
     held = engine.pipeline.parameters() if engine.pipeline else list(engine.model.parameters())
     engine.close()
-    return {"losses": losses, "grad_norms": norms, "module": type(engine.module).__name__, "local_experts": experts,
-            "sharded": any(isinstance(p.data, DTensor) for p in held),
-            "held": sum((p.to_local() if isinstance(p.data, DTensor) else p).numel() for p in held)}
+    return {
+        "losses": losses,
+        "grad_norms": norms,
+        "module": type(engine.module).__name__,
+        "local_experts": experts,
+        "sharded": any(isinstance(p.data, DTensor) for p in held),
+        "held": sum((p.to_local() if isinstance(p.data, DTensor) else p).numel() for p in held),
+    }
 
 
 def main(argv: list[str]) -> None:
     from gloo_ranks import gloo_group
 
-    config, rank, world, store, out = json.loads(argv[0]), int(argv[1]), int(argv[2]), argv[3], argv[4]
+    config, rank, world, store, out = (
+        json.loads(argv[0]),
+        int(argv[1]),
+        int(argv[2]),
+        argv[3],
+        argv[4],
+    )
     if config.get("engine"):
         torch.set_num_threads(1)
         result = engine_steps(config, rank, world)
@@ -184,4 +237,6 @@ if __name__ == "__main__":
     main(sys.argv[1:])
     from llmb.worker import end_without_finalizing
 
-    end_without_finalizing(0)  # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(
+        0
+    )  # as the worker ends a finished rank: no distributed teardown in finalization

@@ -40,6 +40,8 @@ NODES = ("node1", "node2")  # the default; PrivateSlurm(nodes=...) for others
 
 def node_names(count: int) -> tuple[str, ...]:
     return tuple(f"node{i}" for i in range(1, count + 1))
+
+
 CPUS_PER_NODE = 4
 GPUS_PER_NODE = 4
 # Seconds a finished job stays in squeue (Slurm's default is 300): short, so that
@@ -69,7 +71,10 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _daemon(name: str) -> str:
-    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])) or name
+    return (
+        shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+        or name
+    )
 
 
 @dataclass
@@ -77,7 +82,9 @@ class PrivateSlurm:
     root: Path
     accounting: bool = False
     nodes: tuple[str, ...] = NODES
-    wrappers: dict[str, list[str]] = field(default_factory=dict)  # node -> argv prefix of its slurmd
+    wrappers: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # node -> argv prefix of its slurmd
 
     @property
     def conf(self) -> Path:
@@ -96,7 +103,15 @@ class PrivateSlurm:
     def _write_config(self) -> None:
         host = socket.gethostname().split(".")[0]
         ctld_port, dbd_port, self.db_port, *node_ports = _free_ports(3 + len(self.nodes))
-        for sub in ("etc", "state", "log", "run", "munge", "db", *(f"spool/{n}" for n in self.nodes)):
+        for sub in (
+            "etc",
+            "state",
+            "log",
+            "run",
+            "munge",
+            "db",
+            *(f"spool/{n}" for n in self.nodes),
+        ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         nodes = "\n".join(
             f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
@@ -166,7 +181,9 @@ StorageUser=root
 StorageLoc=slurm_acct_db
 """)
             dbd.chmod(0o600)
-        (self.root / "etc" / "gres.conf").write_text("Name=gpu File=/dev/null,/dev/zero,/dev/full,/dev/urandom\n")
+        (self.root / "etc" / "gres.conf").write_text(
+            "Name=gpu File=/dev/null,/dev/zero,/dev/full,/dev/urandom\n"
+        )
         # munge: its own key, socket and files; it refuses keys others can read.
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -177,20 +194,43 @@ StorageLoc=slurm_acct_db
     def _accounting_lines(self, dbd_port: int) -> str:
         if not self.accounting:
             return "AccountingStorageType=accounting_storage/none"
-        return (f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
-                f"AccountingStoragePort={dbd_port}\nAccountingStorageEnforce=associations\n"
-                f"AccountingStoragePass={self.munge_socket}")  # for slurmdbd connections: the munge socket
+        return (
+            f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
+            f"AccountingStoragePort={dbd_port}\nAccountingStorageEnforce=associations\n"
+            f"AccountingStoragePass={self.munge_socket}"
+        )  # for slurmdbd connections: the munge socket
 
     def _start_database(self, timeout: float = 60.0) -> None:
         """A private MariaDB on a free port, without grant tables (only this test cluster talks to it)."""
         db = self.root / "db"
-        self._run([_daemon("mariadb-install-db"), "--no-defaults", f"--datadir={db}/data", "--user=root",
-                   "--auth-root-authentication-method=normal", "--skip-test-db"])
+        self._run(
+            [
+                _daemon("mariadb-install-db"),
+                "--no-defaults",
+                f"--datadir={db}/data",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ]
+        )
         with open(self.root / "log" / "mariadb.log", "ab") as log:
-            subprocess.Popen([_daemon("mariadbd"), "--no-defaults", f"--datadir={db}/data", "--user=root",
-                              f"--port={self.db_port}", "--bind-address=127.0.0.1", f"--socket={db}/mysql.sock",
-                              f"--pid-file={self.root}/run/mariadb.pid", "--skip-grant-tables"],
-                             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.Popen(
+                [
+                    _daemon("mariadbd"),
+                    "--no-defaults",
+                    f"--datadir={db}/data",
+                    "--user=root",
+                    f"--port={self.db_port}",
+                    "--bind-address=127.0.0.1",
+                    f"--socket={db}/mysql.sock",
+                    f"--pid-file={self.root}/run/mariadb.pid",
+                    "--skip-grant-tables",
+                ],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._wait_port(self.db_port, timeout, "MariaDB")
 
     def _wait_port(self, port: int, timeout: float, what: str) -> None:
@@ -200,44 +240,76 @@ StorageLoc=slurm_acct_db
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     return
             time.sleep(0.2)
-        raise RuntimeError(f"{what} did not listen on port {port} within {timeout:.0f} s\n{self.logs()}")
+        raise RuntimeError(
+            f"{what} did not listen on port {port} within {timeout:.0f} s\n{self.logs()}"
+        )
 
     def _start_slurmdbd(self) -> None:
         self._run([_daemon("slurmdbd")])
-        port = int(next(line.split("=")[1] for line in (self.root / "etc" / "slurmdbd.conf").read_text().splitlines()
-                        if line.startswith("DbdPort=")))
+        port = int(
+            next(
+                line.split("=")[1]
+                for line in (self.root / "etc" / "slurmdbd.conf").read_text().splitlines()
+                if line.startswith("DbdPort=")
+            )
+        )
         self._wait_port(port, 60, "slurmdbd")
-        for args in (["add", "cluster", "llmbtest"], ["add", "account", ACCOUNT],
-                     ["add", "user", "root", f"account={ACCOUNT}", f"defaultaccount={ACCOUNT}"]):
+        for args in (
+            ["add", "cluster", "llmbtest"],
+            ["add", "account", ACCOUNT],
+            ["add", "user", "root", f"account={ACCOUNT}", f"defaultaccount={ACCOUNT}"],
+        ):
             self._run(["sacctmgr", "-i", *args])
 
     def _run(self, argv: list[str]) -> None:
-        result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **self.env()}, timeout=60)
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, **self.env()}, timeout=60
+        )
         if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}\n{self.logs()}")
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}\n{self.logs()}"
+            )
 
     def up(self, timeout: float = 60.0) -> PrivateSlurm:
         missing = missing_daemons(self.accounting)
         if missing:
-            raise RuntimeError(f"not installed: {', '.join(missing)} (apt-get install slurm-wlm munge"
-                               f"{' mariadb-server slurmdbd' if self.accounting else ''})")
+            raise RuntimeError(
+                f"not installed: {', '.join(missing)} (apt-get install slurm-wlm munge"
+                f"{' mariadb-server slurmdbd' if self.accounting else ''})"
+            )
         self._write_config()
         m = self.root / "munge"
-        self._run([_daemon("munged"), "--force", f"--socket={self.munge_socket}", f"--key-file={m}/munge.key",
-                   f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"])
+        self._run(
+            [
+                _daemon("munged"),
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={m}/munge.key",
+                f"--pid-file={m}/munged.pid",
+                f"--log-file={m}/munged.log",
+                f"--seed-file={m}/munged.seed",
+            ]
+        )
         if self.accounting:
             self._start_database()
             self._start_slurmdbd()
         self._run([_daemon("slurmctld"), "-f", str(self.conf)])
         for name in self.nodes:
-            self._run([*self.wrappers.get(name, ()), _daemon("slurmd"), "-f", str(self.conf), "-N", name])
+            self._run(
+                [*self.wrappers.get(name, ()), _daemon("slurmd"), "-f", str(self.conf), "-N", name]
+            )
         self.wait_idle(timeout)
         return self
 
     def sinfo(self) -> dict[str, str]:
         """Node name -> state (lower case, flags stripped)."""
-        result = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
-                                env={**os.environ, **self.env()}, timeout=30)
+        result = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %t"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env()},
+            timeout=30,
+        )
         states = {}
         for line in result.stdout.splitlines():
             name, _, state = line.partition(" ")
@@ -252,22 +324,34 @@ StorageLoc=slurm_acct_db
             if sorted(states) == sorted(self.nodes) and all(s == "idle" for s in states.values()):
                 return
             time.sleep(0.3)
-        raise RuntimeError(f"the private Slurm did not come up within {timeout:.0f} s (nodes: {states})\n{self.logs()}")
+        raise RuntimeError(
+            f"the private Slurm did not come up within {timeout:.0f} s (nodes: {states})\n{self.logs()}"
+        )
 
     def scontrol(self, *args: str) -> None:
         self._run(["scontrol", *args])
 
     def resume(self, node: str) -> None:
         """Back in service after a test set it down (a node that is up already is left as it is)."""
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True,
-                       env={**os.environ, **self.env()}, timeout=30)
+        subprocess.run(
+            ["scontrol", "update", f"nodename={node}", "state=resume"],
+            capture_output=True,
+            env={**os.environ, **self.env()},
+            timeout=30,
+        )
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.sinfo().get(node) not in ("idle", "alloc", "mix"):
+        while time.monotonic() < deadline and self.sinfo().get(node) not in (
+            "idle",
+            "alloc",
+            "mix",
+        ):
             time.sleep(0.3)
 
     def logs(self, tail: int = 15) -> str:
         parts = []
-        for path in sorted((self.root / "log").glob("*.log")) + [self.root / "munge" / "munged.log"]:
+        for path in sorted((self.root / "log").glob("*.log")) + [
+            self.root / "munge" / "munged.log"
+        ]:
             try:
                 lines = path.read_text(errors="replace").splitlines()[-tail:]
             except OSError:
@@ -281,13 +365,22 @@ StorageLoc=slurm_acct_db
         """Stop every daemon of this cluster (and the jobs they run)."""
         if self.conf.exists():
             try:
-                subprocess.run(["scancel", "--full", "--quiet", "--user=root"], env={**os.environ, **self.env()},
-                               capture_output=True, timeout=10)
+                subprocess.run(
+                    ["scancel", "--full", "--quiet", "--user=root"],
+                    env={**os.environ, **self.env()},
+                    capture_output=True,
+                    timeout=10,
+                )
             except subprocess.TimeoutExpired:
                 pass  # no controller answering: the daemons are stopped below all the same
         run = self.root / "run"
-        pidfiles = [*run.glob("slurmd-*.pid"), run / "slurmctld.pid", run / "slurmdbd.pid", run / "mariadb.pid",
-                    self.root / "munge" / "munged.pid"]
+        pidfiles = [
+            *run.glob("slurmd-*.pid"),
+            run / "slurmctld.pid",
+            run / "slurmdbd.pid",
+            run / "mariadb.pid",
+            self.root / "munge" / "munged.pid",
+        ]
         pids = []
         for path in pidfiles:
             try:
@@ -347,7 +440,9 @@ def wrapper(directory: Path, command: str, body: str) -> Path:
     """``directory/command``: a shell script running ``body``, where ``$REAL`` is the
     real command (put ``directory`` first on PATH)."""
     directory.mkdir(parents=True, exist_ok=True)
-    real = shutil.which(command, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    real = shutil.which(
+        command, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    )
     path = directory / command
     path.write_text(f"#!/bin/sh\nREAL={real}\n{body}\n")
     path.chmod(0o755)
@@ -370,7 +465,11 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or argv[0] not in ("up", "down") or argv[2:] not in ([], ["--accounting"]):
+    if (
+        len(argv) not in (2, 3)
+        or argv[0] not in ("up", "down")
+        or argv[2:] not in ([], ["--accounting"])
+    ):
         print(__doc__)
         return 2
     cluster = PrivateSlurm(Path(argv[1]).resolve(), accounting=argv[2:] == ["--accounting"])

@@ -41,7 +41,9 @@ def _defines(path: Path, name: str) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
             return True
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+        if isinstance(node, ast.ImportFrom) and any(
+            (a.asname or a.name) == name for a in node.names
+        ):
             return True
     return False
 
@@ -51,8 +53,13 @@ FLOW = PAGE.split("## The flow")[1]
 # `engines/frameworks.train` (a package's function), `engines/torch/parallel/`
 PATHS = sorted(set(re.findall(r"`((?:\w+/)+\w*)(?:\.(\w+))?", FLOW)))
 # `PluginHost.resolve`, `launch.choose_engine`, `cli.get_host`: a function of a module or class named before
-OWNERS = {"PluginHost": "plugins/host.py", "prepare": "lifecycle/prepare.py", "submit": "lifecycle/submit.py",
-          "reconcile": "lifecycle/reconcile.py", "cli": "cli/__init__.py"}
+OWNERS = {
+    "PluginHost": "plugins/host.py",
+    "prepare": "lifecycle/prepare.py",
+    "submit": "lifecycle/submit.py",
+    "reconcile": "lifecycle/reconcile.py",
+    "cli": "cli/__init__.py",
+}
 METHODS = sorted(set(re.findall(r"`(" + "|".join(OWNERS) + r")\.(\w+)", FLOW)))
 
 
@@ -63,9 +70,13 @@ def test_each_module_and_function_the_flow_names_exists(path, member):
         assert where.is_dir(), f"docs/architecture.md names {path}, which is not in the code"
         return
     if member == "py":
-        assert where.with_suffix(".py").is_file(), f"docs/architecture.md names {path}.py, which is not in the code"
+        assert where.with_suffix(".py").is_file(), (
+            f"docs/architecture.md names {path}.py, which is not in the code"
+        )
         return
-    module = where.with_suffix(".py") if where.with_suffix(".py").is_file() else where / "__init__.py"
+    module = (
+        where.with_suffix(".py") if where.with_suffix(".py").is_file() else where / "__init__.py"
+    )
     assert module.is_file(), f"docs/architecture.md names {path}, which is not in the code"
     assert not member or _defines(module, member), f"{module} defines no {member}"
 
@@ -93,6 +104,8 @@ heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "megatron"
                or m.startswith("llmb.engines.torch") or m.startswith("llmb.engines.frameworks.megatron_bridge"))
 print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     seen = json.loads(proc.stderr.strip().splitlines()[-1])
     assert seen == {"code": 0, "heavy": []}, proc.stderr[-2000:]

@@ -30,7 +30,13 @@ def experiments(install: Path) -> Path:
         inner / "nsys_profile" / "profile_0.nsys-rep": b"nsys",
         inner / "torch_profile" / "rank0_trace.json": b"{}",
         inner / "rank1_trace.json": b"{}",
-        inner / "code" / "nemo_experiments" / "default" / "checkpoints" / "iter_0000050" / "__0_0.distcp": b"w",
+        inner
+        / "code"
+        / "nemo_experiments"
+        / "default"
+        / "checkpoints"
+        / "iter_0000050"
+        / "__0_0.distcp": b"w",
         run / "checkpoints" / "weights.distcp": b"w",
         run / "old.tar.gz": b"tar",
     }.items():
@@ -44,7 +50,9 @@ def test_the_archive_leaves_out_profiles_traces_checkpoints_and_code(llmb_proc, 
     experiments(install)
     output = tmp_path / "out" / "experiments.tar.gz"
     output.parent.mkdir()  # llmb archive writes into an existing directory only
-    result = llmb_proc("archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)})
+    result = llmb_proc(
+        "archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)}
+    )
     assert result.code == 0, result.err
     report = json.loads(result.out)
     with tarfile.open(output) as tar:
@@ -58,7 +66,9 @@ def test_the_archive_leaves_out_profiles_traces_checkpoints_and_code(llmb_proc, 
     with tarfile.open(output) as tar:
         # tarfile's extraction filters exist from Python 3.11.4 (and in security backports) only
         tar.extractall(unpacked, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    rows = json.loads(llmb_proc("results", "--format", "json", env={"LLMB_INSTALL": str(unpacked)}).out)
+    rows = json.loads(
+        llmb_proc("results", "--format", "json", env={"LLMB_INSTALL": str(unpacked)}).out
+    )
     assert [(r["status"], r["max_iteration"]) for r in rows] == [("success", 50)]
 
 
@@ -79,14 +89,18 @@ def test_named_directories_and_mistakes(llmb_proc, tmp_path):
 def _tar_zstd(*args: str) -> subprocess.CompletedProcess:
     if shutil.which("zstd") is None:
         if os.environ.get("CI"):
-            pytest.fail("CI must check .tar.zst archives, but zstd is not installed (./dev.sh test installs it)")
+            pytest.fail(
+                "CI must check .tar.zst archives, but zstd is not installed (./dev.sh test installs it)"
+            )
         pytest.skip("tar --zstd needs the zstd program (apt-get install zstd)")
     done = subprocess.run(["tar", "--zstd", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done
 
 
-def test_a_zstd_archive_keeps_logs_recipes_and_provenance_and_leaves_out_profiles(llmb_proc, tmp_path):
+def test_a_zstd_archive_keeps_logs_recipes_and_provenance_and_leaves_out_profiles(
+    llmb_proc, tmp_path
+):
     install = tmp_path / "install"
     root = experiments(install)
     run = root / MB / f"{MB}_1766132151"
@@ -98,20 +112,28 @@ def test_a_zstd_archive_keeps_logs_recipes_and_provenance_and_leaves_out_profile
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     output = tmp_path / "experiments.tar.zst"
-    result = llmb_proc("archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)})
+    result = llmb_proc(
+        "archive", "--output", str(output), "--json", env={"LLMB_INSTALL": str(install)}
+    )
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert report["format"] == "zst"  # from the name
     assert output.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # a Zstandard frame, not gzip renamed
     base = f"workloads/llama31/experiments/{MB}/{MB}_1766132151"
     listed = sorted(_tar_zstd("-tf", str(output)).stdout.split())
-    assert listed == [f"{base}/{MB}/log-{MB}.out", f"{base}/{MB}/sbatch_{MB}.out", f"{base}/provenance.json"]
+    assert listed == [
+        f"{base}/{MB}/log-{MB}.out",
+        f"{base}/{MB}/sbatch_{MB}.out",
+        f"{base}/provenance.json",
+    ]
     assert (report["files"], report["excluded_files"], report["excluded_dirs"]) == (3, 3, 5)
 
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
     _tar_zstd("-xf", str(output), "-C", str(unpacked))
-    rows = json.loads(llmb_proc("results", "--format", "json", env={"LLMB_INSTALL": str(unpacked)}).out)
+    rows = json.loads(
+        llmb_proc("results", "--format", "json", env={"LLMB_INSTALL": str(unpacked)}).out
+    )
     assert [(r["status"], r["max_iteration"]) for r in rows] == [("success", 50)]
 
 
@@ -126,12 +148,16 @@ def test_format_and_name_mistakes(llmb_proc, tmp_path):
     assert zst.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
     both = llmb_proc("archive", str(root), "--suite", "last")
     assert both.code == 2 and "give DIRS or --suite ID, not both" in both.err
-    none = llmb_proc("archive", "--suite", "cert-000000", env={"LLMB_INSTALL": str(tmp_path / "install")})
+    none = llmb_proc(
+        "archive", "--suite", "cert-000000", env={"LLMB_INSTALL": str(tmp_path / "install")}
+    )
     assert none.code == 2 and "no certification suite 'cert-000000'" in none.err
 
 
 @pytest.mark.parametrize("linked", ["experiments", "workload"])
-def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(llmb_proc, tmp_path, linked):
+def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(
+    llmb_proc, tmp_path, linked
+):
     """The attack of issue 21, item 9: a workload's experiments directory (or the workload's own
     directory) is a link to a folder of secrets; the archive must not carry them."""
     install = tmp_path / "install"
@@ -146,7 +172,9 @@ def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(ll
         link.symlink_to(private)
     else:
         (tmp_path / "elsewhere" / "experiments").mkdir(parents=True)
-        (tmp_path / "elsewhere" / "experiments" / "shadow").write_text("root:$6$fake:19000:0:99999:7:::\n")
+        (tmp_path / "elsewhere" / "experiments" / "shadow").write_text(
+            "root:$6$fake:19000:0:99999:7:::\n"
+        )
         link = install / "workloads" / "llama4"
         link.symlink_to(tmp_path / "elsewhere")
     output = tmp_path / "experiments.tar.gz"
@@ -159,7 +187,13 @@ def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(ll
     assert any(n.endswith(f"log-{MB}.out") for n in names)  # the real experiments are packed
     assert "llmb: warning: left out workloads/" in result.err and "symbolic link" in result.err
     # Named on the command line, a linked directory is the user's choice and is packed.
-    named = llmb_proc("archive", str(link), "-o", str(tmp_path / "named.tar.gz"), env={"LLMB_INSTALL": str(install)})
+    named = llmb_proc(
+        "archive",
+        str(link),
+        "-o",
+        str(tmp_path / "named.tar.gz"),
+        env={"LLMB_INSTALL": str(install)},
+    )
     assert named.code == 0, named.err
     with tarfile.open(tmp_path / "named.tar.gz") as tar:
         assert any(n.endswith("shadow") for n in tar.getnames())

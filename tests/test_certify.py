@@ -30,20 +30,46 @@ from readme_blocks import walkthrough_commands
 PUBLISHED_MS = 1000.0
 
 
-def crafted(*, losses=None, step_ms=PUBLISHED_MS, std_ms=5.0, tflops=900.0, status="success", proxy=False,
-            published_ms: float | None = PUBLISHED_MS) -> RunResult:
+def crafted(
+    *,
+    losses=None,
+    step_ms=PUBLISHED_MS,
+    std_ms=5.0,
+    tflops=900.0,
+    status="success",
+    proxy=False,
+    published_ms: float | None = PUBLISHED_MS,
+) -> RunResult:
     """A run's result as ``llmb results`` makes it: 50 iterations, the window 35-44."""
     losses = losses if losses is not None else [11.0 - 0.05 * i for i in range(50)]
     samples = tuple(Sample(i + 1, step_ms, tflops, loss) for i, loss in enumerate(losses))
-    context = RunContext(experiment="pretrain_llama31_8b_bf16_gpus128", source="recipe", workload="llama31",
-                         variant="nemo2", size="8b", gpu="h100", dtype="bf16", gpus=128, proxy=proxy)
-    return RunResult(log="log.out", context=context, status=status,
-                     reason=None if status == "success" else "python exception: RuntimeError: boom",
-                     format="megatron_bridge", window=(35, 44),
-                     stats=WindowStats(35, 44, 10, step_ms, std_ms, tflops, 1.0, "log"), max_iteration=50,
-                     last_iteration=50, samples=samples,
-                     reference_step_time_ms=None if proxy else published_ms,
-                     reference_source=None if published_ms is None else "Llama 3.1 NeMo 2 recipes table 5, row 5")
+    context = RunContext(
+        experiment="pretrain_llama31_8b_bf16_gpus128",
+        source="recipe",
+        workload="llama31",
+        variant="nemo2",
+        size="8b",
+        gpu="h100",
+        dtype="bf16",
+        gpus=128,
+        proxy=proxy,
+    )
+    return RunResult(
+        log="log.out",
+        context=context,
+        status=status,
+        reason=None if status == "success" else "python exception: RuntimeError: boom",
+        format="megatron_bridge",
+        window=(35, 44),
+        stats=WindowStats(35, 44, 10, step_ms, std_ms, tflops, 1.0, "log"),
+        max_iteration=50,
+        last_iteration=50,
+        samples=samples,
+        reference_step_time_ms=None if proxy else published_ms,
+        reference_source=None
+        if published_ms is None
+        else "Llama 3.1 NeMo 2 recipes table 5, row 5",
+    )
 
 
 def outcomes(result: RunResult) -> dict[str, str]:
@@ -53,7 +79,8 @@ def outcomes(result: RunResult) -> dict[str, str]:
 def test_a_healthy_full_size_run_passes_every_gate():
     gates = judge(crafted())
     assert {g.name: g.outcome for g in gates} == dict.fromkeys(
-        ("status", "loss", "tflops", "step_cv", "performance"), "pass")
+        ("status", "loss", "tflops", "step_cv", "performance"), "pass"
+    )
     assert passed(gates)
     assert next(g for g in gates if g.name == "performance").value == "100.0%"
 
@@ -64,7 +91,9 @@ def test_a_rising_loss_fails_the_loss_gate():
     loss = next(g for g in gates if g.name == "loss")
     assert loss.outcome == "fail" and "not falling" in loss.detail and not passed(gates)
     # the first and last 10 iterations are compared, not single points: one low last value does not rescue it
-    wobbly = [11.0 + 0.01 * i for i in range(49)] + [10.9]  # last < first, but not the last 10 on average
+    wobbly = [11.0 + 0.01 * i for i in range(49)] + [
+        10.9
+    ]  # last < first, but not the last 10 on average
     assert outcomes(crafted(losses=wobbly))["loss"] == "fail"
 
 
@@ -81,7 +110,9 @@ def test_the_step_time_cv_bound():
     assert outcomes(crafted(std_ms=49.0))["step_cv"] == "pass"  # 4.9%
     noisy = next(g for g in judge(crafted(std_ms=80.0)) if g.name == "step_cv")
     assert (noisy.outcome, noisy.value) == ("fail", "8.0%") and "bound 5%" in noisy.detail
-    assert outcomes(crafted(std_ms=None))["step_cv"] == "fail"  # one step in the window: no spread to judge
+    assert (
+        outcomes(crafted(std_ms=None))["step_cv"] == "fail"
+    )  # one step in the window: no spread to judge
 
 
 def test_performance_is_judged_at_95_percent_of_the_published_figure():
@@ -89,7 +120,9 @@ def test_performance_is_judged_at_95_percent_of_the_published_figure():
     slow = next(g for g in judge(crafted(step_ms=PUBLISHED_MS / 0.94)) if g.name == "performance")
     assert (slow.outcome, slow.value) == ("fail", "94.0%")
     assert "pass at 95%" in slow.detail
-    assert outcomes(crafted(step_ms=PUBLISHED_MS * 0.9))["performance"] == "pass"  # faster than published
+    assert (
+        outcomes(crafted(step_ms=PUBLISHED_MS * 0.9))["performance"] == "pass"
+    )  # faster than published
 
 
 def test_no_tflops_fails():
@@ -114,21 +147,35 @@ def test_a_failed_run_fails_its_status_gate_and_shows_no_data_elsewhere():
     result = RunResult(**{**result.__dict__, "stats": None, "samples": result.samples[:1]})
     gates = judge(result)
     assert [(g.name, g.outcome, g.cell) for g in gates] == [
-        ("status", "fail", "failed FAIL"), ("loss", "n/a", "-"), ("tflops", "n/a", "-"), ("step_cv", "n/a", "-"),
-        ("performance", "n/a", "-")]
+        ("status", "fail", "failed FAIL"),
+        ("loss", "n/a", "-"),
+        ("tflops", "n/a", "-"),
+        ("step_cv", "n/a", "-"),
+        ("performance", "n/a", "-"),
+    ]
     assert not passed(gates)
 
 
 def _judged(job: str, verdict: str, step_ms: float = PUBLISHED_MS, rerun: bool = False) -> Judged:
     result = crafted(step_ms=step_ms, status="success" if verdict != FAIL else "failed")
     state = {PASS: "SUCCEEDED", FAIL: "FAILED", PENDING: "RUNNING"}[verdict]
-    return Judged(Task("llama31", "8b", "h100", "bf16", 128), job, Attempt("sweep-1", ["llama31"], "", rerun),
-                  state, result, tuple(judge(result)))
+    return Judged(
+        Task("llama31", "8b", "h100", "bf16", 128),
+        job,
+        Attempt("sweep-1", ["llama31"], "", rerun),
+        state,
+        result,
+        tuple(judge(result)),
+    )
 
 
 def test_runs_of_a_configuration_merge_to_the_best_passing_one():
     config = Configuration(Task("llama31", "8b", "h100", "bf16", 128))
-    config.runs = [_judged("a", FAIL), _judged("b", PASS, 1040.0, True), _judged("c", PASS, 1010.0, True)]
+    config.runs = [
+        _judged("a", FAIL),
+        _judged("b", PASS, 1040.0, True),
+        _judged("c", PASS, 1010.0, True),
+    ]
     assert (config.verdict, config.best.job_id) == (PASS, "c")  # the fastest passing run
     config.runs = [_judged("a", FAIL), _judged("b", PENDING, rerun=True)]
     assert (config.verdict, config.best.job_id) == (PENDING, "b")
@@ -141,15 +188,25 @@ def test_the_published_suite_takes_the_exemplar_scale_or_the_nearest_published_b
     assert EXEMPLAR_SCALE == 512
     tasks, notes = published_suite(host.workloads(), "h100", EXEMPLAR_SCALE, 1, proxy=False)
     chosen = {(t.workload, t.size, t.dtype): t.gpus for t in tasks}
-    for workload in host.workloads().values():  # every published h100 configuration is in, at its nearest scale
+    for workload in (
+        host.workloads().values()
+    ):  # every published h100 configuration is in, at its nearest scale
         for ref in workload.references:
             if ref.gpu == "h100":
-                scales = [r.gpus for r in workload.references if (r.variant, r.size, r.dtype, r.gpu) ==
-                          (ref.variant, ref.size, ref.dtype, "h100")]
-                assert chosen[(workload.name, ref.size, ref.dtype)] == max(n for n in scales if n <= 512)
+                scales = [
+                    r.gpus
+                    for r in workload.references
+                    if (r.variant, r.size, r.dtype, r.gpu)
+                    == (ref.variant, ref.size, ref.dtype, "h100")
+                ]
+                assert chosen[(workload.name, ref.size, ref.dtype)] == max(
+                    n for n in scales if n <= 512
+                )
     assert chosen[("llama31", "70b", "fp8")] == 512 and chosen[("llama31", "8b", "bf16")] == 128
     assert chosen[("nemotron4", "340b", "bf16")] == 256
-    assert any(n.startswith("llama31 8b h100 bf16: not published at 512 GPUs; runs at 128") for n in notes)
+    assert any(
+        n.startswith("llama31 8b h100 bf16: not published at 512 GPUs; runs at 128") for n in notes
+    )
     assert all(t.variant and t.source.startswith("published: ") for t in tasks)
 
     small, notes = published_suite(host.workloads(), "h100", 64, 1, proxy=False)
@@ -164,8 +221,14 @@ def test_the_published_suite_takes_the_exemplar_scale_or_the_nearest_published_b
 def _proxy_judged(job: str, verdict: str) -> Judged:
     result = crafted(proxy=True, status="success" if verdict != FAIL else "failed")
     state = {FAIL: "FAILED", PENDING: "RUNNING"}.get(verdict, "SUCCEEDED")
-    return Judged(Task("llama31", "8b", "h100", "bf16", 2, options={"proxy": "tiny"}), job,
-                  Attempt("sweep-1", ["llama31"], ""), state, result, tuple(judge(result)))
+    return Judged(
+        Task("llama31", "8b", "h100", "bf16", 2, options={"proxy": "tiny"}),
+        job,
+        Attempt("sweep-1", ["llama31"], ""),
+        state,
+        result,
+        tuple(judge(result)),
+    )
 
 
 def _config(workload: str, *runs: Judged) -> Configuration:
@@ -177,7 +240,9 @@ def _config(workload: str, *runs: Judged) -> Configuration:
 def test_a_proxy_run_that_meets_every_gate_is_exercised_never_passed():
     exercised = _proxy_judged("a", EXERCISED)
     assert passed(list(exercised.gates)) and exercised.verdict == EXERCISED
-    assert _proxy_judged("b", FAIL).verdict == FAIL and _proxy_judged("c", PENDING).verdict == PENDING
+    assert (
+        _proxy_judged("b", FAIL).verdict == FAIL and _proxy_judged("c", PENDING).verdict == PENDING
+    )
     # a full-size pass of the same configuration is preferred to an exercised proxy
     config = _config("llama31", exercised, _judged("d", PASS))
     assert (config.verdict, config.best.job_id) == (PASS, "d")
@@ -185,10 +250,14 @@ def test_a_proxy_run_that_meets_every_gate_is_exercised_never_passed():
     def suite(*configs):
         return SuiteVerdict(None, list(configs))
 
-    proxy_only = suite(_config("llama31", exercised), _config("llama4", _proxy_judged("e", EXERCISED)))
+    proxy_only = suite(
+        _config("llama31", exercised), _config("llama4", _proxy_judged("e", EXERCISED))
+    )
     assert proxy_only.workloads() == {"llama31": EXERCISED, "llama4": EXERCISED}
     assert (proxy_only.verdict, proxy_only.passed) == (EXERCISED, False)
-    mixed = suite(_config("llama31", _judged("f", PASS)), _config("llama4", exercised))  # a suite file may mix them
+    mixed = suite(
+        _config("llama31", _judged("f", PASS)), _config("llama4", exercised)
+    )  # a suite file may mix them
     assert (mixed.verdict, mixed.passed) == (EXERCISED, False)
     assert suite(_config("llama31", _judged("g", PASS))).verdict == PASS
     failing = suite(_config("llama31", exercised), _config("llama4", _proxy_judged("h", FAIL)))
@@ -198,23 +267,37 @@ def test_a_proxy_run_that_meets_every_gate_is_exercised_never_passed():
     assert suite(_config("llama31")).verdict == FAIL  # a configuration that never ran is no pass
 
 
-def test_a_real_proxy_certification_says_exercised_and_certifies_nothing(llmb_proc, proxy_certification):
+def test_a_real_proxy_certification_says_exercised_and_certifies_nothing(
+    llmb_proc, proxy_certification
+):
     run = proxy_certification.result
     assert run.code == 0, run.err[-3000:]  # exercised: the smoke test succeeded
     shown = proxy_certification.suite
-    assert (shown["verdict"], shown["passed"], shown["certified"], shown["proxy"]) == ("exercised", False, False, True)
+    assert (shown["verdict"], shown["passed"], shown["certified"], shown["proxy"]) == (
+        "exercised",
+        False,
+        False,
+        True,
+    )
     assert shown["workloads"]["llama31"]["verdict"] == "exercised"
     [config] = shown["configurations"]
     assert config["verdict"] == "exercised" and config["runs"][0]["verdict"] == "exercised"
     assert {name: gate["outcome"] for name, gate in config["gates"].items()} == {
-        "status": "pass", "loss": "pass", "tflops": "pass", "step_cv": "n/a", "performance": "n/a"}
+        "status": "pass",
+        "loss": "pass",
+        "tflops": "pass",
+        "step_cv": "n/a",
+        "performance": "n/a",
+    }
 
     status = llmb_proc("certify", "status", env=proxy_certification.env, timeout=300)
     assert status.code == 0, status.err
     table = status.out.splitlines()
     assert table[2].split()[-1] == "EXERCISED" and "proxy (n/a)" in table[2]
-    assert status.out.rstrip().endswith(f"{shown['suite']}: EXERCISED (proxy: certifies nothing), every workload "
-                                        f"ran and met its gates (llama31).")
+    assert status.out.rstrip().endswith(
+        f"{shown['suite']}: EXERCISED (proxy: certifies nothing), every workload "
+        f"ran and met its gates (llama31)."
+    )
     assert "PASS, every" not in status.out
 
 
@@ -224,7 +307,9 @@ def install(tmp_path):
 
 
 def test_dry_run_lists_the_suite_largest_jobs_first(llmb_proc, install):
-    result = llmb_proc("certify", "--gpu", "h100", "--backend", "slurm", "--dry-run", "--json", env=install)
+    result = llmb_proc(
+        "certify", "--gpu", "h100", "--backend", "slurm", "--dry-run", "--json", env=install
+    )
     assert result.code == 0, result.err
     listed = json.loads(result.out)
     ranks = [job["ranks"] for job in listed]
@@ -233,19 +318,40 @@ def test_dry_run_lists_the_suite_largest_jobs_first(llmb_proc, install):
     assert not (Path(install["LLMB_INSTALL"]) / "certify").exists()  # a dry run records no suite
 
 
-@pytest.mark.parametrize("args, needle", [
-    ((), "needs the cluster's GPU type: --gpu h100"),
-    (("--gpu", "x100"), "no installed workload publishes figures for GPU type 'x100'; published GPU types: gb200, h100"),
-    (("--gpu", "h100", "--proxy", "tiny"), "a proxy suite runs every configuration on --scale ranks"),
-    (("--gpu", "h100", "--scale", "4"), "no published h100 configuration runs on 4 GPUs or fewer"),
-    (("--gpu", "h100", "--profile"), "certification runs are not profiled or traced"),
-    (("--file", "suite.yaml", "--scale", "2"), "a suite file gives its own scales and repeats; drop --scale"),
-    (("--rerun", "llama31", "--gpu", "h100"), "--rerun runs the suite's recorded configurations again; --gpu"),
-    (("--rerun", "llama31"), "there are no certification suites in"),
-    (("--suite", "cert-000000"), "--suite ID goes with --rerun WORKLOAD"),
-    (("--gpu", "h100", "status"), "--gpu apply to running a suite (llmb certify ...), not to llmb certify status"),
-    (("status", "--suite", "cert-000000"), "there are no suites yet"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ((), "needs the cluster's GPU type: --gpu h100"),
+        (
+            ("--gpu", "x100"),
+            "no installed workload publishes figures for GPU type 'x100'; published GPU types: gb200, h100",
+        ),
+        (
+            ("--gpu", "h100", "--proxy", "tiny"),
+            "a proxy suite runs every configuration on --scale ranks",
+        ),
+        (
+            ("--gpu", "h100", "--scale", "4"),
+            "no published h100 configuration runs on 4 GPUs or fewer",
+        ),
+        (("--gpu", "h100", "--profile"), "certification runs are not profiled or traced"),
+        (
+            ("--file", "suite.yaml", "--scale", "2"),
+            "a suite file gives its own scales and repeats; drop --scale",
+        ),
+        (
+            ("--rerun", "llama31", "--gpu", "h100"),
+            "--rerun runs the suite's recorded configurations again; --gpu",
+        ),
+        (("--rerun", "llama31"), "there are no certification suites in"),
+        (("--suite", "cert-000000"), "--suite ID goes with --rerun WORKLOAD"),
+        (
+            ("--gpu", "h100", "status"),
+            "--gpu apply to running a suite (llmb certify ...), not to llmb certify status",
+        ),
+        (("status", "--suite", "cert-000000"), "there are no suites yet"),
+    ],
+)
 def test_mistakes_are_explained(llmb_proc, install, tmp_path, args, needle):
     (tmp_path / "suite.yaml").write_text("llama31_8b: {scales: [2]}\n")
     args = tuple(str(tmp_path / a) if a == "suite.yaml" else a for a in args)
@@ -255,28 +361,44 @@ def test_mistakes_are_explained(llmb_proc, install, tmp_path, args, needle):
 
 
 def test_a_file_suite_that_profiles_is_refused(llmb_proc, install, tmp_path):
-    (tmp_path / "suite.yaml").write_text("llama31_8b: {scales: [2], dtypes: [bf16], profile: true}\n")
-    result = llmb_proc("certify", "--file", str(tmp_path / "suite.yaml"), "--proxy", "tiny", env=install)
-    assert result.code == 2 and f"not profiled or traced ({tmp_path / 'suite.yaml'}: llama31_8b)" in result.err
+    (tmp_path / "suite.yaml").write_text(
+        "llama31_8b: {scales: [2], dtypes: [bf16], profile: true}\n"
+    )
+    result = llmb_proc(
+        "certify", "--file", str(tmp_path / "suite.yaml"), "--proxy", "tiny", env=install
+    )
+    assert (
+        result.code == 2
+        and f"not profiled or traced ({tmp_path / 'suite.yaml'}: llama31_8b)" in result.err
+    )
 
 
 # ------------------------------------------------------------------ on the private Slurm
 
+
 def _zstd_listing(archive: Path) -> list[str]:
     if shutil.which("zstd") is None:
         if os.environ.get("CI"):
-            pytest.fail("CI must check .tar.zst archives, but zstd is not installed (./dev.sh test installs it)")
+            pytest.fail(
+                "CI must check .tar.zst archives, but zstd is not installed (./dev.sh test installs it)"
+            )
         pytest.skip("tar --zstd needs the zstd program (apt-get install zstd)")
-    listed = subprocess.run(["tar", "--zstd", "-tf", str(archive)], capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        ["tar", "--zstd", "-tf", str(archive)], capture_output=True, text=True, timeout=120
+    )
     assert listed.returncode == 0, listed.stderr
     return listed.stdout.splitlines()
 
 
-PROFILES = re.compile(r"(\.nsys-rep|_trace\.json|\.pt\.trace\.json)$|/(torch_profile|pytorch_profile|nsys_profile)/")
+PROFILES = re.compile(
+    r"(\.nsys-rep|_trace\.json|\.pt\.trace\.json)$|/(torch_profile|pytorch_profile|nsys_profile)/"
+)
 
 
 @pytest.mark.slurm
-def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_proc, slurm, tmp_path):
+def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(
+    llmb_proc, slurm, tmp_path
+):
     pytest.importorskip("torch", reason="the torch engine needs torch")
     install = tmp_path / "install"
     env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", **slurm.env(), **FAULTS}
@@ -286,33 +408,67 @@ def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_
         "llama31_8b: {dtypes: [bf16], scales: [2]}\n"
         "llama4: {dtypes: [bf16], scales: [2], env: {LLMB_FAIL_AT_STEP: '2'}}\n"  # its ranks raise at step 2
     )
-    first = llmb_proc("certify", "--file", str(suite_file), "--backend", "slurm", "--profile-last", "--json", env=env,
-                      timeout=3600)  # hang guard only: a loaded 2-core machine runs the proxies slowly
+    first = llmb_proc(
+        "certify",
+        "--file",
+        str(suite_file),
+        "--backend",
+        "slurm",
+        "--profile-last",
+        "--json",
+        env=env,
+        timeout=3600,
+    )  # hang guard only: a loaded 2-core machine runs the proxies slowly
     assert first.code == 1, first.err[-3000:]
     shown = json.loads(first.out)
     suite_id = shown["suite"]
-    assert {w: v["verdict"] for w, v in shown["workloads"].items()} == {"llama31": "exercised", "llama4": "fail"}
+    assert {w: v["verdict"] for w, v in shown["workloads"].items()} == {
+        "llama31": "exercised",
+        "llama4": "fail",
+    }
     by_workload = {c["workload"]: c for c in shown["configurations"]}
-    assert by_workload["llama4"]["status"] == "failed" and by_workload["llama4"]["gates"]["status"]["outcome"] == "fail"
+    assert (
+        by_workload["llama4"]["status"] == "failed"
+        and by_workload["llama4"]["gates"]["status"]["outcome"] == "fail"
+    )
     assert "injected failure at step 2" in by_workload["llama4"]["gates"]["status"]["detail"]
     assert by_workload["llama31"]["configuration"] == "8b h100 bf16 2 GPUs (megatron-bridge)"
     assert by_workload["llama31"]["gates"]["performance"] == {
-        "outcome": "n/a", "value": "proxy", "detail": "proxy run: not compared with published figures"}
-    assert by_workload["llama4"]["configuration"].startswith("400b h100 bf16 2 GPUs")  # the default size, resolved
+        "outcome": "n/a",
+        "value": "proxy",
+        "detail": "proxy run: not compared with published figures",
+    }
+    assert by_workload["llama4"]["configuration"].startswith(
+        "400b h100 bf16 2 GPUs"
+    )  # the default size, resolved
     record = json.loads((install / "certify" / suite_id / "suite.json").read_text())
     assert [a["workloads"] for a in record["attempts"]] == [["llama31", "llama4"]]
 
     # The cause fixed (here: the injected failure switched off), the failed workload alone runs again.
-    again = llmb_proc("certify", "--rerun", "llama4", "--env", "LLMB_FAIL_AT_STEP=", "--json", env=env, timeout=3600)
+    again = llmb_proc(
+        "certify",
+        "--rerun",
+        "llama4",
+        "--env",
+        "LLMB_FAIL_AT_STEP=",
+        "--json",
+        env=env,
+        timeout=3600,
+    )
     assert again.code == 0, again.err[-3000:]
     shown = json.loads(again.out)
     assert (shown["verdict"], shown["passed"], shown["certified"]) == ("exercised", False, False)
     assert shown["suite"] == suite_id
     runs = {c["workload"]: c["runs"] for c in shown["configurations"]}
-    assert [(r["rerun"], r["verdict"]) for r in runs["llama4"]] == [(False, "fail"), (True, "exercised")]
+    assert [(r["rerun"], r["verdict"]) for r in runs["llama4"]] == [
+        (False, "fail"),
+        (True, "exercised"),
+    ]
     assert len(runs["llama31"]) == 1  # not run again
     record = json.loads((install / "certify" / suite_id / "suite.json").read_text())
-    rerun_sweep = json.loads((install / "sweeps" / record["attempts"][1]["sweep"] / "sweep.json").read_text())
+    rerun_sweep = json.loads(
+        (install / "sweeps" / record["attempts"][1]["sweep"] / "sweep.json").read_text()
+    )
     assert [t["workload"] for t in rerun_sweep["tasks"]] == ["llama4"]
     assert rerun_sweep["tasks"][0]["options"]["env_items"] == ["LLMB_FAIL_AT_STEP="]
     assert shown["workloads"]["llama4"]["jobs"] == [r["job"] for r in runs["llama4"]]
@@ -320,19 +476,35 @@ def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_
     status = llmb_proc("certify", "status", env=env, timeout=600)
     assert status.code == 0, status.err[-3000:]
     table = status.out.splitlines()
-    assert table[0].split() == ["WORKLOAD", "CONFIGURATION", "JOB", "STATUS", "LOSS", "TFLOPS", "STEP", "CV",
-                                "PERFORMANCE", "VERDICT"]
+    assert table[0].split() == [
+        "WORKLOAD",
+        "CONFIGURATION",
+        "JOB",
+        "STATUS",
+        "LOSS",
+        "TFLOPS",
+        "STEP",
+        "CV",
+        "PERFORMANCE",
+        "VERDICT",
+    ]
     rows = table[2:4]
-    assert all(row.split()[-1] == "EXERCISED" and "proxy (n/a)" in row and "success PASS" in row for row in rows), \
-        table
-    assert (f"{suite_id}: EXERCISED (proxy: certifies nothing), every workload ran and met its gates (llama31, "
-            f"llama4).") in status.out
+    assert all(
+        row.split()[-1] == "EXERCISED" and "proxy (n/a)" in row and "success PASS" in row
+        for row in rows
+    ), table
+    assert (
+        f"{suite_id}: EXERCISED (proxy: certifies nothing), every workload ran and met its gates (llama31, "
+        f"llama4)."
+    ) in status.out
 
     # The suite to hand in: records, verdict and runs, without the torch profiler's traces of the profiled runs.
     traces = list(install.glob("workloads/*/experiments/*/*/*/torch_profile/*"))
     assert traces, "the last repeat was profiled (--profile-last)"
     archive = tmp_path / "hand-in.tar.zst"
-    packed = llmb_proc("archive", "--suite", suite_id, "--output", str(archive), "--json", env=env, timeout=600)
+    packed = llmb_proc(
+        "archive", "--suite", suite_id, "--output", str(archive), "--json", env=env, timeout=600
+    )
     assert packed.code == 0, packed.err
     assert json.loads(packed.out)["format"] == "zst"
     names = _zstd_listing(archive)
@@ -341,29 +513,50 @@ def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(llmb_
     assert len([n for n in names if re.search(r"/log-[^/]*\.out$", n)]) == 3
     assert len([n for n in names if n.endswith("/recipe.json")]) == 3
     assert not [n for n in names if PROFILES.search(n)]
-    archived = subprocess.run(["tar", "--zstd", "-xOf", str(archive), f"certify/{suite_id}/status.json"],
-                              capture_output=True, text=True, timeout=120)
+    archived = subprocess.run(
+        ["tar", "--zstd", "-xOf", str(archive), f"certify/{suite_id}/status.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert json.loads(archived.stdout)["verdict"] == "exercised"
 
 
 def test_the_certification_walkthrough_is_the_promised_workflow():
-    commands = [c.split()[:2] for c in walkthrough_commands("Certifying a cluster") if c.startswith("llmb ")]
-    assert commands == [["llmb", "certify"], ["llmb", "certify"], ["llmb", "certify"], ["llmb", "archive"]]
+    commands = [
+        c.split()[:2] for c in walkthrough_commands("Certifying a cluster") if c.startswith("llmb ")
+    ]
+    assert commands == [
+        ["llmb", "certify"],
+        ["llmb", "certify"],
+        ["llmb", "certify"],
+        ["llmb", "archive"],
+    ]
 
 
 @pytest.mark.slurm
 def test_readme_certification_walkthrough_runs_as_written(slurm, tmp_path):
     pytest.importorskip("torch", reason="the walkthrough trains proxies")
     script = "set -euo pipefail\n" + "\n".join(walkthrough_commands("Certifying a cluster")) + "\n"
-    env = {k: v for k, v in os.environ.items() if k not in ("LLMB_INSTALL", "LLMB_BACKEND", "GPU_TYPE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LLMB_INSTALL", "LLMB_BACKEND", "GPU_TYPE")
+    }
     env.update(slurm.env())
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
-    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=3600)  # a hang guard only
+    env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
+    )  # a hang guard only
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [archive] = tmp_path.glob("llmb-certification-cert-*.tar.zst")
-    assert re.fullmatch(rf"llmb-certification-cert-[0-9a-f]{{6}}-{time.strftime('%Y%m')}\d\d\.tar\.zst", archive.name)
+    assert re.fullmatch(
+        rf"llmb-certification-cert-[0-9a-f]{{6}}-{time.strftime('%Y%m')}\d\d\.tar\.zst",
+        archive.name,
+    )
     names = _zstd_listing(archive)
     assert len([n for n in names if re.search(r"/log-[^/]*\.out$", n)]) == 1
-    assert "EXERCISED (proxy: certifies nothing), every workload ran and met its gates" in proc.stdout
+    assert (
+        "EXERCISED (proxy: certifies nothing), every workload ran and met its gates" in proc.stdout
+    )
     assert "PASS, every workload passed" not in proc.stdout

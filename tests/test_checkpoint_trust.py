@@ -13,7 +13,20 @@ torch = pytest.importorskip("torch", reason="distributed checkpoints need torch"
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from llmb.runs.checkpoint_metadata import UnsafeCheckpoint, check_metadata, safe_reader  # noqa: E402
 
-RUN = ("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "1", "--proxy", "tiny")
+RUN = (
+    "run",
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--gpus",
+    "1",
+    "--proxy",
+    "tiny",
+)
 
 
 class _Payload:
@@ -56,7 +69,11 @@ def test_a_crafted_index_is_refused_at_submission_and_runs_nothing(cli, tmp_path
 def test_the_seeds_variable_is_checked_the_same_way(llmb_proc, tmp_path):
     marker = tmp_path / "pwned"
     crafted_checkpoint(tmp_path / "ckpt" / "weights", marker)
-    result = llmb_proc(*RUN, "--dry-run", env={"LOAD_CHECKPOINT_PATH": str(tmp_path / "ckpt"), "LLMB_FORCE_CPU": "1"})
+    result = llmb_proc(
+        *RUN,
+        "--dry-run",
+        env={"LOAD_CHECKPOINT_PATH": str(tmp_path / "ckpt"), "LLMB_FORCE_CPU": "1"},
+    )
     assert result.code == 2 and "refers to posix.system" in result.err
     assert not marker.exists()
 
@@ -71,8 +88,12 @@ def test_the_engines_loader_refuses_an_index_swapped_after_submission(tmp_path):
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    with pytest.raises(BaseException) as raised:  # torch wraps each rank's error in a CheckpointException (a BaseException)
-        dcp.load({"model": model_state, "optim": optim_state}, storage_reader=safe_reader(str(good)))
+    with pytest.raises(
+        BaseException
+    ) as raised:  # torch wraps each rank's error in a CheckpointException (a BaseException)
+        dcp.load(
+            {"model": model_state, "optim": optim_state}, storage_reader=safe_reader(str(good))
+        )
     assert "refers to posix.system" in str(getattr(raised.value, "failures", raised.value))
     assert not marker.exists()
 
@@ -87,17 +108,22 @@ def test_a_checkpoint_torch_wrote_passes_and_loads_identically(tmp_path):
     model_state, optim_state = get_state_dict(fresh, fresh_optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, storage_reader=safe_reader(str(tmp_path / "ck")))
-    set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
     for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("content, needle", [
-    (b"not a pickle at all", "is not a readable checkpoint index"),
-    (pickle.dumps(__import__("subprocess").Popen), "refers to subprocess.Popen"),
-    (b"cbuiltins\neval\n(S'1'\ntR.", "refers to builtins.eval"),
-    (b"ctorch\nload\n(S'x'\ntR.", "refers to torch.load"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"not a pickle at all", "is not a readable checkpoint index"),
+        (pickle.dumps(__import__("subprocess").Popen), "refers to subprocess.Popen"),
+        (b"cbuiltins\neval\n(S'1'\ntR.", "refers to builtins.eval"),
+        (b"ctorch\nload\n(S'x'\ntR.", "refers to torch.load"),
+    ],
+)
 def test_other_forbidden_or_broken_indexes(tmp_path, content, needle):
     (tmp_path / ".metadata").write_bytes(content)
     with pytest.raises(UnsafeCheckpoint, match=needle):

@@ -7,20 +7,93 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 WORDS = [
-    "list", "plan", "plugins", "results", "compare", "--format", "csv", "table", "--window", "35:44", "9:1",
-    "--since", "7d", "--from-db", "--baseline", "--threshold", "0.95", "2", "--rescan", "--full-names",
-    "--json", "--help", "--version", "llama31", "llama4", "nemotron4", "nemotronh",
-    "nosuch", "--size", "8b", "70b", "405b", "405b-proxy", "400b", "340b", "56b", "--gpu", "h100", "b200",
-    "gb200", "gb300", "b300", "h200", "--dtype", "bf16", "fp8", "nvfp4", "--gpus", "0", "8", "64", "128",
-    "512", "1024", "-3", "1e9", "--set", "tp=2", "mbs=0", "gbs=GPUs*3", "gbs=GPUs/0", "layers=1", "vp=na",
-    "ep=", "=", "fsdp=maybe", "dp=4", "--strong-scaling", "--weak-scaling", "--variant", "nemo2",
-    "megatron-bridge", "--gpus-per-node", "4", "--", "", " ", "ü", "\x00x",
+    "list",
+    "plan",
+    "plugins",
+    "results",
+    "compare",
+    "--format",
+    "csv",
+    "table",
+    "--window",
+    "35:44",
+    "9:1",
+    "--since",
+    "7d",
+    "--from-db",
+    "--baseline",
+    "--threshold",
+    "0.95",
+    "2",
+    "--rescan",
+    "--full-names",
+    "--json",
+    "--help",
+    "--version",
+    "llama31",
+    "llama4",
+    "nemotron4",
+    "nemotronh",
+    "nosuch",
+    "--size",
+    "8b",
+    "70b",
+    "405b",
+    "405b-proxy",
+    "400b",
+    "340b",
+    "56b",
+    "--gpu",
+    "h100",
+    "b200",
+    "gb200",
+    "gb300",
+    "b300",
+    "h200",
+    "--dtype",
+    "bf16",
+    "fp8",
+    "nvfp4",
+    "--gpus",
+    "0",
+    "8",
+    "64",
+    "128",
+    "512",
+    "1024",
+    "-3",
+    "1e9",
+    "--set",
+    "tp=2",
+    "mbs=0",
+    "gbs=GPUs*3",
+    "gbs=GPUs/0",
+    "layers=1",
+    "vp=na",
+    "ep=",
+    "=",
+    "fsdp=maybe",
+    "dp=4",
+    "--strong-scaling",
+    "--weak-scaling",
+    "--variant",
+    "nemo2",
+    "megatron-bridge",
+    "--gpus-per-node",
+    "4",
+    "--",
+    "",
+    " ",
+    "ü",
+    "\x00x",
 ]
 
 argument = st.one_of(st.sampled_from(WORDS), st.text(max_size=12), st.integers(-5, 5000).map(str))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(argv=st.lists(argument, max_size=12))
 def test_random_command_lines_never_crash(cli, argv):
     result = cli(*argv)
@@ -29,7 +102,9 @@ def test_random_command_lines_never_crash(cli, argv):
     assert "internal error" not in result.err, (argv, result.err)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     workload=st.sampled_from(["llama31", "llama4", "nemotron4", "nemotronh"]),
     size=st.sampled_from(["8b", "70b", "405b", "405b-proxy", "400b", "340b", "56b", None]),
@@ -37,7 +112,10 @@ def test_random_command_lines_never_crash(cli, argv):
     dtype=st.sampled_from(["bf16", "fp8", "nvfp4", None]),
     gpus=st.integers(1, 4096),
     strong=st.booleans(),
-    sets=st.lists(st.sampled_from(["tp=2", "pp=2", "cp=2", "mbs=2", "gbs=GPUs*2", "layers=4", "vp=na"]), max_size=3),
+    sets=st.lists(
+        st.sampled_from(["tp=2", "pp=2", "cp=2", "mbs=2", "gbs=GPUs*2", "layers=4", "vp=na"]),
+        max_size=3,
+    ),
 )
 def test_plausible_plans_resolve_or_explain(cli, workload, size, gpu, dtype, gpus, strong, sets):
     argv = ["plan", workload, "--gpus", str(gpus), "--json"]

@@ -31,8 +31,13 @@ def experiments(install_root):
 
 def slow_nemo2_run(root: Path, **kwargs) -> Path:
     """50 NeMo 2 iterations at 10.08 s: 92.6% of the published 9.33 s (8 H100, FP8)."""
-    return make_run(root, NEMO2, loggen.nemo2_lines(range(50), step_s={i: 10.08 for i in range(50)}),
-                    stamp="20251106101010", **kwargs)
+    return make_run(
+        root,
+        NEMO2,
+        loggen.nemo2_lines(range(50), step_s={i: 10.08 for i in range(50)}),
+        stamp="20251106101010",
+        **kwargs,
+    )
 
 
 def verdicts(result) -> list[dict]:
@@ -49,7 +54,9 @@ def test_a_run_without_a_gpu_type_is_not_compared_and_fails_the_gate(cli, experi
     assert cli("compare", str(run), "--allow-missing").code == 0
 
 
-def test_with_gpu_the_regression_is_found_and_nothing_remembered_changes_a_later_verdict(cli, experiments):
+def test_with_gpu_the_regression_is_found_and_nothing_remembered_changes_a_later_verdict(
+    cli, experiments
+):
     run = slow_nemo2_run(experiments)
     flagged = cli("compare", str(run), "--gpu", "h100", "--json")
     assert flagged.code == 1
@@ -65,14 +72,21 @@ def test_with_gpu_the_regression_is_found_and_nothing_remembered_changes_a_later
     [verdict] = verdicts(later)
     assert verdict["outcome"] == "not_compared"
     assert json.loads(later.out)[0]["gpu"] is None
-    assert cli("compare", str(run), "--gpu", "h100").code == 1  # and the flag still decides when given
+    assert (
+        cli("compare", str(run), "--gpu", "h100").code == 1
+    )  # and the flag still decides when given
 
 
 def test_the_gpu_type_the_run_recorded_in_its_provenance_decides(cli, experiments):
     run = slow_nemo2_run(experiments)
-    (run / "provenance.json").write_text(json.dumps(
-        {"submission": {"gpu": "h100", "image": {"reference": "nvcr.io#nvidia/nemo:25.09"}},
-         "job": {"gpu": {"type": "h100", "name": "NVIDIA H100 80GB HBM3", "count": 8}}}))
+    (run / "provenance.json").write_text(
+        json.dumps(
+            {
+                "submission": {"gpu": "h100", "image": {"reference": "nvcr.io#nvidia/nemo:25.09"}},
+                "job": {"gpu": {"type": "h100", "name": "NVIDIA H100 80GB HBM3", "count": 8}},
+            }
+        )
+    )
     result = cli("compare", str(run), "--json")
     assert result.code == 1
     [row] = json.loads(result.out)
@@ -92,26 +106,56 @@ def test_the_cluster_files_gpu_is_used_and_named(cli, experiments, install_root)
     result = cli("compare", str(run))
     assert result.code == 1
     assert "h100 (cluster file)" in result.out and "REGRESS" in result.out
-    (install_root / "cluster.yaml").write_text("gpu: b200\n")  # the file changed: so does the verdict's basis
+    (install_root / "cluster.yaml").write_text(
+        "gpu: b200\n"
+    )  # the file changed: so does the verdict's basis
     assert "b200 (cluster file)" in cli("compare", str(run)).out
 
 
 def test_plan_names_the_other_variants_figure(cli):
-    text = cli("plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8").out
-    assert "Llama 3.1 Megatron-Bridge recipe" in text and "publishes no figure for this configuration" in text
+    text = cli(
+        "plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"
+    ).out
+    assert (
+        "Llama 3.1 Megatron-Bridge recipe" in text
+        and "publishes no figure for this configuration" in text
+    )
     assert "the nemo2 recipe's figure: 12.27 s per step, 85,459 tokens/s" in text
-    assert "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01) table 4, row 1" in text
+    assert (
+        "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01) table 4, row 1"
+        in text
+    )
     assert "llmb compare --reference nemo2" in text
-    plan = json.loads(cli("plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8",
-                          "--json").out)
+    plan = json.loads(
+        cli(
+            "plan",
+            "llama31",
+            "--size",
+            "8b",
+            "--gpu",
+            "h100",
+            "--dtype",
+            "bf16",
+            "--gpus",
+            "8",
+            "--json",
+        ).out
+    )
     assert plan["expected"] is None
     [figure] = [f for f in plan["other_figures"] if f["source"] == "nemo2"]
-    assert (figure["step_time_ms"], figure["gbs"], figure["container"]) == (12270.0, 128, "25.04.01")
+    assert (figure["step_time_ms"], figure["gbs"], figure["container"]) == (
+        12270.0,
+        128,
+        "25.04.01",
+    )
 
 
 def test_a_megatron_bridge_run_is_compared_with_the_nemo2_figure_on_request(cli, experiments):
-    run = make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51),
-                                                                    step_ms={i: 13500.0 for i in range(1, 51)}))
+    run = make_run(
+        experiments,
+        MB_BF16,
+        loggen.megatron_bridge_lines(range(1, 51), step_ms={i: 13500.0 for i in range(1, 51)}),
+    )
     default = cli("compare", str(run), "--gpu", "h100", "--json")
     assert default.code == NOT_COMPARED_EXIT
     [verdict] = verdicts(default)
@@ -125,47 +169,94 @@ def test_a_megatron_bridge_run_is_compared_with_the_nemo2_figure_on_request(cli,
     assert (verdict["against"], verdict["outcome"]) == ("nemo2", "regress")
     assert verdict["ratio"] == pytest.approx(12.27 / 13.5)
     assert "the nemo2 recipe's figure" in verdict["detail"] and "by step time" in verdict["detail"]
-    assert json.loads(other.out)[0]["reference"]["figure"]["document"].startswith("Llama 3.1 NeMo 2 recipe")
+    assert json.loads(other.out)[0]["reference"]["figure"]["document"].startswith(
+        "Llama 3.1 NeMo 2 recipe"
+    )
 
 
 def test_an_unknown_reference_source_is_refused_with_the_valid_ones(cli, experiments):
     result = cli("compare", str(slow_nemo2_run(experiments)), "--reference", "vibes")
     assert result.code == 2
-    assert "--reference vibes" in result.err and "valid: recipe" in result.err and "nemo2" in result.err
+    assert (
+        "--reference vibes" in result.err
+        and "valid: recipe" in result.err
+        and "nemo2" in result.err
+    )
 
 
 def test_a_proxy_run_is_never_a_pass(cli, experiments):
-    run = make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51)),
-                   recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
-                           "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192, "proxy": True, "layers": 2})
+    run = make_run(
+        experiments,
+        MB_BF16,
+        loggen.megatron_bridge_lines(range(1, 51)),
+        recipe={
+            "workload": "llama31",
+            "variant": "megatron-bridge",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "bf16",
+            "gpus": 8,
+            "gbs": 128,
+            "seq_len": 8192,
+            "proxy": True,
+            "layers": 2,
+        },
+    )
     result = cli("compare", str(run), "--json")
     assert result.code == NOT_COMPARED_EXIT
     [verdict] = verdicts(result)
     assert verdict["outcome"] == "not_compared" and verdict["detail"].startswith("proxy run")
 
 
-def test_a_report_of_a_megatron_bridge_series_names_the_nemo2_recipes_figures(cli, experiments, host):
+def test_a_report_of_a_megatron_bridge_series_names_the_nemo2_recipes_figures(
+    cli, experiments, host
+):
     from llmb.report.series import build_report
 
-    make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51)),
-             recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
-                     "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192})
+    make_run(
+        experiments,
+        MB_BF16,
+        loggen.megatron_bridge_lines(range(1, 51)),
+        recipe={
+            "workload": "llama31",
+            "variant": "megatron-bridge",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "bf16",
+            "gpus": 8,
+            "gbs": 128,
+            "seq_len": 8192,
+        },
+    )
     [series] = build_report(cli("results", "--format", "json").json(), host.workloads()).series
     [note] = [n for n in series.notes if "publishes no figures" in n]
     assert "the nemo2 recipe at 8 GPUs 12.27 s, 16 GPUs 12.3 s" in note
     assert note.endswith("(llmb compare --reference nemo2)")
 
 
-def test_certification_judges_a_megatron_bridge_run_against_the_figure_another_document_publishes(experiments, host):
+def test_certification_judges_a_megatron_bridge_run_against_the_figure_another_document_publishes(
+    experiments, host
+):
     from llmb.certify.gates import PASS, performance_gate
     from llmb.results.collect import Collector
     from llmb.results.experiments import find_runs
     from llmb.results.references import best
 
-    make_run(experiments, MB_BF16, loggen.megatron_bridge_lines(range(1, 51),
-                                                              step_ms={i: 12000.0 for i in range(1, 51)}),
-             recipe={"workload": "llama31", "variant": "megatron-bridge", "size": "8b", "gpu": "h100",
-                     "dtype": "bf16", "gpus": 8, "gbs": 128, "seq_len": 8192})
+    make_run(
+        experiments,
+        MB_BF16,
+        loggen.megatron_bridge_lines(range(1, 51), step_ms={i: 12000.0 for i in range(1, 51)}),
+        recipe={
+            "workload": "llama31",
+            "variant": "megatron-bridge",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "bf16",
+            "gpus": 8,
+            "gbs": 128,
+            "seq_len": 8192,
+        },
+    )
     [location] = find_runs([str(experiments)])
     result = Collector(host).collect_one(location).result
     assert result.reference_step_time_ms is None  # its own recipe publishes nothing for it

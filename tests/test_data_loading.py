@@ -18,7 +18,10 @@ from workload_dicts import minimal_workload
 
 def test_fast_scan_finds_what_importlib_metadata_finds():
     fast = {(e.name, e.value, e.distribution, e.version) for e in entrypoints.entry_points("llmb")}
-    slow = {(e.name, e.value, e.dist.metadata["Name"], e.dist.version) for e in stdlib_entry_points(group="llmb")}
+    slow = {
+        (e.name, e.value, e.dist.metadata["Name"], e.dist.version)
+        for e in stdlib_entry_points(group="llmb")
+    }
     assert fast == slow
     assert {"llama31", "llama4", "nemotron4", "nemotronh"} <= {name for name, *_ in fast}
 
@@ -27,12 +30,17 @@ def test_first_distribution_on_sys_path_wins(tmp_path, monkeypatch):
     for where, target in (("first", "first_module"), ("second", "second_module")):
         info = tmp_path / where / "llmb_plugin_twice-1.0.dist-info"
         info.mkdir(parents=True)
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llmb-plugin-twice\nVersion: 1.0\n\nbody: x\n")
-        (info / "entry_points.txt").write_text(f"[console_scripts]\nx = y\n\n[llmb]\ntwice = {target}\n")
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: llmb-plugin-twice\nVersion: 1.0\n\nbody: x\n"
+        )
+        (info / "entry_points.txt").write_text(
+            f"[console_scripts]\nx = y\n\n[llmb]\ntwice = {target}\n"
+        )
     monkeypatch.setattr(sys, "path", [str(tmp_path / "first"), str(tmp_path / "second")])
     found = entrypoints.entry_points("llmb")
     assert [(e.name, e.value, e.distribution, e.version) for e in found] == [
-        ("twice", "first_module", "llmb-plugin-twice", "1.0")]
+        ("twice", "first_module", "llmb-plugin-twice", "1.0")
+    ]
 
 
 def test_a_zip_on_sys_path_falls_back_to_importlib_metadata(tmp_path, monkeypatch):
@@ -86,17 +94,38 @@ def broken(path: str, value):
     return data
 
 
-@pytest.mark.parametrize(("path", "value", "message"), [
-    ("variants.0.tables.0.gpu", "a100", "variant v: table 2: unknown GPU type 'a100'; valid: h100"),
-    ("variants.0.tables.0.rows.0.2", "FP16", "variant v: table 2: row 1: unknown dtype 'FP16'; valid: bf16, fp8, nvfp4"),
-    ("variants.0.tables.0.scaling", "Strongest", "unknown scaling 'Strongest'; valid: weak, strong"),
-    ("variants.0.framework", "jax", "variant v: unknown framework 'jax'; valid: megatron_bridge, nemo2"),
-    ("variants.0.tables.0.rows.0", ["1b", "8-16", "BF16"], "row 1: 3 cells for 10 columns"),
-    ("variants.0.tables.0.rows.0.9", "GPUs/3", "impossible at 8 GPUs: GBS would be 2.667"),
-    ("architectures.1b.colour", "red", "architecture 1b: unknown keys ['colour']"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            "variants.0.tables.0.gpu",
+            "a100",
+            "variant v: table 2: unknown GPU type 'a100'; valid: h100",
+        ),
+        (
+            "variants.0.tables.0.rows.0.2",
+            "FP16",
+            "variant v: table 2: row 1: unknown dtype 'FP16'; valid: bf16, fp8, nvfp4",
+        ),
+        (
+            "variants.0.tables.0.scaling",
+            "Strongest",
+            "unknown scaling 'Strongest'; valid: weak, strong",
+        ),
+        (
+            "variants.0.framework",
+            "jax",
+            "variant v: unknown framework 'jax'; valid: megatron_bridge, nemo2",
+        ),
+        ("variants.0.tables.0.rows.0", ["1b", "8-16", "BF16"], "row 1: 3 cells for 10 columns"),
+        ("variants.0.tables.0.rows.0.9", "GPUs/3", "impossible at 8 GPUs: GBS would be 2.667"),
+        ("architectures.1b.colour", "red", "architecture 1b: unknown keys ['colour']"),
+    ],
+)
 def test_malformed_data_is_refused_saying_where(path, value, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         workload_from_dict(broken(path, value))
 
 
@@ -111,6 +140,11 @@ def test_base_architectures_copy_and_convert():
 
 
 def test_load_workload_wraps_errors_with_the_file(monkeypatch):
-    monkeypatch.setattr("llmb.recipes.workload_file._read", lambda package, resource: broken("variants.0.framework", "jax"))
-    with pytest.raises(DataError, match="llmb_plugin_x/workload.yaml: variant v: unknown framework 'jax'"):
+    monkeypatch.setattr(
+        "llmb.recipes.workload_file._read",
+        lambda package, resource: broken("variants.0.framework", "jax"),
+    )
+    with pytest.raises(
+        DataError, match="llmb_plugin_x/workload.yaml: variant v: unknown framework 'jax'"
+    ):
         load_workload("llmb_plugin_x")

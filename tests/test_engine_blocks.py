@@ -38,7 +38,9 @@ def _seeded():
     torch.manual_seed(0)
 
 
-def _backward(out: torch.Tensor, upstream: torch.Tensor, *leaves: torch.Tensor) -> list[torch.Tensor]:
+def _backward(
+    out: torch.Tensor, upstream: torch.Tensor, *leaves: torch.Tensor
+) -> list[torch.Tensor]:
     """The gradients of ``leaves`` for ``out`` given ``upstream``; the leaves' ``.grad`` left cleared."""
     out.backward(upstream)
     grads = [leaf.grad.clone() for leaf in leaves]
@@ -51,7 +53,9 @@ def _backward(out: torch.Tensor, upstream: torch.Tensor, *leaves: torch.Tensor) 
 # Attention: fused q|k|v, RoPE tables
 
 
-def _separate_attention(fused: blocks.GroupedQueryAttention, wq, wk, wv, wo, x: torch.Tensor) -> torch.Tensor:
+def _separate_attention(
+    fused: blocks.GroupedQueryAttention, wq, wk, wv, wo, x: torch.Tensor
+) -> torch.Tensor:
     """The unfused attention: three projections, KV heads repeated by hand, the softmax written out."""
     b, s, _ = x.shape
     h, g, d = fused.heads, fused.query_groups, fused.head_dim
@@ -61,7 +65,9 @@ def _separate_attention(fused: blocks.GroupedQueryAttention, wq, wk, wv, wo, x: 
     if fused.rope is not None:
         q, k = fused.rope(q, k)
     k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
-    scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), -math.inf)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d)).masked_fill(
+        torch.ones(s, s, dtype=torch.bool).triu(1), -math.inf
+    )
     return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h * d) @ wo.T
 
 
@@ -70,15 +76,21 @@ def test_fused_qkv_attention_equals_separate_projections(heads, groups, fraction
     d = 8
     rope = blocks.RotaryEmbedding(d, base=10_000.0, fraction=fraction) if fraction else None
     fused = blocks.GroupedQueryAttention(32, heads, groups, d, rope=rope)
-    wq, wk, wv = (w.detach().clone().requires_grad_() for w in fused.qkv_proj.weight.split([heads * d, groups * d,
-                                                                                             groups * d]))
+    wq, wk, wv = (
+        w.detach().clone().requires_grad_()
+        for w in fused.qkv_proj.weight.split([heads * d, groups * d, groups * d])
+    )
     wo = fused.o_proj.weight.detach().clone().requires_grad_()
-    assert blocks.count_parameters(fused) == sum(w.numel() for w in (wq, wk, wv, wo))  # the same parameters
+    assert blocks.count_parameters(fused) == sum(
+        w.numel() for w in (wq, wk, wv, wo)
+    )  # the same parameters
     x = torch.randn(2, 11, 32, requires_grad=True)
     out, expected = fused(x), _separate_attention(fused, wq, wk, wv, wo, x)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
     upstream = torch.randn_like(out)
-    grad_x, grad_qkv, grad_o = _backward(out, upstream, x, fused.qkv_proj.weight, fused.o_proj.weight)
+    grad_x, grad_qkv, grad_o = _backward(
+        out, upstream, x, fused.qkv_proj.weight, fused.o_proj.weight
+    )
     ref_x, ref_q, ref_k, ref_v, ref_o = _backward(expected, upstream, x, wq, wk, wv, wo)
     torch.testing.assert_close(grad_x, ref_x, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(grad_qkv, torch.cat((ref_q, ref_k, ref_v)), rtol=1e-4, atol=1e-5)
@@ -87,11 +99,15 @@ def test_fused_qkv_attention_equals_separate_projections(heads, groups, fraction
 
 def test_rope_tables_are_built_once_per_length_device_and_dtype():
     rope = blocks.RotaryEmbedding(8, base=500_000.0)
-    attention = [blocks.GroupedQueryAttention(32, 4, 2, 8, rope=rope) for _ in range(3)]  # one rope, three layers
+    attention = [
+        blocks.GroupedQueryAttention(32, 4, 2, 8, rope=rope) for _ in range(3)
+    ]  # one rope, three layers
     x = torch.randn(2, 10, 32)
     for layer in attention:
         layer(x)
-    assert list(rope._tables) == [(10, torch.device("cpu"), torch.float32)]  # built once for all layers
+    assert list(rope._tables) == [
+        (10, torch.device("cpu"), torch.float32)
+    ]  # built once for all layers
     cos, sin = rope.angles(10, torch.device("cpu"))
     for layer in attention:
         layer(torch.randn(1, 10, 32))
@@ -103,8 +119,11 @@ def test_rope_tables_are_built_once_per_length_device_and_dtype():
     torch.testing.assert_close(sin, torch.cat((theta, theta), -1).sin())
     attention[0](torch.randn(1, 6, 32))  # another length, another dtype: tables of their own
     attention[0].double()(torch.randn(1, 6, 32, dtype=torch.float64))
-    assert set(rope._tables) == {(10, torch.device("cpu"), torch.float32), (6, torch.device("cpu"), torch.float32),
-                                 (6, torch.device("cpu"), torch.float64)}
+    assert set(rope._tables) == {
+        (10, torch.device("cpu"), torch.float32),
+        (6, torch.device("cpu"), torch.float32),
+        (6, torch.device("cpu"), torch.float64),
+    }
 
 
 def test_rope_tables_first_built_in_inference_mode_serve_training():
@@ -119,8 +138,10 @@ def test_rope_tables_first_built_in_inference_mode_serve_training():
 
 def test_attention_on_cpu_is_sdpa_default_and_the_math_fallback_is_said_once():
     q, k, v = torch.randn(2, 4, 9, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
-    torch.testing.assert_close(kernels.attention(q, k, v),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    torch.testing.assert_close(
+        kernels.attention(q, k, v),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+    )
     # the GPU planner, asked about tensors no fused kernel accepts (CPU ones): the math kernel, said once
     kernels._SAID.discard("attention-math:torch.float32:16")
     printed = io.StringIO()
@@ -147,7 +168,9 @@ def test_fused_gate_up_equals_separate_projections():
     out, expected = mlp(x), (F.silu(x @ gate.T) * (x @ up.T)) @ down.T
     torch.testing.assert_close(out, expected)
     upstream = torch.randn_like(out)
-    grad_x, grad_gate_up, grad_down = _backward(out, upstream, x, mlp.gate_up_proj.weight, mlp.down_proj.weight)
+    grad_x, grad_gate_up, grad_down = _backward(
+        out, upstream, x, mlp.gate_up_proj.weight, mlp.down_proj.weight
+    )
     ref_x, ref_gate, ref_up, ref_down = _backward(expected, upstream, x, gate, up, down)
     torch.testing.assert_close(grad_x, ref_x)
     torch.testing.assert_close(grad_gate_up, torch.cat((ref_gate, ref_up)))
@@ -194,7 +217,9 @@ def test_chunked_cross_entropy_never_keeps_the_full_logits():
         return shapes
 
     plain = saved_shapes(lambda: F.cross_entropy((hidden @ weight.T).float(), labels))
-    chunked = saved_shapes(lambda: loss.chunked_cross_entropy(hidden, weight, labels, chunk_tokens=16))
+    chunked = saved_shapes(
+        lambda: loss.chunked_cross_entropy(hidden, weight, labels, chunk_tokens=16)
+    )
     assert (64, 256) in plain
     assert all(shape[-1:] != (256,) for shape in chunked), chunked
 
@@ -221,8 +246,12 @@ def test_causal_lm_loss_equals_cross_entropy_of_its_logits(host, tied):
     logits = model(inputs)
     expected = F.cross_entropy(logits.float().reshape(-1, arch.vocab), labels.reshape(-1))
     torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-6)
-    for (name, _), got, want in zip(model.named_parameters(), grads,
-                                    torch.autograd.grad(expected, list(model.parameters())), strict=True):
+    for (name, _), got, want in zip(
+        model.named_parameters(),
+        grads,
+        torch.autograd.grad(expected, list(model.parameters())),
+        strict=True,
+    ):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7, msg=name)
 
 
@@ -240,10 +269,15 @@ def test_causal_lm_loss_with_a_vocabulary_split_takes_the_logits_path(host, tmp_
     tokens = torch.randint(0, arch.vocab, (2, 17))
     expected = model(tokens[:, :-1], labels=tokens[:, 1:])
     (expected_grad,) = torch.autograd.grad(expected, [model.output.weight])
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
-        parallelize_module(model, init_device_mesh("cpu", (1,)),
-                           {"output": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+        parallelize_module(
+            model,
+            init_device_mesh("cpu", (1,)),
+            {"output": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)},
+        )
         assert not loss.chunkable(model.output.weight)
         with loss_parallel():
             value = model(tokens[:, :-1], labels=tokens[:, 1:])
@@ -278,7 +312,9 @@ def _per_expert_reference(moe: blocks.RoutedMoE, x: torch.Tensor) -> torch.Tenso
 
 
 MOES = {  # Llama 4's routing (top-1, sigmoid, weight before the expert, a shared expert) and Mixtral-style top-2
-    "llama4": dict(hidden=16, experts=6, moe_ffn=24, topk=1, shared_ffn=20, score="sigmoid", weight_inputs=True),
+    "llama4": dict(
+        hidden=16, experts=6, moe_ffn=24, topk=1, shared_ffn=20, score="sigmoid", weight_inputs=True
+    ),
     "top2": dict(hidden=16, experts=5, moe_ffn=24, topk=2, score="softmax", weight_inputs=False),
 }
 
@@ -302,8 +338,15 @@ def test_moe_equals_per_expert_reference(config, grouped, monkeypatch):
     got = torch.autograd.grad(out, [x, *params], torch.ones_like(out))
     want = torch.autograd.grad(expected, [x, *params], torch.ones_like(out), allow_unused=True)
     for (name, _), g, w in zip([("x", x), *moe.named_parameters()], got, want, strict=True):
-        torch.testing.assert_close(g, torch.zeros_like(g) if w is None else w, rtol=1e-5, atol=1e-6, msg=name)
-    assert torch.count_nonzero(got[1 + [n for n, _ in moe.named_parameters()].index("experts.0.down_proj.weight")]) == 0
+        torch.testing.assert_close(
+            g, torch.zeros_like(g) if w is None else w, rtol=1e-5, atol=1e-6, msg=name
+        )
+    assert (
+        torch.count_nonzero(
+            got[1 + [n for n, _ in moe.named_parameters()].index("experts.0.down_proj.weight")]
+        )
+        == 0
+    )
 
 
 def test_moe_routing_needs_no_host_read(monkeypatch):
@@ -318,6 +361,7 @@ def test_moe_routing_needs_no_host_read(monkeypatch):
         def read(self, *args, **kwargs):
             reads.append(method)
             return original(self, *args, **kwargs)
+
         return read
 
     for method in ("tolist", "item", "cpu"):
@@ -333,6 +377,7 @@ def test_moe_routing_needs_no_host_read(monkeypatch):
 def _count_rows(received: dict, key: str):
     def hook(module, args, out):
         received[key] = received.get(key, 0) + args[0].shape[0]
+
     return hook
 
 
@@ -366,13 +411,23 @@ def _ddp_moe_rank(rank: int, world: int, store: str, out_dir: str) -> None:
                 with ddp.no_sync() if micro == 0 else contextlib.nullcontext():
                     value = ddp(tokens[:, :-1], labels=tokens[:, 1:]) / 2
                     value.backward()
-            missing |= {n for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
+            missing |= {
+                n for n, p in model.named_parameters() if p.requires_grad and p.grad is None
+            }
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(float(value))
         digest = float(sum(p.detach().double().sum() for p in model.parameters()))
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(
-            {"losses": losses, "received": received, "missing": sorted(missing), "digest": digest}))
+        Path(out_dir, f"rank{rank}.json").write_text(
+            json.dumps(
+                {
+                    "losses": losses,
+                    "received": received,
+                    "missing": sorted(missing),
+                    "digest": digest,
+                }
+            )
+        )
     finally:
         dist.destroy_process_group()
 
@@ -382,8 +437,13 @@ def test_ddp_trains_when_experts_receive_no_tokens(tmp_path):
     step after a micro-batch in which a routed expert received no token."""
     import torch.multiprocessing as mp
 
-    context = mp.start_processes(_ddp_moe_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2,
-                                 join=False, start_method="spawn")
+    context = mp.start_processes(
+        _ddp_moe_rank,
+        args=(2, str(tmp_path / "store"), str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
     deadline = time.monotonic() + HANG_GUARD
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
@@ -396,7 +456,9 @@ def test_ddp_trains_when_experts_receive_no_tokens(tmp_path):
         assert idle and len(idle) < len(result["received"]), result["received"]  # the case at hand
         assert result["missing"] == []  # every trainable parameter had a gradient to reduce
         assert all(math.isfinite(v) for v in result["losses"])
-    assert results[0]["digest"] == results[1]["digest"]  # the reduced gradients kept the ranks identical
+    assert (
+        results[0]["digest"] == results[1]["digest"]
+    )  # the reduced gradients kept the ranks identical
 
 
 # --------------------------------------------------------------------------
@@ -404,7 +466,9 @@ def test_ddp_trains_when_experts_receive_no_tokens(tmp_path):
 
 
 def _mixer() -> blocks.Mamba2Mixer:
-    return blocks.Mamba2Mixer(hidden=24, heads=4, head_dim=8, state=6, groups=2, conv_kernel=4, chunk=8)
+    return blocks.Mamba2Mixer(
+        hidden=24, heads=4, head_dim=8, state=6, groups=2, conv_kernel=4, chunk=8
+    )
 
 
 # Stand-ins for the two kernel packages, computing what their documentation says
@@ -460,11 +524,15 @@ def _forget_kernel_modules() -> None:
 def test_mamba2_on_cpu_takes_the_plain_scan_and_imports_no_kernel(stand_in_kernels, monkeypatch):
     calls = []
     plain = blocks.ssd_scan
-    monkeypatch.setattr(blocks, "ssd_scan", lambda *args, **kwargs: calls.append(1) or plain(*args, **kwargs))
+    monkeypatch.setattr(
+        blocks, "ssd_scan", lambda *args, **kwargs: calls.append(1) or plain(*args, **kwargs)
+    )
     out = _mixer()(torch.randn(2, 13, 24))
     assert calls == [1] and out.shape == (2, 13, 24)
     assert kernels.mamba_kernels(torch.device("cpu")) is None
-    assert "mamba_ssm" not in sys.modules and "causal_conv1d" not in sys.modules  # installed, yet not imported
+    assert (
+        "mamba_ssm" not in sys.modules and "causal_conv1d" not in sys.modules
+    )  # installed, yet not imported
 
 
 def test_mamba2_cpu_convolution_is_the_conv1d_modules():
@@ -482,33 +550,46 @@ def test_mamba2_cpu_convolution_is_the_conv1d_modules():
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
-def test_mamba2_gpu_branch_feeds_the_kernels_their_documented_arguments(stand_in_kernels, monkeypatch):
+def test_mamba2_gpu_branch_feeds_the_kernels_their_documented_arguments(
+    stand_in_kernels, monkeypatch
+):
     mixer = _mixer().double()
     x = torch.randn(2, 13, 24, dtype=torch.float64, requires_grad=True)
     plain = mixer(x)
     grads = torch.autograd.grad(plain.sum(), [x, *mixer.parameters()])
     loaded = kernels._load_mamba_kernels("cuda")  # what a GPU would find installed
     assert loaded is not None and loaded.scan is not None and loaded.conv is not None
-    monkeypatch.setattr(kernels, "mamba_kernels", lambda device: loaded)  # this CPU takes the GPU branch
+    monkeypatch.setattr(
+        kernels, "mamba_kernels", lambda device: loaded
+    )  # this CPU takes the GPU branch
     fused = mixer(x)
     torch.testing.assert_close(fused, plain, rtol=1e-10, atol=1e-12)
-    for got, want in zip(torch.autograd.grad(fused.sum(), [x, *mixer.parameters()]), grads, strict=True):
+    for got, want in zip(
+        torch.autograd.grad(fused.sum(), [x, *mixer.parameters()]), grads, strict=True
+    ):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     scan_calls = sys.modules["mamba_ssm.ops.triton.ssd_combined"].CALLS
     conv_calls = sys.modules["causal_conv1d"].CALLS
-    assert scan_calls[-1] == dict(x=(2, 13, 4, 8), dt=(2, 13, 4), A=(4,), B=(2, 13, 2, 6), C=(2, 13, 2, 6),
-                                  chunk=8, D=(4,))
+    assert scan_calls[-1] == dict(
+        x=(2, 13, 4, 8), dt=(2, 13, 4), A=(4,), B=(2, 13, 2, 6), C=(2, 13, 2, 6), chunk=8, D=(4,)
+    )
     conv_dim = mixer.conv_dim
-    assert conv_calls[-1] == dict(x=(2, conv_dim, 13), weight=(conv_dim, 4), bias=(conv_dim,), activation="silu")
+    assert conv_calls[-1] == dict(
+        x=(2, conv_dim, 13), weight=(conv_dim, 4), bias=(conv_dim,), activation="silu"
+    )
 
 
 def test_mamba2_gpu_kernels_missing_are_said_once(monkeypatch):
     monkeypatch.setattr(kernels, "_MAMBA", {})
     monkeypatch.setattr(kernels, "_SAID", set())
     for name in ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "causal_conv1d"):
-        monkeypatch.setitem(sys.modules, name, None)  # not installed: importing it raises ImportError
+        monkeypatch.setitem(
+            sys.modules, name, None
+        )  # not installed: importing it raises ImportError
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert kernels.mamba_kernels(torch.device("cuda")) is None
         assert kernels.mamba_kernels(torch.device("cuda")) is None
-    assert printed.getvalue().count("plain-PyTorch scan and convolution runs instead") == 1, printed.getvalue()
+    assert printed.getvalue().count("plain-PyTorch scan and convolution runs instead") == 1, (
+        printed.getvalue()
+    )

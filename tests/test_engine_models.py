@@ -48,11 +48,18 @@ def test_full_size_parameter_count(host, name, size):
     assert counted == count_params(arch).total, (name, size)
     if name == "llama31" and size == "8b":
         assert counted == 8_030_261_248
-    if arch.published_params is not None:  # as tests/test_params.py::test_counts_match_published_figures
+    if (
+        arch.published_params is not None
+    ):  # as tests/test_params.py::test_counts_match_published_figures
         published = arch.published_params
         digits = len(f"{published:.0f}".rstrip("0"))
         half_unit = 0.5 * 10 ** (len(f"{published:.0f}") - digits)
-        assert abs(counted - published) <= max(0.005 * published, half_unit), (name, size, counted, published)
+        assert abs(counted - published) <= max(0.005 * published, half_unit), (
+            name,
+            size,
+            counted,
+            published,
+        )
 
 
 def test_layer_parameters_match_params_by_kind(host):
@@ -65,7 +72,9 @@ def test_layer_parameters_match_params_by_kind(host):
                 model = host.build_model(workload, small)
             expected = count_params(small)
             assert [layer.kind for layer in model.layers] == list(small.layer_kinds())
-            assert [blocks.count_parameters(layer) for layer in model.layers] == [l.total for l in expected.layers]
+            assert [blocks.count_parameters(layer) for layer in model.layers] == [
+                l.total for l in expected.layers
+            ]
             assert blocks.count_parameters(model.embedding) == expected.embedding
             assert blocks.count_parameters(model.final_norm) == expected.final_norm
 
@@ -86,7 +95,10 @@ def test_tiny_proxy_runs_forward_and_backward(host, name):
     assert logits.dtype == torch.get_default_dtype()
     assert torch.isfinite(logits).all()
     assert math.isfinite(loss.item())
-    for pname, p in model.named_parameters():  # routed experts included, even one that received no token
+    for (
+        pname,
+        p,
+    ) in model.named_parameters():  # routed experts included, even one that received no token
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
 
 
@@ -143,7 +155,9 @@ def _reference_gqa(attn: blocks.GroupedQueryAttention, x: torch.Tensor) -> torch
     """Attention with the KV heads explicitly repeated and the softmax written out."""
     b, s, _ = x.shape
     h, g, d = attn.heads, attn.query_groups, attn.head_dim
-    wq, wk, wv = attn.qkv_proj.weight.split([h * d, g * d, g * d])  # the fused projection: q, k, v end to end
+    wq, wk, wv = attn.qkv_proj.weight.split(
+        [h * d, g * d, g * d]
+    )  # the fused projection: q, k, v end to end
     q = (x @ wq.T).view(b, s, h, d).transpose(1, 2)
     k = (x @ wk.T).view(b, s, g, d).transpose(1, 2)
     v = (x @ wv.T).view(b, s, g, d).transpose(1, 2)
@@ -160,8 +174,13 @@ def _reference_gqa(attn: blocks.GroupedQueryAttention, x: torch.Tensor) -> torch
 @pytest.mark.parametrize(("heads", "groups", "rope"), [(8, 2, True), (6, 1, False), (4, 4, True)])
 def test_gqa_equals_repeated_kv_reference(heads, groups, rope):
     head_dim = 8
-    attn = blocks.GroupedQueryAttention(32, heads, groups, head_dim,
-                                        rope=blocks.RotaryEmbedding(head_dim, base=10_000.0) if rope else None)
+    attn = blocks.GroupedQueryAttention(
+        32,
+        heads,
+        groups,
+        head_dim,
+        rope=blocks.RotaryEmbedding(head_dim, base=10_000.0) if rope else None,
+    )
     x = torch.randn(2, 12, 32)
     torch.testing.assert_close(attn(x), _reference_gqa(attn, x), rtol=1e-4, atol=1e-5)
 
@@ -180,7 +199,9 @@ def test_rope_rotates_only_the_requested_fraction():
     assert rope.rotary_dim == 8
     q, k = torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16)
     rq, rk = rope(q, k)
-    torch.testing.assert_close(rq[..., 8:], q[..., 8:], rtol=0, atol=0)  # the second half passes through
+    torch.testing.assert_close(
+        rq[..., 8:], q[..., 8:], rtol=0, atol=0
+    )  # the second half passes through
     torch.testing.assert_close(rk[..., 8:], k[..., 8:], rtol=0, atol=0)
     torch.testing.assert_close(rq[..., 0, :], q[..., 0, :])  # position 0: angle 0
     assert not torch.allclose(rq[..., 1:, :8], q[..., 1:, :8])
@@ -214,7 +235,9 @@ def test_layernorm1p_at_zero_weight_is_plain_layernorm():
     with torch.no_grad():
         norm.weight.normal_()
         norm.bias.normal_()
-    torch.testing.assert_close(norm(x), F.layer_norm(x, (24,), 1 + norm.weight, norm.bias, eps=1e-5))
+    torch.testing.assert_close(
+        norm(x), F.layer_norm(x, (24,), 1 + norm.weight, norm.bias, eps=1e-5)
+    )
     assert blocks.count_parameters(norm) == 48
 
 
@@ -229,12 +252,19 @@ def test_rmsnorm_normalises_by_the_root_mean_square():
 
 def test_mlps():
     swiglu, relu2 = blocks.SwiGLU(8, 20), blocks.SquaredReLUMLP(8, 20)
-    assert blocks.count_parameters(swiglu) == 3 * 8 * 20 and blocks.count_parameters(relu2) == 2 * 8 * 20
+    assert (
+        blocks.count_parameters(swiglu) == 3 * 8 * 20
+        and blocks.count_parameters(relu2) == 2 * 8 * 20
+    )
     x = torch.randn(5, 8)
     gate, up = swiglu.gate_up_proj.weight.chunk(2)  # the fused projection: gate rows, then up rows
     a = x @ gate.T
-    torch.testing.assert_close(swiglu(x), (a * torch.sigmoid(a) * (x @ up.T)) @ swiglu.down_proj.weight.T)
-    torch.testing.assert_close(relu2(x), (x @ relu2.up_proj.weight.T).clamp(min=0) ** 2 @ relu2.down_proj.weight.T)
+    torch.testing.assert_close(
+        swiglu(x), (a * torch.sigmoid(a) * (x @ up.T)) @ swiglu.down_proj.weight.T
+    )
+    torch.testing.assert_close(
+        relu2(x), (x @ relu2.up_proj.weight.T).clamp(min=0) ** 2 @ relu2.down_proj.weight.T
+    )
 
 
 # --------------------------------------------------------------------------
@@ -261,7 +291,9 @@ def _dense_moe_reference(moe: blocks.RoutedMoE, x: torch.Tensor) -> torch.Tensor
 
 
 def test_moe_top1_sends_each_token_to_exactly_one_routed_expert():
-    moe = blocks.RoutedMoE(16, experts=6, moe_ffn=24, topk=1, shared_ffn=20, score="sigmoid", weight_inputs=True)
+    moe = blocks.RoutedMoE(
+        16, experts=6, moe_ffn=24, topk=1, shared_ffn=20, score="sigmoid", weight_inputs=True
+    )
     x = torch.randn(3, 10, 16)
     received = []
     for expert in moe.experts:
@@ -306,7 +338,10 @@ def _naive_ssd(x, dt, A, B, C, state=None):
     for t in range(s):
         Bt, Ct = B[:, t, head_group], C[:, t, head_group]  # [b, h, n]
         decay = torch.exp(dt[:, t] * A)  # [b, h]
-        H = decay[..., None, None] * H + (dt[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None, :]
+        H = (
+            decay[..., None, None] * H
+            + (dt[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None, :]
+        )
         ys.append(torch.einsum("bhpn,bhn->bhp", H, Ct))
     return torch.stack(ys, dim=1), H
 
@@ -334,12 +369,16 @@ def test_chunked_scan_continues_from_an_initial_state():
     x, dt, A, B, C = _ssd_inputs(s=30)
     full, _ = blocks.ssd_scan(x, dt, A, B, C, 8)
     first, state = blocks.ssd_scan(x[:, :13], dt[:, :13], A, B[:, :13], C[:, :13], 8)
-    second, _ = blocks.ssd_scan(x[:, 13:], dt[:, 13:], A, B[:, 13:], C[:, 13:], 8, initial_state=state)
+    second, _ = blocks.ssd_scan(
+        x[:, 13:], dt[:, 13:], A, B[:, 13:], C[:, 13:], 8, initial_state=state
+    )
     torch.testing.assert_close(torch.cat((first, second), dim=1), full, rtol=1e-9, atol=1e-9)
 
 
 def _mixer() -> blocks.Mamba2Mixer:
-    return blocks.Mamba2Mixer(hidden=24, heads=4, head_dim=8, state=6, groups=2, conv_kernel=4, chunk=8)
+    return blocks.Mamba2Mixer(
+        hidden=24, heads=4, head_dim=8, state=6, groups=2, conv_kernel=4, chunk=8
+    )
 
 
 def test_mamba2_mixer_parameters_match_params(host):
@@ -348,8 +387,15 @@ def test_mamba2_mixer_parameters_match_params(host):
     from llmb.recipes.params import mamba_params
 
     mixer = _mixer()
-    arch = replace(shrink(host.workload("nemotronh").architecture("56b"), "tiny"), hidden=24, mamba_heads=4,
-                   mamba_head_dim=8, mamba_state=6, mamba_groups=2, mamba_conv_kernel=4)
+    arch = replace(
+        shrink(host.workload("nemotronh").architecture("56b"), "tiny"),
+        hidden=24,
+        mamba_heads=4,
+        mamba_head_dim=8,
+        mamba_state=6,
+        mamba_groups=2,
+        mamba_conv_kernel=4,
+    )
     assert blocks.count_parameters(mixer) + 24 == mamba_params(arch)  # + the layer's RMSNorm
 
 
@@ -374,19 +420,25 @@ def test_mamba2_mixer_against_a_step_by_step_reference():
     b, s, _ = x.shape
     d_inner, gn = m.d_inner, m.groups * m.state
     zxbcdt = x @ m.in_proj.weight.T
-    z, xbc, dt = zxbcdt[..., :d_inner], zxbcdt[..., d_inner:2 * d_inner + 2 * gn], zxbcdt[..., -m.heads:]
+    z, xbc, dt = (
+        zxbcdt[..., :d_inner],
+        zxbcdt[..., d_inner : 2 * d_inner + 2 * gn],
+        zxbcdt[..., -m.heads :],
+    )
     # depthwise causal convolution by hand: out[t] = bias + sum_k w[k] * in[t - (K-1) + k]
     K = m.conv1d.kernel_size[0]
     padded = F.pad(xbc, (0, 0, K - 1, 0))
-    conv = m.conv1d.bias + sum(padded[:, k:k + s] * m.conv1d.weight[:, 0, k] for k in range(K))
+    conv = m.conv1d.bias + sum(padded[:, k : k + s] * m.conv1d.weight[:, 0, k] for k in range(K))
     xbc = F.silu(conv)
     xs = xbc[..., :d_inner].view(b, s, m.heads, m.head_dim)
-    B = xbc[..., d_inner:d_inner + gn].view(b, s, m.groups, m.state)
-    C = xbc[..., d_inner + gn:].view(b, s, m.groups, m.state)
+    B = xbc[..., d_inner : d_inner + gn].view(b, s, m.groups, m.state)
+    C = xbc[..., d_inner + gn :].view(b, s, m.groups, m.state)
     y, _ = _naive_ssd(xs, F.softplus(dt + m.dt_bias), -torch.exp(m.A_log), B, C)
     y = (y + xs * m.D[:, None]).reshape(b, s, d_inner) * F.silu(z)
     groups = y.view(b, s, m.groups, -1)
-    y = (groups / groups.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()).reshape(b, s, d_inner) * m.norm.weight
+    y = (groups / groups.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()).reshape(
+        b, s, d_inner
+    ) * m.norm.weight
     torch.testing.assert_close(m(x), y @ m.out_proj.weight.T, rtol=1e-9, atol=1e-9)
 
 
@@ -407,7 +459,11 @@ def test_benchmark_reference_llama_matches_the_engine_model(host):
     for arch in (shrink(workload.architecture("8b"), "tiny"), wide):
         with torch.device("meta"):
             engine_model, reference = host.build_model(workload, arch), Reference(arch)
-        assert blocks.count_parameters(reference) == blocks.count_parameters(engine_model) == count_params(arch).total
+        assert (
+            blocks.count_parameters(reference)
+            == blocks.count_parameters(engine_model)
+            == count_params(arch).total
+        )
     arch = shrink(workload.architecture("8b"), "tiny")
     reference = Reference(arch).eval()
     tokens = torch.randint(0, arch.vocab, (1, 40))

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+torch = pytest.importorskip(
+    "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+)
 
 import parallel_layout_ranks as ranks  # noqa: E402
 from gloo_ranks import free_port  # noqa: E402
@@ -51,21 +53,47 @@ def _reference(workload: str, recompute_layers: int = 0) -> tuple[dict, dict]:
         torch.set_num_threads(threads)
 
 
-def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layout) -> tuple[dict, dict | None]:
+def _run(
+    tmp_path: Path, workload: str, world: int, engine: bool = False, **layout
+) -> tuple[dict, dict | None]:
     """The layout's run over ``world`` rank processes: (rank 0's result, the whole trained weights).
     With ``engine`` the ranks run ``llmb.engines.torch.train.Engine`` itself (no weights come back)."""
-    config = {"workload": workload, "layout": layout, **RUN, "checkpoint": str(tmp_path / "checkpoint"),
-              "engine": engine}
+    config = {
+        "workload": workload,
+        "layout": layout,
+        **RUN,
+        "checkpoint": str(tmp_path / "checkpoint"),
+        "engine": engine,
+    }
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     logs = [tmp_path / f"rank{rank}.log" for rank in range(world)]
     procs = []
     for rank, log in enumerate(logs):
         with open(log, "w") as handle:
-            procs.append(subprocess.Popen([sys.executable, str(RANKS), json.dumps(config), str(rank), str(world),
-                                           str(tmp_path / "store"), str(out)],
-                                          stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(RANKS),
+                        json.dumps(config),
+                        str(rank),
+                        str(world),
+                        str(tmp_path / "store"),
+                        str(out),
+                    ],
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
     deadline = time.monotonic() + HANG_GUARD
     try:
         for proc in procs:
@@ -76,7 +104,9 @@ def _run(tmp_path: Path, workload: str, world: int, engine: bool = False, **layo
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode]
-    assert not failed, f"ranks failed {failed}:\n" + "\n".join(log.read_text()[-4000:] for log in logs)
+    assert not failed, f"ranks failed {failed}:\n" + "\n".join(
+        log.read_text()[-4000:] for log in logs
+    )
     return json.loads(out.read_text()), None if engine else torch.load(str(out) + ".pt")
 
 
@@ -86,7 +116,9 @@ def _assert_equivalent(result: dict, weights: dict, reference: tuple[dict, dict]
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
     assert sorted(weights) == sorted(expected_weights)
     for name, value in expected_weights.items():
-        torch.testing.assert_close(weights[name], value, rtol=0, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            weights[name], value, rtol=0, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def _assert_checkpoint_reads_unsharded(tmp_path: Path, workload: str, weights: dict) -> None:
@@ -99,7 +131,9 @@ def _assert_checkpoint_reads_unsharded(tmp_path: Path, workload: str, weights: d
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load(state, checkpoint_id=str(tmp_path / "checkpoint"), no_dist=True)
     for name, value in weights.items():
-        torch.testing.assert_close(state["model"][name], value, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            state["model"][name], value, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -122,11 +156,14 @@ def test_tensor_parallel_matches_unsharded(tmp_path, sequence_parallel):
     assert result["qkv_rows_held"] == 0.5  # each rank holds its own heads' q|k|v
     assert result["fsdp_units"] == 0
     _assert_equivalent(result, weights, _reference("llama31"))
-    _assert_checkpoint_reads_unsharded(tmp_path, "llama31", weights)  # saved in the model's order, not the ranks'
+    _assert_checkpoint_reads_unsharded(
+        tmp_path, "llama31", weights
+    )  # saved in the model's order, not the ranks'
 
 
-@pytest.mark.parametrize(("workload", "sequence_parallel"), [("llama4", False), ("nemotron4", True),
-                                                             ("nemotronh", True)])
+@pytest.mark.parametrize(
+    ("workload", "sequence_parallel"), [("llama4", False), ("nemotron4", True), ("nemotronh", True)]
+)
 def test_tensor_parallel_of_every_family(tmp_path, workload, sequence_parallel):
     """MoE (llama4) and Mamba2 (nemotronh) layers are computed whole by each TP rank; LayerNorm1p and the
     squared-ReLU MLP (nemotron4) split like Llama's."""
@@ -157,7 +194,10 @@ def test_activation_checkpointing_recomputes_and_matches(tmp_path):
     assert result["module"] == "DistributedDataParallel"
     assert result["checkpointed_layers"] == 1
     micro_batches = RUN["steps"] * RUN["ga"]
-    assert result["layer_forward_calls"] == [2 * micro_batches, micro_batches]  # the first ran again in backward
+    assert result["layer_forward_calls"] == [
+        2 * micro_batches,
+        micro_batches,
+    ]  # the first ran again in backward
     _assert_equivalent(result, weights, _reference("llama31"))
 
 
@@ -172,7 +212,9 @@ def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert expected["module"] == "CausalLM" and result["module"] == "CausalLM"
-    assert result["sharded"] and result["held"] < expected["held"]  # built as shards (on meta first)
+    assert (
+        result["sharded"] and result["held"] < expected["held"]
+    )  # built as shards (on meta first)
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
@@ -186,7 +228,9 @@ def test_the_engine_under_pipeline_parallel_trains_as_one_rank(tmp_path):
         expected = ranks.engine_steps({"workload": "llama31", **RUN}, rank=0, world=1)
     finally:
         torch.set_num_threads(threads)
-    assert result["module"] == "Pipeline" and result["held"] < expected["held"]  # this stage's layers only
+    assert (
+        result["module"] == "Pipeline" and result["held"] < expected["held"]
+    )  # this stage's layers only
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
@@ -199,13 +243,28 @@ def llama4_under_ddp(tmp_path_factory):
     return result
 
 
-@pytest.mark.parametrize(("world", "layout"), [
-    (2, {"ep": 2}),  # DDP for the dense layers, the experts spread over the 2 data-parallel ranks
-    (2, {"ep": 2, "fsdp": True}),  # FSDP2 for the dense layers, the experts left out of it
-    (4, {"ep": 2, "tp": 2, "sequence_parallel": True}),  # Llama 4's layout in miniature (DP 2, ZeRO-2 over it)
-    (4, {"ep": 2, "pp": 2}),  # two pipeline stages, each with its own MoE layer's experts over EP
-], ids=["ep", "ep-fsdp", "ep-tp-sp", "ep-pp"])
-def test_the_engine_under_expert_parallel_layouts_trains_as_data_parallel(tmp_path, llama4_under_ddp, world, layout):
+@pytest.mark.parametrize(
+    ("world", "layout"),
+    [
+        (
+            2,
+            {"ep": 2},
+        ),  # DDP for the dense layers, the experts spread over the 2 data-parallel ranks
+        (2, {"ep": 2, "fsdp": True}),  # FSDP2 for the dense layers, the experts left out of it
+        (
+            4,
+            {"ep": 2, "tp": 2, "sequence_parallel": True},
+        ),  # Llama 4's layout in miniature (DP 2, ZeRO-2 over it)
+        (
+            4,
+            {"ep": 2, "pp": 2},
+        ),  # two pipeline stages, each with its own MoE layer's experts over EP
+    ],
+    ids=["ep", "ep-fsdp", "ep-tp-sp", "ep-pp"],
+)
+def test_the_engine_under_expert_parallel_layouts_trains_as_data_parallel(
+    tmp_path, llama4_under_ddp, world, layout
+):
     """The engine with the experts spread over EP 2 (tokens travel by all-to-all; under TP each TP rank
     computes the MoE alike) against the engine with the experts replicated under DDP, on the same 2
     data-parallel replicas' batches."""
@@ -236,9 +295,11 @@ def test_activation_checkpointing_in_one_process_is_exact():
         torch.testing.assert_close(weights[name], value, rtol=0, atol=0)
 
 
-@pytest.mark.skip(reason="context parallel needs GPUs: torch's context_parallel runs ring attention over CUDA "
-                         "attention kernels, and the engine refuses CP > 1 (see test_layouts_it_cannot_apply_are_"
-                         "refused); there is no CPU path to compare")
+@pytest.mark.skip(
+    reason="context parallel needs GPUs: torch's context_parallel runs ring attention over CUDA "
+    "attention kernels, and the engine refuses CP > 1 (see test_layouts_it_cannot_apply_are_"
+    "refused); there is no CPU path to compare"
+)
 def test_context_parallel_matches_unsharded():
     raise AssertionError("unreachable: skipped")
 
@@ -259,12 +320,15 @@ def test_grid_places_tensor_parallel_ranks_next_to_each_other():
     assert [mesh.data_rank(ParallelLayout(), 3, rank) for rank in range(3)] == [0, 1, 2]
 
 
-@pytest.mark.parametrize(("layout", "world", "says"), [
-    (ParallelLayout(tp=4), 6, "does not divide 6 ranks"),
-    (ParallelLayout(tp=2, ep=4), 4, "EP 4 does not divide the 2 data-parallel ranks"),
-    (ParallelLayout(tp=0), 2, "TP 0"),
-    (ParallelLayout(recompute_layers=-1), 1, "recompute_layers -1"),
-])
+@pytest.mark.parametrize(
+    ("layout", "world", "says"),
+    [
+        (ParallelLayout(tp=4), 6, "does not divide 6 ranks"),
+        (ParallelLayout(tp=2, ep=4), 4, "EP 4 does not divide the 2 data-parallel ranks"),
+        (ParallelLayout(tp=0), 2, "TP 0"),
+        (ParallelLayout(recompute_layers=-1), 1, "recompute_layers -1"),
+    ],
+)
 def test_layouts_that_do_not_fit_the_ranks_are_usage_errors(layout, world, says):
     with pytest.raises(UsageError, match=says):
         mesh.check_layout(layout, world)
@@ -274,11 +338,18 @@ def _spec(**layout) -> RunSpec:
     return ranks.run_spec({"workload": "llama31", "layout": layout, **RUN}, world=2)
 
 
-@pytest.mark.parametrize(("layout", "world", "says"), [
-    ({"cp": 2}, 2, "context parallel .* runs only on GPUs"),
-    ({"tp": 2, "ep": 4}, 4, "EP 4 does not divide the 2 data-parallel ranks"),
-    ({"tp": 2, "sequence_parallel": True, "seq": 15}, 2, "a sequence of 15 does not split evenly"),
-])
+@pytest.mark.parametrize(
+    ("layout", "world", "says"),
+    [
+        ({"cp": 2}, 2, "context parallel .* runs only on GPUs"),
+        ({"tp": 2, "ep": 4}, 4, "EP 4 does not divide the 2 data-parallel ranks"),
+        (
+            {"tp": 2, "sequence_parallel": True, "seq": 15},
+            2,
+            "a sequence of 15 does not split evenly",
+        ),
+    ],
+)
 def test_layouts_it_cannot_apply_are_refused(layout, world, says):
     from dataclasses import replace
 

@@ -20,7 +20,12 @@ import engine_parallel_runs as runs
 import pytest
 import torch
 from llmb.engines.torch.parallel.experts import expert_range
-from llmb.engines.torch.parallel.float8 import apply_float8, choose_precision, float8_eligible, record_precision
+from llmb.engines.torch.parallel.float8 import (
+    apply_float8,
+    choose_precision,
+    float8_eligible,
+    record_precision,
+)
 from llmb.engines.torch.parallel.pipeline import split_layers, stage_ids
 
 HANG_GUARD = 900  # seconds for a whole multi-process run: a guard against a hang, not a speed limit
@@ -36,9 +41,23 @@ def launch(scenario: str, world: int, tmp_path: Path) -> list[dict]:
     procs = []
     for rank in range(world):
         with open(logs[rank], "w") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, str(Path(runs.__file__)), scenario, str(rank), str(world), str(store), str(outs[rank])],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(runs.__file__).parent))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(Path(runs.__file__)),
+                        scenario,
+                        str(rank),
+                        str(world),
+                        str(store),
+                        str(outs[rank]),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=Path(runs.__file__).parent,
+                )
+            )
     try:
         for proc in procs:
             proc.wait(timeout=HANG_GUARD)
@@ -81,8 +100,11 @@ def test_interleaved_stages_are_placed_round_robin():
     assert stage_ids(3, 4, 3) == [3, 7, 11]
 
 
-@pytest.mark.parametrize(("scenario", "stages"), [("pp", [[0], [1]]), ("pp-vp2", [[0, 2], [1, 3]])],
-                         ids=["1f1b", "interleaved-1f1b"])
+@pytest.mark.parametrize(
+    ("scenario", "stages"),
+    [("pp", [[0], [1]]), ("pp-vp2", [[0, 2], [1, 3]])],
+    ids=["1f1b", "interleaved-1f1b"],
+)
 def test_pipeline_trains_like_the_unsharded_model(tmp_path, scenario, stages):
     """Two ranks, GA 4 micro-batches per step, 4 steps of the Llama 3.1 tiny proxy."""
     results = launch(scenario, 2, tmp_path)
@@ -94,8 +116,13 @@ def test_pipeline_trains_like_the_unsharded_model(tmp_path, scenario, stages):
     assert not held[0] & held[1]
     assert sorted(held[0] | held[1]) == everything  # the model's own names, each on one rank
     assert "embedding.weight" in held[0] and {"final_norm.weight", "output.weight"} <= held[1]
-    per_layer = {layer: rank for rank, names in enumerate(held) for name in names if name.startswith("layers.")
-                 for layer in [int(name.split(".")[1])]}
+    per_layer = {
+        layer: rank
+        for rank, names in enumerate(held)
+        for name in names
+        if name.startswith("layers.")
+        for layer in [int(name.split(".")[1])]
+    }
     expected = {0: 0, 1: 0, 2: 1, 3: 1} if scenario == "pp" else {0: 0, 1: 1, 2: 0, 3: 1}
     assert per_layer == expected
 
@@ -114,23 +141,46 @@ def test_expert_parallel_layer_equals_the_unsharded_layer(tmp_path):
         x = tokens.clone().requires_grad_(True)
         y = moe(x)
         (y * probe).sum().backward()
-        empty_experts += int((torch.bincount(moe.route(tokens.reshape(-1, config["hidden"]))[1].flatten(),
-                                             minlength=config["experts"]) == 0).sum())
-        grads = {name: p.grad if p.grad is not None else torch.zeros_like(p) for name, p in moe.named_parameters()}
+        empty_experts += int(
+            (
+                torch.bincount(
+                    moe.route(tokens.reshape(-1, config["hidden"]))[1].flatten(),
+                    minlength=config["experts"],
+                )
+                == 0
+            ).sum()
+        )
+        grads = {
+            name: p.grad if p.grad is not None else torch.zeros_like(p)
+            for name, p in moe.named_parameters()
+        }
         local = config["experts"] // 2
         for rank in range(2):
             mine = saved[rank][label]
-            torch.testing.assert_close(mine["output"], y[rank].detach(), msg=f"{label} output, rank {rank}")
-            torch.testing.assert_close(mine["input_grad"], x.grad[rank], msg=f"{label} input grad, rank {rank}")
+            torch.testing.assert_close(
+                mine["output"], y[rank].detach(), msg=f"{label} output, rank {rank}"
+            )
+            torch.testing.assert_close(
+                mine["input_grad"], x.grad[rank], msg=f"{label} input grad, rank {rank}"
+            )
             held = [f"experts.{e}." for e in range(rank * local, (rank + 1) * local)]
-            assert all(name.startswith(("router.", "shared_expert.", *held)) for name in mine["parameters"])
+            assert all(
+                name.startswith(("router.", "shared_expert.", *held)) for name in mine["parameters"]
+            )
             for name, grad in mine["grads"].items():
-                if name.startswith("experts."):  # the whole EP group's tokens: the unsharded gradient
+                if name.startswith(
+                    "experts."
+                ):  # the whole EP group's tokens: the unsharded gradient
                     torch.testing.assert_close(grad, grads[name], msg=f"{label} {name}")
         for name in grads:
-            if not name.startswith("experts."):  # per rank, as under data parallelism: they sum to it
-                torch.testing.assert_close(saved[0][label]["grads"][name] + saved[1][label]["grads"][name],
-                                           grads[name], msg=f"{label} {name}")
+            if not name.startswith(
+                "experts."
+            ):  # per rank, as under data parallelism: they sum to it
+                torch.testing.assert_close(
+                    saved[0][label]["grads"][name] + saved[1][label]["grads"][name],
+                    grads[name],
+                    msg=f"{label} {name}",
+                )
     assert empty_experts > 0  # the case that crashed DDP: an expert with no tokens
 
 
@@ -145,7 +195,9 @@ def test_expert_parallel_trains_like_the_unsharded_model(tmp_path):
 
 def test_experts_split_into_contiguous_equal_shares():
     assert [expert_range(128, 8, r) for r in (0, 7)] == [range(0, 16), range(112, 128)]
-    with pytest.raises(ValueError, match="6 experts do not split evenly over an expert-parallel group of 4"):
+    with pytest.raises(
+        ValueError, match="6 experts do not split evenly over an expert-parallel group of 4"
+    ):
         expert_range(6, 4, 0)
 
 
@@ -153,11 +205,15 @@ def test_experts_split_into_contiguous_equal_shares():
 # Through the engine's entry: parallelize
 
 
-@pytest.mark.parametrize(("scenario", "world", "layout", "module"), [
-    ("parallelize-pp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
-    ("parallelize-pp2-vp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
-    ("parallelize-ep2", 2, runs.EXPERTS, "DistributedDataParallel"),
-], ids=["pp2-dp2", "pp2-vp2-dp2", "ep2"])
+@pytest.mark.parametrize(
+    ("scenario", "world", "layout", "module"),
+    [
+        ("parallelize-pp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
+        ("parallelize-pp2-vp2-dp2", 4, runs.PIPELINE_DP, "Pipeline"),
+        ("parallelize-ep2", 2, runs.EXPERTS, "DistributedDataParallel"),
+    ],
+    ids=["pp2-dp2", "pp2-vp2-dp2", "ep2"],
+)
 def test_parallelize_lays_out_pipelines_and_experts(tmp_path, scenario, world, layout, module):
     """PP with two data-parallel replicas (each stage sharded over them by ``parallelize``'s wrapping),
     and EP under DDP, as the engine's step drives them, against the unsharded model."""
@@ -174,10 +230,17 @@ def test_precision_is_chosen_from_the_recipe_and_the_device():
     cpu = torch.device("cpu")
     assert choose_precision("bf16", cpu, "float32").name == "float32"
     plain = choose_precision("fp8", cpu, "float32")
-    assert (plain.name, plain.float8) == ("float32", None) and "emulation for tests only" in plain.warning
+    assert (plain.name, plain.float8) == (
+        "float32",
+        None,
+    ) and "emulation for tests only" in plain.warning
     emulated = choose_precision("fp8", cpu, "float32", emulate_on_cpu=True)
     assert (emulated.name, emulated.float8, emulated.emulate, emulated.warning) == (
-        "fp8-tensorwise-emulated", "tensorwise", True, None)
+        "fp8-tensorwise-emulated",
+        "tensorwise",
+        True,
+        None,
+    )
     nvfp4 = choose_precision("nvfp4", cpu, "float32")
     assert nvfp4.name == "float32" and "Transformer Engine" in nvfp4.warning
     assert nvfp4.lines() == ["[llmb] precision: float32", f"[llmb] warning: {nvfp4.warning}."]
@@ -186,9 +249,15 @@ def test_precision_is_chosen_from_the_recipe_and_the_device():
 
 def test_precision_is_recorded_beside_the_planned_dtype(tmp_path):
     (tmp_path / "recipe.json").write_text(json.dumps({"dtype": "fp8", "compute_dtype": "auto"}))
-    record_precision(str(tmp_path), choose_precision("fp8", torch.device("cpu"), "float32", emulate_on_cpu=True))
+    record_precision(
+        str(tmp_path), choose_precision("fp8", torch.device("cpu"), "float32", emulate_on_cpu=True)
+    )
     recorded = json.loads((tmp_path / "recipe.json").read_text())
-    assert recorded == {"dtype": "fp8", "compute_dtype": "auto", "compute_precision": "fp8-tensorwise-emulated"}
+    assert recorded == {
+        "dtype": "fp8",
+        "compute_dtype": "auto",
+        "compute_precision": "fp8-tensorwise-emulated",
+    }
 
 
 FLOAT8_LAYOUT = runs.Layout("llama31", steps=4, mbs=2, ga=2)
@@ -221,7 +290,9 @@ def test_float8_leaves_the_router_and_unaligned_layers_alone():
     assert not float8_eligible(torch.nn.Linear(64, 512), "output")
     assert not float8_eligible(torch.nn.Linear(80, 24), "layers.0.0.mixer.q_proj")
     assert float8_eligible(torch.nn.Linear(80, 32), "layers.0.0.mixer.q_proj")
-    with pytest.raises(ValueError, match="unknown float8 recipe 'delayed'; known: rowwise, tensorwise"):
+    with pytest.raises(
+        ValueError, match="unknown float8 recipe 'delayed'; known: rowwise, tensorwise"
+    ):
         apply_float8(torch.nn.Linear(16, 16), "delayed")
 
 
@@ -234,6 +305,11 @@ def test_every_tiny_proxy_computes_every_projection_in_float8(host):
         for size, arch in workload.architectures.items():
             with torch.device("meta"):
                 model = host.build_model(workload, shrink(arch, "tiny"))
-            left = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)
-                    and name.rsplit(".", 1)[-1] not in ("output", "router") and not float8_eligible(m, name)]
+            left = [
+                name
+                for name, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear)
+                and name.rsplit(".", 1)[-1] not in ("output", "router")
+                and not float8_eligible(m, name)
+            ]
             assert left == [], (workload.name, size, left)

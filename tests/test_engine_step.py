@@ -34,7 +34,9 @@ STEPS = 4
 HANG_GUARD_S = 900  # generous: the machine running the tests may be loaded
 
 
-def tiny_spec(host, ranks: int = 1, ga: int = 1, compile_: bool | None = False, workload: str = "llama31"):
+def tiny_spec(
+    host, ranks: int = 1, ga: int = 1, compile_: bool | None = False, workload: str = "llama31"
+):
     work = host.workload(workload)
     arch = shrink(work.architecture(work.sizes()[0]), "tiny")
     return engine_spec(host, work, arch, seq=32, mbs=2, ga=ga, ranks=ranks, compile_=compile_)
@@ -60,11 +62,19 @@ def _one_thread():
 
 def test_optimizer_is_fused_where_the_device_has_a_kernel_else_foreach():
     cpu = make_optimizer([torch.nn.Parameter(torch.zeros(3))])
-    assert cpu.defaults["fused"] is True and not cpu.defaults["foreach"]  # torch >= 2.4 has a CPU kernel
-    meta = make_optimizer([torch.nn.Parameter(torch.zeros(3, device="meta"))])  # no fused kernel there
+    assert (
+        cpu.defaults["fused"] is True and not cpu.defaults["foreach"]
+    )  # torch >= 2.4 has a CPU kernel
+    meta = make_optimizer(
+        [torch.nn.Parameter(torch.zeros(3, device="meta"))]
+    )  # no fused kernel there
     assert meta.defaults["foreach"] is True and not meta.defaults["fused"]
     for opt in (cpu, meta):  # the benchmarks' AdamW settings either way
-        assert (opt.defaults["betas"], opt.defaults["weight_decay"], opt.defaults["eps"]) == ((0.9, 0.95), 0.1, 1e-8)
+        assert (opt.defaults["betas"], opt.defaults["weight_decay"], opt.defaults["eps"]) == (
+            (0.9, 0.95),
+            0.1,
+            1e-8,
+        )
 
 
 def test_a_step_runs_the_fused_adamw_and_multi_tensor_clipping_kernels(host):
@@ -77,7 +87,13 @@ def test_a_step_runs_the_fused_adamw_and_multi_tensor_clipping_kernels(host):
     # clip_grad_norm_(foreach=True): one call for every gradient's norm, one to scale them all
     # (on CPU, torch runs the foreach ops as loops inside the call; on GPU they are multi-tensor kernels)
     assert ops.get("aten::_foreach_norm") == 1 and ops.get("aten::_foreach_mul_") == 1
-    assert isinstance(loss, float) and isinstance(norm, float) and loss > 0 and norm > 0 and seconds > 0
+    assert (
+        isinstance(loss, float)
+        and isinstance(norm, float)
+        and loss > 0
+        and norm > 0
+        and seconds > 0
+    )
     assert engine.optimizer.state  # the step did update: AdamW has its moments now
     engine.close()
 
@@ -107,7 +123,11 @@ def test_compile_per_block_wraps_each_layer_in_place(host):
 
 def test_compile_blocks_on_a_hybrid_model(host):
     engine = built(tiny_spec(host, workload="nemotronh"), host)
-    assert compile_blocks(engine.model) == len(engine.model.layers) == len(engine.spec.model_arch().layer_kinds())
+    assert (
+        compile_blocks(engine.model)
+        == len(engine.model.layers)
+        == len(engine.spec.model_arch().layer_kinds())
+    )
     assert all(layer._compiled_call_impl is not None for layer in engine.model.layers)
     engine.close()
 
@@ -124,7 +144,9 @@ def test_startup_line_gives_both_flop_counts(host, capsys):
     megatron = megatron_bridge_sample(arch, 8192).per_sample
     assert f"{spec.flops_per_sample:.4e}" in line and f"{megatron:.4e}" in line
     assert f"x {megatron / spec.flops_per_sample:.4f}" in line
-    assert spec.flops_per_sample / megatron == pytest.approx(1.125, abs=1e-3)  # full vs causal attention at 8B/8k
+    assert spec.flops_per_sample / megatron == pytest.approx(
+        1.125, abs=1e-3
+    )  # full vs causal attention at 8B/8k
     hybrid = tiny_spec(host, workload="nemotronh")
     assert "does not describe" in flops_line(hybrid)
     engine = Engine(tiny_spec(host), 0, 1, 0, host)
@@ -133,29 +155,39 @@ def test_startup_line_gives_both_flop_counts(host, capsys):
     engine.close()
 
 
-def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(host, tmp_path, monkeypatch, capsys):
+def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(
+    host, tmp_path, monkeypatch, capsys
+):
     """An fp8 row converts the linear layers to torchao float8 (emulated on CPU when asked), says so on the
     start-up lines, and records what it computed in beside the planned compute dtype in recipe.json."""
     pytest.importorskip("torchao", reason="float8 training needs torchao (./dev.sh installs it)")
     from llmb.engines.torch.parallel.float8 import _torchao_float8
 
-    Float8Linear = _torchao_float8().float8_linear.Float8Linear  # imported as the engine imports it (quietly)
+    Float8Linear = (
+        _torchao_float8().float8_linear.Float8Linear
+    )  # imported as the engine imports it (quietly)
 
     (tmp_path / "recipe.json").write_text(json.dumps({"compute_dtype": "float32"}))
     spec = replace(tiny_spec(host), dtype="fp8", run_dir=str(tmp_path))
     monkeypatch.setenv("LLMB_FLOAT8_EMULATE", "1")
     engine = Engine(spec, 0, 1, 0, host)
     engine.build()
-    converted = [name for name, module in engine.model.named_modules() if isinstance(module, Float8Linear)]
+    converted = [
+        name for name, module in engine.model.named_modules() if isinstance(module, Float8Linear)
+    ]
     assert converted and not any(name.endswith(("output", "router")) for name in converted)
     losses = [engine.step(step)[0] for step in range(1, 3)]
     engine.close()
     assert all(loss == loss for loss in losses)  # finite: the float8 casts trained
     assert "[llmb] precision: fp8-tensorwise-emulated" in capsys.readouterr().out.splitlines()
-    assert json.loads((tmp_path / "recipe.json").read_text()) == {"compute_dtype": "float32",
-                                                                   "compute_precision": "fp8-tensorwise-emulated"}
+    assert json.loads((tmp_path / "recipe.json").read_text()) == {
+        "compute_dtype": "float32",
+        "compute_precision": "fp8-tensorwise-emulated",
+    }
 
-    monkeypatch.delenv("LLMB_FLOAT8_EMULATE")  # without emulation a CPU run computes in float32 and says why
+    monkeypatch.delenv(
+        "LLMB_FLOAT8_EMULATE"
+    )  # without emulation a CPU run computes in float32 and says why
     engine = built(spec, host)
     engine.close()
     assert json.loads((tmp_path / "recipe.json").read_text())["compute_precision"] == "float32"
@@ -191,7 +223,13 @@ def test_garbage_collection_runs_on_the_cadence_and_only_then(host):
     finally:
         gc.callbacks.remove(record)
         engine.close()
-    assert per_step == [[], [1], [1], [1, 1], [1, 1]]  # generations 0-1 after steps 2 and 4, nothing else
+    assert per_step == [
+        [],
+        [1],
+        [1],
+        [1, 1],
+        [1, 1],
+    ]  # generations 0-1 after steps 2 and 4, nothing else
     assert gc.isenabled()
 
 
@@ -239,25 +277,37 @@ def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
         engine.build()
     trajectory = [engine.step(step)[:2] for step in range(1, STEPS + 1)]
     module = engine.module
-    facts = {"ddp": type(module).__name__, "bucket_view": getattr(module, "gradient_as_bucket_view", None),
-             "compiled": [layer._compiled_call_impl is not None for layer in engine.model.layers]}
+    facts = {
+        "ddp": type(module).__name__,
+        "bucket_view": getattr(module, "gradient_as_bucket_view", None),
+        "compiled": [layer._compiled_call_impl is not None for layer in engine.model.layers],
+    }
     engine.close()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
         json.dump({"trajectory": trajectory, **facts}, handle)
-    end_without_finalizing(0)  # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(
+        0
+    )  # as the worker ends a finished rank: no distributed teardown in finalization
 
 
 def run_two_ranks(spec, out_dir) -> list[dict]:
     import torch.multiprocessing as mp
 
-    context = mp.start_processes(_rank_main, args=(spec.to_dict(), free_port(), str(out_dir)), nprocs=2,
-                                 start_method="spawn", join=False)
+    context = mp.start_processes(
+        _rank_main,
+        args=(spec.to_dict(), free_port(), str(out_dir)),
+        nprocs=2,
+        start_method="spawn",
+        join=False,
+    )
     deadline = time.monotonic() + HANG_GUARD_S
     while not context.join(timeout=5):  # raises when a rank failed
         if time.monotonic() > deadline:
             for process in context.processes:
                 process.kill()
-            pytest.fail(f"two ranks still running after {HANG_GUARD_S} s (a hang guard, not a speed check)")
+            pytest.fail(
+                f"two ranks still running after {HANG_GUARD_S} s (a hang guard, not a speed check)"
+            )
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
@@ -267,17 +317,26 @@ def test_two_ranks_with_ddp_train_as_one_rank_on_the_same_global_batch(host, tmp
     for result in ranks:
         assert result["ddp"] == "DistributedDataParallel" and result["bucket_view"] is True
         assert not any(result["compiled"])  # CPU default
-    assert ranks[0]["trajectory"] == ranks[1]["trajectory"]  # the logged loss is the mean over ranks
+    assert (
+        ranks[0]["trajectory"] == ranks[1]["trajectory"]
+    )  # the logged loss is the mean over ranks
 
     one = built(replace(spec, ranks=1, ga=4, gbs=spec.gbs), host, OneRankForTwo)
     expected = [one.step(step)[:2] for step in range(1, STEPS + 1)]
     one.close()
-    assert all(math.isfinite(loss) and norm > 0 for loss, norm in expected)  # random tokens: no trend in 4 steps
-    torch.testing.assert_close(torch.tensor(ranks[0]["trajectory"]), torch.tensor(expected), rtol=2e-5, atol=1e-6)
+    assert all(
+        math.isfinite(loss) and norm > 0 for loss, norm in expected
+    )  # random tokens: no trend in 4 steps
+    torch.testing.assert_close(
+        torch.tensor(ranks[0]["trajectory"]), torch.tensor(expected), rtol=2e-5, atol=1e-6
+    )
 
 
 def test_compiled_blocks_train_as_the_eager_model(host):
-    eager, compiled = built(tiny_spec(host, ga=2), host), built(tiny_spec(host, ga=2, compile_=True), host)
+    eager, compiled = (
+        built(tiny_spec(host, ga=2), host),
+        built(tiny_spec(host, ga=2, compile_=True), host),
+    )
     expected = [eager.step(step)[:2] for step in range(1, 3)]
     got = [compiled.step(step)[:2] for step in range(1, 3)]
     for engine in (eager, compiled):
@@ -289,7 +348,9 @@ def test_compiled_blocks_train_as_the_eager_model(host):
 # The per-step hook (llmb_before_step), through the tests' fault plugin
 
 
-def test_a_plugin_named_in_llmb_plugins_fails_a_rank_or_makes_the_loss_nan_before_a_step(host, monkeypatch, capsys):
+def test_a_plugin_named_in_llmb_plugins_fails_a_rank_or_makes_the_loss_nan_before_a_step(
+    host, monkeypatch, capsys
+):
     import fault_plugin
     from llmb.engines.torch.train import run
     from llmb.plugins.host import PluginHost
@@ -303,15 +364,20 @@ def test_a_plugin_named_in_llmb_plugins_fails_a_rank_or_makes_the_loss_nan_befor
     engine = Engine(spec, 0, 1, 0, faulty)
     run(engine)
     engine.close()
-    losses = [line.split("lm loss: ")[1].split(" |")[0] for line in capsys.readouterr().out.splitlines()
-              if " iteration " in line]
+    losses = [
+        line.split("lm loss: ")[1].split(" |")[0]
+        for line in capsys.readouterr().out.splitlines()
+        if " iteration " in line
+    ]
     assert len(losses) == 3 and losses[0] != "NAN" and losses[1:] == ["NAN", "NAN"]
 
     monkeypatch.delenv("LLMB_NAN_FROM_STEP")
     monkeypatch.setenv("LLMB_FAIL_AT_STEP", "2")
     engine = Engine(spec, 0, 1, 0, faulty)
     try:
-        with pytest.raises(RuntimeError, match=r"^injected failure at step 2 on rank 0 \(LLMB_FAIL_AT_STEP\)$"):
+        with pytest.raises(
+            RuntimeError, match=r"^injected failure at step 2 on rank 0 \(LLMB_FAIL_AT_STEP\)$"
+        ):
             run(engine)
     finally:
         engine.close()

@@ -36,8 +36,12 @@ class FakeTE:
         fake = self
 
         class Linear(torch.nn.Linear):
-            def __init__(self, in_features, out_features, bias=True, params_dtype=None, device="cuda"):
-                super().__init__(in_features, out_features, bias=bias, dtype=params_dtype, device=device)
+            def __init__(
+                self, in_features, out_features, bias=True, params_dtype=None, device="cuda"
+            ):
+                super().__init__(
+                    in_features, out_features, bias=bias, dtype=params_dtype, device=device
+                )
 
         @contextlib.contextmanager
         def autocast(enabled=True, recipe=None):
@@ -45,12 +49,21 @@ class FakeTE:
             yield
 
         self.module = types.SimpleNamespace(
-            Linear=Linear, autocast=autocast,
-            is_nvfp4_available=lambda return_reason=False: (fake.available, "" if fake.available else "needs SM 10.0"),
-            is_mxfp8_available=lambda return_reason=False: (fake.available, "" if fake.available else "needs SM 10.0"),
+            Linear=Linear,
+            autocast=autocast,
+            is_nvfp4_available=lambda return_reason=False: (
+                fake.available,
+                "" if fake.available else "needs SM 10.0",
+            ),
+            is_mxfp8_available=lambda return_reason=False: (
+                fake.available,
+                "" if fake.available else "needs SM 10.0",
+            ),
         )
-        self.recipes = types.SimpleNamespace(NVFP4BlockScaling=type("NVFP4BlockScaling", (), {}),
-                                             MXFP8BlockScaling=type("MXFP8BlockScaling", (), {}))
+        self.recipes = types.SimpleNamespace(
+            NVFP4BlockScaling=type("NVFP4BlockScaling", (), {}),
+            MXFP8BlockScaling=type("MXFP8BlockScaling", (), {}),
+        )
 
 
 @pytest.fixture
@@ -58,15 +71,21 @@ def fake_te(monkeypatch):
     fake = FakeTE()
     monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", fake.module)
-    monkeypatch.setitem(sys.modules, "transformer_engine.common", types.ModuleType("transformer_engine.common"))
+    monkeypatch.setitem(
+        sys.modules, "transformer_engine.common", types.ModuleType("transformer_engine.common")
+    )
     monkeypatch.setitem(sys.modules, "transformer_engine.common.recipe", fake.recipes)
     return fake
 
 
 def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says_why(monkeypatch):
-    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)  # import fails, as on a CPU machine
+    monkeypatch.setitem(
+        sys.modules, "transformer_engine.pytorch", None
+    )  # import fails, as on a CPU machine
     assert te_path.availability("nvfp4", CUDA, 1) == (
-        False, "Transformer Engine is not installed here (it is in NVIDIA's NeMo container)")
+        False,
+        "Transformer Engine is not installed here (it is in NVIDIA's NeMo container)",
+    )
     chosen = choose_precision("nvfp4", CUDA, "bfloat16")
     assert chosen.name == "bfloat16" and chosen.te is None and "not installed" in chosen.warning
     assert "GPU kernels" in choose_precision("mxfp8", torch.device("cpu"), "float32").warning
@@ -75,8 +94,12 @@ def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says
 def test_with_transformer_engine_the_row_runs_its_own_format(fake_te):
     from llmb.runs.runspec import BLOCK_SCALED
 
-    assert set(te_path.BLOCK_SCALED_RECIPES) == set(BLOCK_SCALED)  # a recipe for every format planning names
-    assert choose_precision("nvfp4", CUDA, "bfloat16") == Precision("nvfp4-transformer-engine", te="nvfp4")
+    assert set(te_path.BLOCK_SCALED_RECIPES) == set(
+        BLOCK_SCALED
+    )  # a recipe for every format planning names
+    assert choose_precision("nvfp4", CUDA, "bfloat16") == Precision(
+        "nvfp4-transformer-engine", te="nvfp4"
+    )
     assert choose_precision("mxfp8", CUDA, "bfloat16").te == "mxfp8"
     tp = choose_precision("nvfp4", CUDA, "bfloat16", tensor_parallel=2)  # TE's own TP is not driven
     assert tp.te is None and "TP 2" in tp.warning
@@ -99,7 +122,11 @@ def test_converted_linears_keep_their_weights_and_outputs(fake_te, host):
     before = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert te_path.apply_te_linears(model) > 0
     converted = {name for name, m in model.named_modules() if isinstance(m, fake_te.module.Linear)}
-    assert converted and converted < before and not any(n.endswith(("output", "router")) for n in converted)
+    assert (
+        converted
+        and converted < before
+        and not any(n.endswith(("output", "router")) for n in converted)
+    )
     torch.testing.assert_close(model(tokens), expected, rtol=0, atol=0)
     with te_path.te_autocast("mxfp8")():
         pass
@@ -123,4 +150,6 @@ def test_the_engine_converts_and_runs_every_forward_under_the_rows_recipe(fake_t
     losses = [engine.step(step)[0] for step in range(1, STEPS + 1)]
     engine.close()
     assert all(loss == loss for loss in losses)
-    assert fake_te.entered == ["NVFP4BlockScaling"] * (STEPS * spec.ga)  # each micro-batch's forward
+    assert fake_te.entered == ["NVFP4BlockScaling"] * (
+        STEPS * spec.ga
+    )  # each micro-batch's forward

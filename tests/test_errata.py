@@ -68,7 +68,14 @@ def test_every_erratum_is_documented(host):
 
 def test_gb200_405b_fp8_runs_mbs1_ga1(host):
     recipe = host.resolve(RecipeRequest("llama31", "405b", "gb200", "fp8", 128))
-    assert (recipe.tp, recipe.mbs, recipe.gbs, recipe.dp, recipe.ga, recipe.fsdp) == (2, 1, 64, 64, 1, True)
+    assert (recipe.tp, recipe.mbs, recipe.gbs, recipe.dp, recipe.ga, recipe.fsdp) == (
+        2,
+        1,
+        64,
+        64,
+        1,
+        True,
+    )
     assert [e.id for e in recipe.errata] == ["llama31-mb-gb200-405b-fp8-mbs"]
 
 
@@ -80,11 +87,25 @@ def test_h100_405b_follows_the_megatron_bridge_preset(host, dtype):
 
 
 def test_plan_shows_the_erratum_as_a_warning(cli):
-    result = cli("plan", "llama31", "--size", "405b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128", "--json")
+    result = cli(
+        "plan",
+        "llama31",
+        "--size",
+        "405b",
+        "--gpu",
+        "gb200",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "128",
+        "--json",
+    )
     plan = result.json()
     assert plan["errata"][0]["id"] == "llama31-mb-gb200-405b-fp8-mbs"
     assert any("llama31-mb-gb200-405b-fp8-mbs" in w for w in plan["warnings"])
-    text = cli("plan", "llama31", "--size", "405b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128").out
+    text = cli(
+        "plan", "llama31", "--size", "405b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128"
+    ).out
     assert "recipe erratum [llama31-mb-gb200-405b-fp8-mbs]" in text
 
 
@@ -104,11 +125,21 @@ def test_no_gpu_count_yields_an_impossible_configuration(host):
             for series in variant.series:
                 per_node = gpu_type(series.gpu).gpus_per_node
                 counts = list(range(per_node, series.max_gpus + 1, per_node))
-                counts += [per_node + 1, series.max_gpus - 1, series.max_gpus + per_node, 2 * series.max_gpus]
+                counts += [
+                    per_node + 1,
+                    series.max_gpus - 1,
+                    series.max_gpus + per_node,
+                    2 * series.max_gpus,
+                ]
                 for gpus in counts:
                     request = RecipeRequest(
-                        workload.name, series.size, series.gpu, series.dtypes[0], gpus,
-                        variant=variant.name, strong_scaling=series.scaling == "strong",
+                        workload.name,
+                        series.size,
+                        series.gpu,
+                        series.dtypes[0],
+                        gpus,
+                        variant=variant.name,
+                        strong_scaling=series.scaling == "strong",
                     )
                     try:
                         recipe = host.resolve(request)
@@ -120,10 +151,17 @@ def test_no_gpu_count_yields_an_impossible_configuration(host):
     assert accepted and rejected
 
 
-SETTABLE_LAYOUT = st.fixed_dictionaries({}, optional={
-    "tp": st.integers(1, 16), "pp": st.integers(1, 16), "cp": st.integers(1, 4),
-    "mbs": st.integers(1, 8), "ep": st.integers(1, 128), "etp": st.integers(1, 8),
-})
+SETTABLE_LAYOUT = st.fixed_dictionaries(
+    {},
+    optional={
+        "tp": st.integers(1, 16),
+        "pp": st.integers(1, 16),
+        "cp": st.integers(1, 4),
+        "mbs": st.integers(1, 8),
+        "ep": st.integers(1, 128),
+        "etp": st.integers(1, 8),
+    },
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -134,15 +172,23 @@ SETTABLE_LAYOUT = st.fixed_dictionaries({}, optional={
     gbs=st.one_of(st.none(), st.integers(1, 8192)),
 )
 def test_random_requests_are_possible_or_refused(host, pick, gpus, overrides, gbs):
-    all_series = [(w, v, s) for w in host.workloads().values() for v in w.variants for s in v.series]
+    all_series = [
+        (w, v, s) for w in host.workloads().values() for v in w.variants for s in v.series
+    ]
     workload, variant, series = all_series[pick % len(all_series)]
     if gbs is not None:
         from llmb.recipes.scale_expr import ScaleExpr
 
         overrides = {**overrides, "gbs": ScaleExpr.constant(gbs)}
     request = RecipeRequest(
-        workload.name, series.size, series.gpu, series.dtypes[0], gpus,
-        variant=variant.name, strong_scaling=series.scaling == "strong", overrides=overrides,
+        workload.name,
+        series.size,
+        series.gpu,
+        series.dtypes[0],
+        gpus,
+        variant=variant.name,
+        strong_scaling=series.scaling == "strong",
+        overrides=overrides,
     )
     try:
         recipe = host.resolve(request)

@@ -17,7 +17,14 @@ from fake_runai import CLUSTER_ID, OTHER_CLUSTER_ID, PHASES, FakeRunai
 from waiting import wait_for
 
 
-def call(fake: FakeRunai, method: str, path: str, body=None, token: str | None = None, raw: bytes | None = None):
+def call(
+    fake: FakeRunai,
+    method: str,
+    path: str,
+    body=None,
+    token: str | None = None,
+    raw: bytes | None = None,
+):
     """(status, headers, parsed JSON or the text when it is not JSON)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     req = urllib.request.Request(fake.url + path, data=data, method=method)
@@ -37,7 +44,12 @@ def call(fake: FakeRunai, method: str, path: str, body=None, token: str | None =
 
 
 def get_token(fake: FakeRunai, **fields) -> str:
-    body = {"grantType": "client_credentials", "clientID": fake.client_id, "clientSecret": fake.client_secret, **fields}
+    body = {
+        "grantType": "client_credentials",
+        "clientID": fake.client_id,
+        "clientSecret": fake.client_secret,
+        **fields,
+    }
     status, _, answer = call(fake, "POST", "/token", body)
     assert status == 200, answer
     return answer["accessToken"]
@@ -50,12 +62,27 @@ def workload(kind: str = "distributed", **top) -> dict:
         "args": "-c 'print(1)'",
         "image": "nvcr.io/nvidia/nemo:25.04",
         "compute": {"gpuDevicesRequest": 8, "largeShmRequest": True},
-        "storage": {"pvc": [{"name": "results", "path": "/results", "existingPvc": True, "claimName": "llmb-pvc"}]},
+        "storage": {
+            "pvc": [
+                {
+                    "name": "results",
+                    "path": "/results",
+                    "existingPvc": True,
+                    "claimName": "llmb-pvc",
+                }
+            ]
+        },
         "environmentVariables": [{"name": "LLMB_RUN", "value": "1"}],
         "backoffLimit": 0,
         "restartPolicy": "Never",
     }
-    body = {"name": "bench", "projectId": "2", "clusterId": CLUSTER_ID, "useGivenNameAsPrefix": True, "spec": spec}
+    body = {
+        "name": "bench",
+        "projectId": "2",
+        "clusterId": CLUSTER_ID,
+        "useGivenNameAsPrefix": True,
+        "spec": spec,
+    }
     if kind == "distributed":
         spec.update(distributedFramework="PyTorch", numWorkers=1, minReplicas=2, maxReplicas=2)
         body["masterSpecSameAsWorker"] = True
@@ -90,34 +117,49 @@ def token(fake):
 
 
 def test_client_credentials_token_is_usable(fake):
-    status, _, answer = call(fake, "POST", "/token", {"grantType": "client_credentials", "clientID": "llmb-qa",
-                                                      "clientSecret": "s3cret"})
+    status, _, answer = call(
+        fake,
+        "POST",
+        "/token",
+        {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "s3cret"},
+    )
     assert status == 200
     assert answer["expiresIn"] == 3600 and answer["idToken"] and answer["refreshToken"]
     assert call(fake, "GET", "/org-unit/projects", token=answer["accessToken"])[0] == 200
 
 
 def test_app_token_grant(fake):
-    status, _, answer = call(fake, "POST", "/token", {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "s3cret"})
+    status, _, answer = call(
+        fake,
+        "POST",
+        "/token",
+        {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "s3cret"},
+    )
     assert status == 200
     assert call(fake, "GET", "/org-unit/projects", token=answer["accessToken"])[0] == 200
 
 
-@pytest.mark.parametrize("body", [
-    {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "wrong"},
-    {"grantType": "client_credentials", "clientID": "someone", "clientSecret": "s3cret"},
-    {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "wrong"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "wrong"},
+        {"grantType": "client_credentials", "clientID": "someone", "clientSecret": "s3cret"},
+        {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "wrong"},
+    ],
+)
 def test_wrong_credentials_are_401(fake, body):
     status, _, answer = call(fake, "POST", "/token", body)
     assert status == 401 and answer["code"] == 401 and answer["message"]
 
 
-@pytest.mark.parametrize("body", [
-    {"grantType": "client_credentials", "clientID": "llmb-qa"},
-    {"grantType": "password", "username": "u", "password": "p"},
-    {"clientID": "llmb-qa", "clientSecret": "s3cret"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"grantType": "client_credentials", "clientID": "llmb-qa"},
+        {"grantType": "password", "username": "u", "password": "p"},
+        {"clientID": "llmb-qa", "clientSecret": "s3cret"},
+    ],
+)
 def test_malformed_token_requests_are_400(fake, body):
     status, _, answer = call(fake, "POST", "/token", body)
     assert status == 400 and answer["code"] == 400
@@ -125,11 +167,19 @@ def test_malformed_token_requests_are_400(fake, body):
 
 def test_older_cluster_knows_only_app_tokens():
     with FakeRunai(app_token_only=True) as old:
-        status, _, answer = call(old, "POST", "/token", {"grantType": "client_credentials", "clientID": "llmb-qa",
-                                                         "clientSecret": "s3cret"})
+        status, _, answer = call(
+            old,
+            "POST",
+            "/token",
+            {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "s3cret"},
+        )
         assert status == 400 and "client_credentials" in answer["message"]
-        status, _, answer = call(old, "POST", "/token", {"grantType": "app_token", "appID": "llmb-qa",
-                                                         "appSecret": "s3cret"})
+        status, _, answer = call(
+            old,
+            "POST",
+            "/token",
+            {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "s3cret"},
+        )
         assert status == 200 and "expiresIn" not in answer  # the pre-v3 TokenResponse had none
         payload = answer["accessToken"].split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -138,17 +188,34 @@ def test_older_cluster_knows_only_app_tokens():
 
 def test_newer_cluster_refuses_app_tokens():
     with FakeRunai(client_credentials_only=True) as new:
-        status, _, _ = call(new, "POST", "/token", {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "s3cret"})
+        status, _, _ = call(
+            new,
+            "POST",
+            "/token",
+            {"grantType": "app_token", "appID": "llmb-qa", "appSecret": "s3cret"},
+        )
         assert status == 400
         assert get_token(new)
 
 
 def test_refresh_token_grant(fake):
-    _, _, first = call(fake, "POST", "/token", {"grantType": "client_credentials", "clientID": "llmb-qa",
-                                                "clientSecret": "s3cret"})
-    status, _, again = call(fake, "POST", "/token", {"grantType": "refresh_token", "refreshToken": first["refreshToken"]})
+    _, _, first = call(
+        fake,
+        "POST",
+        "/token",
+        {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "s3cret"},
+    )
+    status, _, again = call(
+        fake,
+        "POST",
+        "/token",
+        {"grantType": "refresh_token", "refreshToken": first["refreshToken"]},
+    )
     assert status == 200 and again["accessToken"] != first["accessToken"]
-    assert call(fake, "POST", "/token", {"grantType": "refresh_token", "refreshToken": "nope"})[0] == 401
+    assert (
+        call(fake, "POST", "/token", {"grantType": "refresh_token", "refreshToken": "nope"})[0]
+        == 401
+    )
 
 
 @pytest.mark.parametrize("header", [None, "Bearer", "Bearer not-a-token", "Basic bGxtYjpzM2NyZXQ="])
@@ -187,7 +254,9 @@ def test_projects_default_and_filtered(fake, token):
     status, _, answer = call(fake, "GET", "/org-unit/projects", token=token)
     assert status == 200
     assert {(p["id"], p["name"], p["clusterId"]) for p in answer["projects"]} == {
-        ("2", "llmb-qa", CLUSTER_ID), ("5", "other-team", OTHER_CLUSTER_ID)}
+        ("2", "llmb-qa", CLUSTER_ID),
+        ("5", "other-team", OTHER_CLUSTER_ID),
+    }
     _, _, answer = call(fake, "GET", "/org-unit/projects?filterBy=name==llmb-qa", token=token)
     assert [p["id"] for p in answer["projects"]] == ["2"]
     _, _, answer = call(fake, "GET", "/org-unit/projects?limit=1", token=token)
@@ -200,7 +269,9 @@ def test_projects_are_configurable():
     with FakeRunai(projects=mine) as f:
         _, _, answer = call(f, "GET", "/org-unit/projects", token=get_token(f))
         assert answer == {"projects": mine}
-        status, _, _ = call(f, "POST", "/workloads/trainings", workload("trainings", projectId="17"), get_token(f))
+        status, _, _ = call(
+            f, "POST", "/workloads/trainings", workload("trainings", projectId="17"), get_token(f)
+        )
         assert status == 202
 
 
@@ -212,14 +283,24 @@ def test_create_answers_202_with_the_workload(fake, token, kind):
     answer = create(fake, token, kind)
     assert uuid.UUID(answer["workloadId"])
     assert answer["actualPhase"] == "Creating"
-    assert answer["requestedName"] == "bench" and answer["name"].startswith("bench-") and len(answer["name"]) == 11
+    assert (
+        answer["requestedName"] == "bench"
+        and answer["name"].startswith("bench-")
+        and len(answer["name"]) == 11
+    )
     assert answer["projectId"] == "2" and answer["clusterId"] == CLUSTER_ID
     stored = fake.workloads[answer["workloadId"]]
-    assert stored["kind"] == kind and stored["name"] == answer["name"] and stored["body"] == workload(kind)
+    assert (
+        stored["kind"] == kind
+        and stored["name"] == answer["name"]
+        and stored["body"] == workload(kind)
+    )
 
 
 def test_name_is_kept_without_prefix_mode(fake, token):
-    answer = create(fake, token, "trainings", workload("trainings", useGivenNameAsPrefix=False, name="exact-1"))
+    answer = create(
+        fake, token, "trainings", workload("trainings", useGivenNameAsPrefix=False, name="exact-1")
+    )
     assert answer["name"] == "exact-1"
 
 
@@ -233,6 +314,7 @@ def _set(path: str, value):
             del node[last]
         else:
             node[last] = value
+
     return change
 
 
@@ -258,9 +340,17 @@ INVALID = [
     ("distributed", _set("spec.compute.gpuDevicesRequest", True), "gpuDevicesRequest"),
     ("distributed", _set("spec.compute.largeShmRequest", "true"), "largeShmRequest"),
     ("distributed", _set("spec.compute.gpus", 8), "spec.compute.gpus"),
-    ("distributed", _set("spec.storage.pvc", [{"name": "r", "existingPvc": True, "claimName": "c"}]), "path"),
+    (
+        "distributed",
+        _set("spec.storage.pvc", [{"name": "r", "existingPvc": True, "claimName": "c"}]),
+        "path",
+    ),
     ("distributed", _set("spec.storage.pvc", [{"path": "/r", "existingPvc": True}]), "claimName"),
-    ("distributed", _set("spec.storage.pvc", [{"path": "/r", "existingPvc": "true", "claimName": "c"}]), "existingPvc"),
+    (
+        "distributed",
+        _set("spec.storage.pvc", [{"path": "/r", "existingPvc": "true", "claimName": "c"}]),
+        "existingPvc",
+    ),
     ("distributed", _set("spec.environmentVariables", [{"name": "A", "value": 1}]), "value"),
     ("distributed", _set("spec.environmentVariables", [{"value": "1"}]), "name"),
     ("distributed", _set("spec.environmentVariables", {"A": "1"}), "environmentVariables"),
@@ -325,11 +415,17 @@ def test_default_phases_advance_one_per_get_and_stick(fake, token):
 
 def test_scripted_phases_and_messages(fake, token):
     before = create(fake, token, "trainings")["workloadId"]
-    fake.script_phases(["Pending", "Unknown", "Failed"], {"Pending": "waiting for nodes", "Failed": "OOMKilled"})
+    fake.script_phases(
+        ["Pending", "Unknown", "Failed"], {"Pending": "waiting for nodes", "Failed": "OOMKilled"}
+    )
     after = create(fake, token, "trainings")["workloadId"]
     answers = [call(fake, "GET", f"/workloads/trainings/{after}", token=token)[2] for _ in range(4)]
     assert [(a["actualPhase"], a["phaseMessage"]) for a in answers] == [
-        ("Pending", "waiting for nodes"), ("Unknown", ""), ("Failed", "OOMKilled"), ("Failed", "OOMKilled")]
+        ("Pending", "waiting for nodes"),
+        ("Unknown", ""),
+        ("Failed", "OOMKilled"),
+        ("Failed", "OOMKilled"),
+    ]
     assert phase(fake, token, "trainings", before) == "Creating"  # the script is fixed at creation
     with pytest.raises(ValueError):
         fake.script_phases(["Exploded"])
@@ -341,13 +437,20 @@ def test_generic_workload_view_carries_phase_and_message(fake, token):
     workload_id = create(fake, token)["workloadId"]
     status, _, answer = call(fake, "GET", f"/workloads/{workload_id}", token=token)
     assert status == 200
-    assert answer["id"] == workload_id and answer["phase"] == "Failed" and answer["phaseMessage"] == "ImagePullBackOff"
+    assert (
+        answer["id"] == workload_id
+        and answer["phase"] == "Failed"
+        and answer["phaseMessage"] == "ImagePullBackOff"
+    )
 
 
 def test_unknown_ids_and_wrong_kinds_are_404(fake, token):
     workload_id = create(fake, token, "distributed")["workloadId"]
-    for path in (f"/workloads/trainings/{workload_id}", f"/workloads/distributed/{uuid.uuid4()}",
-                 f"/workloads/{uuid.uuid4()}/events"):
+    for path in (
+        f"/workloads/trainings/{workload_id}",
+        f"/workloads/distributed/{uuid.uuid4()}",
+        f"/workloads/{uuid.uuid4()}/events",
+    ):
         status, _, answer = call(fake, "GET", path, token=token)
         assert status == 404 and answer["code"] == 404
     assert call(fake, "POST", f"/workloads/trainings/{workload_id}/suspend", token=token)[0] == 404
@@ -361,9 +464,19 @@ def test_events(fake, token):
     status, _, answer = call(fake, "GET", f"/workloads/{workload_id}/events", token=token)
     assert status == 200
     newest = answer["events"][0]
-    assert (newest["type"], newest["reason"], newest["message"]) == ("Warning", "FailedMount", "pvc llmb-pvc not found")
-    assert newest["clusterId"] == CLUSTER_ID and newest["createdAt"].endswith("Z") and uuid.UUID(newest["id"])
-    _, _, answer = call(fake, "GET", f"/workloads/{workload_id}/events?sortOrder=asc&limit=1", token=token)
+    assert (newest["type"], newest["reason"], newest["message"]) == (
+        "Warning",
+        "FailedMount",
+        "pvc llmb-pvc not found",
+    )
+    assert (
+        newest["clusterId"] == CLUSTER_ID
+        and newest["createdAt"].endswith("Z")
+        and uuid.UUID(newest["id"])
+    )
+    _, _, answer = call(
+        fake, "GET", f"/workloads/{workload_id}/events?sortOrder=asc&limit=1", token=token
+    )
     assert [e["reason"] for e in answer["events"]] == ["Scheduled"] and answer["next"] == 1
     with pytest.raises(KeyError):
         fake.add_event(str(uuid.uuid4()), "Normal", "x", "y")
@@ -372,7 +485,9 @@ def test_events(fake, token):
 def test_suspend(fake, token):
     workload_id = create(fake, token)["workloadId"]
     assert phase(fake, token, "distributed", workload_id) == "Creating"
-    status, _, answer = call(fake, "POST", f"/workloads/distributed/{workload_id}/suspend", token=token)
+    status, _, answer = call(
+        fake, "POST", f"/workloads/distributed/{workload_id}/suspend", token=token
+    )
     assert status == 202 and answer["code"] == 202
     seen = [phase(fake, token, "distributed", workload_id) for _ in range(3)]
     assert seen == ["Stopping", "Stopped", "Stopped"]
@@ -380,7 +495,9 @@ def test_suspend(fake, token):
 
 def test_get_on_suspend_is_405(fake, token):
     workload_id = create(fake, token)["workloadId"]
-    status, headers, answer = call(fake, "GET", f"/workloads/distributed/{workload_id}/suspend", token=token)
+    status, headers, answer = call(
+        fake, "GET", f"/workloads/distributed/{workload_id}/suspend", token=token
+    )
     assert status == 405 and answer["code"] == 405 and headers["Allow"] == "POST"
     assert phase(fake, token, "distributed", workload_id) == "Creating"  # nothing was suspended
 
@@ -415,7 +532,9 @@ def test_fail_next_injects_errors_then_recovers(fake, token):
 
 def test_fail_next_with_retry_after_and_prefix(fake, token):
     fake.fail_next(429, path_prefix="/workloads", retry_after=2)
-    assert call(fake, "GET", "/org-unit/projects", token=token)[0] == 200  # does not match the prefix
+    assert (
+        call(fake, "GET", "/org-unit/projects", token=token)[0] == 200
+    )  # does not match the prefix
     status, headers, _ = call(fake, "POST", "/workloads/trainings", workload("trainings"), token)
     assert status == 429 and headers["Retry-After"] == "2"
     assert fake.workloads == {}  # an injected failure changes nothing
@@ -428,7 +547,9 @@ def test_fail_next_with_retry_after_and_prefix(fake, token):
 def test_malformed_next(fake, token):
     fake.malformed_next(path_prefix="/org-unit")
     status, headers, answer = call(fake, "GET", "/org-unit/projects", token=token)
-    assert status == 200 and headers["Content-Type"] == "application/json" and isinstance(answer, str)
+    assert (
+        status == 200 and headers["Content-Type"] == "application/json" and isinstance(answer, str)
+    )
     with pytest.raises(ValueError):
         json.loads(answer)
     assert call(fake, "GET", "/org-unit/projects", token=token)[2]["projects"]
@@ -440,23 +561,47 @@ def test_requests_are_recorded(fake, token):
     call(fake, "GET", "/org-unit/projects?filterBy=name==llmb-qa&limit=5", token=token)
     call(fake, "POST", "/workloads/trainings", token=token, raw=b"not json")
     token_req, create_req, list_req, bad_req = fake.requests
-    assert (token_req.method, token_req.path, token_req.body["grantType"]) == ("POST", "/api/v1/token", "client_credentials")
-    assert (create_req.method, create_req.path, create_req.body) == ("POST", "/api/v1/workloads/trainings", body)
+    assert (token_req.method, token_req.path, token_req.body["grantType"]) == (
+        "POST",
+        "/api/v1/token",
+        "client_credentials",
+    )
+    assert (create_req.method, create_req.path, create_req.body) == (
+        "POST",
+        "/api/v1/workloads/trainings",
+        body,
+    )
     assert create_req.headers["authorization"] == f"Bearer {token}"
     assert create_req.headers["content-type"] == "application/json"
-    assert (list_req.method, list_req.query, list_req.body) == ("GET", {"filterBy": "name==llmb-qa", "limit": "5"}, None)
+    assert (list_req.method, list_req.query, list_req.body) == (
+        "GET",
+        {"filterBy": "name==llmb-qa", "limit": "5"},
+        None,
+    )
     assert bad_req.body == "not json"
     with pytest.raises(AttributeError):
         bad_req.body = None
 
 
 def test_workloads_are_listed_and_filtered(fake, token):
-    first = create(fake, token, "trainings", workload("trainings", useGivenNameAsPrefix=False, name="first"))
-    create(fake, token, "distributed", workload("distributed", useGivenNameAsPrefix=False, name="second"))
+    first = create(
+        fake, token, "trainings", workload("trainings", useGivenNameAsPrefix=False, name="first")
+    )
+    create(
+        fake,
+        token,
+        "distributed",
+        workload("distributed", useGivenNameAsPrefix=False, name="second"),
+    )
     status, _, listed = call(fake, "GET", "/workloads", token=token)
     assert status == 200 and [w["name"] for w in listed["workloads"]] == ["first", "second"]
-    assert listed["workloads"][0] == {**listed["workloads"][0], "id": first["workloadId"], "type": "training",
-                                      "projectId": "2", "clusterId": CLUSTER_ID}
+    assert listed["workloads"][0] == {
+        **listed["workloads"][0],
+        "id": first["workloadId"],
+        "type": "training",
+        "projectId": "2",
+        "clusterId": CLUSTER_ID,
+    }
     _, _, one = call(fake, "GET", "/workloads?filterBy=name==second", token=token)
     assert [w["name"] for w in one["workloads"]] == ["second"]
     _, _, page = call(fake, "GET", "/workloads?limit=1", token=token)
@@ -466,7 +611,9 @@ def test_workloads_are_listed_and_filtered(fake, token):
     call(fake, "DELETE", f"/workloads/trainings/{first['workloadId']}", token=token)
     _, _, live = call(fake, "GET", "/workloads", token=token)
     _, _, deleted = call(fake, "GET", "/workloads?deleted=true", token=token)
-    assert [w["name"] for w in live["workloads"]] == ["second"] and [w["name"] for w in deleted["workloads"]] == ["first"]
+    assert [w["name"] for w in live["workloads"]] == ["second"] and [
+        w["name"] for w in deleted["workloads"]
+    ] == ["first"]
 
 
 def test_a_name_taken_in_the_project_is_409(fake, token):
@@ -492,23 +639,33 @@ def test_reset_after_next_takes_effect_then_resets(fake, token):
 
 def test_redirect_next_sends_the_client_to_another_server(fake, token):
     with FakeRunai() as elsewhere:
-        fake.redirect_next(elsewhere.url.removesuffix("/api/v1"), status=307, path_prefix="/clusters")
+        fake.redirect_next(
+            elsewhere.url.removesuffix("/api/v1"), status=307, path_prefix="/clusters"
+        )
         status, _, answer = call(fake, "GET", "/clusters?x=1", token=token)
         assert status == 401 and answer["message"] == "unknown or revoked token"
         (followed,) = elsewhere.requests
         assert (followed.path, followed.query) == ("/api/v1/clusters", {"x": "1"})
-        assert followed.headers["authorization"] == f"Bearer {token}"  # what plain urllib does: the token leaves
+        assert (
+            followed.headers["authorization"] == f"Bearer {token}"
+        )  # what plain urllib does: the token leaves
 
 
 def test_drip_next_answers_a_byte_at_a_time(fake, token):
     fake.drip_next(0.3, path_prefix="/clusters")
     port = int(fake.url.split(":")[2].split("/")[0])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(f"GET /api/v1/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        sock.sendall(
+            f"GET /api/v1/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+        )
         first = sock.recv(1024)
-    assert b"HTTP/1.1 200 OK".startswith(first) and len(first) < 12  # the status line too comes a byte at a time
+    assert (
+        b"HTTP/1.1 200 OK".startswith(first) and len(first) < 12
+    )  # the status line too comes a byte at a time
     fake.drip_next(0.001, path_prefix="/clusters")
-    request = urllib.request.Request(fake.url + "/clusters", headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        fake.url + "/clusters", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert [c["name"] for c in json.loads(response.read())] == ["dgx-cloud", "lab"]
 
@@ -516,7 +673,9 @@ def test_drip_next_answers_a_byte_at_a_time(fake, token):
 @pytest.mark.parametrize("declare_length", [True, False])
 def test_flood_next_writes_as_much_as_asked(fake, token, declare_length):
     fake.flood_next(3_000_000, path_prefix="/org-unit/projects", declare_length=declare_length)
-    request = urllib.request.Request(fake.url + "/org-unit/projects", headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        fake.url + "/org-unit/projects", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert (response.headers.get("Content-Length") is not None) == declare_length
         body = response.read()
@@ -550,13 +709,19 @@ def runner():
 
 
 def wait_phase(fake, token, kind, workload_id, wanted, timeout=30):
-    return wait_for(lambda: phase(fake, token, kind, workload_id) in wanted, timeout=timeout, what=f"phase in {wanted}")
+    return wait_for(
+        lambda: phase(fake, token, kind, workload_id) in wanted,
+        timeout=timeout,
+        what=f"phase in {wanted}",
+    )
 
 
 def test_execute_training(runner, tmp_path):
     token = get_token(runner)
     out = tmp_path / "pvc" / "results"  # created by the fake, like a mounted volume
-    workload_id = create(runner, token, "trainings", executed("trainings", out, RECORD))["workloadId"]
+    workload_id = create(runner, token, "trainings", executed("trainings", out, RECORD))[
+        "workloadId"
+    ]
     wait_phase(runner, token, "trainings", workload_id, {"Completed"})
     # a training is a plain job: the PyTorch operator's variables are not there
     assert (out / "rank-unset").read_text() == "- - - - - 1"
@@ -565,10 +730,19 @@ def test_execute_training(runner, tmp_path):
 
 def test_execute_distributed_two_pods(runner, tmp_path):
     token = get_token(runner)
-    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, RECORD))["workloadId"]
+    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, RECORD))[
+        "workloadId"
+    ]
     wait_phase(runner, token, "distributed", workload_id, {"Completed"})
-    master, worker = (tmp_path / "rank-0").read_text().split(), (tmp_path / "rank-1").read_text().split()
-    assert master[:2] == worker[:2] == ["2", "127.0.0.1"] and master[2] == worker[2] and master[2].isdigit()
+    master, worker = (
+        (tmp_path / "rank-0").read_text().split(),
+        (tmp_path / "rank-1").read_text().split(),
+    )
+    assert (
+        master[:2] == worker[:2] == ["2", "127.0.0.1"]
+        and master[2] == worker[2]
+        and master[2].isdigit()
+    )
     assert (master[3:], worker[3:]) == (["2", "0", "1"], ["2", "1", "1"])
     logs = runner.pod_logs(workload_id)
     assert "-master-0 <==" in logs and "-worker-0 <==" in logs and "hello from 1" in logs
@@ -583,31 +757,43 @@ def test_execute_distributed_gloo_all_reduce(runner, tmp_path):
         "dist.barrier(); dist.destroy_process_group()"  # gloo may abort at exit when the group is left open
     )
     token = get_token(runner)
-    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, code))["workloadId"]
+    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, code))[
+        "workloadId"
+    ]
     wait_phase(runner, token, "distributed", workload_id, {"Completed", "Failed"}, timeout=120)
-    assert phase(runner, token, "distributed", workload_id) == "Completed", runner.pod_logs(workload_id)
+    assert phase(runner, token, "distributed", workload_id) == "Completed", runner.pod_logs(
+        workload_id
+    )
     assert (tmp_path / "sum-0").read_text() == (tmp_path / "sum-1").read_text() == "3"
 
 
 def test_execute_failing_pod_fails_the_workload(runner, tmp_path):
     code = "import os, sys, time; sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(60)"
     token = get_token(runner)
-    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, code))["workloadId"]
+    workload_id = create(runner, token, "distributed", executed("distributed", tmp_path, code))[
+        "workloadId"
+    ]
     wait_phase(runner, token, "distributed", workload_id, {"Failed"})
     _, _, answer = call(runner, "GET", f"/workloads/distributed/{workload_id}", token=token)
     assert "-worker-0" in answer["phaseMessage"] and "code 3" in answer["phaseMessage"]
     _, _, events = call(runner, "GET", f"/workloads/{workload_id}/events", token=token)
-    assert any(e["type"] == "Warning" and e["reason"] == "BackoffLimitExceeded" for e in events["events"])
+    assert any(
+        e["type"] == "Warning" and e["reason"] == "BackoffLimitExceeded" for e in events["events"]
+    )
     master = runner.workloads[workload_id]["procs"][0]
     wait_for(lambda: master.poll() is not None, timeout=10, what="the master pod to be killed")
 
 
 def test_execute_suspend_kills_a_sleeping_pod(runner, tmp_path):
     token = get_token(runner)
-    body = executed("trainings", tmp_path, "import time; print('sleeping', flush=True); time.sleep(60)")
+    body = executed(
+        "trainings", tmp_path, "import time; print('sleeping', flush=True); time.sleep(60)"
+    )
     workload_id = create(runner, token, "trainings", body)["workloadId"]
     wait_phase(runner, token, "trainings", workload_id, {"Running"})
-    assert call(runner, "POST", f"/workloads/trainings/{workload_id}/suspend", token=token)[0] == 202
+    assert (
+        call(runner, "POST", f"/workloads/trainings/{workload_id}/suspend", token=token)[0] == 202
+    )
     assert phase(runner, token, "trainings", workload_id) == "Stopping"
     wait_phase(runner, token, "trainings", workload_id, {"Stopped"}, timeout=10)
     assert runner.workloads[workload_id]["procs"][0].returncode == -15  # SIGTERM was enough
@@ -622,7 +808,11 @@ def test_execute_delete_and_stop_kill_pods(tmp_path):
         for workload_id in (deleted, kept):
             wait_phase(f, token, "trainings", workload_id, {"Running"})
         assert call(f, "DELETE", f"/workloads/trainings/{deleted}", token=token)[0] == 202
-        wait_for(lambda: f.workloads[deleted]["procs"][0].poll() is not None, timeout=10, what="the deleted pod to end")
+        wait_for(
+            lambda: f.workloads[deleted]["procs"][0].poll() is not None,
+            timeout=10,
+            what="the deleted pod to end",
+        )
     assert f.workloads[kept]["procs"][0].poll() is not None  # stop() ended it
 
 

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ranks
 from llmb import hookimpl
-from llmb.lifecycle.flaky import TAIL_BYTES, builtin_signatures, first_signature, flaky_failure, retry_nan_asked
+from llmb.lifecycle.flaky import (
+    TAIL_BYTES,
+    builtin_signatures,
+    first_signature,
+    flaky_failure,
+    retry_nan_asked,
+)
 from llmb.plugins.host import PluginHost
 
 # The retryable failures of NVIDIA's performance launcher (Megatron-Bridge scripts/performance), verbatim.
@@ -44,10 +50,12 @@ REFERENCE_LIST = [
 ]
 
 NCCL = "Some NCCL operations have failed or timed out."
-ITERATION = (" [2026-11-20 10:00:0{i}] iteration        {i}/       3 | consumed samples:          {c} | elapsed time "
-             "per iteration (ms): 812.5 | learning rate: 3.000000E-05 | global batch size:     4 | lm loss: "
-             "{loss} | loss scale: 1.0 | grad norm: {norm} | number of skipped iterations:   0 | number of nan "
-             "iterations:   0 |\n")
+ITERATION = (
+    " [2026-11-20 10:00:0{i}] iteration        {i}/       3 | consumed samples:          {c} | elapsed time "
+    "per iteration (ms): 812.5 | learning rate: 3.000000E-05 | global batch size:     4 | lm loss: "
+    "{loss} | loss scale: 1.0 | grad norm: {norm} | number of skipped iterations:   0 | number of nan "
+    "iterations:   0 |\n"
+)
 
 
 def write_log(path: Path, *parts: str) -> str:
@@ -68,21 +76,30 @@ def test_the_core_list_is_the_reference_launchers_list_exactly():
 
 
 def test_the_earliest_signature_in_the_tail_is_the_cause(tmp_path):
-    log = write_log(tmp_path / "log.out", iteration(1),
-                    "[rank1]: RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous "
-                    "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n",
-                    "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970\n",
-                    "srun: error: node1: task 1: Exited with exit code 1\n")
+    log = write_log(
+        tmp_path / "log.out",
+        iteration(1),
+        "[rank1]: RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous "
+        "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n",
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970\n",
+        "srun: error: node1: task 1: Exited with exit code 1\n",
+    )
     found = flaky_failure(log, builtin_signatures())
     assert (found.signature, found.retry) == (NCCL, True)
     assert found.describe() == f"flaky failure: {NCCL!r}"
-    assert first_signature(b"Segfault encountered\nSegmentation fault\n", builtin_signatures()) == \
-        "Segfault encountered"
+    assert (
+        first_signature(b"Segfault encountered\nSegmentation fault\n", builtin_signatures())
+        == "Segfault encountered"
+    )
 
 
 def test_no_signature_no_flaky_failure_and_case_matters(tmp_path):
-    log = write_log(tmp_path / "log.out", iteration(1), "RuntimeError: CUDA out of memory.\n",
-                    "segmentation FAULT in a message that only looks alike\n")
+    log = write_log(
+        tmp_path / "log.out",
+        iteration(1),
+        "RuntimeError: CUDA out of memory.\n",
+        "segmentation FAULT in a message that only looks alike\n",
+    )
     assert flaky_failure(log, builtin_signatures()) is None
     assert flaky_failure(str(tmp_path / "missing.out"), builtin_signatures()) is None
 
@@ -90,34 +107,55 @@ def test_no_signature_no_flaky_failure_and_case_matters(tmp_path):
 def test_llmbs_own_retry_line_never_makes_a_later_failure_flaky(tmp_path):
     # The line the Slurm backend writes at the top of a retried attempt's log quotes the flaky signature
     # of the attempt before; the new attempt then fails for another reason: that is not flaky.
-    log = write_log(tmp_path / "log.out",
-                    f"[llmb] retry of attempt 1 (Slurm job 41, flaky failure: {NCCL!r}); its log: /x/log-1.out\n",
-                    iteration(1), "ValueError: a real bug\n")
+    log = write_log(
+        tmp_path / "log.out",
+        f"[llmb] retry of attempt 1 (Slurm job 41, flaky failure: {NCCL!r}); its log: /x/log-1.out\n",
+        iteration(1),
+        "ValueError: a real bug\n",
+    )
     assert flaky_failure(log, builtin_signatures()) is None
-    log = write_log(tmp_path / "again.out", f"[llmb] retry of attempt 1 (flaky failure: {NCCL!r})\n", iteration(1),
-                    f"[rank1]: RuntimeError: {NCCL}, again\n")
-    assert flaky_failure(log, builtin_signatures()).signature == NCCL  # the run's own line still counts
+    log = write_log(
+        tmp_path / "again.out",
+        f"[llmb] retry of attempt 1 (flaky failure: {NCCL!r})\n",
+        iteration(1),
+        f"[rank1]: RuntimeError: {NCCL}, again\n",
+    )
+    assert (
+        flaky_failure(log, builtin_signatures()).signature == NCCL
+    )  # the run's own line still counts
 
 
 def test_only_the_tail_is_read(tmp_path):
     early = "Connection reset by peer\n"
     filler = "x" * 1000 + "\n"
-    log = write_log(tmp_path / "log.out", early, filler * (TAIL_BYTES // len(filler) + 2), "ValueError: bad\n")
-    assert flaky_failure(log, builtin_signatures()) is None  # out of the tail: not this failure's last words
-    log = write_log(tmp_path / "near.out", filler * (TAIL_BYTES // len(filler) + 2), early, "ValueError: bad\n")
+    log = write_log(
+        tmp_path / "log.out", early, filler * (TAIL_BYTES // len(filler) + 2), "ValueError: bad\n"
+    )
+    assert (
+        flaky_failure(log, builtin_signatures()) is None
+    )  # out of the tail: not this failure's last words
+    log = write_log(
+        tmp_path / "near.out", filler * (TAIL_BYTES // len(filler) + 2), early, "ValueError: bad\n"
+    )
     assert flaky_failure(log, builtin_signatures()).signature == "Connection reset by peer"
 
 
 def test_a_failure_after_the_runs_own_nan_is_not_retried_unless_asked(tmp_path):
-    log = write_log(tmp_path / "log.out", iteration(1), iteration(2, norm="nan", loss="NAN"),
-                    "[rank0]: RuntimeError: Rank 0: found NaN in local grad norm for bucket #0\n",
-                    "[rank1]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)\n")
+    log = write_log(
+        tmp_path / "log.out",
+        iteration(1),
+        iteration(2, norm="nan", loss="NAN"),
+        "[rank0]: RuntimeError: Rank 0: found NaN in local grad norm for bucket #0\n",
+        "[rank1]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)\n",
+    )
     found = flaky_failure(log, builtin_signatures())
     assert (found.signature, found.retry) == ("found NaN in", False)
     assert "invalid_grad_norm" in found.why_not and "LLMB_RETRY_NAN=1" in found.why_not
     assert flaky_failure(log, builtin_signatures(), retry_nan=True).retry is True
     # A NaN check that fired before any iteration logged NaN is the reference launcher's flaky case.
-    log = write_log(tmp_path / "early.out", iteration(1), "RuntimeError: found NaN in local grad norm\n")
+    log = write_log(
+        tmp_path / "early.out", iteration(1), "RuntimeError: found NaN in local grad norm\n"
+    )
     assert flaky_failure(log, builtin_signatures()).retry is True
 
 
@@ -151,13 +189,17 @@ class WrongTypes:
 
 
 def test_plugins_add_signatures_and_bad_contributions_are_skipped(tmp_path):
-    host = PluginHost(discover=False, extra_plugins=[("site", SitePlugin), ("broken", BrokenPlugin),
-                                                     ("wrong", WrongTypes)])
+    host = PluginHost(
+        discover=False,
+        extra_plugins=[("site", SitePlugin), ("broken", BrokenPlugin), ("wrong", WrongTypes)],
+    )
     signatures = host.flaky_signatures()
-    assert signatures[:len(REFERENCE_LIST)] == tuple(REFERENCE_LIST)  # the core's first
-    assert signatures[len(REFERENCE_LIST):] == ("Lustre: client evicted",)
+    assert signatures[: len(REFERENCE_LIST)] == tuple(REFERENCE_LIST)  # the core's first
+    assert signatures[len(REFERENCE_LIST) :] == ("Lustre: client evicted",)
     assert "fine" not in signatures  # a list with a non-string is refused whole
-    log = write_log(tmp_path / "log.out", iteration(1), "OSError: [Errno 108] Lustre: client evicted\n")
+    log = write_log(
+        tmp_path / "log.out", iteration(1), "OSError: [Errno 108] Lustre: client evicted\n"
+    )
     assert flaky_failure(log, builtin_signatures()) is None
     assert flaky_failure(log, signatures).signature == "Lustre: client evicted"
 
@@ -167,12 +209,33 @@ def test_plugins_add_signatures_and_bad_contributions_are_skipped(tmp_path):
 
 @pytest.fixture
 def env(slurm, tmp_path):
-    pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
-    return {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "LLMB_BACKEND": "slurm", **slurm.env()}
+    pytest.importorskip(
+        "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+    )
+    return {
+        "LLMB_INSTALL": str(tmp_path / "install"),
+        "LLMB_NO_CACHE": "1",
+        "LLMB_BACKEND": "slurm",
+        **slurm.env(),
+    }
 
 
-PROXY = ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--proxy", "tiny", "--bare", "--gpus", "2",
-         "--steps", "3"]
+PROXY = [
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--proxy",
+    "tiny",
+    "--bare",
+    "--gpus",
+    "2",
+    "--steps",
+    "3",
+]
 
 
 def run_json(llmb_proc, *args, env):
@@ -188,8 +251,18 @@ def job_record(env, job_id) -> dict:
 @pytest.mark.slurm
 def test_a_flaky_failure_is_retried_on_a_fresh_job_that_completes(llmb_proc, env, tmp_path):
     once = tmp_path / "failed-once"
-    result, summary = run_json(llmb_proc, "--retries", "1", "--env", "LLMB_FAIL_AT_STEP=2:1",
-                               "--env", f"LLMB_FAIL_MESSAGE={NCCL}", "--env", f"LLMB_FAIL_ONCE={once}", env={**env, **FAULTS})
+    result, summary = run_json(
+        llmb_proc,
+        "--retries",
+        "1",
+        "--env",
+        "LLMB_FAIL_AT_STEP=2:1",
+        "--env",
+        f"LLMB_FAIL_MESSAGE={NCCL}",
+        "--env",
+        f"LLMB_FAIL_ONCE={once}",
+        env={**env, **FAULTS},
+    )
     assert result.code == 0 and summary["state"] == "SUCCEEDED", (summary, result.err[-3000:])
     assert summary["attempts"] == 2 and once.exists()
     first, second = job_record(env, summary["job_id"])["details"]["attempts"]
@@ -208,8 +281,14 @@ def test_a_flaky_failure_is_retried_on_a_fresh_job_that_completes(llmb_proc, env
 
 @pytest.mark.slurm
 def test_without_retries_a_flaky_failure_fails_with_its_signature_as_reason(llmb_proc, env):
-    result, summary = run_json(llmb_proc, "--env", "LLMB_FAIL_AT_STEP=2:1", "--env", f"LLMB_FAIL_MESSAGE={NCCL}",
-                               env={**env, **FAULTS})
+    result, summary = run_json(
+        llmb_proc,
+        "--env",
+        "LLMB_FAIL_AT_STEP=2:1",
+        "--env",
+        f"LLMB_FAIL_MESSAGE={NCCL}",
+        env={**env, **FAULTS},
+    )
     assert result.code == 1 and (summary["state"], summary["attempts"]) == ("FAILED", 1)
     assert summary["reason"].startswith(f"flaky failure: {NCCL!r} on node"), summary["reason"]
     assert summary["reason"].endswith("(not retried: llmb run --retries N resubmits such failures)")
@@ -217,11 +296,23 @@ def test_without_retries_a_flaky_failure_fails_with_its_signature_as_reason(llmb
 
 @pytest.mark.slurm
 def test_a_nan_that_is_the_runs_own_is_not_retried(llmb_proc, env):
-    result, summary = run_json(llmb_proc, "--retries", "1", "--env", "LLMB_NAN_FROM_STEP=2",
-                               "--env", "LLMB_FAIL_AT_STEP=3",
-                               "--env", "LLMB_FAIL_MESSAGE=found NaN in local grad norm for bucket #0", env={**env, **FAULTS})
+    result, summary = run_json(
+        llmb_proc,
+        "--retries",
+        "1",
+        "--env",
+        "LLMB_NAN_FROM_STEP=2",
+        "--env",
+        "LLMB_FAIL_AT_STEP=3",
+        "--env",
+        "LLMB_FAIL_MESSAGE=found NaN in local grad norm for bucket #0",
+        env={**env, **FAULTS},
+    )
     assert result.code == 1 and (summary["state"], summary["attempts"]) == ("FAILED", 1), summary
     assert summary["result"]["status"] == "invalid_grad_norm"
     assert summary["reason"].startswith("flaky failure: 'found NaN in' on node")
-    assert "not retried: it follows the run's own NaN grad norm (invalid_grad_norm)" in summary["reason"]
+    assert (
+        "not retried: it follows the run's own NaN grad norm (invalid_grad_norm)"
+        in summary["reason"]
+    )
     assert len(job_record(env, summary["job_id"])["details"]["attempts"]) == 1

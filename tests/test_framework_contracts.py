@@ -50,8 +50,10 @@ MB_PRESETS = {
 def interpreter(leg: envs.Leg) -> Path:
     python = envs.built(leg)
     if python is None:
-        message = (f"the {leg.name} environment is not built: ./dev.sh frameworks (or python tests/frameworks/envs.py "
-                   f"build {leg.name}) builds it")
+        message = (
+            f"the {leg.name} environment is not built: ./dev.sh frameworks (or python tests/frameworks/envs.py "
+            f"build {leg.name}) builds it"
+        )
         if os.environ.get("CI"):
             pytest.fail(message + "; CI runs it before the tests")
         pytest.skip(message)
@@ -62,22 +64,40 @@ def run_checker(leg: envs.Leg, configs: list[dict], hf_home: Path, tmp_path: Pat
     python = interpreter(leg)
     configs_file, results_file = tmp_path / "configs.json", tmp_path / "results.json"
     configs_file.write_text(json.dumps(configs), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))}
-    env.update(PYTHONPATH=str(ROOT / "core" / "src"), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([str(python), str(Path(envs.HERE) / leg.checker), str(configs_file), str(results_file)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
-    assert results_file.exists(), f"{leg.checker} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))
+    }
+    env.update(
+        PYTHONPATH=str(ROOT / "core" / "src"),
+        HF_HOME=str(hf_home),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    done = subprocess.run(
+        [str(python), str(Path(envs.HERE) / leg.checker), str(configs_file), str(results_file)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT,
+    )
+    assert results_file.exists(), (
+        f"{leg.checker} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    )
     return json.loads(results_file.read_text(encoding="utf-8"))
 
 
 def report(request, leg: envs.Leg, results: dict) -> None:
     """The counts for the session's summary; the environment runs the leg's version."""
-    assert (results["versions"][leg.distribution] or "").startswith(leg.series + "."), results["versions"]
+    assert (results["versions"][leg.distribution] or "").startswith(leg.series + "."), results[
+        "versions"
+    ]
     passed = sum(r["ok"] for r in results["results"])
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
     request.config.stash.setdefault(COUNTS, []).append(
-        f"{leg.name}: {passed}/{len(results['results'])} configurations validated ({versions})")
+        f"{leg.name}: {passed}/{len(results['results'])} configurations validated ({versions})"
+    )
 
 
 COUNTS = pytest.StashKey[list]()
@@ -104,18 +124,38 @@ def fixed_install(monkeypatch):
 
 def mb_expected(config: dict) -> dict:
     """What the validated ConfigContainer must hold for ``config``."""
-    p, b, m, t, ckpt = (config[k] for k in ("parallelism", "batch", "model", "training", "checkpoint"))
+    p, b, m, t, ckpt = (
+        config[k] for k in ("parallelism", "batch", "model", "training", "checkpoint")
+    )
     fp8, fp8_recipe = MB_PRESETS[config["precision"]["preset"]]
     expected = {
-        "tp": p["tp"], "pp": p["pp"], "cp": p["cp"], "vp": p["vp"], "ep": p["ep"], "etp": p["etp"],
-        "sequence_parallel": p["sequence_parallel"], "dp": p["dp"], "mbs": b["mbs"], "gbs": b["gbs"],
-        "train_iters": t["train_iters"] + (ckpt["load_step"] or 0), "seq_length": m["seq_len"],
-        "dataset_seq_length": m["seq_len"], "num_layers": m["num_layers"], "log_interval": 1, "eval_iters": 0,
-        "lr_warmup_iters": 10, "check_for_nan_in_grad": False, "fsdp": p["fsdp"],
+        "tp": p["tp"],
+        "pp": p["pp"],
+        "cp": p["cp"],
+        "vp": p["vp"],
+        "ep": p["ep"],
+        "etp": p["etp"],
+        "sequence_parallel": p["sequence_parallel"],
+        "dp": p["dp"],
+        "mbs": b["mbs"],
+        "gbs": b["gbs"],
+        "train_iters": t["train_iters"] + (ckpt["load_step"] or 0),
+        "seq_length": m["seq_len"],
+        "dataset_seq_length": m["seq_len"],
+        "num_layers": m["num_layers"],
+        "log_interval": 1,
+        "eval_iters": 0,
+        "lr_warmup_iters": 10,
+        "check_for_nan_in_grad": False,
+        "fsdp": p["fsdp"],
         "cuda_graph_impl": "transformer_engine" if m["cuda_graphs"] else "none",
-        "fp8": fp8, "fp4": "e2m1" if config["precision"]["preset"] == "bf16_with_nvfp4_mixed" else None,
-        "dataset_blend": None, "checkpoint_save": ckpt["save_dir"], "checkpoint_load": ckpt["load_dir"],
-        "nsys": bool(config["profiling"]), "seed": t["seed"],
+        "fp8": fp8,
+        "fp4": "e2m1" if config["precision"]["preset"] == "bf16_with_nvfp4_mixed" else None,
+        "dataset_blend": None,
+        "checkpoint_save": ckpt["save_dir"],
+        "checkpoint_load": ckpt["load_dir"],
+        "nsys": bool(config["profiling"]),
+        "seed": t["seed"],
         "recompute_num_layers": m["recompute_layers"] or None,
         "cpu_offloading_num_layers": m["offload_layers"] if m["offload_layers"] else None,
     }
@@ -127,8 +167,10 @@ def mb_expected(config: dict) -> dict:
         if ckpt["save_dir"] or ckpt["load_dir"]:
             expected["checkpoint_format"] = megatron_bridge.FSDP_CHECKPOINT_FORMAT
     if config["profiling"]:
-        expected.update(profile_step_start=config["profiling"]["start_step"],
-                        profile_step_end=config["profiling"]["stop_step"])
+        expected.update(
+            profile_step_start=config["profiling"]["start_step"],
+            profile_step_end=config["profiling"]["stop_step"],
+        )
     if ckpt["save_dir"]:
         expected["checkpoint_save_interval"] = ckpt["save_interval"]
     if config["tp_comm_overlap"] is not None and p["tp"] > 1:
@@ -151,22 +193,30 @@ def mismatches(observed: dict, expected: dict) -> list[str]:
 
 @pytest.mark.frameworks
 @pytest.mark.parametrize("leg_name", ["megatron-bridge-0.4", "megatron-bridge-0.6"])
-def test_megatron_bridge_validates_every_configuration(request, host, fixed_install, tmp_path, leg_name):
+def test_megatron_bridge_validates_every_configuration(
+    request, host, fixed_install, tmp_path, leg_name
+):
     leg = envs.LEGS[leg_name]
     interpreter(leg)
-    items = [{"id": id_, "config": config} for id_, config in configurations(host, "megatron_bridge")]
+    items = [
+        {"id": id_, "config": config} for id_, config in configurations(host, "megatron_bridge")
+    ]
     assert len(items) == 22 * len(MODES)  # every Megatron-Bridge seed row in every mode
     write_model_configs(str(tmp_path / "hf_home"), host)
     results = run_checker(leg, items, tmp_path / "hf_home", tmp_path)
     report(request, leg, results)
     assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
-    assert all(r["ok"] for r in results["results"]), f"not validated by {leg_name}:\n{failures(results)}"
+    assert all(r["ok"] for r in results["results"]), (
+        f"not validated by {leg_name}:\n{failures(results)}"
+    )
     wrong = {}
     for item, result in zip(items, results["results"], strict=True):
         found = mismatches(result["observed"], mb_expected(item["config"]))
         if found:
             wrong[item["id"]] = found
-    assert not wrong, "values that did not survive:\n" + "\n".join(f"  {k}: {'; '.join(v)}" for k, v in wrong.items())
+    assert not wrong, "values that did not survive:\n" + "\n".join(
+        f"  {k}: {'; '.join(v)}" for k, v in wrong.items()
+    )
 
 
 def test_405b_pipeline_layouts_refuse_layer_counts_megatron_refuses(host, fixed_install):
@@ -177,11 +227,15 @@ def test_405b_pipeline_layouts_refuse_layer_counts_megatron_refuses(host, fixed_
         recipe = resolve_smallest(host, workload, variant, series, dtype)
         if series.size != "405b" or recipe.pp == 1:
             continue
-        valid = valid_layers(megatron_bridge, "llama31_405b", 126, recipe.pp, recipe.vp if recipe.pp > 1 else None)
+        valid = valid_layers(
+            megatron_bridge, "llama31_405b", 126, recipe.pp, recipe.vp if recipe.pp > 1 else None
+        )
         assert 126 in valid  # the full model always splits
         if 4 not in valid:
             refused += 1
-            with pytest.raises(UsageError, match=r"--layers 4: .*embedding and the loss.*valid here: \d+"):
+            with pytest.raises(
+                UsageError, match=r"--layers 4: .*embedding and the loss.*valid here: \d+"
+            ):
                 _build_with_layers(workload, recipe, 4)
     assert refused >= 4
 
@@ -191,8 +245,15 @@ def _build_with_layers(workload, recipe, layers):
     from llmb.engines.frameworks import build_config
     from llmb.runs.runspec import RunOptions
 
-    return build_config(workload, recipe, RunOptions(layers=layers), experiment="x", inner_dir=INNER,
-                        checkpoint_save_dir=None, checkpoint_load_dir=None)
+    return build_config(
+        workload,
+        recipe,
+        RunOptions(layers=layers),
+        experiment="x",
+        inner_dir=INNER,
+        checkpoint_save_dir=None,
+        checkpoint_load_dir=None,
+    )
 
 
 # ------------------------------------------------------------------ NeMo 2
@@ -218,18 +279,29 @@ def test_nemo2_builds_every_configuration(request, host, fixed_install, tmp_path
 # Fields a user tunes (the recompute of every layer, the gradient buckets' size), by framework: each leg
 # builds one published row with them, validates it and reads them back.
 FRAMEWORK_ARGS = {
-    "megatron_bridge": ("model.recompute_granularity=full", "model.recompute_method=uniform",
-                        "model.recompute_num_layers=1", "ddp.bucket_size=40000000"),
-    "nemo2": ("model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
-              "model.config.recompute_num_layers=1", "trainer.strategy.ddp.bucket_size=40000000"),
+    "megatron_bridge": (
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+        "ddp.bucket_size=40000000",
+    ),
+    "nemo2": (
+        "model.config.recompute_granularity=full",
+        "model.config.recompute_method=uniform",
+        "model.config.recompute_num_layers=1",
+        "trainer.strategy.ddp.bucket_size=40000000",
+    ),
 }
 
 
 def _catalogue_of(leg: envs.Leg, host, tmp_path: Path) -> dict:
     """The fields of every published row's recipe object in ``leg``'s real framework."""
     python = interpreter(leg)
-    items = [{"id": id_, "config": config} for id_, config in configurations(host, leg.framework)
-             if id_.endswith("[default]")]
+    items = [
+        {"id": id_, "config": config}
+        for id_, config in configurations(host, leg.framework)
+        if id_.endswith("[default]")
+    ]
     hf_home = tmp_path / leg.name / "hf_home"
     hf_home.mkdir(parents=True)
     if leg.framework == "nemo2":
@@ -240,11 +312,24 @@ def _catalogue_of(leg: envs.Leg, host, tmp_path: Path) -> dict:
         write_model_configs(str(hf_home), host)
     configs_file, out = tmp_path / leg.name / "configs.json", tmp_path / leg.name / "fields.json"
     configs_file.write_text(json.dumps(items), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))}
-    env.update(PYTHONPATH=str(ROOT / "core" / "src"), HF_HOME=str(hf_home), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([str(python), str(Path(envs.HERE) / "field_catalogue.py"), str(configs_file), str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))
+    }
+    env.update(
+        PYTHONPATH=str(ROOT / "core" / "src"),
+        HF_HOME=str(hf_home),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    done = subprocess.run(
+        [str(python), str(Path(envs.HERE) / "field_catalogue.py"), str(configs_file), str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -257,7 +342,11 @@ def test_the_field_catalogue_is_the_real_frameworks(host, fixed_install, tmp_pat
     from llmb.engines.frameworks import fields
     from llmb.paths import packaged_data
 
-    found = [_catalogue_of(leg, host, tmp_path) for leg in envs.LEGS.values() if leg.framework == framework]
+    found = [
+        _catalogue_of(leg, host, tmp_path)
+        for leg in envs.LEGS.values()
+        if leg.framework == framework
+    ]
     common = dict(found[0]["fields"])
     for other in found[1:]:
         common = {k: v for k, v in common.items() if other["fields"].get(k) == v}
@@ -265,10 +354,14 @@ def test_the_field_catalogue_is_the_real_frameworks(host, fixed_install, tmp_pat
     shipped = json.loads(path.read_text(encoding="utf-8"))
     if os.environ.get("LLMB_UPDATE_GOLDEN"):
         shipped["fields"][framework] = dict(sorted(common.items()))
-        shipped["versions"][framework] = [{k: v for k, v in f["versions"].items() if v} for f in found]
+        shipped["versions"][framework] = [
+            {k: v for k, v in f["versions"].items() if v} for f in found
+        ]
         path.write_text(json.dumps(shipped, indent=0) + "\n", encoding="utf-8")
         fields.catalogue.cache_clear()
-    assert shipped["fields"][framework] == dict(sorted(common.items())), "LLMB_UPDATE_GOLDEN=1 to accept"
+    assert shipped["fields"][framework] == dict(sorted(common.items())), (
+        "LLMB_UPDATE_GOLDEN=1 to accept"
+    )
     assert len(common) > 300  # the model, training, parallelism, DDP and optimizer fields at least
 
 
@@ -283,14 +376,25 @@ def test_framework_args_reach_the_real_configuration(host, fixed_install, tmp_pa
     leg = envs.LEGS[leg_name]
     interpreter(leg)
     # the first published row that neither recomputes nor offloads (the frameworks refuse recompute with offload)
-    workload, recipe = next((w, r) for w, v, s, d in seed_rows(host, leg.framework)
-                            if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers)
-    config = build_config(workload, recipe, RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
-                          experiment="pretrain_contract", inner_dir=INNER, checkpoint_save_dir=None,
-                          checkpoint_load_dir=None)
+    workload, recipe = next(
+        (w, r)
+        for w, v, s, d in seed_rows(host, leg.framework)
+        if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers
+    )
+    config = build_config(
+        workload,
+        recipe,
+        RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
+        experiment="pretrain_contract",
+        inner_dir=INNER,
+        checkpoint_save_dir=None,
+        checkpoint_load_dir=None,
+    )
     asked = config["framework_args"]
     assert list(asked.values()) == ["full", "uniform", 1, 40000000]
-    assert list(config["overrides"].items())[-4:] == list(asked.items())  # last: they win over llmb's own
+    assert list(config["overrides"].items())[-4:] == list(
+        asked.items()
+    )  # last: they win over llmb's own
     hf_home = tmp_path / "hf_home"
     if leg.framework == "nemo2":
         import nemo2_inputs

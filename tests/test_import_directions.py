@@ -55,8 +55,11 @@ def facade() -> dict[str, str]:
     in the core is an import of the module that defines it."""
     tree = ast.parse((CORE / "public_api.py").read_text())
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) else None)
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == "FACADE" and node.value is not None:
             return ast.literal_eval(node.value)
     return {}
@@ -67,7 +70,8 @@ FACADE = facade()
 
 def _type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_nodes(tree: ast.AST):
@@ -98,7 +102,11 @@ def imports(module: str, source: str | None = None) -> list[tuple[str, int]]:
     found = []
     for node in _import_nodes(ast.parse(MODULES[module].read_text() if source is None else source)):
         if isinstance(node, ast.Import):
-            found += [(_owner(alias.name), node.lineno) for alias in node.names if alias.name.split(".")[0] == "llmb"]
+            found += [
+                (_owner(alias.name), node.lineno)
+                for alias in node.names
+                if alias.name.split(".")[0] == "llmb"
+            ]
             continue
         base = node.module or ""
         if node.level:
@@ -109,7 +117,9 @@ def imports(module: str, source: str | None = None) -> list[tuple[str, int]]:
         for alias in node.names:
             if f"{base}.{alias.name}" in MODULES:  # from llmb.runs import experiment: the module
                 found.append((f"{base}.{alias.name}", node.lineno))
-            elif base == "llmb" and alias.name in FACADE:  # from llmb import Workload: where it lives
+            elif (
+                base == "llmb" and alias.name in FACADE
+            ):  # from llmb import Workload: where it lives
                 found.append((_owner(FACADE[alias.name]), node.lineno))
             else:
                 found.append((_owner(base), node.lineno))
@@ -137,14 +147,22 @@ def test_every_module_of_the_core_is_on_a_stage():
         stage_of(module, order)
     tops = {f"{p.name}/" for p in CORE.iterdir() if p.is_dir() and p.name != "__pycache__"}
     tops |= {p.name for p in CORE.glob("*.py")}
-    assert set(order) <= tops, f"docs/architecture.md stages name what is not in the core: {set(order) - tops}"
+    assert set(order) <= tops, (
+        f"docs/architecture.md stages name what is not in the core: {set(order) - tops}"
+    )
 
 
 def test_no_module_imports_a_later_stage():
     order = stages()
-    upward = [f"{module} -> {target} (line {line})" for module, edges in GRAPH.items() for target, line in edges
-              if stage_of(target, order) > stage_of(module, order)]
-    assert not upward, "imports of a later stage (docs/architecture.md, The stages):\n" + "\n".join(upward)
+    upward = [
+        f"{module} -> {target} (line {line})"
+        for module, edges in GRAPH.items()
+        for target, line in edges
+        if stage_of(target, order) > stage_of(module, order)
+    ]
+    assert not upward, "imports of a later stage (docs/architecture.md, The stages):\n" + "\n".join(
+        upward
+    )
 
 
 def cycles() -> list[list[str]]:
@@ -193,9 +211,15 @@ def test_no_import_cycles():
     for component in cycles():
         members = set(component)
         report.append("cycle: " + ", ".join(component))
-        report += [f"  {module} -> {target} (line {line})" for module in component
-                   for target, line in GRAPH[module] if target in members]
-    assert not report, "modules that import each other, directly or round a cycle:\n" + "\n".join(report)
+        report += [
+            f"  {module} -> {target} (line {line})"
+            for module in component
+            for target, line in GRAPH[module]
+            if target in members
+        ]
+    assert not report, "modules that import each other, directly or round a cycle:\n" + "\n".join(
+        report
+    )
 
 
 def package_edges() -> set[tuple[str, str]]:
@@ -206,7 +230,12 @@ def package_edges() -> set[tuple[str, str]]:
         parts = module.split(".")
         return parts[1] if len(parts) > 1 else "llmb"
 
-    return {(package(m), package(t)) for m, edges in GRAPH.items() for t, _ in edges if package(m) != package(t)}
+    return {
+        (package(m), package(t))
+        for m, edges in GRAPH.items()
+        for t, _ in edges
+        if package(m) != package(t)
+    }
 
 
 def test_the_graph_is_read():
@@ -223,7 +252,14 @@ def later():
     from llmb.install.images import image_path
     import json
 """
-    assert imports("llmb.certify.verdict", source) == sorted([
-        ("llmb.runs.jobs", 3), ("llmb.runs.experiment", 4), (FACADE["Workload"], 5), ("llmb.log", 5),
-        ("llmb.certify.gates", 6), ("llmb.install.images", 10)])
+    assert imports("llmb.certify.verdict", source) == sorted(
+        [
+            ("llmb.runs.jobs", 3),
+            ("llmb.runs.experiment", 4),
+            (FACADE["Workload"], 5),
+            ("llmb.log", 5),
+            ("llmb.certify.gates", 6),
+            ("llmb.install.images", 10),
+        ]
+    )
     assert len(package_edges()) > 20

@@ -20,8 +20,11 @@ import pytest
 TOKEN = "hf_test_token_5f3a9c"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # What the server holds: repository -> file -> content. Gated repositories need the token.
-TOKENIZER = {"tokenizer.json": b'{"version": "1.0"}', "tokenizer_config.json": b'{"bos_token": "<|begin_of_text|>"}',
-             "special_tokens_map.json": b"{}"}
+TOKENIZER = {
+    "tokenizer.json": b'{"version": "1.0"}',
+    "tokenizer_config.json": b'{"bos_token": "<|begin_of_text|>"}',
+    "special_tokens_map.json": b"{}",
+}
 REPOS = {
     "meta-llama/Meta-Llama-3-8B": {"config.json": b'{"hidden_size": 4096}', **TOKENIZER},
     "meta-llama/Meta-Llama-3-70B": {"config.json": b'{"hidden_size": 8192}', **TOKENIZER},
@@ -54,7 +57,7 @@ class HubHandler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization")
         HubHandler.seen.append({"path": self.path, "host": self.headers.get("Host"), "auth": auth})
         if self.path.startswith("/cdn/"):
-            repo, _, name = self.path[len("/cdn/"):].rpartition("/")
+            repo, _, name = self.path[len("/cdn/") :].rpartition("/")
             self._send(200, REPOS[repo][name])
             return
         repo, sep, rest = self.path.lstrip("/").partition("/resolve/main/")
@@ -69,7 +72,13 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         if rest == "tokenizer.json":  # large files redirect to a CDN on another host
             port = self.server.server_address[1]
-            self._send(302, headers={"Location": f"http://localhost:{port}/cdn/{repo}/{rest}", "X-Repo-Commit": COMMIT})
+            self._send(
+                302,
+                headers={
+                    "Location": f"http://localhost:{port}/cdn/{repo}/{rest}",
+                    "X-Repo-Commit": COMMIT,
+                },
+            )
             return
         self._send(200, REPOS[repo][rest], {"X-Repo-Commit": COMMIT})
 
@@ -121,9 +130,15 @@ def every_file(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()]
 
 
-def run_env(install: Path, enroot=None, hub: str | None = None, token: str | None = TOKEN, **extra) -> dict:
-    env = {"LLMB_INSTALL": str(install), "PATH": str(enroot[0]) if enroot else str(install.parent / "empty-path"),
-           "HF_TOKEN": token or "", **extra}
+def run_env(
+    install: Path, enroot=None, hub: str | None = None, token: str | None = TOKEN, **extra
+) -> dict:
+    env = {
+        "LLMB_INSTALL": str(install),
+        "PATH": str(enroot[0]) if enroot else str(install.parent / "empty-path"),
+        "HF_TOKEN": token or "",
+        **extra,
+    }
     if enroot:
         env["FAKE_ENROOT_LOG"] = str(enroot[1])
     if hub:
@@ -131,10 +146,19 @@ def run_env(install: Path, enroot=None, hub: str | None = None, token: str | Non
     return env
 
 
-def test_install_imports_images_fetches_files_and_keeps_the_token_secret(llmb_proc, tmp_path, enroot, hub):
+def test_install_imports_images_fetches_files_and_keeps_the_token_secret(
+    llmb_proc, tmp_path, enroot, hub
+):
     install = tmp_path / "install"
-    result = llmb_proc("install", "llama31", "llama4", "--gpu", "gb200", "--json",
-                       env=run_env(install, enroot, hub))
+    result = llmb_proc(
+        "install",
+        "llama31",
+        "llama4",
+        "--gpu",
+        "gb200",
+        "--json",
+        env=run_env(install, enroot, hub),
+    )
     assert result.code == 0, result.err
     report = result.json()
     assert report["workloads"] == ["llama31", "llama4"] and report["failed"] == 0
@@ -142,16 +166,31 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(llmb_pr
     # The images: the seeds' enroot import, one per container, to images/<sqsh_name>.
     images = install / "images"
     assert calls(enroot[1]) == [
-        ["import", "-o", str(images / "nvidia+nemo+26.04.01.sqsh"), "docker://nvcr.io#nvidia/nemo:26.04.01"],
-        ["import", "-o", str(images / "nvidia+nemo+25.04.01.sqsh"), "docker://nvcr.io#nvidia/nemo:25.04.01"],
+        [
+            "import",
+            "-o",
+            str(images / "nvidia+nemo+26.04.01.sqsh"),
+            "docker://nvcr.io#nvidia/nemo:26.04.01",
+        ],
+        [
+            "import",
+            "-o",
+            str(images / "nvidia+nemo+25.04.01.sqsh"),
+            "docker://nvcr.io#nvidia/nemo:25.04.01",
+        ],
     ]
-    assert (images / "nvidia+nemo+26.04.01.sqsh").read_text() == "squashfs of docker://nvcr.io#nvidia/nemo:26.04.01"
+    assert (
+        images / "nvidia+nemo+26.04.01.sqsh"
+    ).read_text() == "squashfs of docker://nvcr.io#nvidia/nemo:26.04.01"
     assert "Fetching image manifest list" in result.err  # enroot's progress reaches the user
     assert (install / "workloads" / "llama4" / "experiments").is_dir()
 
     # The Hugging Face files, in the hub cache layout the frameworks read offline.
     hub_dir = install / ".cache" / "huggingface" / "hub"
-    for repo, files in REPOS.items():  # GB200 runs the Megatron-Bridge recipes: configs only for Llama 3.1
+    for (
+        repo,
+        files,
+    ) in REPOS.items():  # GB200 runs the Megatron-Bridge recipes: configs only for Llama 3.1
         if repo == "meta-llama/Llama-3.1-405B":
             assert not (hub_dir / "models--meta-llama--Llama-3.1-405B").exists()
             continue
@@ -161,9 +200,14 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(llmb_pr
         assert (base / "refs" / "main").read_text() == COMMIT
         for name, content in files.items():
             assert (base / "snapshots" / COMMIT / name).read_bytes() == content
-    maverick = hub_dir / "models--meta-llama--Llama-4-Maverick-17B-128E-Instruct" / "snapshots" / COMMIT
+    maverick = (
+        hub_dir / "models--meta-llama--Llama-4-Maverick-17B-128E-Instruct" / "snapshots" / COMMIT
+    )
     assert not (maverick / "special_tokens_map.json").exists()
-    assert any(s["what"].endswith("special_tokens_map.json") and s["status"] == "absent" for s in report["steps"])
+    assert any(
+        s["what"].endswith("special_tokens_map.json") and s["status"] == "absent"
+        for s in report["steps"]
+    )
 
     # The token went as a header to the hub, never to the CDN host, and nowhere else.
     to_hub = [s for s in HubHandler.seen if s["path"].startswith("/meta-llama/")]
@@ -176,7 +220,15 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(llmb_pr
 
     # A second run finds everything there (or known absent) and does nothing.
     requests = len(HubHandler.seen)
-    again = llmb_proc("install", "llama31", "llama4", "--gpu", "gb200", "--json", env=run_env(install, enroot, hub))
+    again = llmb_proc(
+        "install",
+        "llama31",
+        "llama4",
+        "--gpu",
+        "gb200",
+        "--json",
+        env=run_env(install, enroot, hub),
+    )
     assert again.code == 0 and {s["status"] for s in again.json()["steps"]} == {"present", "absent"}
     assert len(calls(enroot[1])) == 2 and len(HubHandler.seen) == requests
 
@@ -187,7 +239,10 @@ def test_missing_prerequisites_are_listed_together_before_anything_is_done(llmb_
     assert result.code == 2 and result.out == ""
     assert "nothing was done" in result.err and "Traceback" not in result.err
     assert "enroot is not on PATH" in result.err and "nvcr.io#nvidia/nemo:25.04.01" in result.err
-    assert "HF_TOKEN is not set" in result.err and "meta-llama/Llama-4-Maverick-17B-128E-Instruct" in result.err
+    assert (
+        "HF_TOKEN is not set" in result.err
+        and "meta-llama/Llama-4-Maverick-17B-128E-Instruct" in result.err
+    )
     assert not install.exists()
     # Nemotron-H needs no token: only enroot is missing.
     alone = llmb_proc("install", "nemotronh", env=run_env(install, token=None))
@@ -196,12 +251,24 @@ def test_missing_prerequisites_are_listed_together_before_anything_is_done(llmb_
 
 def test_dry_run_prints_every_step_and_masks_the_token(llmb_proc, tmp_path, hub):
     install = tmp_path / "install"
-    result = llmb_proc("install", "llama31", "--gpu", "b200", "--dry-run", env=run_env(install, hub=hub))
+    result = llmb_proc(
+        "install", "llama31", "--gpu", "b200", "--dry-run", env=run_env(install, hub=hub)
+    )
     assert result.code == 0, result.err
-    assert "enroot import -o " + str(install / "images" / "nvidia+nemo+26.04.01.sqsh") + \
-        " docker://nvcr.io#nvidia/nemo:26.04.01" in result.out
-    for repo in ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3.1-405B"):
-        assert f"GET {hub}/{repo}/resolve/main/config.json (Authorization: Bearer ***)" in result.out
+    assert (
+        "enroot import -o "
+        + str(install / "images" / "nvidia+nemo+26.04.01.sqsh")
+        + " docker://nvcr.io#nvidia/nemo:26.04.01"
+        in result.out
+    )
+    for repo in (
+        "meta-llama/Meta-Llama-3-8B",
+        "meta-llama/Meta-Llama-3-70B",
+        "meta-llama/Meta-Llama-3.1-405B",
+    ):
+        assert (
+            f"GET {hub}/{repo}/resolve/main/config.json (Authorization: Bearer ***)" in result.out
+        )
     assert "mkdir -p " + str(install / "workloads" / "llama31" / "experiments") in result.out
     assert "enroot is not on PATH" in result.err  # a warning only: nothing runs
     assert TOKEN not in result.out + result.err
@@ -215,9 +282,16 @@ def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enr
     assert result.code == 1
     assert "enroot import of nvcr.io#nvidia/nemo:26.04.01 exited with code 3" in result.out
     assert "fake enroot: unauthorized" in result.err
-    assert not (install / "images" / "nvidia+nemo+26.04.01.sqsh").exists()  # no half image taken as done later
+    assert not (
+        install / "images" / "nvidia+nemo+26.04.01.sqsh"
+    ).exists()  # no half image taken as done later
     assert (install / "images" / "nvidia+nemo+25.04.01.sqsh").exists()  # the NeMo 2 variant's image
-    config = install / ".cache/huggingface/hub/models--meta-llama--Meta-Llama-3-8B/snapshots" / COMMIT / "config.json"
+    config = (
+        install
+        / ".cache/huggingface/hub/models--meta-llama--Meta-Llama-3-8B/snapshots"
+        / COMMIT
+        / "config.json"
+    )
     assert config.exists()
     retry = llmb_proc("install", "llama31", "--json", env={**env, "FAKE_ENROOT_FAIL": ""})
     assert retry.code == 0
@@ -227,28 +301,48 @@ def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enr
 
 def test_a_refused_repository_fails_with_a_reason(llmb_proc, tmp_path, enroot, hub):
     install = tmp_path / "install"
-    result = llmb_proc("install", "llama4", "--no-images", "--json", env=run_env(install, enroot, hub, token="hf_wrong"))
+    result = llmb_proc(
+        "install",
+        "llama4",
+        "--no-images",
+        "--json",
+        env=run_env(install, enroot, hub, token="hf_wrong"),
+    )
     assert result.code == 1
     failed = [s for s in result.json()["steps"] if s["status"] == "failed"]
-    assert failed and all("Hugging Face refused meta-llama/Llama-4-Maverick-17B-128E-Instruct (HTTP 401)" in s["error"]
-                          for s in failed)
+    assert failed and all(
+        "Hugging Face refused meta-llama/Llama-4-Maverick-17B-128E-Instruct (HTTP 401)"
+        in s["error"]
+        for s in failed
+    )
     assert "hf_wrong" not in result.out + result.err
     assert calls(enroot[1]) == []  # --no-images
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["install", "llama4", "--gpu", "b200"], "llama4 has no recipes for b200; its GPU types: gb200, h100"),
-    (["install", "llama4", "--gpu", "tpu"], "unknown GPU type 'tpu'"),
-    (["install", "nosuch"], "unknown workload 'nosuch'"),
-    (["install", "nemotronh", "--variant", "megatron-bridge"], "nemotronh has no variant 'megatron-bridge'"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["install", "llama4", "--gpu", "b200"],
+            "llama4 has no recipes for b200; its GPU types: gb200, h100",
+        ),
+        (["install", "llama4", "--gpu", "tpu"], "unknown GPU type 'tpu'"),
+        (["install", "nosuch"], "unknown workload 'nosuch'"),
+        (
+            ["install", "nemotronh", "--variant", "megatron-bridge"],
+            "nemotronh has no variant 'megatron-bridge'",
+        ),
+    ],
+)
 def test_bad_requests_exit_2(llmb_proc, tmp_path, args, needle):
     result = llmb_proc(*args, env=run_env(tmp_path / "install"))
     assert result.code == 2 and needle in result.err and "Traceback" not in result.err
 
 
 def test_gpu_type_comes_from_the_seed_variable(llmb_proc, tmp_path, enroot):
-    result = llmb_proc("install", "--dry-run", "--json", env=run_env(tmp_path / "install", enroot, GPU_TYPE="b200"))
+    result = llmb_proc(
+        "install", "--dry-run", "--json", env=run_env(tmp_path / "install", enroot, GPU_TYPE="b200")
+    )
     report = result.json()
     assert report["gpu"] == "b200" and report["workloads"] == ["llama31", "nemotron4"]
     images = [s["what"] for s in report["steps"] if s["kind"] == "image"]
@@ -258,10 +352,18 @@ def test_gpu_type_comes_from_the_seed_variable(llmb_proc, tmp_path, enroot):
 def test_install_help_imports_no_framework(llmb_proc, tmp_path):
     for name in ("torch", "megatron", "nemo"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("import os, sys\nsys.stderr.write('TRIPWIRE')\nos._exit(97)\n")
+        (tmp_path / name / "__init__.py").write_text(
+            "import os, sys\nsys.stderr.write('TRIPWIRE')\nos._exit(97)\n"
+        )
     for args in (["install", "--help"], ["install", "--dry-run"]):
-        result = llmb_proc(*args, env={"PYTHONPATH": str(tmp_path), "LLMB_INSTALL": str(tmp_path / "i"),
-                                       "PATH": os.environ.get("PATH", "")})
+        result = llmb_proc(
+            *args,
+            env={
+                "PYTHONPATH": str(tmp_path),
+                "LLMB_INSTALL": str(tmp_path / "i"),
+                "PATH": os.environ.get("PATH", ""),
+            },
+        )
         assert result.code == 0 and "TRIPWIRE" not in result.err, result.err
 
 
@@ -272,13 +374,22 @@ def test_the_worker_library_lets_a_bare_python_find_every_plugin(llmb_proc, tmp_
     assert result.code == 0, result.err
     (library,) = [s for s in result.json()["steps"] if s["kind"] == "library"]
     assert library["status"] == "done" and library["target"] == str(install / "python")
-    probe = ("from llmb.plugins.host import PluginHost; h = PluginHost(); "
-             "print(sorted(h.workloads()), sorted(h.backends()), h.workload('llama31').architecture('8b').hidden)")
+    probe = (
+        "from llmb.plugins.host import PluginHost; h = PluginHost(); "
+        "print(sorted(h.workloads()), sorted(h.backends()), h.workload('llama31').architecture('8b').hidden)"
+    )
     # -S: no site-packages, so only the library (and the standard library) can be imported.
-    shown = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
-                           env={"PYTHONPATH": str(install / "python"), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"})
+    shown = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(install / "python"), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.split("\n")[0] == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'runai', 'slurm'] 4096"
+    assert (
+        shown.stdout.split("\n")[0]
+        == "['llama31', 'llama4', 'nemotron4', 'nemotronh'] ['local', 'runai', 'slurm'] 4096"
+    )
     again = llmb_proc("install", "--no-images", "--no-huggingface", "--json", env=run_env(install))
     assert [s["status"] for s in again.json()["steps"] if s["kind"] == "library"] == ["present"]
 
@@ -291,32 +402,43 @@ def test_the_hugging_face_token_never_follows_a_change_of_scheme():
 
     from llmb.install.hf import _KeepTokenOnOrigin
 
-    request = urllib.request.Request("https://hub.example:8443/org/m/resolve/main/config.json",
-                                     headers={"Authorization": "Bearer hf_secret"})
+    request = urllib.request.Request(
+        "https://hub.example:8443/org/m/resolve/main/config.json",
+        headers={"Authorization": "Bearer hf_secret"},
+    )
     headers = email.message.Message()
     headers["X-Repo-Commit"] = "a" * 40
-    for target, keeps in (("http://hub.example:8443/cdn/config.json", False),
-                          ("https://cdn.example/config.json", False),
-                          ("https://hub.example:8443/other/config.json", True)):
+    for target, keeps in (
+        ("http://hub.example:8443/cdn/config.json", False),
+        ("https://cdn.example/config.json", False),
+        ("https://hub.example:8443/other/config.json", True),
+    ):
         handler = _KeepTokenOnOrigin()
         new = handler.redirect_request(request, io.BytesIO(), 302, "Found", headers, target)
         assert new.has_header("Authorization") is keeps, target
         assert handler.commit == "a" * 40
 
 
-def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(llmb_proc, tmp_path):
+def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(
+    llmb_proc, tmp_path
+):
     from llmb.install.cluster_config import TEMPLATE
 
     install = tmp_path / "install"
     cluster = install / "cluster.yaml"
-    planned = llmb_proc("install", "--no-images", "--no-huggingface", "--dry-run", "--json", env=run_env(install))
+    planned = llmb_proc(
+        "install", "--no-images", "--no-huggingface", "--dry-run", "--json", env=run_env(install)
+    )
     (step,) = [s for s in planned.json()["steps"] if s["kind"] == "config"]
     assert (step["status"], step["target"]) == ("planned", str(cluster)) and not cluster.exists()
     assert "an existing file is kept" in step["action"]
 
     first = llmb_proc("install", "--no-images", "--no-huggingface", env=run_env(install))
     assert first.code == 0, first.err
-    assert f"done     config       cluster file -> {cluster}" in first.out and f"edit {cluster}" in first.out
+    assert (
+        f"done     config       cluster file -> {cluster}" in first.out
+        and f"edit {cluster}" in first.out
+    )
     assert cluster.read_text() == Path(TEMPLATE).read_text()
     shown = llmb_proc("config", "show", "--json", env=run_env(install))
     assert shown.json()["exists"] is True  # the template as written sets nothing and is valid
@@ -327,8 +449,11 @@ def test_install_writes_the_cluster_file_template_once_and_keeps_an_edited_file(
     assert again.code == 0
     assert [s["status"] for s in again.json()["steps"] if s["kind"] == "config"] == ["present"]
     assert cluster.read_text() == "account: edited\n"
-    account = next(s for s in llmb_proc("config", "show", "--json", env=run_env(install)).json()["settings"]
-                   if s["name"] == "account")
+    account = next(
+        s
+        for s in llmb_proc("config", "show", "--json", env=run_env(install)).json()["settings"]
+        if s["name"] == "account"
+    )
     assert (account["value"], account["source"]) == ("edited", "file")
 
 
@@ -380,21 +505,31 @@ def _download(monkeypatch, endpoint: str, home: Path, **limits):
     return hf.download("org/model", "tokenizer.json", str(home), None, **limits)
 
 
-def test_a_server_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(monkeypatch, tmp_path, hostile):
+def test_a_server_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
+    monkeypatch, tmp_path, hostile
+):
     from llmb.install.hf import DownloadError
 
     started = time.monotonic()
-    with pytest.raises(DownloadError, match=r"no complete answer from http://127\.0\.0\.1:\d+/trickle within 2 s"):
+    with pytest.raises(
+        DownloadError, match=r"no complete answer from http://127\.0\.0\.1:\d+/trickle within 2 s"
+    ):
         _download(monkeypatch, f"{hostile}/trickle", tmp_path, deadline_s=2)
-    assert time.monotonic() - started < 60  # a hang guard, not a speed claim: the server trickles for 120 s
+    assert (
+        time.monotonic() - started < 60
+    )  # a hang guard, not a speed claim: the server trickles for 120 s
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no partial file left behind
 
 
 @pytest.mark.parametrize("mode", ["huge", "endless"])
-def test_an_answer_past_the_size_cap_is_refused_and_nothing_is_kept(monkeypatch, tmp_path, hostile, mode):
+def test_an_answer_past_the_size_cap_is_refused_and_nothing_is_kept(
+    monkeypatch, tmp_path, hostile, mode
+):
     from llmb.install.hf import DownloadError
 
-    with pytest.raises(DownloadError, match=r"larger than 1 MiB, and a config or tokenizer file is a few MB"):
+    with pytest.raises(
+        DownloadError, match=r"larger than 1 MiB, and a config or tokenizer file is a few MB"
+    ):
         _download(monkeypatch, f"{hostile}/{mode}", tmp_path, max_bytes=1 << 20)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
@@ -402,10 +537,20 @@ def test_an_answer_past_the_size_cap_is_refused_and_nothing_is_kept(monkeypatch,
 def test_install_refuses_gigabyte_answers_for_every_file_and_says_so(llmb_proc, tmp_path, hostile):
     """The attack as a user meets it: every config and tokenizer file answered with 2 GiB (declared)."""
     install = tmp_path / "install"
-    result = llmb_proc("install", "llama31", "--gpu", "h100", "--no-images", "--json",
-                       env=run_env(install, hub=f"{hostile}/huge"), timeout=300)
+    result = llmb_proc(
+        "install",
+        "llama31",
+        "--gpu",
+        "h100",
+        "--no-images",
+        "--json",
+        env=run_env(install, hub=f"{hostile}/huge"),
+        timeout=300,
+    )
     steps = [s for s in result.json()["steps"] if s["kind"] == "huggingface"]
-    assert result.code != 0 and steps and all(s["status"] == "failed" for s in steps if s["required"])
+    assert (
+        result.code != 0 and steps and all(s["status"] == "failed" for s in steps if s["required"])
+    )
     assert all("larger than 64 MiB" in s["error"] for s in steps if s["status"] == "failed")
     assert sum(p.stat().st_size for p in every_file(install)) < 10 << 20
 
@@ -414,7 +559,19 @@ def test_a_password_in_the_mirrors_url_is_never_shown(llmb_proc, tmp_path):
     install = tmp_path / "install"
     endpoint = "http://mirror-user:pw-5150-secret@127.0.0.1:9"  # port 9: nothing listens
     for args in (("--dry-run",), ()):
-        result = llmb_proc("install", "llama31", "--gpu", "h100", "--no-images", "--json", *args,
-                           env=run_env(install, hub=endpoint), timeout=300)
-        assert "pw-5150-secret" not in result.out + result.err and "mirror-user:***@127.0.0.1:9" in result.out
+        result = llmb_proc(
+            "install",
+            "llama31",
+            "--gpu",
+            "h100",
+            "--no-images",
+            "--json",
+            *args,
+            env=run_env(install, hub=endpoint),
+            timeout=300,
+        )
+        assert (
+            "pw-5150-secret" not in result.out + result.err
+            and "mirror-user:***@127.0.0.1:9" in result.out
+        )
     assert not any(b"pw-5150-secret" in p.read_bytes() for p in every_file(install))

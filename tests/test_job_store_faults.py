@@ -15,10 +15,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_local_process_faults import RUN, alive, detach, jobs_dir, llmb, processes_of, start, status
+from test_local_process_faults import (
+    RUN,
+    alive,
+    detach,
+    jobs_dir,
+    llmb,
+    processes_of,
+    start,
+    status,
+)
 from waiting import wait_for
 
-pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+pytest.importorskip(
+    "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+)
 
 SHORT = ["--steps", "3"]  # a real job that ends soon
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -27,7 +38,10 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """One real finished job (its directory is copied to make good and bad ones)."""
-    install = {"LLMB_INSTALL": str(tmp_path_factory.mktemp("store") / "install"), "LLMB_NO_CACHE": "1"}
+    install = {
+        "LLMB_INSTALL": str(tmp_path_factory.mktemp("store") / "install"),
+        "LLMB_NO_CACHE": "1",
+    }
     code, out, err = llmb(install, *RUN, "--steps", "1", "--json", timeout=600)
     assert code == 0, err[-3000:]
     return jobs_dir(install) / json.loads(out)["job_id"]
@@ -55,19 +69,31 @@ def good_job_record(finished):
 
 
 JOB_RECORDS = {
-    "garbage bytes": (lambda record: b"\x00\xff\xfe\x13garbage\x1b[2J", "job.json is not valid JSON"),
-    "truncated JSON": (lambda record: json.dumps(record).encode()[:40], "job.json is not valid JSON"),
+    "garbage bytes": (
+        lambda record: b"\x00\xff\xfe\x13garbage\x1b[2J",
+        "job.json is not valid JSON",
+    ),
+    "truncated JSON": (
+        lambda record: json.dumps(record).encode()[:40],
+        "job.json is not valid JSON",
+    ),
     "empty": (lambda record: b"", "job.json is empty"),
     "a list": (lambda record: b"[1, 2]", "job.json holds a list, not an object"),
-    "wrong type": (lambda record: json.dumps({**record, "ranks": "two"}).encode(),
-                   "job.json's field 'ranks' is a string ('two'), not an integer"),
-    "missing field": (lambda record: json.dumps({k: v for k, v in record.items() if k != "log"}).encode(),
-                      "job.json lacks the field 'log'"),
+    "wrong type": (
+        lambda record: json.dumps({**record, "ranks": "two"}).encode(),
+        "job.json's field 'ranks' is a string ('two'), not an integer",
+    ),
+    "missing field": (
+        lambda record: json.dumps({k: v for k, v in record.items() if k != "log"}).encode(),
+        "job.json lacks the field 'log'",
+    ),
 }
 
 
 @pytest.mark.parametrize("damage", JOB_RECORDS)
-def test_a_corrupt_job_record_is_shown_with_its_problem_and_hides_no_other_job(finished, install, damage):
+def test_a_corrupt_job_record_is_shown_with_its_problem_and_hides_no_other_job(
+    finished, install, damage
+):
     make, problem = JOB_RECORDS[damage]
     clone(finished, install, "local-000001")
     bad = clone(finished, install, "local-000002")
@@ -86,7 +112,9 @@ def test_a_corrupt_job_record_is_shown_with_its_problem_and_hides_no_other_job(f
 
     code, out, err = llmb(install, "status", "local-000002", "--json")
     no_traceback(err)
-    assert code == 1 and json.loads(out)["state"] == "UNKNOWN" and problem in json.loads(out)["reason"]
+    assert (
+        code == 1 and json.loads(out)["state"] == "UNKNOWN" and problem in json.loads(out)["reason"]
+    )
 
     code, out, err = llmb(install, "cancel", "local-000002")
     no_traceback(err)
@@ -99,7 +127,10 @@ EXIT_RECORDS = {
     "a number": (b"42", "exit.json holds an integer, not an object"),
     "state of the wrong type": (b'{"state": 5}', "exit.json's state is 5, not one of"),
     "unknown state": (b'{"state": "DONE"}', "exit.json's state is 'DONE', not one of"),
-    "reason of the wrong type": (b'{"state": "FAILED", "reason": [1]}', "exit.json's reason is a list, not a string"),
+    "reason of the wrong type": (
+        b'{"state": "FAILED", "reason": [1]}',
+        "exit.json's reason is a list, not a string",
+    ),
 }
 
 
@@ -120,19 +151,28 @@ def test_a_corrupt_exit_record_gives_unknown_with_its_problem(finished, install,
 
 
 def wait_ended(install, job_id, timeout=300):
-    return wait_for(lambda: (s := status(install, job_id))["state"] in TERMINAL and s, timeout=timeout,
-                    what=f"{job_id} to end")
+    return wait_for(
+        lambda: (s := status(install, job_id))["state"] in TERMINAL and s,
+        timeout=timeout,
+        what=f"{job_id} to end",
+    )
 
 
 def wait_started(install, job_id):
     """Until both ranks are recorded (the supervisor has reserved room for its exit record by then)."""
     ranks = jobs_dir(install) / job_id / "ranks.json"
-    wait_for(lambda: ranks.exists() and len(json.loads(ranks.read_text())["ranks"]) == 2, what="both ranks")
+    wait_for(
+        lambda: ranks.exists() and len(json.loads(ranks.read_text())["ranks"]) == 2,
+        what="both ranks",
+    )
 
 
 def wait_training(install, job_id):
     """Until the first iteration is logged (the ranks have read their run spec by then)."""
-    wait_for(lambda: (status(install, job_id)["progress"] or "").startswith("iteration"), what="the first iteration")
+    wait_for(
+        lambda: (status(install, job_id)["progress"] or "").startswith("iteration"),
+        what="the first iteration",
+    )
 
 
 def test_a_deleted_job_directory_while_the_job_runs(install):
@@ -158,7 +198,9 @@ def test_a_deleted_job_directory_while_the_job_runs(install):
 
 def test_llmb_run_reports_a_job_directory_deleted_under_it(install):
     runner = start(install, *RUN, *SHORT, "--json")
-    job = wait_for(lambda: list(jobs_dir(install).glob("*/job.json")), what="the job record")[0].parent.name
+    job = wait_for(lambda: list(jobs_dir(install).glob("*/job.json")), what="the job record")[
+        0
+    ].parent.name
     wait_training(install, job)
     shutil.rmtree(jobs_dir(install) / job)
     out, err = runner.communicate(timeout=300)
@@ -231,7 +273,9 @@ def test_submitting_into_a_read_only_jobs_directory_says_so(install):
     with read_only(jobs_dir(install)):
         code, out, err = llmb(install, *RUN, *SHORT)
         no_traceback(err)
-        assert code == 1 and "read-only file system" in err and "cannot create a job directory" in err
+        assert (
+            code == 1 and "read-only file system" in err and "cannot create a job directory" in err
+        )
         assert status(install) == []
 
 
@@ -243,7 +287,10 @@ def test_a_job_whose_directory_turns_read_only_ends_failed_with_the_cause(instal
         with read_only(directory):
             final = wait_ended(install, job)
             assert final["state"] == "FAILED"
-            assert "without recording an exit" in final["reason"] and "read-only file system" in final["reason"]
+            assert (
+                "without recording an exit" in final["reason"]
+                and "read-only file system" in final["reason"]
+            )
     finally:
         stop_all(install)
 
@@ -271,7 +318,9 @@ def test_submitting_on_a_full_disk_names_it_and_leaves_nothing_behind(install):
         code, out, err = llmb(install, *RUN, *SHORT)
         no_traceback(err)
         assert code == 1 and "no space left on device" in err
-        assert sorted(p.name for p in jobs_dir(install).iterdir()) == ["filler"]  # no job, no temporary file
+        assert sorted(p.name for p in jobs_dir(install).iterdir()) == [
+            "filler"
+        ]  # no job, no temporary file
         assert status(install) == []
 
 
@@ -287,14 +336,20 @@ def test_a_job_that_ends_on_a_full_disk_still_records_its_end(install, end):
                 no_traceback(err)
                 assert code == 0 and json.loads(out)["state"] == "CANCELLED"
             final = wait_ended(install, job)
-            assert final["state"] == ("SUCCEEDED" if end == "runs to its end" else "CANCELLED"), final
-            assert (jobs_dir(install) / job / "exit.json").exists()  # written into the room kept for it
+            assert final["state"] == ("SUCCEEDED" if end == "runs to its end" else "CANCELLED"), (
+                final
+            )
+            assert (
+                jobs_dir(install) / job / "exit.json"
+            ).exists()  # written into the room kept for it
             assert not list(jobs_dir(install).rglob("*.tmp"))
         finally:
             stop_all(install)
 
 
-def test_following_a_job_whose_exit_record_is_unreadable_ends_with_the_cause(finished, install, monkeypatch):
+def test_following_a_job_whose_exit_record_is_unreadable_ends_with_the_cause(
+    finished, install, monkeypatch
+):
     from llmb.backends.local import LocalBackend
     from llmb.lifecycle.follow import follow
     from llmb.runs.jobs import load_job
@@ -303,7 +358,13 @@ def test_following_a_job_whose_exit_record_is_unreadable_ends_with_the_cause(fin
     bad = clone(finished, install, "local-000003")
     (bad / "exit.json").write_bytes(b'{"state": "SUCC')
     job = load_job("local-000003")
-    final = follow(job, lambda: LocalBackend().status([job])[0], lambda line: None, interval=0.05, unknown_limit=1)
+    final = follow(
+        job,
+        lambda: LocalBackend().status([job])[0],
+        lambda line: None,
+        interval=0.05,
+        unknown_limit=1,
+    )
     assert final.state == "UNKNOWN"
     assert final.reason.startswith("its exit record is unreadable: exit.json is not valid JSON")
     assert "still so after 1 s" in final.reason

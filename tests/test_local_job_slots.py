@@ -31,11 +31,15 @@ WAITING = "waiting for a local slot"
 
 @pytest.fixture
 def torch_engine():
-    pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+    pytest.importorskip(
+        "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+    )
 
 
 def environment(install: Path, limit: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (*_SEED_VARS, local_slots.LIMIT_VARIABLE)}
+    env = {
+        k: v for k, v in os.environ.items() if k not in (*_SEED_VARS, local_slots.LIMIT_VARIABLE)
+    }
     env.update({"LLMB_LOG_FORMAT": "json", "LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1"})
     if limit is not None:
         env[local_slots.LIMIT_VARIABLE] = limit
@@ -43,8 +47,13 @@ def environment(install: Path, limit: str | None) -> dict:
 
 
 def llmb(install: Path, *args, limit: str | None = "1", timeout: float = 120):
-    proc = subprocess.run([_llmb_executable(), *args], env=environment(install, limit), capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [_llmb_executable(), *args],
+        env=environment(install, limit),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -61,17 +70,24 @@ def status(install: Path, job_id: str) -> dict:
 
 def waits(install: Path, job_id: str, ahead: int | None = None) -> dict:
     """Until ``llmb status`` says the job is QUEUED, waiting for a local slot (behind ``ahead`` jobs)."""
+
     def queued():
         now = status(install, job_id)
         reason = now["reason"] or ""
-        behind = ahead is None or (f"{ahead} job" in reason if ahead else "queued before" not in reason)
+        behind = ahead is None or (
+            f"{ahead} job" in reason if ahead else "queued before" not in reason
+        )
         return now["state"] == "QUEUED" and reason.startswith(WAITING) and behind and now
+
     return wait_for(queued, what=f"{job_id} to wait for a local slot")
 
 
 def ended(install: Path, job_id: str, timeout: float = 300) -> dict:
-    return wait_for(lambda: (s := status(install, job_id))["state"] in TERMINAL and s, timeout=timeout,
-                    what=f"{job_id} to end")
+    return wait_for(
+        lambda: (s := status(install, job_id))["state"] in TERMINAL and s,
+        timeout=timeout,
+        what=f"{job_id} to end",
+    )
 
 
 def jobs_dir(install: Path) -> Path:
@@ -89,7 +105,9 @@ def alive(pid: int, start_time: str | None = None) -> bool:
 
 def tagged(install: Path) -> dict[str, list[tuple[int, str]]]:
     """The living processes of each job (pid, start time), by their ``LLMB_JOB_DIR``."""
-    tags = {f"LLMB_JOB_DIR={os.path.realpath(d)}".encode(): d.name for d in jobs_dir(install).glob("*")}
+    tags = {
+        f"LLMB_JOB_DIR={os.path.realpath(d)}".encode(): d.name for d in jobs_dir(install).glob("*")
+    }
     found: dict[str, list[tuple[int, str]]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -114,8 +132,11 @@ def running_ranks(install: Path) -> set[str]:
     over /proc is not one instant, and one job's last rank may end as the next job's first starts)."""
     busy = set()
     for job, procs in tagged(install).items():
-        supervisor = (json.loads((jobs_dir(install) / job / "supervisor.json").read_text())
-                      if (jobs_dir(install) / job / "supervisor.json").exists() else {}).get("pid")
+        supervisor = (
+            json.loads((jobs_dir(install) / job / "supervisor.json").read_text())
+            if (jobs_dir(install) / job / "supervisor.json").exists()
+            else {}
+        ).get("pid")
         if any(pid != supervisor and alive(pid, start) for pid, start in procs):
             busy.add(job)
     return busy
@@ -126,8 +147,10 @@ def slot_record(install: Path, job_id: str) -> dict:
 
 
 def most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
-                   key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    edges = sorted(
+        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+        key=lambda e: (e[0], e[1]),
+    )  # an end before a start at the same instant
     most = current = 0
     for _, step in edges:
         current += step
@@ -164,7 +187,14 @@ def slot_is_free(install: Path, index: int) -> bool:
 
 
 def test_the_default_limit_is_half_the_cores_and_at_least_one():
-    assert [local_slots.default_limit(cores) for cores in (1, 2, 3, 4, 16, 64)] == [1, 1, 1, 2, 8, 32]
+    assert [local_slots.default_limit(cores) for cores in (1, 2, 3, 4, 16, 64)] == [
+        1,
+        1,
+        1,
+        2,
+        8,
+        32,
+    ]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "2 jobs", "1025", "\u0663"])
@@ -173,7 +203,10 @@ def test_a_bad_LLMB_LOCAL_JOBS_is_refused_before_anything_is_written(tmp_path, v
     for extra in ([], ["--dry-run"]):
         code, out, err = llmb(install, *RUN, *ONE_STEP, "--detach", *extra, limit=value)
         assert code == 2, (out, err)
-        assert f"LLMB_LOCAL_JOBS={value!r} is not valid" in err and "whole number from 1 to 1024" in err, err
+        assert (
+            f"LLMB_LOCAL_JOBS={value!r} is not valid" in err
+            and "whole number from 1 to 1024" in err
+        ), err
     assert not jobs_dir(install).exists()
 
 
@@ -182,11 +215,16 @@ def test_detached_runs_beyond_the_limit_wait_their_turn(tmp_path, torch_engine):
     by their processes, watched throughout), every one ends SUCCEEDED, and the waiting ones were QUEUED."""
     install, limit, count = tmp_path / "install", 2, 5
     jobs = []
-    with slots_taken(install, limit):  # two running local jobs: every run waits, whatever the machine's speed
+    with slots_taken(
+        install, limit
+    ):  # two running local jobs: every run waits, whatever the machine's speed
         for ahead in range(count):
             jobs.append(detach(install, *ONE_STEP, limit=str(limit)))
             shown = waits(install, jobs[-1], ahead)
-            assert f"{limit} local jobs running" in shown["reason"] and "LLMB_LOCAL_JOBS=2" in shown["reason"]
+            assert (
+                f"{limit} local jobs running" in shown["reason"]
+                and "LLMB_LOCAL_JOBS=2" in shown["reason"]
+            )
         assert running_ranks(install) == set()
     most, deadline = 0, time.monotonic() + 600
     while not all((jobs_dir(install) / job / "exit.json").exists() for job in jobs):
@@ -198,7 +236,10 @@ def test_detached_runs_beyond_the_limit_wait_their_turn(tmp_path, torch_engine):
     assert [f["state"] for f in finals] == ["SUCCEEDED"] * count, finals
     records = [slot_record(install, job) for job in jobs]
     assert all(r["limit"] == limit and r["waiting"].startswith(WAITING) for r in records), records
-    held = [(datetime.fromisoformat(r["acquired_at"]), datetime.fromisoformat(r["released_at"])) for r in records]
+    held = [
+        (datetime.fromisoformat(r["acquired_at"]), datetime.fromisoformat(r["released_at"]))
+        for r in records
+    ]
     assert most_at_once(held) <= limit, records
     assert all(0 <= r["slot"] < limit for r in records), records
     taken = [start for start, _ in held]
@@ -209,10 +250,17 @@ def test_detached_runs_beyond_the_limit_wait_their_turn(tmp_path, torch_engine):
 def test_a_foreground_run_says_once_that_it_waits_then_runs(tmp_path, torch_engine):
     install = tmp_path / "install"
     with slots_taken(install, 1):
-        runner = subprocess.Popen([_llmb_executable(), *RUN, *ONE_STEP, "--json"], env=environment(install, "1"),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        runner = subprocess.Popen(
+            [_llmb_executable(), *RUN, *ONE_STEP, "--json"],
+            env=environment(install, "1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            record = wait_for(lambda: list(jobs_dir(install).glob("*/job.json")), what="the job record")
+            record = wait_for(
+                lambda: list(jobs_dir(install).glob("*/job.json")), what="the job record"
+            )
             waits(install, record[0].parent.name, 0)
             time.sleep(2)  # the run follows its job meanwhile, a few polls
         except BaseException:
@@ -229,14 +277,20 @@ def test_cancelled_and_killed_jobs_never_keep_a_slot(tmp_path, torch_engine):
     (its ranks keep the slot while they train) and then its ranks: each frees its place, and a later job runs."""
     install = tmp_path / "install"
     running = detach(install)  # 50 steps: it holds the slot for the whole test
-    wait_for(lambda: (status(install, running)["progress"] or "").startswith("iteration"), what="training")
+    wait_for(
+        lambda: (status(install, running)["progress"] or "").startswith("iteration"),
+        what="training",
+    )
     cancelled = detach(install, *ONE_STEP)
     waits(install, cancelled, 0)
     killed = detach(install, *ONE_STEP)
     waits(install, killed, 1)
 
     code, out, err = llmb(install, "cancel", cancelled, "--json")
-    assert code == 0 and json.loads(out)["state"] == "CANCELLED" and json.loads(out)["ended"], (out, err)
+    assert code == 0 and json.loads(out)["state"] == "CANCELLED" and json.loads(out)["ended"], (
+        out,
+        err,
+    )
     assert tagged(install).get(cancelled) is None
     log = Path(status(install, cancelled)["log"]).read_text()
     assert WAITING in log and not re.search(r"iteration +\d+/", log)  # it never trained
@@ -252,7 +306,9 @@ def test_cancelled_and_killed_jobs_never_keep_a_slot(tmp_path, torch_engine):
     time.sleep(1)  # a few of the queued job's looks for a free slot
     waits(install, killed, 0)  # the orphaned ranks still hold the slot
 
-    killed_supervisor = json.loads((jobs_dir(install) / killed / "supervisor.json").read_text())["pid"]
+    killed_supervisor = json.loads((jobs_dir(install) / killed / "supervisor.json").read_text())[
+        "pid"
+    ]
     os.kill(killed_supervisor, signal.SIGKILL)
     assert ended(install, killed)["state"] == "FAILED"
 
@@ -275,4 +331,6 @@ def test_without_a_usable_slot_directory_a_job_runs_and_its_log_says_why(tmp_pat
     code, out, err = llmb(install, *RUN, *ONE_STEP, "--json", timeout=300)
     assert code == 0 and json.loads(out)["state"] == "SUCCEEDED", err[-3000:]
     log = Path(json.loads(out)["log"]).read_text()
-    assert "no local slot could be taken" in log and "runs without waiting for other local jobs" in log
+    assert (
+        "no local slot could be taken" in log and "runs without waiting for other local jobs" in log
+    )

@@ -18,7 +18,9 @@ import pytest
 from conftest import _SEED_VARS, _llmb_executable
 from waiting import wait_for
 
-pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+pytest.importorskip(
+    "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+)
 
 # The cheapest real run: a 2-rank tiny proxy (50 steps by default: long enough to attack while it trains).
 RUN = ["run", "nemotronh", "--gpus", "2", "--proxy", "tiny"]
@@ -40,13 +42,23 @@ def environment(install) -> dict:
 
 
 def start(install, *args) -> subprocess.Popen:
-    return subprocess.Popen([_llmb_executable(), *args], env=environment(install), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [_llmb_executable(), *args],
+        env=environment(install),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def llmb(install, *args, timeout=120):
-    proc = subprocess.run([_llmb_executable(), *args], env=environment(install), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [_llmb_executable(), *args],
+        env=environment(install),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -86,7 +98,11 @@ def all_job_processes(install) -> list[int]:
 def iterations_logged(install, job_id) -> list[str]:
     log = json.loads((jobs_dir(install) / job_id / "job.json").read_text())["log"]
     try:
-        return [line for line in Path(log).read_text().splitlines() if "iteration" in line and "/" in line]
+        return [
+            line
+            for line in Path(log).read_text().splitlines()
+            if "iteration" in line and "/" in line
+        ]
     except FileNotFoundError:
         return []
 
@@ -99,7 +115,10 @@ def detach(install, *extra) -> str:
 
 def test_a_killed_supervisor_leaves_the_job_running_and_cancel_ends_every_rank(install):
     job = detach(install)
-    wait_for(lambda: (status(install, job)["progress"] or "").startswith("iteration"), what="the first iteration")
+    wait_for(
+        lambda: (status(install, job)["progress"] or "").startswith("iteration"),
+        what="the first iteration",
+    )
     directory = jobs_dir(install) / job
     supervisor = json.loads((directory / "supervisor.json").read_text())["pid"]
     ranks = [r["pid"] for r in json.loads((directory / "ranks.json").read_text())["ranks"]]
@@ -108,28 +127,40 @@ def test_a_killed_supervisor_leaves_the_job_running_and_cancel_ends_every_rank(i
 
     after = status(install, job)
     assert after["state"] == "RUNNING", after  # both ranks train on
-    assert f"the supervisor (pid {supervisor}) is gone" in after["reason"] and f"llmb cancel {job}" in after["reason"]
+    assert (
+        f"the supervisor (pid {supervisor}) is gone" in after["reason"]
+        and f"llmb cancel {job}" in after["reason"]
+    )
     assert all(alive(p) for p in ranks)
     listed = {row["job_id"]: row for row in status(install)}
     assert listed[job]["state"] == "RUNNING"
 
     code, out, err = llmb(install, "cancel", job, "--json")
     cancelled = json.loads(out)
-    assert code == 0 and cancelled["state"] == "CANCELLED" and cancelled["ended"] is True, (out, err)
+    assert code == 0 and cancelled["state"] == "CANCELLED" and cancelled["ended"] is True, (
+        out,
+        err,
+    )
     assert not any(alive(p) for p in ranks)
     assert processes_of(directory) == []
     assert status(install, job)["state"] == "CANCELLED"
 
 
-@pytest.mark.parametrize("when", ["right after llmb run returns", "while llmb run is still submitting"])
+@pytest.mark.parametrize(
+    "when", ["right after llmb run returns", "while llmb run is still submitting"]
+)
 def test_a_cancel_during_start_up_stops_the_job_before_any_rank_trains(install, when):
     if when == "right after llmb run returns":
         job = detach(install)
         runner = None
     else:  # cancel as soon as the job's record exists, racing the submission itself
         runner = start(install, *RUN, "--detach", "--json")
-        found = wait_for(lambda: glob.glob(str(jobs_dir(install) / "*" / "job.json")), timeout=120, interval=0.005,
-                         what="the job record")
+        found = wait_for(
+            lambda: glob.glob(str(jobs_dir(install) / "*" / "job.json")),
+            timeout=120,
+            interval=0.005,
+            what="the job record",
+        )
         job = Path(found[0]).parent.name
     code, out, err = llmb(install, "cancel", job, "--json")
     cancelled = json.loads(out)
@@ -147,8 +178,12 @@ def test_a_cancel_during_start_up_stops_the_job_before_any_rank_trains(install, 
 
 def watch_for(install, target: str, timeout: float = 120):
     """Wait (tightly) until a file of the submission appears: ``target`` is a glob under the jobs directory."""
-    return wait_for(lambda: glob.glob(str(jobs_dir(install) / target)), timeout=timeout, interval=0.001,
-                    what=target)
+    return wait_for(
+        lambda: glob.glob(str(jobs_dir(install) / target)),
+        timeout=timeout,
+        interval=0.001,
+        what=target,
+    )
 
 
 def check_no_phantom(install, temporaries: bool = True) -> None:
@@ -164,18 +199,26 @@ def check_no_phantom(install, temporaries: bool = True) -> None:
     assert all_job_processes(install) == []
 
 
-@pytest.mark.parametrize("moment", ["50ms", "job directory", "job record", "run spec", "supervisor record"])
+@pytest.mark.parametrize(
+    "moment", ["50ms", "job directory", "job record", "run spec", "supervisor record"]
+)
 def test_sigint_during_submission_leaves_no_phantom_job_and_no_temporary_file(install, moment):
     runner = start(install, *RUN)
-    targets = {"job directory": "*", "job record": "*/job.json", "run spec": "*/run.json",
-               "supervisor record": "*/supervisor.json"}
+    targets = {
+        "job directory": "*",
+        "job record": "*/job.json",
+        "run spec": "*/run.json",
+        "supervisor record": "*/supervisor.json",
+    }
     if moment == "50ms":
         time.sleep(0.05)
     else:
         watch_for(install, targets[moment])
     runner.send_signal(signal.SIGINT)
     _, err = runner.communicate(timeout=120)
-    if moment == "50ms":  # Python may still be starting (importing site or llmb): its own KeyboardInterrupt report
+    if (
+        moment == "50ms"
+    ):  # Python may still be starting (importing site or llmb): its own KeyboardInterrupt report
         assert runner.returncode != 0
     else:
         assert "Traceback" not in err and runner.returncode == 130, err
@@ -193,7 +236,9 @@ def test_a_killed_submission_is_marked_failed_not_queued(install, moment):
         assert row["state"] != "QUEUED", row
         if row["state"] == "FAILED":
             assert row["reason"] == "its submission was interrupted before the job started"
-    check_no_phantom(install, temporaries=False)  # a write cut by SIGKILL may leave its temporary file
+    check_no_phantom(
+        install, temporaries=False
+    )  # a write cut by SIGKILL may leave its temporary file
 
 
 def start_time_of(pid: int) -> int:
@@ -209,13 +254,29 @@ def test_a_reused_pid_is_never_taken_for_the_job_nor_signalled(install, tmp_path
     try:
         directory = jobs_dir(install) / "local-0000aa"
         directory.mkdir(parents=True)
-        (directory / "job.json").write_text(json.dumps({
-            "id": "local-0000aa", "backend": "local", "workload": "nemotronh", "experiment": "e",
-            "run_dir": str(tmp_path), "log": str(tmp_path / "log.out"), "ranks": 1, "submitted_at": "then"}))
+        (directory / "job.json").write_text(
+            json.dumps(
+                {
+                    "id": "local-0000aa",
+                    "backend": "local",
+                    "workload": "nemotronh",
+                    "experiment": "e",
+                    "run_dir": str(tmp_path),
+                    "log": str(tmp_path / "log.out"),
+                    "ranks": 1,
+                    "submitted_at": "then",
+                }
+            )
+        )
         gone = subprocess.Popen(["true"])
         gone.wait()  # a pid that named a process that has ended
         pid = stranger.pid if record == "the pids, another start time" else gone.pid
-        who = {"pid": pid, "pgid": stranger.pid, "session": stranger.pid, "start_time": start_time_of(stranger.pid) - 1}
+        who = {
+            "pid": pid,
+            "pgid": stranger.pid,
+            "session": stranger.pid,
+            "start_time": start_time_of(stranger.pid) - 1,
+        }
         (directory / "supervisor.json").write_text(json.dumps(who))
         (directory / "ranks.json").write_text(json.dumps({"ranks": [{"rank": 0, **who}]}))
 
@@ -230,7 +291,9 @@ def test_a_reused_pid_is_never_taken_for_the_job_nor_signalled(install, tmp_path
         stranger.wait()
 
 
-def test_a_job_that_ends_while_its_state_is_read_is_not_taken_for_killed(install, tmp_path, monkeypatch):
+def test_a_job_that_ends_while_its_state_is_read_is_not_taken_for_killed(
+    install, tmp_path, monkeypatch
+):
     """The supervisor records its exit and ends between status reading ``exit.json``
     (not there yet) and looking for the job's processes (none left): the job
     ended as it recorded, it was not killed. A sweep polling a busy machine
@@ -239,14 +302,27 @@ def test_a_job_that_ends_while_its_state_is_read_is_not_taken_for_killed(install
     from llmb.runs.jobs import Job, write_exit
 
     monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])
-    job = Job(id="local-0000ab", backend="local", workload="nemotronh", experiment="e", run_dir=str(tmp_path),
-              log=str(tmp_path / "log.out"), ranks=1, submitted_at="then")
+    job = Job(
+        id="local-0000ab",
+        backend="local",
+        workload="nemotronh",
+        experiment="e",
+        run_dir=str(tmp_path),
+        log=str(tmp_path / "log.out"),
+        ranks=1,
+        submitted_at="then",
+    )
     (jobs_dir(install) / job.id).mkdir(parents=True)
-    (jobs_dir(install) / job.id / "supervisor.json").write_text(json.dumps({"pid": 2**22 + 1, "start_time": 1}))
+    (jobs_dir(install) / job.id / "supervisor.json").write_text(
+        json.dumps({"pid": 2**22 + 1, "start_time": 1})
+    )
     backend = LocalBackend()
 
     def ends_now(job_, supervisor=None):
-        write_exit(job_.id, {"state": "SUCCEEDED", "reason": None, "ended_at": "now", "exit_codes": {"0": 0}})
+        write_exit(
+            job_.id,
+            {"state": "SUCCEEDED", "reason": None, "ended_at": "now", "exit_codes": {"0": 0}},
+        )
         return []
 
     monkeypatch.setattr(backend, "_living", ends_now)

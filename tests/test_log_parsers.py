@@ -30,13 +30,20 @@ def test_megatron_bridge_field_facts_example(tmp_path):
     )
     log = scan_text(tmp_path, text).findings["megatron_bridge"]
     sample = log.samples[35]
-    assert (sample.step_time_ms, sample.tflops_per_gpu, sample.loss, sample.grad_norm, sample.global_batch_size) == (
-        1004.9, 939.5, 12.0, 1.234, 128)
+    assert (
+        sample.step_time_ms,
+        sample.tflops_per_gpu,
+        sample.loss,
+        sample.grad_norm,
+        sample.global_batch_size,
+    ) == (1004.9, 939.5, 12.0, 1.234, 128)
     assert log.last == 50
 
 
 def test_tflops_pair_with_their_own_iteration_not_by_position(tmp_path):
-    lines = list(loggen.megatron_bridge_lines(range(30, 41), tflops={i: 100.0 + i for i in range(30, 41)}))
+    lines = list(
+        loggen.megatron_bridge_lines(range(30, 41), tflops={i: 100.0 + i for i in range(30, 41)})
+    )
     del lines[2 * (36 - 30)]  # iteration 36 lost its Step Time line
     log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["megatron_bridge"]
     assert log.samples[36].tflops_per_gpu is None
@@ -65,7 +72,9 @@ def test_ranks_interleaving_keep_their_own_step_time(tmp_path):
 
 def test_nan_grad_norm_and_duplicates(tmp_path):
     lines = list(loggen.megatron_bridge_lines(range(1, 6), nan_at=[3], step_ms={2: 500.0}))
-    lines += list(loggen.megatron_bridge_lines([2], step_ms={2: 700.0}))  # a restarted run logs 2 again
+    lines += list(
+        loggen.megatron_bridge_lines([2], step_ms={2: 700.0})
+    )  # a restarted run logs 2 again
     log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["megatron_bridge"]
     assert log.nan_grad_norm == [3] and math.isnan(log.samples[3].grad_norm)
     assert log.duplicates == 1 and log.samples[2].step_time_ms == 700.0
@@ -83,16 +92,29 @@ def test_nemo2_lines_are_zero_based(tmp_path):
     assert log.samples[45].step_time_ms == pytest.approx(6080.0)
     assert log.samples[45].tflops_per_gpu == 1249.0
     assert log.samples[49].step_time_ms == pytest.approx(12390.0) and log.last == 99
-    assert scan_text(tmp_path, text).findings.get("megatron_bridge") is None  # not Megatron's format
+    assert (
+        scan_text(tmp_path, text).findings.get("megatron_bridge") is None
+    )  # not Megatron's format
 
 
-@pytest.mark.parametrize(("lines", "save", "load", "iteration"), [
-    ([loggen.CHECKPOINT_MEGATRON], 24.89513, None, 50),
-    ([loggen.CHECKPOINT_NEMO_SAVE, loggen.CHECKPOINT_NEMO_LOAD], 4.389, 9.712, 50),
-    (["successfully saved checkpoint from iteration 50 to /x", "(min, max) time across ranks (ms):",
-      "    save-checkpoint ................................: (100.0, 2500.5)",
-      "    load-checkpoint ................................: (700.25, 900.75)"], 2.5005, 0.90075, 50),
-])
+@pytest.mark.parametrize(
+    ("lines", "save", "load", "iteration"),
+    [
+        ([loggen.CHECKPOINT_MEGATRON], 24.89513, None, 50),
+        ([loggen.CHECKPOINT_NEMO_SAVE, loggen.CHECKPOINT_NEMO_LOAD], 4.389, 9.712, 50),
+        (
+            [
+                "successfully saved checkpoint from iteration 50 to /x",
+                "(min, max) time across ranks (ms):",
+                "    save-checkpoint ................................: (100.0, 2500.5)",
+                "    load-checkpoint ................................: (700.25, 900.75)",
+            ],
+            2.5005,
+            0.90075,
+            50,
+        ),
+    ],
+)
 def test_checkpoint_timings_both_formats(tmp_path, lines, save, load, iteration):
     timings = scan_text(tmp_path, "\n".join(lines) + "\n").findings["checkpoint"]
     assert timings.save_s == pytest.approx(save) if save else timings.save_s is None
@@ -102,9 +124,14 @@ def test_checkpoint_timings_both_formats(tmp_path, lines, save, load, iteration)
 
 def test_nccl_trace_summary_matches_an_independent_count(tmp_path):
     lines = list(loggen.nccl_lines(3000, seed=5))
-    lines.insert(100, "[7] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x1 count 1 datatype 1 op 0 root 0 "
-                      "comm 0x55556b100660 [nranks=128] stream 0x5555630c58b0")  # field-facts' example
-    lines.insert(200, "node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3")  # not a collective
+    lines.insert(
+        100,
+        "[7] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x1 count 1 datatype 1 op 0 root 0 "
+        "comm 0x55556b100660 [nranks=128] stream 0x5555630c58b0",
+    )  # field-facts' example
+    lines.insert(
+        200, "node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3"
+    )  # not a collective
     found = scan_text(tmp_path, "\n".join(lines) + "\n", chunk_size=4096).findings["nccl"]
     expected: dict[str, dict] = {}
     for line in lines:
@@ -120,35 +147,55 @@ def test_nccl_trace_summary_matches_an_independent_count(tmp_path):
         e["bytes"] += count * NCCL_DATATYPE_BYTES[dtype]
         e["sizes"][nranks] += 1
     assert {c.name: (c.calls, c.elements, c.bytes, c.communicator_sizes) for c in found} == {
-        n: (e["calls"], e["elements"], e["bytes"], dict(e["sizes"])) for n, e in expected.items()}
+        n: (e["calls"], e["elements"], e["bytes"], dict(e["sizes"])) for n, e in expected.items()
+    }
 
 
 def test_failures(tmp_path):
     text = "\n".join([loggen.NODE_FAILURE, loggen.WATCHDOG, loggen.OOM, *loggen.TRACEBACK]) + "\n"
     found = {f.kind: f.message for f in scan_text(tmp_path, text).findings["failures"]}
-    assert found["cuda_oom"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5" in found["nccl_timeout"]
+    assert found["cuda_oom"].startswith(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert (
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5" in found["nccl_timeout"]
+    )
     assert "DUE TO NODE FAILURE" in found["node_failure"]
     assert found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)"
 
 
 def test_traceback_with_interleaved_ranks_and_across_chunks(tmp_path):
-    other = "[rank5]:   File \"elsewhere.py\", line 1, in f"
+    other = '[rank5]:   File "elsewhere.py", line 1, in f'
     lines = list(loggen.TRACEBACK)
     lines.insert(3, other)
     lines.insert(2, "[rank5]: some unrelated log line from another rank")
     text = "noise\n" * 50 + "\n".join(lines) + "\n"
     for chunk_size in (64, 97, 1 << 20):  # tiny chunks split the traceback
-        found = {f.kind: f.message for f in scan_text(tmp_path, text, chunk_size=chunk_size).findings["failures"]}
-        assert found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)", chunk_size
+        found = {
+            f.kind: f.message
+            for f in scan_text(tmp_path, text, chunk_size=chunk_size).findings["failures"]
+        }
+        assert (
+            found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)"
+        ), chunk_size
 
 
 def test_chained_tracebacks_report_the_first_exception(tmp_path):
-    text = "\n".join([
-        "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "KeyError: 'tp'", "",
-        "During handling of the above exception, another exception occurred:", "",
-        "Traceback (most recent call last):", '  File "b.py", line 2, in <module>',
-        "RuntimeError: config incomplete",
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "Traceback (most recent call last):",
+                '  File "a.py", line 1, in <module>',
+                "KeyError: 'tp'",
+                "",
+                "During handling of the above exception, another exception occurred:",
+                "",
+                "Traceback (most recent call last):",
+                '  File "b.py", line 2, in <module>',
+                "RuntimeError: config incomplete",
+            ]
+        )
+        + "\n"
+    )
     found = {f.kind: f.message for f in scan_text(tmp_path, text).findings["failures"]}
     assert found["python_exception"] == "KeyError: 'tp'"

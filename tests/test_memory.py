@@ -44,7 +44,9 @@ def test_estimate_against_the_measured_peaks_in_the_seeds(host):
 
 
 def test_distributed_optimizer_shards_over_dp_and_cp(host):
-    recipe, arch = recipe_and_arch(host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2")  # DP 4, CP 2
+    recipe, arch = recipe_and_arch(
+        host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2"
+    )  # DP 4, CP 2
     m = estimate_memory(recipe, arch, None)
     params = count_params(arch).total
     assert m.weights_gb == pytest.approx(2 * params / GIB)
@@ -62,7 +64,9 @@ def test_fsdp_shards_weights_and_gradients_too(host):
 
 
 def test_pipeline_and_tensor_parallelism_split_the_model(host):
-    recipe, arch = recipe_and_arch(host, "llama31", "70b", "h100", "bf16", 64, variant="nemo2")  # TP4 PP4 CP2
+    recipe, arch = recipe_and_arch(
+        host, "llama31", "70b", "h100", "bf16", 64, variant="nemo2"
+    )  # TP4 PP4 CP2
     m = estimate_memory(recipe, arch, None)
     params = count_params(arch)
     first_stage = sum(l.total for l in params.layers[:20]) + params.embedding
@@ -81,15 +85,21 @@ def test_recompute_and_offload_lower_the_activations(host):
 
 def test_lower_precision_keeps_smaller_activations(host):
     recipe, arch = recipe_and_arch(host, "llama31", "8b", "b200", "nvfp4", 8)
-    sizes = [estimate_memory(replace(recipe, dtype=d), arch, None).activations_gb for d in ("bf16", "fp8", "nvfp4")]
+    sizes = [
+        estimate_memory(replace(recipe, dtype=d), arch, None).activations_gb
+        for d in ("bf16", "fp8", "nvfp4")
+    ]
     assert sizes[0] > sizes[1] > sizes[2]
 
 
-@pytest.mark.parametrize("workload,size,gpu,dtype,gpus", [
-    ("llama4", "400b", "gb200", "bf16", 128),
-    ("nemotronh", "56b", "h100", "fp8", 256),
-    ("nemotron4", "340b", "b200", "fp8", 128),
-])
+@pytest.mark.parametrize(
+    "workload,size,gpu,dtype,gpus",
+    [
+        ("llama4", "400b", "gb200", "bf16", 128),
+        ("nemotronh", "56b", "h100", "fp8", 256),
+        ("nemotron4", "340b", "b200", "fp8", 128),
+    ],
+)
 def test_every_family_is_estimated(host, workload, size, gpu, dtype, gpus):
     recipe, arch = recipe_and_arch(host, workload, size, gpu, dtype, gpus)
     m = estimate_memory(recipe, arch, 80.0)
@@ -98,13 +108,51 @@ def test_every_family_is_estimated(host, workload, size, gpu, dtype, gpus):
 
 
 def test_plan_warns_when_the_estimate_exceeds_the_gpu(cli):
-    over = cli("plan", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "nvfp4", "--gpus", "8",
-               "--set", "mbs=16", "--json").json()
+    over = cli(
+        "plan",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "b200",
+        "--dtype",
+        "nvfp4",
+        "--gpus",
+        "8",
+        "--set",
+        "mbs=16",
+        "--json",
+    ).json()
     assert over["memory_gb_per_gpu"] > 180 * (1 + MARGIN)
     assert any("will not fit" in w for w in over["warnings"])
-    fits = cli("plan", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "nvfp4", "--gpus", "8", "--json").json()
+    fits = cli(
+        "plan",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "b200",
+        "--dtype",
+        "nvfp4",
+        "--gpus",
+        "8",
+        "--json",
+    ).json()
     assert fits["memory_gb_per_gpu"] < 180 and not fits["warnings"]
-    near = cli("plan", "llama31", "--variant", "nemo2", "--size", "405b", "--gpu", "h100", "--dtype", "bf16",
-               "--gpus", "512", "--json").json()
+    near = cli(
+        "plan",
+        "llama31",
+        "--variant",
+        "nemo2",
+        "--size",
+        "405b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "512",
+        "--json",
+    ).json()
     assert 80 < near["memory_gb_per_gpu"] <= 80 * (1 + MARGIN)
     assert any("may still fit" in w for w in near["warnings"])

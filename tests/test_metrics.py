@@ -77,10 +77,17 @@ def test_published_figures_follow_from_the_published_step_times(host):
     checked, explained = 0, []
     for workload in host.workloads().values():
         for ref in workload.references:
-            recipe = host.resolve(RecipeRequest(
-                workload.name, ref.size, ref.gpu, ref.dtype, ref.gpus,
-                variant=ref.variant, strong_scaling=ref.scaling == "strong",
-            ))
+            recipe = host.resolve(
+                RecipeRequest(
+                    workload.name,
+                    ref.size,
+                    ref.gpu,
+                    ref.dtype,
+                    ref.gpus,
+                    variant=ref.variant,
+                    strong_scaling=ref.scaling == "strong",
+                )
+            )
             arch = workload.architecture(recipe.size).with_layers(recipe.layers)
             flops = host.model_flops(workload, arch, recipe.seq_len).per_sample
             tps = tokens_per_second(recipe.seq_len, recipe.gbs, ref.step_time_s)
@@ -92,16 +99,25 @@ def test_published_figures_follow_from_the_published_step_times(host):
             printed_mfu = ref.mfu_pct if ref.printed_mfu_pct is None else ref.printed_mfu_pct
             if printed_mfu is not None:
                 peak = gpu_type(recipe.gpu).peak(recipe.dtype)
-                tf = ref.tflops_per_gpu or tflops_per_gpu(flops, recipe.gbs, ref.step_time_s, recipe.gpus)
+                tf = ref.tflops_per_gpu or tflops_per_gpu(
+                    flops, recipe.gbs, ref.step_time_s, recipe.gpus
+                )
                 if abs(pct(mfu(tf, peak)) - printed_mfu) > 0.1:
                     problems.append(f"MFU {pct(mfu(tf, peak)):.2f}% vs {printed_mfu}%")
-                if ref.printed_mfu_pct is not None:  # llmb's correction must itself follow from the figures
-                    assert abs(pct(mfu(tf, peak)) - ref.mfu_pct) <= 0.1, (ref.provenance.describe(), ref.mfu_pct)
+                if (
+                    ref.printed_mfu_pct is not None
+                ):  # llmb's correction must itself follow from the figures
+                    assert abs(pct(mfu(tf, peak)) - ref.mfu_pct) <= 0.1, (
+                        ref.provenance.describe(),
+                        ref.mfu_pct,
+                    )
             checked += 1
             if ref.erratum:
                 assert problems, f"{ref.provenance.describe()} cites {ref.erratum} but agrees"
                 explained.append((ref.provenance.describe(), ref.gpus, problems))
             else:
-                assert not problems, f"{workload.name} {ref.provenance.describe()} at {ref.gpus}: {problems}"
+                assert not problems, (
+                    f"{workload.name} {ref.provenance.describe()} at {ref.gpus}: {problems}"
+                )
     assert checked >= 50
     print("\n".join(f"explained by an erratum: {row}" for row in explained))

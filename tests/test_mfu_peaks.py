@@ -25,12 +25,23 @@ TFLOPS = 900.0  # every iteration's logged TFLOP/s/GPU
 
 
 def run_dir(root: Path, gpu: str, dtype: str, device: str | None = None) -> str:
-    recipe = {"workload": "llama31", "size": "8b", "gpu": gpu, "dtype": dtype, "gpus": 8, "gbs": 128,
-              "seq_len": 8192}
+    recipe = {
+        "workload": "llama31",
+        "size": "8b",
+        "gpu": gpu,
+        "dtype": dtype,
+        "gpus": 8,
+        "gbs": 128,
+        "seq_len": 8192,
+    }
     if device:
         recipe["device"] = device
-    make_run(root, MB.format(dtype=dtype), loggen.megatron_bridge_lines(
-        range(1, 51), tflops=dict.fromkeys(range(1, 51), TFLOPS)), recipe=recipe)
+    make_run(
+        root,
+        MB.format(dtype=dtype),
+        loggen.megatron_bridge_lines(range(1, 51), tflops=dict.fromkeys(range(1, 51), TFLOPS)),
+        recipe=recipe,
+    )
     return str(root)
 
 
@@ -41,24 +52,36 @@ def result(host, root: Path) -> RunResult:
 
 def test_the_pair_is_against_the_dtypes_peak_and_the_bf16_peak():
     h100 = catalogue()["h100"].peak_tflops
-    assert mfu_pcts(900.0, h100, "fp8") == (pytest.approx(100 * 900 / 1979), pytest.approx(100 * 900 / 989))
+    assert mfu_pcts(900.0, h100, "fp8") == (
+        pytest.approx(100 * 900 / 1979),
+        pytest.approx(100 * 900 / 989),
+    )
     at_dtype, at_bf16 = mfu_pcts(900.0, h100, "bf16")
     assert at_dtype == at_bf16 == pytest.approx(100 * 900 / 989)
-    assert mfu_pcts(900.0, h100, "nvfp4") == (None, pytest.approx(100 * 900 / 989))  # H100 lists no NVFP4 peak
-    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (None, None)  # no H200 peak is known
+    assert mfu_pcts(900.0, h100, "nvfp4") == (
+        None,
+        pytest.approx(100 * 900 / 989),
+    )  # H100 lists no NVFP4 peak
+    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (
+        None,
+        None,
+    )  # no H200 peak is known
     assert mfu_pcts(900.0, catalogue()["b200"].peak_tflops, None) == (None, pytest.approx(40.0))
     assert mfu_at_bf16_pct(20.0, catalogue()["gb200"].peak_tflops, "fp8") == pytest.approx(40.0)
     assert mfu_at_bf16_pct(20.0, catalogue()["h200"].peak_tflops, "fp8") is None
     assert mfu_at_bf16_pct(None, catalogue()["h100"].peak_tflops, "fp8") is None
 
 
-@pytest.mark.parametrize(("gpu", "dtype", "at_dtype", "at_bf16"), [
-    ("h100", "fp8", 100 * TFLOPS / 1979, 100 * TFLOPS / 989),
-    ("h100", "bf16", 100 * TFLOPS / 989, 100 * TFLOPS / 989),
-    ("b200", "nvfp4", 100 * TFLOPS / 9000, 100 * TFLOPS / 2250),
-    ("h200", "fp8", None, None),  # no peak listed: no MFU, not the H100's
-    ("h200", "bf16", None, None),
-])
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "at_dtype", "at_bf16"),
+    [
+        ("h100", "fp8", 100 * TFLOPS / 1979, 100 * TFLOPS / 989),
+        ("h100", "bf16", 100 * TFLOPS / 989, 100 * TFLOPS / 989),
+        ("b200", "nvfp4", 100 * TFLOPS / 9000, 100 * TFLOPS / 2250),
+        ("h200", "fp8", None, None),  # no peak listed: no MFU, not the H100's
+        ("h200", "bf16", None, None),
+    ],
+)
 def test_a_runs_mfu_against_both_peaks(host, tmp_path, gpu, dtype, at_dtype, at_bf16):
     r = result(host, Path(run_dir(tmp_path, gpu, dtype)))
     assert r.status == "success" and r.stats.tflops_mean == pytest.approx(TFLOPS)
@@ -72,24 +95,44 @@ def test_a_cpu_run_has_no_mfu(host, tmp_path):
 
 
 def test_the_published_mfu_is_restated_against_the_bf16_peak(host, tmp_path):
-    make_run(tmp_path, NH256, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768,
-                                                 tflops=dict.fromkeys(range(50), 0.0)),
-             recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,
-                     "gbs": 768, "seq_len": 8192})
+    make_run(
+        tmp_path,
+        NH256,
+        loggen.nemo2_lines(
+            range(0, 50),
+            step_s=dict.fromkeys(range(50), 15.892),
+            gbs=768,
+            tflops=dict.fromkeys(range(50), 0.0),
+        ),
+        recipe={
+            "workload": "nemotronh",
+            "size": "56b",
+            "gpu": "h100",
+            "dtype": "fp8",
+            "gpus": 256,
+            "gbs": 768,
+            "seq_len": 8192,
+        },
+    )
     r = result(host, tmp_path)
     assert round(r.mfu_pct, 2) == 26.86  # the seed's worked example, against the FP8 peak
     assert r.mfu_bf16_pct == pytest.approx(r.mfu_pct * 1979 / 989)
     assert r.reference_mfu_pct is not None
     assert r.reference_mfu_bf16_pct == pytest.approx(r.reference_mfu_pct * 1979 / 989)
     again = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
-    assert (again.mfu_bf16_pct, again.reference_mfu_bf16_pct) == (r.mfu_bf16_pct, r.reference_mfu_bf16_pct)
+    assert (again.mfu_bf16_pct, again.reference_mfu_bf16_pct) == (
+        r.mfu_bf16_pct,
+        r.reference_mfu_bf16_pct,
+    )
 
 
 def test_results_and_compare_show_both(cli, tmp_path):
     root = tmp_path / "runs"
     run_dir(root, "h100", "fp8")
     (row,) = json.loads(cli("results", str(root), "--json").out)
-    assert row["mfu_pct"] == round(100 * TFLOPS / 1979, 2) and row["mfu_bf16_pct"] == round(100 * TFLOPS / 989, 2)
+    assert row["mfu_pct"] == round(100 * TFLOPS / 1979, 2) and row["mfu_bf16_pct"] == round(
+        100 * TFLOPS / 989, 2
+    )
     table = cli("results", str(root)).out
     header = next(line for line in table.splitlines() if line.startswith("EXPERIMENT"))
     assert re.search(r"MFU %\s+MFU BF16 %", header)
@@ -102,18 +145,49 @@ def test_results_and_compare_show_both(cli, tmp_path):
 
 
 def test_compare_text_names_the_bf16_figure_of_an_fp8_run(cli, tmp_path):
-    make_run(tmp_path, NH256, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768,
-                                                 tflops=dict.fromkeys(range(50), 0.0)),
-             recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,
-                     "gbs": 768, "seq_len": 8192})
+    make_run(
+        tmp_path,
+        NH256,
+        loggen.nemo2_lines(
+            range(0, 50),
+            step_s=dict.fromkeys(range(50), 15.892),
+            gbs=768,
+            tflops=dict.fromkeys(range(50), 0.0),
+        ),
+        recipe={
+            "workload": "nemotronh",
+            "size": "56b",
+            "gpu": "h100",
+            "dtype": "fp8",
+            "gpus": 256,
+            "gbs": 768,
+            "seq_len": 8192,
+        },
+    )
     out = cli("compare", str(tmp_path)).out
-    bf16 = 100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989  # the seed's TFLOP/s/GPU over the BF16 peak
-    assert re.search(rf"measured [\d,.]+ ms per step, [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)", out), out
+    bf16 = (
+        100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989
+    )  # the seed's TFLOP/s/GPU over the BF16 peak
+    assert re.search(
+        rf"measured [\d,.]+ ms per step, [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)",
+        out,
+    ), out
     assert "published" in out and out.count("of the BF16 peak") == 2
 
 
 def test_plan_shows_the_published_mfu_against_both_peaks(cli):
-    args = ["plan", "nemotronh", "--size", "56b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "256"]
+    args = [
+        "plan",
+        "nemotronh",
+        "--size",
+        "56b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "256",
+    ]
     expected = json.loads(cli(*args, "--json").out)["expected"]
     assert expected["mfu_pct"] == 26.86 and expected["mfu_bf16_pct"] == round(26.86 * 1979 / 989, 2)
     assert f"MFU 26.86% ({round(26.86 * 1979 / 989, 2):g}% of the BF16 peak)" in cli(*args).out
@@ -123,17 +197,43 @@ def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
     from llmb.lifecycle.follow import summary
     from llmb.runs.jobs import Job, JobStatus
 
-    job = Job(id="local-1", backend="local", workload="llama31", experiment="x", run_dir="/r", log="/r/log",
-              ranks=8, submitted_at="2026-11-23T00:00:00Z")
-    row = {"status": "success", "window": "35-44", "samples_in_window": 10, "time_mean_ms": 1000.0,
-           "time_std_dev_ms": 1.0, "tokens_per_s": 1e6, "tflops_per_gpu_mean": 900.0, "tflops_source": "log",
-           "days_to_train_1t": 11.6, "dtype": "fp8", "mfu_pct": 45.48, "mfu_bf16_pct": 91.0}
+    job = Job(
+        id="local-1",
+        backend="local",
+        workload="llama31",
+        experiment="x",
+        run_dir="/r",
+        log="/r/log",
+        ranks=8,
+        submitted_at="2026-11-23T00:00:00Z",
+    )
+    row = {
+        "status": "success",
+        "window": "35-44",
+        "samples_in_window": 10,
+        "time_mean_ms": 1000.0,
+        "time_std_dev_ms": 1.0,
+        "tokens_per_s": 1e6,
+        "tflops_per_gpu_mean": 900.0,
+        "tflops_source": "log",
+        "days_to_train_1t": 11.6,
+        "dtype": "fp8",
+        "mfu_pct": 45.48,
+        "mfu_bf16_pct": 91.0,
+    }
     text = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": row}))
     assert "MFU         45.48% (91.00% of the BF16 peak)" in text
-    bf16 = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": {**row, "dtype": "bf16", "mfu_pct": 91.0}}))
+    bf16 = summary(
+        JobStatus(
+            job, "SUCCEEDED", None, None, {"result": {**row, "dtype": "bf16", "mfu_pct": 91.0}}
+        )
+    )
     assert "MFU         91.00%\n" in bf16 + "\n" and "BF16 peak" not in bf16
-    none = summary(JobStatus(job, "SUCCEEDED", None, None,
-                             {"result": {**row, "mfu_pct": None, "mfu_bf16_pct": None}}))
+    none = summary(
+        JobStatus(
+            job, "SUCCEEDED", None, None, {"result": {**row, "mfu_pct": None, "mfu_bf16_pct": None}}
+        )
+    )
     assert "MFU         - (no GPU peak applies)" in none and "BF16 peak" not in none
 
 
@@ -144,12 +244,19 @@ def test_every_peak_names_the_public_source_that_gives_exactly_it_and_the_ones_t
     for gpu, spec in catalogue().items():
         for dtype, peak in spec.peak_tflops.items():
             entries = _peak_sources()["gpus"][gpu][dtype]["sources"]
-            assert float(entries[0]["value"]) == peak, (gpu, dtype)  # the source llmb's figure is from comes first
+            assert float(entries[0]["value"]) == peak, (
+                gpu,
+                dtype,
+            )  # the source llmb's figure is from comes first
             assert all(e["source"] in documents for e in entries), (gpu, dtype)
             assert peak_source(gpu, dtype).document == "NVIDIA LLM Benchmarking Collection README"
     # GB200 BF16: tools disagree (2450 here, NVIDIA's NVL72 figure halved 2500, 2250 elsewhere), and llmb says so
     gb200 = peak_source("gb200", "bf16")
     assert gb200.tflops == 2450 and {value for _, value in gb200.others} == {2500, 2250}
-    text = cli("plan", "llama31", "--size", "8b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "8").out
-    assert "MFU peak     FP8 4900 TFLOP/s dense per GPU (NVIDIA LLM Benchmarking Collection README); " \
-           "other sources give 5000 (NVIDIA Blackwell datasheet)" in text
+    text = cli(
+        "plan", "llama31", "--size", "8b", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "8"
+    ).out
+    assert (
+        "MFU peak     FP8 4900 TFLOP/s dense per GPU (NVIDIA LLM Benchmarking Collection README); "
+        "other sources give 5000 (NVIDIA Blackwell datasheet)" in text
+    )

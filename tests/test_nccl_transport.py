@@ -19,8 +19,16 @@ from llmb.results.records import RunResult  # noqa: E402
 from llmb.results.scan import scan  # noqa: E402
 
 MB = "pretrain_llama3_8b_bf16_gpus16_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs256"
-RECIPE = {"workload": "llama31", "size": "8b", "gpu": "h100", "dtype": "bf16", "gpus": 16, "nodes": 2, "gbs": 256,
-          "seq_len": 8192}
+RECIPE = {
+    "workload": "llama31",
+    "size": "8b",
+    "gpu": "h100",
+    "dtype": "bf16",
+    "gpus": 16,
+    "nodes": 2,
+    "gbs": 256,
+    "seq_len": 8192,
+}
 
 # Two nodes on InfiniBand through the RDMA net plugin, NVLink inside each node (NCCL 2.2x).
 IB = [
@@ -63,7 +71,9 @@ def transport_of(tmp_path: Path, lines: list[str]):
 
 
 def test_ib_through_a_net_plugin(tmp_path):
-    t = transport_of(tmp_path, [*IB, *loggen.nccl_lines(50)])  # a collective trace beside them changes nothing
+    t = transport_of(
+        tmp_path, [*IB, *loggen.nccl_lines(50)]
+    )  # a collective trace beside them changes nothing
     assert t.channels == {"NET/IBext_v8": 4, "P2P/CUMEM": 2}
     assert (t.networks, t.plugins, t.hosts) == (("IBext_v8",), ("NCCL RDMA Plugin v8",), 2)
     assert not t.over_sockets(2)
@@ -87,7 +97,10 @@ def test_one_node_naming_socket_is_not_a_fallback(tmp_path):
 
 
 def test_a_log_without_nccl_set_up_lines_has_no_finding(tmp_path):
-    assert transport_of(tmp_path, [*loggen.megatron_bridge_lines(range(1, 3)), *loggen.nccl_lines(20)]) is None
+    assert (
+        transport_of(tmp_path, [*loggen.megatron_bridge_lines(range(1, 3)), *loggen.nccl_lines(20)])
+        is None
+    )
 
 
 def test_lines_split_across_chunks_are_all_counted():
@@ -106,8 +119,13 @@ def _run(root: Path, nccl: list[str]) -> None:
 def test_results_warn_of_a_socket_fallback(cli, host, tmp_path):
     _run(tmp_path / "sockets", SOCKETS)
     (row,) = json.loads(cli("results", str(tmp_path / "sockets"), "--json").out)
-    assert row["nccl_transport"] == {"channels": {"NET/Socket": 2, "P2P/IPC": 1}, "networks": ["Socket"],
-                                     "plugins": [], "hosts": 2, "over_sockets": True}
+    assert row["nccl_transport"] == {
+        "channels": {"NET/Socket": 2, "P2P/IPC": 1},
+        "networks": ["Socket"],
+        "plugins": [],
+        "hosts": 2,
+        "over_sockets": True,
+    }
     (warning,) = [n for n in row["notes"] if n.startswith("warning:")]
     assert "TCP sockets (NET/Socket)" in warning and "NET/Socket (2)" in warning
     table = cli("results", str(tmp_path / "sockets")).out
@@ -126,7 +144,10 @@ def test_results_of_an_ib_run_name_the_transports_without_warning(cli, tmp_path)
     assert row["nccl_transport"]["channels"] == {"NET/IBext_v8": 4, "P2P/CUMEM": 2}
     assert not [n for n in row["notes"] if n.startswith("warning:")]
     table = cli("results", str(tmp_path / "ib")).out
-    assert "NCCL transport: NET/IBext_v8 4, P2P/CUMEM 2; network IBext_v8; net plugin NCCL RDMA Plugin v8" in table
+    assert (
+        "NCCL transport: NET/IBext_v8 4, P2P/CUMEM 2; network IBext_v8; net plugin NCCL RDMA Plugin v8"
+        in table
+    )
 
 
 def test_a_log_without_them_has_a_null_field(cli, tmp_path):

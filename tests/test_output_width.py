@@ -19,7 +19,9 @@ import pytest
 from conftest import _SEED_VARS, _llmb_executable
 from llmb.cli.output import Column, fit_text, output_width, render_table, shorten
 
-pytestmark = pytest.mark.skipif(shutil.which("script") is None, reason="util-linux script is not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("script") is None, reason="util-linux script is not installed"
+)
 
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
@@ -28,11 +30,21 @@ def _environment(install: str) -> dict[str, str]:
     """This process's environment without what would change the output: a width, a log format, or a
     variable that picks a recipe; the install given."""
     drop = {"COLUMNS", "LINES", "LLMB_LOG_FORMAT", *_SEED_VARS}
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, "LLMB_INSTALL": install, "TERM": "dumb"}
+    return {
+        **{k: v for k, v in os.environ.items() if k not in drop},
+        "LLMB_INSTALL": install,
+        "TERM": "dumb",
+    }
 
 
-def _under_pty(llmb: str, args: list[str], install: str, columns: int | None = 80, stty: int | None = None,
-               timeout: float = 300) -> list[str]:
+def _under_pty(
+    llmb: str,
+    args: list[str],
+    install: str,
+    columns: int | None = 80,
+    stty: int | None = None,
+    timeout: float = 300,
+) -> list[str]:
     """The lines a terminal shows for ``llmb ARGS`` run under a pseudo-terminal (stdout and stderr both)."""
     command = shlex.join([llmb, *args])
     if stty:
@@ -40,8 +52,14 @@ def _under_pty(llmb: str, args: list[str], install: str, columns: int | None = 8
     env = _environment(install)
     if columns:
         env["COLUMNS"] = str(columns)
-    proc = subprocess.run(["script", "-qefc", command, "/dev/null"], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["script", "-qefc", command, "/dev/null"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     text = _ESCAPES.sub("", proc.stdout)
     lines = []
     for raw in text.replace("\r\n", "\n").split("\n"):
@@ -60,8 +78,27 @@ def install_with_runs(tmp_path_factory, llmb_executable):
     install = str(tmp_path_factory.mktemp("narrow"))
     summaries = []
     for extra in ([], ["--set", "steps=20"]):
-        summaries.append(_under_pty(llmb_executable, ["run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype",
-                                                      "bf16", "--gpus", "1", "--proxy", "tiny", *extra], install))
+        summaries.append(
+            _under_pty(
+                llmb_executable,
+                [
+                    "run",
+                    "llama31",
+                    "--size",
+                    "8b",
+                    "--gpu",
+                    "h100",
+                    "--dtype",
+                    "bf16",
+                    "--gpus",
+                    "1",
+                    "--proxy",
+                    "tiny",
+                    *extra,
+                ],
+                install,
+            )
+        )
     return install, summaries
 
 
@@ -79,10 +116,21 @@ def test_a_runs_summary_fits_80_columns(install_with_runs):
         assert _too_wide(lines) == [], text
 
 
-@pytest.mark.parametrize("args", [
-    ["list"], ["list", "llama4"], ["list", "nemotron4"], ["status"], ["results"], ["compare"], ["config", "show"],
-    ["plugins"], ["results", "--window", "1:5"],
-], ids=lambda a: "-".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list"],
+        ["list", "llama4"],
+        ["list", "nemotron4"],
+        ["status"],
+        ["results"],
+        ["compare"],
+        ["config", "show"],
+        ["plugins"],
+        ["results", "--window", "1:5"],
+    ],
+    ids=lambda a: "-".join(a),
+)
 def test_listings_fit_80_columns(install_with_runs, llmb_executable, args):
     install, _ = install_with_runs
     lines = _under_pty(llmb_executable, args, install)
@@ -92,8 +140,13 @@ def test_listings_fit_80_columns(install_with_runs, llmb_executable, args):
 
 def test_a_jobs_status_fits_80_columns(install_with_runs, llmb_executable):
     install, _ = install_with_runs
-    listed = subprocess.run([llmb_executable, "status", "--json"], capture_output=True, text=True, check=True,
-                            env={**os.environ, "LLMB_INSTALL": install}).stdout
+    listed = subprocess.run(
+        [llmb_executable, "status", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "LLMB_INSTALL": install},
+    ).stdout
     for job in json.loads(listed):
         lines = _under_pty(llmb_executable, ["status", job["job_id"]], install)
         assert _too_wide(lines) == [], "\n".join(lines)
@@ -110,22 +163,46 @@ def test_a_pipe_gets_whole_lines(install_with_runs, llmb_executable):
     """Nothing is cut or wrapped for a pipe: the whole short names, every column, the log path."""
     install, _ = install_with_runs
     env = _environment(install)
-    out = subprocess.run([llmb_executable, "results"], capture_output=True, text=True, env=env).stdout
+    out = subprocess.run(
+        [llmb_executable, "results"], capture_output=True, text=True, env=env
+    ).stdout
     assert "llama31_8b_bf16_gpus1_tp1_pp1_mbs1_gbs" in out and "\u2026" not in out, out
     assert "DAYS/1T" in out and "left out" not in out, out
-    full = subprocess.run([llmb_executable, "results", "--full-names"], capture_output=True, text=True,
-                          env=env).stdout
-    assert "$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_bf16_gpus1_" in full, full
+    full = subprocess.run(
+        [llmb_executable, "results", "--full-names"], capture_output=True, text=True, env=env
+    ).stdout
+    assert "$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_bf16_gpus1_" in full, (
+        full
+    )
 
 
 def _published_rows(llmb: str, install: str) -> list[list[str]]:
-    matrix = json.loads(subprocess.run([llmb, "list", "--json"], capture_output=True, text=True, check=True,
-                                       env={**os.environ, "LLMB_INSTALL": install}).stdout)
+    matrix = json.loads(
+        subprocess.run(
+            [llmb, "list", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "LLMB_INSTALL": install},
+        ).stdout
+    )
     rows = []
     for e in matrix:
         gpus = e["min_gpus"] if e["range"] else e["tested_gpus"][0]
-        args = ["plan", e["workload"], "--variant", e["variant"], "--size", e["size"], "--gpu", e["gpu"],
-                "--dtype", e["dtypes"][0], "--gpus", str(gpus)]
+        args = [
+            "plan",
+            e["workload"],
+            "--variant",
+            e["variant"],
+            "--size",
+            e["size"],
+            "--gpu",
+            e["gpu"],
+            "--dtype",
+            e["dtypes"][0],
+            "--gpus",
+            str(gpus),
+        ]
         rows.append(args + (["--strong-scaling"] if e["scaling"] == "strong" else []))
     return rows
 
@@ -137,10 +214,18 @@ def test_plan_of_every_published_configuration_fits_80_columns(tmp_path, llmb_ex
     # one pty session for all of them: each plan's lines are checked
     script = "; ".join(shlex.join([llmb_executable, *r]) for r in rows)
     env = {**_environment(install), "COLUMNS": "80"}
-    proc = subprocess.run(["script", "-qefc", script, "/dev/null"], capture_output=True, text=True, env=env,
-                          timeout=600, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["script", "-qefc", script, "/dev/null"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     lines = _ESCAPES.sub("", proc.stdout).replace("\r\n", "\n").split("\n")
-    assert sum(1 for line in lines if line.startswith("  parallelism")) == len(rows), proc.stdout[-3000:]
+    assert sum(1 for line in lines if line.startswith("  parallelism")) == len(rows), proc.stdout[
+        -3000:
+    ]
     assert _too_wide(lines) == [], "\n".join(_too_wide(lines))
 
 
@@ -149,14 +234,29 @@ def test_plan_of_every_published_configuration_fits_80_columns(tmp_path, llmb_ex
 
 
 def test_a_table_leaves_out_empty_columns_first_then_cuts_names_in_the_middle():
-    rows = [["pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs128", "local-5dd36c", "-", "12.5"]]
-    columns = [Column("EXPERIMENT", squeeze=20, cut="middle"), "JOB", Column("MFU %", drop=1),
-               Column("STEP ms", drop=2)]
+    rows = [
+        [
+            "pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs1_gbs128",
+            "local-5dd36c",
+            "-",
+            "12.5",
+        ]
+    ]
+    columns = [
+        Column("EXPERIMENT", squeeze=20, cut="middle"),
+        "JOB",
+        Column("MFU %", drop=1),
+        Column("STEP ms", drop=2),
+    ]
     text = render_table(columns, rows, width=50)
     lines = text.split("\n")
     assert all(len(line) <= 50 for line in lines), text
-    assert "MFU %" not in lines[0] and "STEP ms" in lines[0], text  # the empty column went, the other stayed
-    assert lines[2].startswith("pretrain_llama31") and "\u2026" in lines[2] and "gbs128" in lines[2], text
+    assert "MFU %" not in lines[0] and "STEP ms" in lines[0], (
+        text
+    )  # the empty column went, the other stayed
+    assert (
+        lines[2].startswith("pretrain_llama31") and "\u2026" in lines[2] and "gbs128" in lines[2]
+    ), text
     assert lines[3].startswith("(left out at 50 columns: MFU %;"), text
     assert render_table(columns, rows, width=None).count("\u2026") == 0
 
@@ -167,7 +267,10 @@ def test_text_wraps_under_its_label():
     assert len(wrapped) == 2 and all(len(w) <= 60 for w in wrapped)
     assert wrapped[1].startswith(" " * 15) and not wrapped[1].startswith(" " * 16)
     assert fit_text(line, None) == line
-    assert shorten("abcdefghij", 5, "middle") == "abc\u2026j" and shorten("abcdefghij", 5) == "abcd\u2026"
+    assert (
+        shorten("abcdefghij", 5, "middle") == "abc\u2026j"
+        and shorten("abcdefghij", 5) == "abcd\u2026"
+    )
 
 
 def test_no_width_for_a_pipe_and_columns_wins(monkeypatch):

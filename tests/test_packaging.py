@@ -35,8 +35,19 @@ OTHER_WORKLOADS = ("llama31", "llama4", "nemotron4")
 SEED_VARS = ("MODEL_SIZE", "DTYPE", "JOB_TOTAL_GPUS", "GPU_TYPE", "STRONG_SCALING", "GPUS_PER_NODE")
 # Variables that would leak this checkout, or a different install target, into the new environment.
 # PYTHONWARNINGS would put non-JSON lines on stderr.
-LEAKY_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONWARNINGS", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__",
-              "LLMB_DEBUG", "PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_REQUIRE_VIRTUALENV")
+LEAKY_VARS = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONWARNINGS",
+    "VIRTUAL_ENV",
+    "__PYVENV_LAUNCHER__",
+    "LLMB_DEBUG",
+    "PIP_USER",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PIP_REQUIRE_VIRTUALENV",
+)
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -61,7 +72,9 @@ def test_versions_move_in_lockstep():
     for path in [*PLUGIN_PROJECTS, TOY / "pyproject.toml"]:
         project = _load(path)["project"]
         where = path.relative_to(ROOT)
-        assert project["version"] == version, f"{where}: version {project['version']} != llmb {version}"
+        assert project["version"] == version, (
+            f"{where}: version {project['version']} != llmb {version}"
+        )
         deps = [d.replace(" ", "") for d in project.get("dependencies", [])]
         llmb_deps = [d for d in deps if re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower() == "llmb"]
         assert llmb_deps == [pin], f"{where}: depends on {llmb_deps}, expected [{pin!r}]"
@@ -114,10 +127,20 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str | Path], *, env: dict[str, str] | None = None, timeout: float = 300,
-         check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                          env=env or _clean_env())
+def _run(
+    cmd: list[str | Path],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or _clean_env(),
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
@@ -138,7 +161,9 @@ def _can_skip_build_isolation() -> bool:
 def _copy_source(src: Path, dest: Path) -> Path:
     """Build from a copy: an in-tree build would write build/ and *.egg-info
     into the checkout, and a stale egg-info could leak into the wheel."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        src, dest, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__")
+    )
     return dest
 
 
@@ -153,11 +178,27 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         _copy_source(TOY, src / "toy"),
     ]
     isolation = ["--no-build-isolation"] if _can_skip_build_isolation() else []
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "-w", out, *trees])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            *isolation,
+            "-w",
+            out,
+            *trees,
+        ]
+    )
     built = {p.name.split("-")[0]: p for p in out.glob("*.whl")}
     assert sorted(built) == ["llmb", "llmb_plugin_nemotronh", "llmb_plugin_toy"], sorted(built)
-    return {"llmb": built["llmb"], "llmb-plugin-nemotronh": built["llmb_plugin_nemotronh"],
-            "llmb-plugin-toy": built["llmb_plugin_toy"]}
+    return {
+        "llmb": built["llmb"],
+        "llmb-plugin-nemotronh": built["llmb_plugin_nemotronh"],
+        "llmb-plugin-toy": built["llmb_plugin_toy"],
+    }
 
 
 @dataclass
@@ -174,7 +215,9 @@ class Venv:
         return self.bin / ("python.exe" if os.name == "nt" else "python")
 
     def pip_install(self, *args: str | Path) -> None:
-        _run([self.python, "-m", "pip", "install", "--quiet", "--find-links", self.wheelhouse, *args])
+        _run(
+            [self.python, "-m", "pip", "install", "--quiet", "--find-links", self.wheelhouse, *args]
+        )
 
     def llmb(self, *args: str, expect: int = 0, **env: str) -> subprocess.CompletedProcess[str]:
         # llmb may cache parsed data files; keep that cache beside the venv, not in ~/.cache.
@@ -266,7 +309,15 @@ def test_out_of_tree_plugin_installs_beside_it(toy_venv):
     # The toy's one table: the BF16 and FP8 range rows share their scales, so
     # the support matrix shows them as one entry; the 128-GPU row is another.
     matrix = [
-        (e["size"], e["gpu"], e["dtypes"], e["min_gpus"], e["max_gpus"], e["tested_gpus"], e["scaling"])
+        (
+            e["size"],
+            e["gpu"],
+            e["dtypes"],
+            e["min_gpus"],
+            e["max_gpus"],
+            e["tested_gpus"],
+            e["scaling"],
+        )
         for e in toy_venv.llmb_json("list", "toy")
     ]
     assert matrix == [
@@ -277,7 +328,9 @@ def test_out_of_tree_plugin_installs_beside_it(toy_venv):
 
 @pytest.mark.slow
 def test_plan_uses_the_toy_recipe_and_its_flops_hook(toy_venv):
-    plan = toy_venv.llmb_json("plan", "toy", "--size", "1b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8")
+    plan = toy_venv.llmb_json(
+        "plan", "toy", "--size", "1b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"
+    )
     # Row 1: 8-64 GPUs, TP 1, PP 1, CP 1, MBS 2, GBS GPUs*4.
     assert (plan["tp"], plan["pp"], plan["cp"], plan["mbs"]) == (1, 1, 1, 2)
     assert plan["dp"] == 8  # 8 / (1*1*1)
@@ -316,7 +369,10 @@ def test_a_plugin_that_fails_to_import_breaks_only_its_workload(toy_venv, tmp_pa
     plugins = {i["name"]: i for i in json.loads(toy_venv.llmb("plugins", "--json", **env).stdout)}
     assert plugins["nemotronh"]["status"] == "loaded"
     assert plugins["toy"]["status"] == "failed"
-    assert plugins["toy"]["error"] == "ModuleNotFoundError: No module named 'llmb_toy_missing_dependency'"
+    assert (
+        plugins["toy"]["error"]
+        == "ModuleNotFoundError: No module named 'llmb_toy_missing_dependency'"
+    )
     assert plugins["toy"]["workloads"] == []
 
     plan = toy_venv.llmb("plan", "toy", "--gpus", "8", expect=1, **env)

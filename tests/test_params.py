@@ -30,7 +30,12 @@ def test_counts_match_published_figures(host):
         counted = count_params(arch).total
         digits = len(f"{published:.0f}".rstrip("0"))
         half_unit = 0.5 * 10 ** (len(f"{published:.0f}") - digits)
-        assert abs(counted - published) <= max(0.005 * published, half_unit), (name, arch.size, counted, published)
+        assert abs(counted - published) <= max(0.005 * published, half_unit), (
+            name,
+            arch.size,
+            counted,
+            published,
+        )
         checked += 1
     assert checked == 6
 
@@ -58,6 +63,11 @@ def test_nemotronh_pattern_is_the_seeds_layer_mix(host):
 def test_proxies_keep_the_width(host, layers):
     full = host.workload("llama31").architecture("405b-proxy")
     proxy = full.with_layers(layers)
-    assert (proxy.hidden, proxy.ffn, proxy.heads, proxy.layers) == (full.hidden, full.ffn, full.heads, layers)
+    assert (proxy.hidden, proxy.ffn, proxy.heads, proxy.layers) == (
+        full.hidden,
+        full.ffn,
+        full.heads,
+        layers,
+    )
     hybrid = host.workload("nemotronh").architecture("56b")
     assert hybrid.with_layers(layers).layer_kinds() == hybrid.layer_pattern[:layers]

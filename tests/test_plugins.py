@@ -16,7 +16,9 @@ from llmb.recipes.workload_file import workload_from_dict
 from workload_dicts import minimal_workload
 
 
-def install_fake_distribution(root: Path, name: str, module_source: str, data: str | None = None) -> None:
+def install_fake_distribution(
+    root: Path, name: str, module_source: str, data: str | None = None
+) -> None:
     """A real installed distribution (dist-info + package) on a sys.path entry."""
     package = f"llmb_plugin_{name}"
     (root / package).mkdir(parents=True)
@@ -26,7 +28,9 @@ def install_fake_distribution(root: Path, name: str, module_source: str, data: s
         (root / package / "workload.yaml").write_text(textwrap.dedent(data))
     info = root / f"{package}-0.3.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: llmb-plugin-{name}\nVersion: 0.3.0\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: llmb-plugin-{name}\nVersion: 0.3.0\n"
+    )
     (info / "entry_points.txt").write_text(f"[llmb]\n{name} = {package}.plugin\n")
 
 
@@ -49,13 +53,20 @@ def test_a_plugin_that_fails_to_import_is_a_warning_not_a_crash(llmb_proc, broke
 def test_selecting_the_broken_workload_fails_with_its_error(llmb_proc, broken_site):
     result = llmb_proc("plan", "broken", "--gpus", "8", env={"PYTHONPATH": str(broken_site)})
     assert result.code == 1
-    assert ("workload 'broken' is unavailable: plugin llmb-plugin-broken 0.3.0 failed to load: "
-            "ModuleNotFoundError: No module named 'nvidia_secret_sauce'") in result.err
+    assert (
+        "workload 'broken' is unavailable: plugin llmb-plugin-broken 0.3.0 failed to load: "
+        "ModuleNotFoundError: No module named 'nvidia_secret_sauce'"
+    ) in result.err
     assert "Traceback" not in result.err
 
 
 def test_plugins_command_reports_the_failure(llmb_proc, broken_site):
-    plugins = {p["name"]: p for p in json.loads(llmb_proc("plugins", "--json", env={"PYTHONPATH": str(broken_site)}).out)}
+    plugins = {
+        p["name"]: p
+        for p in json.loads(
+            llmb_proc("plugins", "--json", env={"PYTHONPATH": str(broken_site)}).out
+        )
+    }
     assert plugins["broken"]["status"] == "failed"
     assert plugins["broken"]["distribution"] == "llmb-plugin-broken"
     assert "nvidia_secret_sauce" in plugins["broken"]["error"]
@@ -64,7 +75,8 @@ def test_plugins_command_reports_the_failure(llmb_proc, broken_site):
 
 def test_a_plugin_with_a_malformed_data_file_fails_when_selected(llmb_proc, tmp_path):
     install_fake_distribution(
-        tmp_path, "badyaml",
+        tmp_path,
+        "badyaml",
         """
         from llmb import hookimpl
         from llmb.recipes.workload_file import load_workload
@@ -94,7 +106,9 @@ class DuplicateLlama:
 
 def test_duplicate_workloads_are_refused_naming_both_providers():
     host = PluginHost(extra_plugins=[("site-copy-of-llama", DuplicateLlama)])
-    with pytest.raises(PluginError, match="registered by both llmb-plugin-llama31 0.1.0 and site-copy-of-llama"):
+    with pytest.raises(
+        PluginError, match="registered by both llmb-plugin-llama31 0.1.0 and site-copy-of-llama"
+    ):
         host.workload("llama31")
     assert host.workload("nemotronh").name == "nemotronh"
 
@@ -172,7 +186,9 @@ class PlainSite:
 def test_a_site_plugins_plain_implementation_is_ignored(capsys):
     host = PluginHost(extra_plugins=[("plain-site", PlainSite)])
     llama = host.workload("llama31")
-    assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == llama.cite("llama31-nemo2.md", "Notes")
+    assert host.model_flops(llama, llama.architecture("8b"), 8192).formula == llama.cite(
+        "llama31-nemo2.md", "Notes"
+    )
     assert "only wrappers (wrapper=True) are called" in capsys.readouterr().err
 
 
@@ -186,13 +202,20 @@ def test_a_plugin_that_exits_on_import_is_a_warning_not_the_end_of_the_command(l
     assert {p["name"]: p["status"] for p in plugins}["quitter"] == "failed"
 
 
-def test_an_unrelated_distribution_whose_entry_points_are_not_utf8_costs_nothing(llmb_proc, tmp_path):
+def test_an_unrelated_distribution_whose_entry_points_are_not_utf8_costs_nothing(
+    llmb_proc, tmp_path
+):
     info = tmp_path / "something_else-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: something-else\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_bytes(b"[console_scripts]\nsomething = caf\xe9:main\n")  # Latin-1
-    for command in (["list"], ["plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"],
-                    ["results", str(tmp_path)]):
+    (info / "entry_points.txt").write_bytes(
+        b"[console_scripts]\nsomething = caf\xe9:main\n"
+    )  # Latin-1
+    for command in (
+        ["list"],
+        ["plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"],
+        ["results", str(tmp_path)],
+    ):
         result = llmb_proc(*command, env={"PYTHONPATH": str(tmp_path)})
         assert result.code == 0, (command, result.err)
 
@@ -200,19 +223,26 @@ def test_an_unrelated_distribution_whose_entry_points_are_not_utf8_costs_nothing
 def test_a_workload_file_with_the_old_key_names_still_loads_with_a_deprecation_warning():
     """Published plugins wrote seed / seed_table / seed_says before the keys were renamed."""
     current = minimal_workload("old")
-    current["variants"][0]["errata"] = [{"id": "E1", "recipe_says": "GBS 12", "resolution": "GBS 16",
-                                         "kind": "note"}]
+    current["variants"][0]["errata"] = [
+        {"id": "E1", "recipe_says": "GBS 12", "resolution": "GBS 16", "kind": "note"}
+    ]
     old = minimal_workload("old")
     variant = old["variants"][0]
     variant["seed"] = variant.pop("document")
     variant["tables"][0]["seed_table"] = variant["tables"][0].pop("table")
-    variant["errata"] = [{"id": "E1", "seed_says": "GBS 12", "resolution": "GBS 16", "kind": "note"}]
+    variant["errata"] = [
+        {"id": "E1", "seed_says": "GBS 12", "resolution": "GBS 16", "kind": "note"}
+    ]
     with pytest.warns(DeprecationWarning, match="seed, seed_says, seed_table are the old names"):
         loaded = workload_from_dict(old)
-    assert repr(loaded) == repr(workload_from_dict(current))  # records compare by identity; their text is the test
+    assert repr(loaded) == repr(
+        workload_from_dict(current)
+    )  # records compare by identity; their text is the test
 
 
-def test_a_plugin_named_in_llmb_plugins_that_fails_to_import_is_reported_like_an_installed_one(llmb_proc):
+def test_a_plugin_named_in_llmb_plugins_that_fails_to_import_is_reported_like_an_installed_one(
+    llmb_proc,
+):
     result = llmb_proc("plugins", "--json", env={"LLMB_PLUGINS": "no_such_llmb_plugin_module"})
     assert result.code == 0, result.err
     failed = [p for p in json.loads(result.out) if p["name"] == "no_such_llmb_plugin_module"]

@@ -37,14 +37,18 @@ def test_rounds_are_logarithmic_and_each_step_is_disjoint(n):
     if n > 8:
         assert len(pairs) < n * (n - 1) / 2  # never every pair
     partners = {i: {b if a == i else a for a, b in pairs if i in (a, b)} for i in range(n)}
-    assert all(len(p) >= min(2, n - 1) for p in partners.values())  # each node meets at least 2 others
+    assert all(
+        len(p) >= min(2, n - 1) for p in partners.values()
+    )  # each node meets at least 2 others
 
 
 @pytest.mark.parametrize("n", [3, 4, 8, 13, 64])
 @pytest.mark.parametrize("bad", [0, 1, -1])
 def test_a_slow_node_is_the_only_low_score(n, bad):
     bad = bad % n
-    pairs = {pair: (10.0 if bad in pair else 100.0) for step in pairing.schedule(n) for pair in step}
+    pairs = {
+        pair: (10.0 if bad in pair else 100.0) for step in pairing.schedule(n) for pair in step
+    }
     scores = pairing.node_scores(n, pairs)
     assert scores[bad] == 10.0
     assert all(s == 100.0 for i, s in enumerate(scores) if i != bad)
@@ -53,20 +57,44 @@ def test_a_slow_node_is_the_only_low_score(n, bad):
 # ------------------------------------------------------------------ verdict
 
 
-def measurements(gemm: dict, pairs: dict | None = None, world=None, gpu="h100", device="cpu", reports=None):
+def measurements(
+    gemm: dict, pairs: dict | None = None, world=None, gpu="h100", device="cpu", reports=None
+):
     nodes = list(gemm)
     ranks = []
     for index, node in enumerate(nodes):
-        own_pairs = {k: v for k, v in (pairs or {}).items() if index in {int(x) for x in k.split("-")}}
-        ranks.append({"rank": index, "node": node, "gemm": gemm[node], "memory": gemm[node] * 100, "intra": None,
-                      "world": world, "pairs": own_pairs, "gpu_report": (reports or {}).get(node)})
-    return {"job_id": "x", "gpu": gpu, "device": device, "nodes": nodes, "ranks_per_node": {n: 1 for n in nodes},
-            "gpus_per_node": 1, "ranks": ranks, "pairs": []}
+        own_pairs = {
+            k: v for k, v in (pairs or {}).items() if index in {int(x) for x in k.split("-")}
+        }
+        ranks.append(
+            {
+                "rank": index,
+                "node": node,
+                "gemm": gemm[node],
+                "memory": gemm[node] * 100,
+                "intra": None,
+                "world": world,
+                "pairs": own_pairs,
+                "gpu_report": (reports or {}).get(node),
+            }
+        )
+    return {
+        "job_id": "x",
+        "gpu": gpu,
+        "device": device,
+        "nodes": nodes,
+        "ranks_per_node": {n: 1 for n in nodes},
+        "gpus_per_node": 1,
+        "ranks": ranks,
+        "pairs": [],
+    }
 
 
 def test_only_the_node_below_its_peers_median_is_flagged():
-    data = measurements({"a": 1.0, "b": 1.1, "c": 0.5, "d": 0.95},
-                        {"0-1": 5.0, "1-2": 2.0, "2-3": 2.1, "0-3": 5.2, "0-2": 1.9, "1-3": 5.1})
+    data = measurements(
+        {"a": 1.0, "b": 1.1, "c": 0.5, "d": 0.95},
+        {"0-1": 5.0, "1-2": 2.0, "2-3": 2.1, "0-3": 5.2, "0-2": 1.9, "1-3": 5.1},
+    )
     report = build(data, Expected("h100"))
     assert report["verdict"] == "flagged" and report["exclude"] == ["c"]
     row = next(r for r in report["rows"] if r["node"] == "c")
@@ -110,16 +138,31 @@ def test_expected_figures_name_their_public_sources():
 def test_nvidia_smi_report_of_a_real_a100_node():
     report = gpu_info.parse((REAL / "nvidia-smi-q-x-a100-sxm4.xml").read_text())
     assert report["driver"] == "535.54.03"
-    assert report["gpus"] == [{"bus_id": "00000000:01:00.0", "name": "NVIDIA A100-SXM4-80GB", "sm_mhz": 1275,
-                               "max_sm_mhz": 1410, "ecc_uncorrected": 0, "ecc_corrected": 0}]
+    assert report["gpus"] == [
+        {
+            "bus_id": "00000000:01:00.0",
+            "name": "NVIDIA A100-SXM4-80GB",
+            "sm_mhz": 1275,
+            "max_sm_mhz": 1410,
+            "ecc_uncorrected": 0,
+            "ecc_corrected": 0,
+        }
+    ]
     # It is not an H100 node, and one GPU is not eight.
     problems = gpu_info.problems(report, "h100", 8)
-    assert problems == ["nvidia-smi lists 1 GPUs, expected 8", "GPU type NVIDIA A100-SXM4-80GB, not h100"]
+    assert problems == [
+        "nvidia-smi lists 1 GPUs, expected 8",
+        "GPU type NVIDIA A100-SXM4-80GB, not h100",
+    ]
 
 
 def test_uncorrectable_errors_and_a_held_clock_are_named():
     text = (REAL / "nvidia-smi-q-x-a100-sxm4.xml").read_text()
-    text = text.replace("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>3</dram_uncorrectable>", 1)
+    text = text.replace(
+        "<dram_uncorrectable>0</dram_uncorrectable>",
+        "<dram_uncorrectable>3</dram_uncorrectable>",
+        1,
+    )
     text = text.replace("<sm_clock>1275 MHz</sm_clock>", "<sm_clock>705 MHz</sm_clock>", 1)
     report = gpu_info.parse(text)
     assert report["gpus"][0]["ecc_uncorrected"] == 3  # the volatile count only, not the aggregate's
@@ -161,7 +204,9 @@ def test_exclusion_file_is_read_and_merged(tmp_path):
     path = tmp_path / "preflight.json"
     path.write_text(json.dumps({"job_id": "slurm-1", "verdict": "flagged", "exclude": ["node3"]}))
     read = exclusion.read(str(path))
-    assert read["exclude"] == ["node3"] and read["job_id"] == "slurm-1" and len(read["sha256"]) == 64
+    assert (
+        read["exclude"] == ["node3"] and read["job_id"] == "slurm-1" and len(read["sha256"]) == 64
+    )
     assert exclusion.merged("node[7-8]", ["node3", "node3"]) == "node[7-8],node3"
     assert exclusion.merged(None, []) is None
     path.write_text("[1, 2]")
@@ -185,8 +230,22 @@ def test_exclude_from_reaches_the_submit_options_and_the_run_record(tmp_path):
 def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
     pytest.importorskip("torch")
     env = {"LLMB_INSTALL": str(tmp_path / "install")}
-    result = llmb_proc("preflight", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2", "--gemm-size", "128",
-                       "--repeats", "3", "--json", env=env, timeout=300)
+    result = llmb_proc(
+        "preflight",
+        "--gpu",
+        "h100",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--gemm-size",
+        "128",
+        "--repeats",
+        "3",
+        "--json",
+        env=env,
+        timeout=300,
+    )
     assert result.code == 0, result.err[-3000:]
     report = json.loads(result.out)
     assert report["verdict"] == "pass" and report["exclude"] == []
@@ -198,34 +257,85 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
     text = llmb_proc("status", report["job_id"], env=env).out
     assert "preflight   pass; flagged nodes: none" in text
     # The table and verdict, as a person reads them.
-    again = llmb_proc("preflight", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", "1", "--gemm-size", "64",
-                      "--repeats", "3", env=env, timeout=300)
+    again = llmb_proc(
+        "preflight",
+        "--gpu",
+        "h100",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--gemm-size",
+        "64",
+        "--repeats",
+        "3",
+        env=env,
+        timeout=300,
+    )
     assert again.code == 0, again.err[-3000:]
     assert again.out.splitlines()[0].split()[:3] == ["NODE", "GEMM", "TFLOP/S"]
     assert "preflight: PASS" in again.out
 
 
 def test_more_nodes_than_this_machine_is_refused(llmb_proc, tmp_path):
-    result = llmb_proc("preflight", "--gpu", "h100", "--nodes", "2", env={"LLMB_INSTALL": str(tmp_path)})
+    result = llmb_proc(
+        "preflight", "--gpu", "h100", "--nodes", "2", env={"LLMB_INSTALL": str(tmp_path)}
+    )
     assert result.code != 0 and "the local backend runs on this machine, one node" in result.err
 
 
 def test_certify_takes_a_preflight_first(llmb_proc, tmp_path):
     env = {"LLMB_INSTALL": str(tmp_path)}
-    dry = llmb_proc("certify", "--gpu", "h100", "--preflight", "4", "--dry-run", env=env)  # (full size: not here)
+    dry = llmb_proc(
+        "certify", "--gpu", "h100", "--preflight", "4", "--dry-run", env=env
+    )  # (full size: not here)
     assert "first runs llmb preflight over 4 node(s)" in dry.err
-    both = llmb_proc("certify", "--gpu", "h100", "--preflight", "4", "--exclude-from", str(tmp_path / "p.json"),
-                     env=env)
+    both = llmb_proc(
+        "certify",
+        "--gpu",
+        "h100",
+        "--preflight",
+        "4",
+        "--exclude-from",
+        str(tmp_path / "p.json"),
+        env=env,
+    )
     assert both.code != 0 and "give it or --exclude-from, not both" in both.err
 
 
 def test_exclude_from_puts_the_flagged_nodes_in_the_sbatch_script(llmb_proc, tmp_path):
     path = tmp_path / "preflight.json"
     path.write_text(json.dumps({"job_id": "slurm-1", "verdict": "flagged", "exclude": ["node3"]}))
-    (tmp_path / "empty-slurm.conf").write_text("")  # no cluster: Slurm's commands fail at once (a dry run goes on)
-    env = {"LLMB_INSTALL": str(tmp_path / "install"), "SLURM_CONF": str(tmp_path / "empty-slurm.conf")}
-    result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2", "--proxy",
-                       "tiny", "--backend", "slurm", "--bare", "--exclude", "node9", "--exclude-from", str(path),
-                       "--dry-run", env=env, timeout=120)
+    (tmp_path / "empty-slurm.conf").write_text(
+        ""
+    )  # no cluster: Slurm's commands fail at once (a dry run goes on)
+    env = {
+        "LLMB_INSTALL": str(tmp_path / "install"),
+        "SLURM_CONF": str(tmp_path / "empty-slurm.conf"),
+    }
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "2",
+        "--proxy",
+        "tiny",
+        "--backend",
+        "slurm",
+        "--bare",
+        "--exclude",
+        "node9",
+        "--exclude-from",
+        str(path),
+        "--dry-run",
+        env=env,
+        timeout=120,
+    )
     assert result.code == 0, result.err[-3000:]
     assert "#SBATCH --exclude=node9,node3" in result.out

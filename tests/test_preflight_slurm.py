@@ -35,9 +35,17 @@ def three_nodes(tmp_path_factory):
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("the slowdown confines one node to a core of its own: needs 2 cores")
-    yield from _private_slurm(tmp_path_factory, accounting=False, name="slurm3", nodes=node_names(3),
-                              wrappers={"node1": ["taskset", "-c", "1"], "node2": ["taskset", "-c", "1"],
-                                        SLOW: ["taskset", "-c", "0"]})
+    yield from _private_slurm(
+        tmp_path_factory,
+        accounting=False,
+        name="slurm3",
+        nodes=node_names(3),
+        wrappers={
+            "node1": ["taskset", "-c", "1"],
+            "node2": ["taskset", "-c", "1"],
+            SLOW: ["taskset", "-c", "0"],
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +69,33 @@ def env(three_nodes, tmp_path):
 
 
 def preflight(llmb_proc, env, python):
-    result = llmb_proc("preflight", "--gpu", "h100", "--nodes", "3", "--gpus-per-node", "1", "--backend", "slurm",
-                       "--bare", "--no-numa-binding", "--gemm-size", "640", "--repeats", "9", "--json",
-                       env={**env, "LLMB_SLURM_PYTHON": str(python)}, timeout=600)
+    result = llmb_proc(
+        "preflight",
+        "--gpu",
+        "h100",
+        "--nodes",
+        "3",
+        "--gpus-per-node",
+        "1",
+        "--backend",
+        "slurm",
+        "--bare",
+        "--no-numa-binding",
+        "--gemm-size",
+        "640",
+        "--repeats",
+        "9",
+        "--json",
+        env={**env, "LLMB_SLURM_PYTHON": str(python)},
+        timeout=600,
+    )
     assert result.out.strip(), result.err[-3000:]
     return result, json.loads(result.out)
 
 
-def test_the_slowed_node_alone_is_flagged_and_the_next_run_keeps_off_it(llmb_proc, env, slow_python):
+def test_the_slowed_node_alone_is_flagged_and_the_next_run_keeps_off_it(
+    llmb_proc, env, slow_python
+):
     reports = []
     for _ in range(2):
         result, report = preflight(llmb_proc, env, slow_python)
@@ -87,9 +114,30 @@ def test_the_slowed_node_alone_is_flagged_and_the_next_run_keeps_off_it(llmb_pro
     # The next job skips it: the exclusion reaches sbatch, the job runs on the other two, the run records the file.
     path = reports[-1]["path"]
     env2 = {**env, "GPUS_PER_NODE": "1"}
-    result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2",
-                       "--proxy", "tiny", "--steps", "3", "--backend", "slurm", "--bare", "--exclude-from", path,
-                       "--json", env=env2, timeout=600)
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "2",
+        "--proxy",
+        "tiny",
+        "--steps",
+        "3",
+        "--backend",
+        "slurm",
+        "--bare",
+        "--exclude-from",
+        path,
+        "--json",
+        env=env2,
+        timeout=600,
+    )
     assert result.out.strip(), result.err[-3000:]
     summary = json.loads(result.out)
     assert summary["state"] == "SUCCEEDED", result.err[-3000:]

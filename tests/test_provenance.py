@@ -47,10 +47,14 @@ def fake_nvidia_smi(directory: Path, query: str, code: int = 0) -> Path:
     """A directory for PATH holding ``nvidia-smi`` that answers ``query`` (and ``-L`` alike)."""
     directory.mkdir(parents=True, exist_ok=True)
     names = [line.rpartition(",")[0].strip() for line in query.splitlines() if "," in line]
-    listing = "".join(f"GPU {i}: {name} (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)\n"
-                      for i, name in enumerate(names))
+    listing = "".join(
+        f"GPU {i}: {name} (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)\n"
+        for i, name in enumerate(names)
+    )
     script = directory / "nvidia-smi"
-    script.write_text(FAKE_SMI.format(query=shlex.quote(query), listing=shlex.quote(listing), code=code))
+    script.write_text(
+        FAKE_SMI.format(query=shlex.quote(query), listing=shlex.quote(listing), code=code)
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return directory
 
@@ -58,24 +62,27 @@ def fake_nvidia_smi(directory: Path, query: str, code: int = 0) -> Path:
 # ------------------------------------------------------------------ GPU names and the check
 
 
-@pytest.mark.parametrize(("name", "gpu"), [
-    ("NVIDIA H100 80GB HBM3", "h100"),
-    ("NVIDIA  H100 80GB HBM3 ", "h100"),  # spacing as some drivers pad it
-    ("nvidia h100 80gb hbm3", "h100"),
-    ("NVIDIA H200", "h200"),
-    ("NVIDIA B200", "b200"),
-    ("NVIDIA B300 SXM6 AC", "b300"),
-    ("NVIDIA GB200", "gb200"),
-    ("NVIDIA GB300", "gb300"),
-    # Parts llmb has no peak for, or whose peaks are not the catalogue's SXM part's: unknown.
-    ("NVIDIA H100 PCIe", None),
-    ("NVIDIA H100 NVL", None),
-    ("NVIDIA H200 NVL", None),
-    ("NVIDIA GH200 480GB", None),
-    ("NVIDIA A100-SXM4-80GB", None),
-    ("Tesla V100-SXM2-32GB", None),
-    ("NVIDIA B2000", None),
-])
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA  H100 80GB HBM3 ", "h100"),  # spacing as some drivers pad it
+        ("nvidia h100 80gb hbm3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA GB300", "gb300"),
+        # Parts llmb has no peak for, or whose peaks are not the catalogue's SXM part's: unknown.
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA H200 NVL", None),
+        ("NVIDIA GH200 480GB", None),
+        ("NVIDIA A100-SXM4-80GB", None),
+        ("Tesla V100-SXM2-32GB", None),
+        ("NVIDIA B2000", None),
+    ],
+)
 def test_device_names_map_to_the_catalogues_gpu_types(name, gpu):
     assert gpu_seen.gpu_type_of(name) == gpu
 
@@ -87,10 +94,17 @@ def test_every_mapped_type_is_in_the_catalogue():
 def test_nvidia_smi_query_lines_are_read_per_gpu():
     seen = gpu_seen.parse_query(H100_NODE)
     assert seen.names == ("NVIDIA H100 80GB HBM3",) * 8 and seen.drivers == ("550.54.15",)
-    assert seen.as_dict() == {"name": "NVIDIA H100 80GB HBM3", "count": 8, "driver": "550.54.15", "type": "h100",
-                              "source": "nvidia-smi"}
+    assert seen.as_dict() == {
+        "name": "NVIDIA H100 80GB HBM3",
+        "count": 8,
+        "driver": "550.54.15",
+        "type": "h100",
+        "source": "nvidia-smi",
+    }
     mixed = gpu_seen.parse_query("NVIDIA B200, 570.86.15\nNVIDIA H100 PCIe, [N/A]\n")
-    assert mixed.as_dict()["name"] == "NVIDIA B200 + NVIDIA H100 PCIe" and mixed.drivers == ("570.86.15",)
+    assert mixed.as_dict()["name"] == "NVIDIA B200 + NVIDIA H100 PCIe" and mixed.drivers == (
+        "570.86.15",
+    )
     assert mixed.as_dict()["type"] == "b200 + unknown"
     assert gpu_seen.parse_query("No devices were found\n").name == gpu_seen.NO_GPU
 
@@ -101,7 +115,9 @@ def test_the_check_stops_on_another_known_type_and_warns_on_an_unknown_one():
         gpu_seen.check("h100", gpu_seen.parse_query(B200_NODE))
     message = str(caught.value)
     assert "runs on NVIDIA B200 (b200) but the run was planned for h100 (--gpu h100)" in message
-    assert "MFU" in message and "--gpu b200" in message and "\n" not in message  # one line: the log's reason
+    assert (
+        "MFU" in message and "--gpu b200" in message and "\n" not in message
+    )  # one line: the log's reason
     warnings = gpu_seen.check("h100", gpu_seen.parse_query("NVIDIA A100-SXM4-80GB, 535.104.05\n"))
     assert len(warnings) == 1 and "'NVIDIA A100-SXM4-80GB' is not one llmb knows" in warnings[0]
     assert gpu_seen.check("h100", gpu_seen.parse_query("")) == []  # nothing seen: nothing to check
@@ -119,33 +135,82 @@ def test_nvidia_smi_on_path_is_asked_and_a_failing_one_is_not_believed(tmp_path)
 
 
 def test_secrets_are_redacted_by_name_and_masked_inside_other_values():
-    environ = {"HF_TOKEN": "hf_abcdefgh1234", "MY_LOGIN": "hunter2-long", "AWS_SECRET_ACCESS_KEY": "aws-xyz-987",
-               "NGC_API_KEY": "nvapi-123456", "Db_Password": "pw-abcdef", "URL": "https://u:hunter2-long@host/x",
-               "PIN": "42", "OTHER": "value 42", "NCCL_DEBUG": "INFO", "HOME": "/root"}
+    environ = {
+        "HF_TOKEN": "hf_abcdefgh1234",
+        "MY_LOGIN": "hunter2-long",
+        "AWS_SECRET_ACCESS_KEY": "aws-xyz-987",
+        "NGC_API_KEY": "nvapi-123456",
+        "Db_Password": "pw-abcdef",
+        "URL": "https://u:hunter2-long@host/x",
+        "PIN": "42",
+        "OTHER": "value 42",
+        "NCCL_DEBUG": "INFO",
+        "HOME": "/root",
+    }
     shown = job_env.redacted(environ, declared={"MY_LOGIN", "PIN"})
-    for name in ("HF_TOKEN", "MY_LOGIN", "AWS_SECRET_ACCESS_KEY", "NGC_API_KEY", "Db_Password", "PIN"):
+    for name in (
+        "HF_TOKEN",
+        "MY_LOGIN",
+        "AWS_SECRET_ACCESS_KEY",
+        "NGC_API_KEY",
+        "Db_Password",
+        "PIN",
+    ):
         assert shown[name] == "***", name
     assert shown["URL"] == "https://u:***@host/x"  # a declared secret's value inside another value
-    assert shown["OTHER"] == "value 42"  # too short a secret to search for: other text stays readable
+    assert (
+        shown["OTHER"] == "value 42"
+    )  # too short a secret to search for: other text stays readable
     assert (shown["NCCL_DEBUG"], shown["HOME"]) == ("INFO", "/root")
 
 
 def test_the_relevant_environment_is_what_llmb_set_the_runtimes_prefixes_and_the_secrets_names():
-    environ = {"NCCL_IB_HCA": "mlx5", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
-               "NVTE_FUSED_ATTN": "0", "MASTER_ADDR": "node1", "RANK": "0", "PLUGIN_SET": "x", "EDITOR": "vi",
-               "HF_TOKEN": "hf_abcdefgh1234", "MY_LOGIN": "hunter2-long", "SSH_AUTH_KEY_PATH": "/k"}
+    environ = {
+        "NCCL_IB_HCA": "mlx5",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+        "NVTE_FUSED_ATTN": "0",
+        "MASTER_ADDR": "node1",
+        "RANK": "0",
+        "PLUGIN_SET": "x",
+        "EDITOR": "vi",
+        "HF_TOKEN": "hf_abcdefgh1234",
+        "MY_LOGIN": "hunter2-long",
+        "SSH_AUTH_KEY_PATH": "/k",
+    }
     shown = job_env.relevant(environ, declared={"MY_LOGIN"}, llmb_set={"PLUGIN_SET"})
-    assert set(shown) == {"NCCL_IB_HCA", "CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_NCCL_AVOID_RECORD_STREAMS",
-                          "NVTE_FUSED_ATTN", "MASTER_ADDR", "RANK", "PLUGIN_SET", "HF_TOKEN", "MY_LOGIN"}
+    assert set(shown) == {
+        "NCCL_IB_HCA",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS",
+        "NVTE_FUSED_ATTN",
+        "MASTER_ADDR",
+        "RANK",
+        "PLUGIN_SET",
+        "HF_TOKEN",
+        "MY_LOGIN",
+    }
     assert shown["HF_TOKEN"] == shown["MY_LOGIN"] == "***"
 
 
 def test_the_environment_dump_can_be_sourced_back():
-    environ = {"A": "plain", "B": "two words; $(not run)", "C": "line\nbreak", "API_TOKEN": "tok-123456789"}
+    environ = {
+        "A": "plain",
+        "B": "two words; $(not run)",
+        "C": "line\nbreak",
+        "API_TOKEN": "tok-123456789",
+    }
     text = job_env.dump_text(environ, header="first\nsecond")
     assert text.startswith("# first\n# second\n")
-    back = subprocess.run(["bash", "-c", f"{text}\nprintf '%s\\0' \"$A\" \"$B\" \"$C\" \"$API_TOKEN\""],
-                          capture_output=True, check=True).stdout.decode().split("\0")[:4]
+    back = (
+        subprocess.run(
+            ["bash", "-c", f'{text}\nprintf \'%s\\0\' "$A" "$B" "$C" "$API_TOKEN"'],
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")[:4]
+    )
     assert back == ["plain", "two words; $(not run)", "line\nbreak", "***"]
 
 
@@ -155,40 +220,93 @@ def test_the_environment_dump_can_be_sourced_back():
 def spec_for(run_dir: Path, *, gpu: str = "h100", device: str = "cuda") -> RunSpec:
     inner = run_dir / "e"
     inner.mkdir(parents=True, exist_ok=True)
-    return RunSpec(job_id="local-abc123", workload="llama31", variant="v", framework="megatron_bridge",
-                   engine="torch", size="8b", arch={}, proxy="tiny", gpu=gpu, dtype="bf16", compute_dtype="bfloat16",
-                   device=device, ranks=2, mbs=1, ga=1, gbs=2, seq_len=64, steps=3, seed=1, compile=False,
-                   flops_per_sample=1.0, experiment="e", run_dir=str(run_dir), inner_dir=str(inner),
-                   log=str(inner / "log-e.out"), env={"SITE_SETTING": "1"})
+    return RunSpec(
+        job_id="local-abc123",
+        workload="llama31",
+        variant="v",
+        framework="megatron_bridge",
+        engine="torch",
+        size="8b",
+        arch={},
+        proxy="tiny",
+        gpu=gpu,
+        dtype="bf16",
+        compute_dtype="bfloat16",
+        device=device,
+        ranks=2,
+        mbs=1,
+        ga=1,
+        gbs=2,
+        seq_len=64,
+        steps=3,
+        seed=1,
+        compile=False,
+        flops_per_sample=1.0,
+        experiment="e",
+        run_dir=str(run_dir),
+        inner_dir=str(inner),
+        log=str(inner / "log-e.out"),
+        env={"SITE_SETTING": "1"},
+    )
 
 
-def test_rank_zero_records_the_job_and_each_nodes_first_rank_stops_on_the_wrong_gpu(tmp_path, capsys):
+def test_rank_zero_records_the_job_and_each_nodes_first_rank_stops_on_the_wrong_gpu(
+    tmp_path, capsys
+):
     smi = fake_nvidia_smi(tmp_path / "bin", B200_NODE)
-    environ = {"PATH": str(smi), "LLMB_JOB_ID": "local-abc123", "HF_TOKEN": "hf_abcdefgh1234", "NCCL_DEBUG": "WARN",
-               "SITE_SETTING": "1", "EDITOR": "vi"}
+    environ = {
+        "PATH": str(smi),
+        "LLMB_JOB_ID": "local-abc123",
+        "HF_TOKEN": "hf_abcdefgh1234",
+        "NCCL_DEBUG": "WARN",
+        "SITE_SETTING": "1",
+        "EDITOR": "vi",
+    }
     spec = spec_for(tmp_path / "run")
     with pytest.raises(gpu_seen.GpuMismatchError):
         provenance.start_job(spec, rank=0, world=2, local_rank=0, environ=environ)
     job = provenance.read(spec.run_dir)["job"]
-    assert job["gpu"] == {"name": "NVIDIA B200", "count": 8, "driver": "570.86.15", "type": "b200",
-                          "source": "nvidia-smi", "requested": "h100", "check": "mismatch"}
-    assert job["environment"] == {"HF_TOKEN": "***", "LLMB_JOB_ID": "local-abc123", "NCCL_DEBUG": "WARN",
-                                  "SITE_SETTING": "1"}  # SITE_SETTING: set by llmb for the run (spec.env)
+    assert job["gpu"] == {
+        "name": "NVIDIA B200",
+        "count": 8,
+        "driver": "570.86.15",
+        "type": "b200",
+        "source": "nvidia-smi",
+        "requested": "h100",
+        "check": "mismatch",
+    }
+    assert job["environment"] == {
+        "HF_TOKEN": "***",
+        "LLMB_JOB_ID": "local-abc123",
+        "NCCL_DEBUG": "WARN",
+        "SITE_SETTING": "1",
+    }  # SITE_SETTING: set by llmb for the run (spec.env)
     os.remove(provenance.path_of(spec.run_dir))
-    with pytest.raises(gpu_seen.GpuMismatchError):  # the first rank of another node checks its node too
+    with pytest.raises(
+        gpu_seen.GpuMismatchError
+    ):  # the first rank of another node checks its node too
         provenance.start_job(spec, rank=8, world=16, local_rank=0, environ=environ)
-    provenance.start_job(spec, rank=1, world=2, local_rank=1, environ=environ)  # its node's first rank checks
+    provenance.start_job(
+        spec, rank=1, world=2, local_rank=1, environ=environ
+    )  # its node's first rank checks
     assert provenance.read(spec.run_dir) is None  # only rank 0 writes
     # A CPU run is not checked; its record says so.
-    provenance.start_job(spec_for(tmp_path / "cpu", device="cpu"), rank=0, world=2, local_rank=0, environ=environ)
-    assert provenance.read(str(tmp_path / "cpu"))["job"]["gpu"]["check"] == "not checked: the run computes on CPU"
+    provenance.start_job(
+        spec_for(tmp_path / "cpu", device="cpu"), rank=0, world=2, local_rank=0, environ=environ
+    )
+    assert (
+        provenance.read(str(tmp_path / "cpu"))["job"]["gpu"]["check"]
+        == "not checked: the run computes on CPU"
+    )
     capsys.readouterr()
 
 
 def test_an_unknown_gpu_warns_and_a_record_that_cannot_be_written_only_warns(tmp_path, capsys):
     smi = fake_nvidia_smi(tmp_path / "bin", "NVIDIA A100-SXM4-80GB, 535.104.05\n")
     spec = spec_for(tmp_path / "run")
-    os.mkdir(provenance.path_of(spec.run_dir))  # a directory where the file goes: every user's write fails
+    os.mkdir(
+        provenance.path_of(spec.run_dir)
+    )  # a directory where the file goes: every user's write fails
     provenance.start_job(spec, rank=0, world=1, local_rank=0, environ={"PATH": str(smi)})
     out = capsys.readouterr().out
     assert "[llmb] warning: the job's GPU 'NVIDIA A100-SXM4-80GB' is not one llmb knows" in out
@@ -199,12 +317,24 @@ def test_an_unknown_gpu_warns_and_a_record_that_cannot_be_written_only_warns(tmp
 def test_the_submission_section_is_kept_when_the_job_merges_its_own(tmp_path):
     run_dir = tmp_path / "run"
     spec = spec_for(run_dir, device="cpu")
-    assert provenance.write_section(str(run_dir), "submission", {"secret_names": ["MY_LOGIN"], "backend": "x"}) is None
-    provenance.start_job(spec, rank=0, world=1, local_rank=0,
-                         environ={"PATH": "", "MY_LOGIN": "hunter2-long", "LLMB_DUMP_ENV": "1"})
+    assert (
+        provenance.write_section(
+            str(run_dir), "submission", {"secret_names": ["MY_LOGIN"], "backend": "x"}
+        )
+        is None
+    )
+    provenance.start_job(
+        spec,
+        rank=0,
+        world=1,
+        local_rank=0,
+        environ={"PATH": "", "MY_LOGIN": "hunter2-long", "LLMB_DUMP_ENV": "1"},
+    )
     data = provenance.read(str(run_dir))
     assert data["submission"] == {"secret_names": ["MY_LOGIN"], "backend": "x"}
-    assert data["job"]["environment"]["MY_LOGIN"] == "***"  # the declared secret is known to the job
+    assert (
+        data["job"]["environment"]["MY_LOGIN"] == "***"
+    )  # the declared secret is known to the job
     dumped = Path(data["job"]["environment_file"])
     assert dumped == run_dir / "e" / "env-e.txt" and "MY_LOGIN='***'" in dumped.read_text()
     assert not [p for p in run_dir.rglob("*.tmp")]
@@ -222,10 +352,25 @@ def test_results_find_the_record_only_in_the_seeds_layout(tmp_path):
 
 # ------------------------------------------------------------------ real runs
 
-torch_needed = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                  reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
-PROXY = ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2", "--proxy", "tiny",
-         "--steps", "3"]
+torch_needed = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)",
+)
+PROXY = [
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--gpus",
+    "2",
+    "--proxy",
+    "tiny",
+    "--steps",
+    "3",
+]
 
 
 def every_file_without(root: Path, *values: str) -> list[Path]:
@@ -240,19 +385,43 @@ def every_file_without(root: Path, *values: str) -> list[Path]:
 @torch_needed
 def test_a_local_run_records_its_provenance_and_environment_without_any_secret(llmb_proc, tmp_path):
     hf, other = f"hf_{secrets.token_hex(16)}", f"cred_{secrets.token_hex(16)}"
-    env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "HF_TOKEN": hf, "LLMB_TEST_LOGIN": other}
+    env = {
+        "LLMB_INSTALL": str(tmp_path / "install"),
+        "LLMB_NO_CACHE": "1",
+        "HF_TOKEN": hf,
+        "LLMB_TEST_LOGIN": other,
+    }
     # Secrets llmb is not told about (issue 21, items 3 and 8): passwords inside URLs, names outside a word list.
-    hidden = {name: secrets.token_hex(12) for name in
-              ("HF_ENDPOINT", "HTTPS_PROXY", "MLFLOW_TRACKING_URI", "DATABASE_URL", "SSHPASS", "GITHUB_PAT",
-               "REGISTRY_AUTH", "BLOB_URL", "SESSION_COOKIE")}
-    env.update({name: value for name, value in hidden.items() if name in ("SSHPASS", "GITHUB_PAT", "REGISTRY_AUTH")},
-               HF_ENDPOINT=f"https://mirror-user:{hidden['HF_ENDPOINT']}@hf-mirror.example",
-               HTTPS_PROXY=f"http://proxy-user:{hidden['HTTPS_PROXY']}@proxy.example:3128",
-               MLFLOW_TRACKING_URI=f"https://ml:{hidden['MLFLOW_TRACKING_URI']}@mlflow.example/",
-               DATABASE_URL=f"postgres://db:{hidden['DATABASE_URL']}@db.example/runs",
-               BLOB_URL=f"https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig={hidden['BLOB_URL']}",
-               SESSION_COOKIE=f"session={hidden['SESSION_COOKIE']}")
-    result = llmb_proc("run", *PROXY, "--secret", "LLMB_TEST_LOGIN", "--dump-env", "--json", env=env, timeout=900)
+    hidden = {
+        name: secrets.token_hex(12)
+        for name in (
+            "HF_ENDPOINT",
+            "HTTPS_PROXY",
+            "MLFLOW_TRACKING_URI",
+            "DATABASE_URL",
+            "SSHPASS",
+            "GITHUB_PAT",
+            "REGISTRY_AUTH",
+            "BLOB_URL",
+            "SESSION_COOKIE",
+        )
+    }
+    env.update(
+        {
+            name: value
+            for name, value in hidden.items()
+            if name in ("SSHPASS", "GITHUB_PAT", "REGISTRY_AUTH")
+        },
+        HF_ENDPOINT=f"https://mirror-user:{hidden['HF_ENDPOINT']}@hf-mirror.example",
+        HTTPS_PROXY=f"http://proxy-user:{hidden['HTTPS_PROXY']}@proxy.example:3128",
+        MLFLOW_TRACKING_URI=f"https://ml:{hidden['MLFLOW_TRACKING_URI']}@mlflow.example/",
+        DATABASE_URL=f"postgres://db:{hidden['DATABASE_URL']}@db.example/runs",
+        BLOB_URL=f"https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig={hidden['BLOB_URL']}",
+        SESSION_COOKIE=f"session={hidden['SESSION_COOKIE']}",
+    )
+    result = llmb_proc(
+        "run", *PROXY, "--secret", "LLMB_TEST_LOGIN", "--dump-env", "--json", env=env, timeout=900
+    )
     summary = json.loads(result.out)
     assert result.code == 0 and summary["state"] == "SUCCEEDED", result.err[-3000:]
     run_dir = Path(summary["experiment_dir"])
@@ -262,21 +431,41 @@ def test_a_local_run_records_its_provenance_and_environment_without_any_secret(l
     plugins = {p["distribution"]: p["version"] for p in submitted["plugins"]}
     assert plugins["llmb-plugin-llama31"] == importlib.metadata.version("llmb-plugin-llama31")
     assert job["plugins"]["llmb-backend-slurm"] == importlib.metadata.version("llmb-backend-slurm")
-    assert (submitted["backend"], submitted["engine"], submitted["gpu"]) == ("local", "torch", "h100")
+    assert (submitted["backend"], submitted["engine"], submitted["gpu"]) == (
+        "local",
+        "torch",
+        "h100",
+    )
     assert submitted["image"]["reference"] is None and "no container" in submitted["image"]["note"]
     assert {"HF_TOKEN", "LLMB_TEST_LOGIN"} <= set(submitted["secret_names"])
     assert job["frameworks"]["torch"] == importlib.metadata.version("torch")
-    assert job["scheduler"] == {"kind": "local", "llmb_job_id": summary["job_id"], "job_id": summary["job_id"],
-                                "nodes": socket.gethostname()}
-    assert job["gpu"]["name"] == "no GPU" and job["gpu"]["requested"] == "h100" and job["ranks"] == 2
+    assert job["scheduler"] == {
+        "kind": "local",
+        "llmb_job_id": summary["job_id"],
+        "job_id": summary["job_id"],
+        "nodes": socket.gethostname(),
+    }
+    assert (
+        job["gpu"]["name"] == "no GPU" and job["gpu"]["requested"] == "h100" and job["ranks"] == 2
+    )
     environment = job["environment"]
     assert environment["HF_TOKEN"] == environment["LLMB_TEST_LOGIN"] == "***"
-    assert (environment["RANK"], environment["WORLD_SIZE"], environment["MASTER_ADDR"]) == ("0", "2", "127.0.0.1")
+    assert (environment["RANK"], environment["WORLD_SIZE"], environment["MASTER_ADDR"]) == (
+        "0",
+        "2",
+        "127.0.0.1",
+    )
     # --dump-env: rank 0's whole environment beside the log, secrets redacted, values shell-quoted.
     dumped = Path(summary["log"]).parent / f"env-{Path(summary['log']).parent.name}.txt"
     assert job["environment_file"] == str(dumped)
     lines = dumped.read_text().splitlines()
-    assert {"HF_TOKEN='***'", "LLMB_TEST_LOGIN='***'", "LLMB_DUMP_ENV=1", "RANK=0", "WORLD_SIZE=2"} <= set(lines)
+    assert {
+        "HF_TOKEN='***'",
+        "LLMB_TEST_LOGIN='***'",
+        "LLMB_DUMP_ENV=1",
+        "RANK=0",
+        "WORLD_SIZE=2",
+    } <= set(lines)
     assert f"LLMB_INSTALL={shlex.quote(env['LLMB_INSTALL'])}" in lines
     assert "HF_ENDPOINT='https://mirror-user:***@hf-mirror.example'" in lines
     assert "BLOB_URL='https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig=***'" in lines
@@ -289,14 +478,20 @@ def test_a_local_run_records_its_provenance_and_environment_without_any_secret(l
     archive = tmp_path / "runs.tar.gz"
     assert llmb_proc("archive", str(run_dir.parent), "-o", str(archive), env=env).code == 0
     with tarfile.open(archive) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith(f"{run_dir.name}/provenance.json"))
+        member = next(
+            m for m in tar.getmembers() if m.name.endswith(f"{run_dir.name}/provenance.json")
+        )
         assert json.loads(tar.extractfile(member).read()) == data
 
 
 @torch_needed
 def test_a_job_on_gpus_of_another_type_stops_before_training(llmb_proc, tmp_path):
     smi = fake_nvidia_smi(tmp_path / "bin", "NVIDIA B200, 570.86.15\nNVIDIA B200, 570.86.15\n")
-    env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "PATH": f"{smi}:{os.environ['PATH']}"}
+    env = {
+        "LLMB_INSTALL": str(tmp_path / "install"),
+        "LLMB_NO_CACHE": "1",
+        "PATH": f"{smi}:{os.environ['PATH']}",
+    }
     result = llmb_proc("run", *PROXY, "--json", env=env, timeout=900)
     summary = json.loads(result.out)
     assert result.code == 1 and summary["state"] == "FAILED", result.err[-3000:]
@@ -304,7 +499,11 @@ def test_a_job_on_gpus_of_another_type_stops_before_training(llmb_proc, tmp_path
     log = Path(summary["log"]).read_text()
     assert "iteration" not in log  # stopped before training
     job = json.loads((Path(summary["experiment_dir"]) / "provenance.json").read_text())["job"]
-    assert (job["gpu"]["check"], job["gpu"]["count"], job["gpu"]["driver"]) == ("mismatch", 2, "570.86.15")
+    assert (job["gpu"]["check"], job["gpu"]["count"], job["gpu"]["driver"]) == (
+        "mismatch",
+        2,
+        "570.86.15",
+    )
 
 
 def job_story(summary: dict, err: str) -> str:
@@ -321,15 +520,28 @@ def job_story(summary: dict, err: str) -> str:
 @pytest.mark.slurm
 def test_a_slurm_run_records_its_slurm_job_and_nodes(llmb_proc, slurm, tmp_path):
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env()}
-    result = llmb_proc("run", *PROXY, "--backend", "slurm", "--bare", "--json", env=env, timeout=900)
+    result = llmb_proc(
+        "run", *PROXY, "--backend", "slurm", "--bare", "--json", env=env, timeout=900
+    )
     summary = json.loads(result.out)
     assert result.code == 0 and summary["state"] == "SUCCEEDED", job_story(summary, result.err)
-    record = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "job.json").read_text())
+    record = json.loads(
+        (Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "job.json").read_text()
+    )
     slurm_id = record["details"]["attempts"][-1]["slurm_id"]
-    ended = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "exit.json").read_text())
+    ended = json.loads(
+        (Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "exit.json").read_text()
+    )
     data = json.loads((Path(summary["experiment_dir"]) / "provenance.json").read_text())
-    assert data["submission"]["backend"] == "slurm" and "nodes' Python environment" in data["submission"]["image"]["note"]
+    assert (
+        data["submission"]["backend"] == "slurm"
+        and "nodes' Python environment" in data["submission"]["image"]["note"]
+    )
     scheduler = data["job"]["scheduler"]
-    assert (scheduler["kind"], scheduler["job_id"], scheduler["nodes"]) == ("slurm", slurm_id, ended["nodes"])
+    assert (scheduler["kind"], scheduler["job_id"], scheduler["nodes"]) == (
+        "slurm",
+        slurm_id,
+        ended["nodes"],
+    )
     assert scheduler["num_nodes"] == "1" and scheduler["llmb_job_id"] == summary["job_id"]
     assert data["job"]["python"] == ".".join(map(str, sys.version_info[:3]))

@@ -38,24 +38,34 @@ def test_every_name_resolves(name):
 
 def test_the_facade_is_listed_and_refuses_other_names():
     assert set(FACADE) <= set(llmb.__all__) and set(FACADE) <= set(dir(llmb))
-    assert 30 <= len(FACADE) <= 50, f"{len(FACADE)} names: the facade is meant to stay small (about 40)"
+    assert 30 <= len(FACADE) <= 50, (
+        f"{len(FACADE)} names: the facade is meant to stay small (about 40)"
+    )
     with pytest.raises(AttributeError):
         llmb.PluginHostess  # noqa: B018
     for name, path in FACADE.items():
         shadowed = (CORE / f"{name}.py").exists() or (CORE / name / "__init__.py").exists()
-        assert not shadowed or path == f"llmb.{name}", f"llmb.{name} is a module; the facade's {name} is not it"
+        assert not shadowed or path == f"llmb.{name}", (
+            f"llmb.{name} is a module; the facade's {name} is not it"
+        )
 
 
 def test_import_llmb_imports_none_of_the_facades_modules():
-    script = ("import json, sys; import llmb; from llmb.public_api import FACADE; "
-              "print(json.dumps(sorted(m for m in set(FACADE.values()) - {'llmb'} if m in sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    script = (
+        "import json, sys; import llmb; from llmb.public_api import FACADE; "
+        "print(json.dumps(sorted(m for m in set(FACADE.values()) - {'llmb'} if m in sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(out) == []
 
 
 def _plugin_sources() -> list[Path]:
     sources = [p for root in PLUGIN_ROOTS for p in (REPO / root).glob("*/src/**/*.py")]
-    return sources + list((REPO / "tests" / "toy_plugin").rglob("*.py"))  # the documented example plugin
+    return sources + list(
+        (REPO / "tests" / "toy_plugin").rglob("*.py")
+    )  # the documented example plugin
 
 
 def _outside_the_facade(path: Path) -> list[str]:
@@ -68,7 +78,9 @@ def _outside_the_facade(path: Path) -> list[str]:
             if node.module != "llmb":
                 found.append(f"line {node.lineno}: from {node.module} import ...")
             else:
-                found += [f"line {node.lineno}: {a.name}" for a in node.names if a.name not in FACADE]
+                found += [
+                    f"line {node.lineno}: {a.name}" for a in node.names if a.name not in FACADE
+                ]
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "llmb":
@@ -76,8 +88,12 @@ def _outside_the_facade(path: Path) -> list[str]:
                 elif alias.name.startswith("llmb."):
                     found.append(f"line {node.lineno}: import {alias.name}")
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr not in FACADE):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr not in FACADE
+        ):
             found.append(f"line {node.lineno}: llmb.{node.attr}")
     return found
 
@@ -85,9 +101,13 @@ def _outside_the_facade(path: Path) -> list[str]:
 def test_the_repositorys_plugins_import_only_from_llmb():
     sources = _plugin_sources()
     assert len(sources) > 8
-    outside = [f"{path.relative_to(REPO)} {what}" for path in sources for what in _outside_the_facade(path)]
-    assert not outside, "plugins import llmb other than `from llmb import <name>` (llmb.public_api.FACADE):\n" + (
-        "\n".join(outside))
+    outside = [
+        f"{path.relative_to(REPO)} {what}" for path in sources for what in _outside_the_facade(path)
+    ]
+    assert not outside, (
+        "plugins import llmb other than `from llmb import <name>` (llmb.public_api.FACADE):\n"
+        + ("\n".join(outside))
+    )
 
 
 def _docs() -> tuple[str, str]:
@@ -100,7 +120,7 @@ def test_the_plugin_api_page_lists_exactly_the_facade():
     api, _ = _docs()
     listed = re.findall(r"^\| `(\w+)` \| ", api, re.MULTILINE)
     assert len(listed) == len(set(listed)), "a name is listed twice in docs/plugin-api.md"
-    assert set(listed) == set(FACADE), (set(listed) ^ set(FACADE))
+    assert set(listed) == set(FACADE), set(listed) ^ set(FACADE)
     imports = re.findall(r"^(?:from|import) llmb\S*", api, re.MULTILINE)
     assert imports and all(line in ("from llmb", "import llmb") for line in imports), imports
 
@@ -122,8 +142,11 @@ for old, new in MOVED.items():
     seen[old] = [module is sys.modules[new], [str(w.message) for w in caught if w.category is DeprecationWarning]]
 print(json.dumps(seen))
 """
-    seen = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                     check=True).stdout)
+    seen = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout
+    )
     for old, new in MOVED.items():
         same, warned = seen[old]
         assert same, f"{old} is not the module at {new}"
@@ -136,11 +159,17 @@ def test_no_file_is_left_at_an_old_path():
         target = CORE.joinpath(*new.split(".")[1:])
         assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), (old, new)
         stale = CORE.joinpath(*old.split(".")[1:])
-        assert not stale.with_suffix(".py").exists() and not stale.is_dir(), f"{stale} shadows {new}"
+        assert not stale.with_suffix(".py").exists() and not stale.is_dir(), (
+            f"{stale} shadows {new}"
+        )
 
 
 def test_an_old_module_imported_from_the_package_is_the_module_at_its_new_path():
-    script = ("import sys, warnings; warnings.simplefilter('ignore'); from llmb import experiment, records; "
-              "print(records is sys.modules['llmb.recipes.records'], experiment is sys.modules['llmb.runs.experiment'])")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    script = (
+        "import sys, warnings; warnings.simplefilter('ignore'); from llmb import experiment, records; "
+        "print(records is sys.modules['llmb.recipes.records'], experiment is sys.modules['llmb.runs.experiment'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["True", "True"]

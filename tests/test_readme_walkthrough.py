@@ -12,22 +12,34 @@ from pathlib import Path
 import pytest
 from readme_blocks import walkthrough_commands
 
-pytest.importorskip("torch", reason="the walkthrough trains proxies (./dev.sh installs torch==2.13.0)")
-pytest.importorskip("matplotlib", reason="the walkthrough draws a report (./dev.sh installs matplotlib)")
+pytest.importorskip(
+    "torch", reason="the walkthrough trains proxies (./dev.sh installs torch==2.13.0)"
+)
+pytest.importorskip(
+    "matplotlib", reason="the walkthrough draws a report (./dev.sh installs matplotlib)"
+)
 
 
 def test_the_walkthrough_is_the_promised_study():
     commands = walkthrough_commands("A scaling study")
-    assert [c.split()[1] for c in commands if c.startswith("llmb ")] == \
-        ["sweep", "sweep", "results", "report", "archive"]
+    assert [c.split()[1] for c in commands if c.startswith("llmb ")] == [
+        "sweep",
+        "sweep",
+        "results",
+        "report",
+        "archive",
+    ]
 
 
 def test_readme_scaling_study_runs_as_written(tmp_path):
     script = "set -euo pipefail\n" + "\n".join(walkthrough_commands("A scaling study")) + "\n"
     env = {k: v for k, v in os.environ.items() if k != "LLMB_INSTALL"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
-    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=3600)  # a hang guard only: a loaded 2-core machine runs 10-100x slower
+    env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
+    )  # a hang guard only: a loaded 2-core machine runs 10-100x slower
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     study = tmp_path / "scaling-study"
@@ -36,7 +48,13 @@ def test_readme_scaling_study_runs_as_written(tmp_path):
     assert len([j for j in sweep["jobs"] if j]) == 4  # the dry run saved no sweep
     assert proc.stdout.count("SUCCEEDED") >= 4  # the sweep's final table
     report = tmp_path / "scaling-report"
-    for name in ("index.html", "summary.md", "step_time.png", "tokens_per_s.png", "scaling_efficiency.png"):
+    for name in (
+        "index.html",
+        "summary.md",
+        "step_time.png",
+        "tokens_per_s.png",
+        "scaling_efficiency.png",
+    ):
         assert (report / name).is_file(), name
     assert "4 runs: 4 plotted in 1 series" in (report / "summary.md").read_text()
     with tarfile.open(tmp_path / "scaling-study.tar.gz") as tar:

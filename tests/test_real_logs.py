@@ -52,7 +52,10 @@ def test_real_log_reads_as_expected(entry, cli, host, install_root):
     row = rows[0]
     assert row["status"] == expect["status"], row["failure_reason"]
     if "time_mean_ms" in expect:  # the JSON rounds to 3 decimals
-        assert _close(row["time_mean_ms"], expect["time_mean_ms"]), (row["time_mean_ms"], expect["time_mean_ms"])
+        assert _close(row["time_mean_ms"], expect["time_mean_ms"]), (
+            row["time_mean_ms"],
+            expect["time_mean_ms"],
+        )
 
     collected = Collector(host, store=None).collect([str(path)], window=window)
     assert len(collected) == 1
@@ -83,7 +86,9 @@ def test_corpus_is_broad_and_every_entry_names_its_source():
     for entry in ENTRIES:
         source = entry["source"]
         assert source.get("repository"), entry["name"]
-        assert source.get("url") or (source.get("path") and len(source.get("commit", "")) == 40), entry["name"]
+        assert source.get("url") or (source.get("path") and len(source.get("commit", "")) == 40), (
+            entry["name"]
+        )
         assert entry.get("cut"), entry["name"]
         assert entry["expect"]["status"] in STATUSES, entry["name"]
         assert (CORPUS / entry["path"]).exists(), entry["name"]

@@ -16,7 +16,17 @@ from llmb.backends import Backend
 from llmb.lifecycle import reconcile
 from llmb.plugins.host import PluginHost
 from llmb.runs import experiment
-from llmb.runs.jobs import Ending, Job, JobStatus, job_dir, load_job, new_job_dir, now, read_exit, save_job
+from llmb.runs.jobs import (
+    Ending,
+    Job,
+    JobStatus,
+    job_dir,
+    load_job,
+    new_job_dir,
+    now,
+    read_exit,
+    save_job,
+)
 from llmb.runs.runspec import RunSpec
 
 NCCL = "Some NCCL operations have failed or timed out."
@@ -49,8 +59,9 @@ class Cluster:
 
     def cancel(self, job):
         self.cancelled.append(job.id)
-        self.seen[job.id] = JobStatus(job, "CANCELLED", ending=Ending("CANCELLED", "cancelled",
-                                                                      prefer_log_reason=False))
+        self.seen[job.id] = JobStatus(
+            job, "CANCELLED", ending=Ending("CANCELLED", "cancelled", prefer_log_reason=False)
+        )
         return JobStatus(job, "RUNNING")
 
     def describe(self, spec, job, submit):
@@ -79,18 +90,52 @@ def cluster(install_root) -> tuple[PluginHost, Cluster]:
 def submitted(retries: int = 1, log_text: str = "") -> Job:
     """A job as the core's submit leaves it: record, run directory, run.json, log."""
     job_id, directory = new_job_dir("toy")
-    where = experiment.create("llama31", "pretrain_llama3.1_8b_h100_bf16_gpus1_tp1_pp1_cp1_vpNone_mbs1_gbs8")
-    spec = RunSpec(job_id=job_id, workload="llama31", variant="megatron_bridge", framework="megatron_bridge",
-                   engine="torch", size="8b", arch={}, proxy="tiny", gpu="h100", dtype="bf16",
-                   compute_dtype="float32", device="cpu", ranks=1, mbs=1, ga=8, gbs=8, seq_len=64, steps=3, seed=0,
-                   compile=False, flops_per_sample=0.0, experiment=os.path.basename(os.path.dirname(where.run_dir)),
-                   run_dir=where.run_dir, inner_dir=where.inner, log=where.log)
+    where = experiment.create(
+        "llama31", "pretrain_llama3.1_8b_h100_bf16_gpus1_tp1_pp1_cp1_vpNone_mbs1_gbs8"
+    )
+    spec = RunSpec(
+        job_id=job_id,
+        workload="llama31",
+        variant="megatron_bridge",
+        framework="megatron_bridge",
+        engine="torch",
+        size="8b",
+        arch={},
+        proxy="tiny",
+        gpu="h100",
+        dtype="bf16",
+        compute_dtype="float32",
+        device="cpu",
+        ranks=1,
+        mbs=1,
+        ga=8,
+        gbs=8,
+        seq_len=64,
+        steps=3,
+        seed=0,
+        compile=False,
+        flops_per_sample=0.0,
+        experiment=os.path.basename(os.path.dirname(where.run_dir)),
+        run_dir=where.run_dir,
+        inner_dir=where.inner,
+        log=where.log,
+    )
     experiment.write_json(os.path.join(directory, "run.json"), spec.to_dict())
     experiment.write_json(where.recipe_file, {"job_id": job_id})
     Path(where.log).write_text(log_text)
-    job = Job(id=job_id, backend="toy", workload="llama31", experiment=spec.experiment, run_dir=where.run_dir,
-              log=where.log, ranks=1, submitted_at=now(), proxy="tiny", retries=retries,
-              details={"attempts": [{"attempt": 1, "cluster_id": "41"}]})
+    job = Job(
+        id=job_id,
+        backend="toy",
+        workload="llama31",
+        experiment=spec.experiment,
+        run_dir=where.run_dir,
+        log=where.log,
+        ranks=1,
+        submitted_at=now(),
+        proxy="tiny",
+        retries=retries,
+        details={"attempts": [{"attempt": 1, "cluster_id": "41"}]},
+    )
     save_job(job)
     return job
 
@@ -98,48 +143,68 @@ def submitted(retries: int = 1, log_text: str = "") -> Job:
 def test_an_ending_is_recorded_once_and_then_costs_the_backend_nothing(cluster):
     host, impl = cluster
     job = submitted()
-    impl.seen[job.id] = JobStatus(job, "SUCCEEDED", ending=Ending("SUCCEEDED", record={"nodes": "node1"}))
+    impl.seen[job.id] = JobStatus(
+        job, "SUCCEEDED", ending=Ending("SUCCEEDED", record={"nodes": "node1"})
+    )
     first = reconcile.status(host, job)
     assert (first.state, first.exit["nodes"]) == ("SUCCEEDED", "node1")
     assert read_exit(job.id)["state"] == "SUCCEEDED"
     again = reconcile.statuses(host, [job])
-    assert again[0].state == "SUCCEEDED" and impl.asked == [[job.id]]  # the second look read exit.json only
+    assert again[0].state == "SUCCEEDED" and impl.asked == [
+        [job.id]
+    ]  # the second look read exit.json only
 
 
 def test_a_flaky_failure_is_resubmitted_by_the_core_into_a_fresh_run_directory(cluster):
     host, impl = cluster
     job = submitted(retries=1, log_text=f"RuntimeError: {NCCL}\n")
-    impl.seen[job.id] = JobStatus(job, "FAILED", ending=Ending("FAILED", "exit code 1", nodes="node1,node2",
-                                                               label="toy job 41", cluster_id="41"))
+    impl.seen[job.id] = JobStatus(
+        job,
+        "FAILED",
+        ending=Ending(
+            "FAILED", "exit code 1", nodes="node1,node2", label="toy job 41", cluster_id="41"
+        ),
+    )
     status = reconcile.status(host, job)
-    assert status.state == "QUEUED" and status.reason == (f"flaky failure: {NCCL!r} on node1,node2; retried as "
-                                                          f"attempt 2")
-    (job_id, new_log, exclude), = impl.resubmitted
+    assert status.state == "QUEUED" and status.reason == (
+        f"flaky failure: {NCCL!r} on node1,node2; retried as attempt 2"
+    )
+    ((job_id, new_log, exclude),) = impl.resubmitted
     assert exclude == ("node2",) and new_log != job.log and read_exit(job.id) is None
     saved = load_job(job.id)
     assert saved.attempts == 2 and saved.details["attempts"][0]["ended"] == status.reason
     fresh_recipe = json.loads(Path(saved.run_dir, "recipe.json").read_text())
     assert (fresh_recipe["attempt"], fresh_recipe["retry_of"]) == (2, "41")
-    assert f"attempt 1 (toy job 41) ended: {status.reason}, a fresh job, excluding node2: {new_log}" in \
-        Path(job.log).read_text()
-    assert Path(new_log).read_text().startswith("[llmb] retry of attempt 1 (toy job 41, flaky failure")
+    assert (
+        f"attempt 1 (toy job 41) ended: {status.reason}, a fresh job, excluding node2: {new_log}"
+        in Path(job.log).read_text()
+    )
+    assert (
+        Path(new_log).read_text().startswith("[llmb] retry of attempt 1 (toy job 41, flaky failure")
+    )
 
 
 def test_the_last_allowed_attempt_is_recorded_with_its_cause(cluster):
     host, impl = cluster
     job = replace(submitted(retries=1, log_text=f"RuntimeError: {NCCL}\n"), attempts=2)
     save_job(job)
-    impl.seen[job.id] = JobStatus(job, "FAILED", ending=Ending("FAILED", "exit code 1", nodes="node1"))
+    impl.seen[job.id] = JobStatus(
+        job, "FAILED", ending=Ending("FAILED", "exit code 1", nodes="node1")
+    )
     status = reconcile.status(host, job)
-    assert status.state == "FAILED" and status.reason == f"flaky failure: {NCCL!r} on node1 (after 1 retry)"
+    assert (
+        status.state == "FAILED"
+        and status.reason == f"flaky failure: {NCCL!r} on node1 (after 1 retry)"
+    )
     assert not impl.resubmitted and read_exit(job.id)["reason"] == status.reason
 
 
 def test_an_infrastructure_failure_without_retries_left_is_infra_failed(cluster):
     host, impl = cluster
     job = submitted(retries=0)
-    impl.seen[job.id] = JobStatus(job, "FAILED", ending=Ending("FAILED", "x", infrastructure="NODE_FAIL",
-                                                               nodes="node3"))
+    impl.seen[job.id] = JobStatus(
+        job, "FAILED", ending=Ending("FAILED", "x", infrastructure="NODE_FAIL", nodes="node3")
+    )
     status = reconcile.status(host, job)
     assert (status.state, status.reason) == ("INFRA_FAILED", "NODE_FAIL on node3")
 
@@ -152,10 +217,14 @@ def test_a_backend_that_cannot_resubmit_gets_its_own_reason_recorded(install_roo
 
     from llmb import hookimpl
 
-    Plugin.llmb_backends = staticmethod(hookimpl(lambda: [Backend("toy", "no retries", lambda: impl)]))
+    Plugin.llmb_backends = staticmethod(
+        hookimpl(lambda: [Backend("toy", "no retries", lambda: impl)])
+    )
     host = PluginHost(discover=False, extra_plugins=[("toy", Plugin)])
     job = submitted(retries=3, log_text=f"RuntimeError: {NCCL}\n")
-    impl.seen[job.id] = JobStatus(job, "FAILED", ending=Ending("FAILED", "exit code 1", prefer_log_reason=False))
+    impl.seen[job.id] = JobStatus(
+        job, "FAILED", ending=Ending("FAILED", "exit code 1", prefer_log_reason=False)
+    )
     status = reconcile.status(host, job)
     assert (status.state, status.reason) == ("FAILED", "exit code 1") and not impl.resubmitted
 
@@ -194,6 +263,9 @@ def test_cancel_waits_until_the_core_sees_the_job_ended(cluster):
     host, impl = cluster
     job = submitted()
     status = reconcile.cancel(host, job)
-    assert impl.cancelled == [job.id] and (status.state, status.reason) == ("CANCELLED", "cancelled")
+    assert impl.cancelled == [job.id] and (status.state, status.reason) == (
+        "CANCELLED",
+        "cancelled",
+    )
     assert read_exit(job.id)["state"] == "CANCELLED"
     assert os.path.isdir(job_dir(job.id))

@@ -25,8 +25,16 @@ STEP_S = {8: (12.40, 12.60), 16: (12.50, 12.70), 32: (12.90, 13.10)}  # two repe
 
 
 def _recipe(n: int) -> dict:
-    return {"workload": "llama31", "variant": "nemo2", "size": "8b", "gpu": "h100", "dtype": "bf16", "gpus": n,
-            "gbs": 16 * n, "seq_len": 8192}
+    return {
+        "workload": "llama31",
+        "variant": "nemo2",
+        "size": "8b",
+        "gpu": "h100",
+        "dtype": "bf16",
+        "gpus": n,
+        "gbs": 16 * n,
+        "seq_len": 8192,
+    }
 
 
 @pytest.fixture
@@ -36,11 +44,22 @@ def experiments(tmp_path):
     root = tmp_path / "install" / "workloads" / "llama31" / "experiments"
     for n, repeats in STEP_S.items():
         for index, seconds in enumerate(repeats):
-            make_run(root, EXP.format(n=n, gbs=16 * n),
-                     loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), seconds), gbs=16 * n),
-                     stamp=f"17661{n:03d}{index}", recipe=_recipe(n))
-    make_run(root, EXP.format(n=64, gbs=1024), [*loggen.nemo2_lines(range(0, 12), gbs=1024), loggen.OOM],
-             stamp="1766199999", recipe=_recipe(64))
+            make_run(
+                root,
+                EXP.format(n=n, gbs=16 * n),
+                loggen.nemo2_lines(
+                    range(0, 50), step_s=dict.fromkeys(range(50), seconds), gbs=16 * n
+                ),
+                stamp=f"17661{n:03d}{index}",
+                recipe=_recipe(n),
+            )
+    make_run(
+        root,
+        EXP.format(n=64, gbs=1024),
+        [*loggen.nemo2_lines(range(0, 12), gbs=1024), loggen.OOM],
+        stamp="1766199999",
+        recipe=_recipe(64),
+    )
     return tmp_path / "install"
 
 
@@ -87,7 +106,9 @@ def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         if os.environ.get("CI"):
-            pytest.fail("CI must render the report, but chromium is not installed (./dev.sh installs it)")
+            pytest.fail(
+                "CI must render the report, but chromium is not installed (./dev.sh installs it)"
+            )
         pytest.skip("chromium is not installed here (apt-get install chromium)")
     return found
 
@@ -95,10 +116,23 @@ def _chromium() -> str:
 def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
     """The DOM after load, and the console messages, as headless Chromium sees the file."""
     proc = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
@@ -106,7 +140,9 @@ def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
 
 
 def _images(dom: str) -> list[dict[str, str]]:
-    return [dict(re.findall(r'([\w-]+)="([^"]*)"', tag)) for tag in re.findall(r"<img\b[^>]*>", dom)]
+    return [
+        dict(re.findall(r'([\w-]+)="([^"]*)"', tag)) for tag in re.findall(r"<img\b[^>]*>", dom)
+    ]
 
 
 def test_render_check_catches_a_broken_page(tmp_path):
@@ -114,9 +150,11 @@ def test_render_check_catches_a_broken_page(tmp_path):
     from llmb.report.html import MARK_LOADED
 
     page = tmp_path / "broken.html"
-    page.write_text(f'<!DOCTYPE html><html><head><script>{MARK_LOADED}</script></head><body>'
-                    f'<img src="data:image/png;base64,AAAA" alt="x"><script>console.error("boom")</script>'
-                    f'</body></html>')
+    page.write_text(
+        f"<!DOCTYPE html><html><head><script>{MARK_LOADED}</script></head><body>"
+        f'<img src="data:image/png;base64,AAAA" alt="x"><script>console.error("boom")</script>'
+        f"</body></html>"
+    )
     dom, console = render(page, tmp_path)
     assert any("boom" in line for line in console)
     assert [img.get("data-loaded") for img in _images(dom)] == ["no"]
@@ -124,7 +162,9 @@ def test_render_check_catches_a_broken_page(tmp_path):
 
 def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, tmp_path):
     out = tmp_path / "report"
-    result = llmb_proc("report", "--out", str(out), "--json", env={"LLMB_INSTALL": str(experiments)}, timeout=120)
+    result = llmb_proc(
+        "report", "--out", str(out), "--json", env={"LLMB_INSTALL": str(experiments)}, timeout=120
+    )
     assert result.code == 0, result.err
     written = result.json()
     names = [Path(p).name for p in written["plots"]]
@@ -139,8 +179,13 @@ def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, 
     assert len(images) == len(names)
     assert all(img.get("data-loaded") == "yes" for img in images), images
     assert all(img["src"].startswith("data:image/png;base64,") for img in images)  # self-contained
-    for heading in ("Step time vs GPU count", "Tokens/s vs GPU count", "MFU vs GPU count",
-                    "Scaling efficiency vs GPU count", "Runs without a result"):
+    for heading in (
+        "Step time vs GPU count",
+        "Tokens/s vs GPU count",
+        "MFU vs GPU count",
+        "Scaling efficiency vs GPU count",
+        "Runs without a result",
+    ):
         assert heading in dom
     assert "12,270.0" in dom  # the seed's 8-GPU step time beside the measured one
 
@@ -152,9 +197,24 @@ def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, 
 
 
 def test_report_from_a_results_file_and_a_proxy_without_published_figures(llmb_proc, tmp_path):
-    rows = [{"filename": f"r{n}", "status": "success", "time_mean_ms": 100.0 + n, "workload": "llama31",
-             "variant": "megatron-bridge", "size": "8b", "gpu": "h100", "dtype": "bf16", "gpus": n,
-             "scaling": "strong", "proxy": True, "tokens_per_s": 1000.0 * n, "mfu_pct": None} for n in (1, 2, 4)]
+    rows = [
+        {
+            "filename": f"r{n}",
+            "status": "success",
+            "time_mean_ms": 100.0 + n,
+            "workload": "llama31",
+            "variant": "megatron-bridge",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "bf16",
+            "gpus": n,
+            "scaling": "strong",
+            "proxy": True,
+            "tokens_per_s": 1000.0 * n,
+            "mfu_pct": None,
+        }
+        for n in (1, 2, 4)
+    ]
     source = tmp_path / "rows.json"
     source.write_text(json.dumps(rows))
     out = tmp_path / "proxy-report"
@@ -168,13 +228,18 @@ def test_report_from_a_results_file_and_a_proxy_without_published_figures(llmb_p
     assert f"{101.0 / (104.0 * 4):.1%}" in page
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--sweep", "last", "x.json"], "either --sweep ID or RESULTS"),
-    (["--sweep", "sweep-nope"], "sweep-nope"),
-    ([], "no runs found"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sweep", "last", "x.json"], "either --sweep ID or RESULTS"),
+        (["--sweep", "sweep-nope"], "sweep-nope"),
+        ([], "no runs found"),
+    ],
+)
 def test_report_mistakes_are_usage_errors(llmb_proc, tmp_path, args, message):
-    result = llmb_proc("report", *args, "--out", str(tmp_path / "r"), env={"LLMB_INSTALL": str(tmp_path / "empty")})
+    result = llmb_proc(
+        "report", *args, "--out", str(tmp_path / "r"), env={"LLMB_INSTALL": str(tmp_path / "empty")}
+    )
     assert result.code == 2, result
     assert message in result.err and "Traceback" not in result.err
 
@@ -183,7 +248,9 @@ def test_report_without_matplotlib_says_how_to_install_it(llmb_proc, tmp_path):
     shadow = tmp_path / "shadow" / "matplotlib"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
-    result = llmb_proc("report", "--out", str(tmp_path / "r"), env={"PYTHONPATH": str(shadow.parent)})
+    result = llmb_proc(
+        "report", "--out", str(tmp_path / "r"), env={"PYTHONPATH": str(shadow.parent)}
+    )
     assert result.code == 2
     assert "pip install 'llmb[report]'" in result.err and "Traceback" not in result.err
 
@@ -198,5 +265,7 @@ def test_labels_from_data_are_drawn_as_text_and_bounded(cli, experiments, monkey
         row.update(workload=name, size=name, gpu=name, dtype=name)
     data = build_report(rows, host.workloads())
     plots, _ = draw_plots(data)
-    assert plots and all(plot.png.startswith(b"\x89PNG") and len(plot.png) < 2_000_000 for plot in plots)
+    assert plots and all(
+        plot.png.startswith(b"\x89PNG") and len(plot.png) < 2_000_000 for plot in plots
+    )
     assert all(len(series.label) < 300 for series in data.series)

@@ -15,7 +15,12 @@ def resolve(host, workload, size=None, gpu=None, dtype=None, gpus=None, **kw):
 
 def test_design_card_example(host):
     r = resolve(host, "llama31", "8b", "b200", "nvfp4", 8)
-    assert (r.variant, r.framework, r.nodes, r.gpus_per_node) == ("megatron-bridge", "megatron_bridge", 1, 8)
+    assert (r.variant, r.framework, r.nodes, r.gpus_per_node) == (
+        "megatron-bridge",
+        "megatron_bridge",
+        1,
+        8,
+    )
     assert (r.tp, r.pp, r.cp, r.dp, r.mbs, r.gbs, r.ga) == (1, 1, 1, 8, 4, 128, 4)
     assert r.validated and not r.warnings
 
@@ -46,29 +51,42 @@ def test_above_the_largest_count_is_accepted_but_not_validated(host):
 
 
 def test_below_the_smallest_count_is_rejected(host):
-    with pytest.raises(RecipeError, match=r"needs at least 64 GPUs; 32 is below the smallest tested scale"):
+    with pytest.raises(
+        RecipeError, match=r"needs at least 64 GPUs; 32 is below the smallest tested scale"
+    ):
         resolve(host, "llama31", "70b", "b200", "fp8", 32)
 
 
 def test_counts_between_separate_proxy_rows_are_rejected(host):
-    with pytest.raises(RecipeError, match=r"tested at 32, 64, 128 GPUs; 96 GPUs falls between them"):
+    with pytest.raises(
+        RecipeError, match=r"tested at 32, 64, 128 GPUs; 96 GPUs falls between them"
+    ):
         resolve(host, "llama31", "405b-proxy", "h100", "bf16", 96, variant="nemo2")
 
 
 def test_proxy_rows_keep_their_own_layers(host):
-    layers = [resolve(host, "llama31", "405b-proxy", "h100", "fp8", g, variant="nemo2").layers for g in (32, 64, 128)]
+    layers = [
+        resolve(host, "llama31", "405b-proxy", "h100", "fp8", g, variant="nemo2").layers
+        for g in (32, 64, 128)
+    ]
     assert layers == [8, 30, 62]
 
 
 def test_strong_scaling_keeps_gbs_and_lowers_ga(host):
-    gas = [resolve(host, "nemotron4", gpu="b200", gpus=g, strong_scaling=True) for g in (128, 256, 512, 1024)]
+    gas = [
+        resolve(host, "nemotron4", gpu="b200", gpus=g, strong_scaling=True)
+        for g in (128, 256, 512, 1024)
+    ]
     assert [(r.gbs, r.ga) for r in gas] == [(512, 128), (512, 64), (512, 32), (512, 16)]
     weak = resolve(host, "nemotron4", gpu="b200", gpus=256)
     assert (weak.gbs, weak.ga, weak.scaling) == (64, 8, "weak")
 
 
 def test_strong_scaling_where_the_seed_has_none(host):
-    with pytest.raises(RecipeError, match="has no strong-scaling recipe; it has strong scaling on: gb200, gb300, b200"):
+    with pytest.raises(
+        RecipeError,
+        match="has no strong-scaling recipe; it has strong scaling on: gb200, gb300, b200",
+    ):
         resolve(host, "nemotron4", gpu="h100", gpus=256, strong_scaling=True)
     with pytest.raises(RecipeError, match="no strong-scaling recipes at all"):
         resolve(host, "nemotronh", gpus=256, strong_scaling=True)
@@ -91,9 +109,14 @@ def test_seed_defaults_fill_missing_values(host):
     assert (r.size, r.dtype) == ("340b", "fp8")
     r = resolve(host, "llama4", gpu="gb200", gpus=128)
     assert (r.size, r.dtype) == ("400b", "bf16")
-    with pytest.raises(RecipeError, match=r"no GPU type given \(use --gpu or set GPU_TYPE\); valid: gb300, gb200, b200, h100"):
+    with pytest.raises(
+        RecipeError,
+        match=r"no GPU type given \(use --gpu or set GPU_TYPE\); valid: gb300, gb200, b200, h100",
+    ):
         resolve(host, "llama31", "8b", None, "fp8", 8)
-    with pytest.raises(RecipeError, match="The published recipe's defaults supplied size 405b, dtype fp8"):
+    with pytest.raises(
+        RecipeError, match="The published recipe's defaults supplied size 405b, dtype fp8"
+    ):
         resolve(host, "llama31", gpu="h100", gpus=8)
 
 
@@ -117,7 +140,9 @@ def test_overrides_apply_and_are_reported(host):
     r = resolve(host, "llama31", "8b", "b200", "nvfp4", 8, overrides={"mbs": 2, "layers": 4})
     assert (r.mbs, r.ga, r.layers) == (2, 8, 4)
     assert any("--set mbs=2 overrides the published recipe's MBS 4" in w for w in r.warnings)
-    with pytest.raises(RecipeError, match=r"with your --set overrides is impossible: .*GA would be 10.67"):
+    with pytest.raises(
+        RecipeError, match=r"with your --set overrides is impossible: .*GA would be 10.67"
+    ):
         resolve(host, "llama31", "8b", "h100", "bf16", 8, overrides={"mbs": 3})
     with pytest.raises(RecipeError, match="exceeds the model's 32 layers"):
         resolve(host, "llama31", "8b", "b200", "nvfp4", 8, overrides={"layers": 40})
@@ -127,7 +152,13 @@ def test_moe_expert_groups_must_fit(host):
     r = resolve(host, "llama4", gpu="h100", gpus=512)
     assert (r.tp, r.ep, r.etp, r.dp, r.ga) == (4, 128, 4, 128, 8)
     with pytest.raises(RecipeError, match=r"EP\*ETP = 128\*4 = 512 does not divide"):
-        resolve(host, "llama4", gpu="h100", gpus=512, overrides={"pp": 2, "gbs": ScaleExpr.constant(1024)})
+        resolve(
+            host,
+            "llama4",
+            gpu="h100",
+            gpus=512,
+            overrides={"pp": 2, "gbs": ScaleExpr.constant(1024)},
+        )
 
 
 def test_adjustments_from_the_seed_prose(host):

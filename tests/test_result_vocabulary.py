@@ -24,17 +24,38 @@ def _experiments(install: Path) -> Path:
 
 
 def test_a_short_run_is_warned_before_it_starts(cli, install):
-    result = cli("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8",
-                 "--backend", "slurm", "--steps", "20", "--dry-run")
+    result = cli(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "8",
+        "--backend",
+        "slurm",
+        "--steps",
+        "20",
+        "--dry-run",
+    )
     assert result.code == 0, result.err
-    assert "20 steps end before the statistics window's end (44): the run's result will be too_short" in result.err
+    assert (
+        "20 steps end before the statistics window's end (44): the run's result will be too_short"
+        in result.err
+    )
 
 
 def test_a_run_that_ended_before_the_window_is_too_short_everywhere(cli, install):
     make_run(_experiments(install), MB8, loggen.megatron_bridge_lines(range(1, 21), last=20))
     [row] = cli("results", "--json").json()
     assert row["status"] == "too_short"
-    assert "ended normally at iteration 20, before the end of the statistics window 35-44" in row["failure_reason"]
+    assert (
+        "ended normally at iteration 20, before the end of the statistics window 35-44"
+        in row["failure_reason"]
+    )
     compared = cli("compare", "--json")
     assert compared.code == 1
     [verdict] = json.loads(compared.out)[0]["verdicts"]
@@ -45,14 +66,31 @@ def test_a_run_that_ended_before_the_window_is_too_short_everywhere(cli, install
 
 def test_a_cancelled_jobs_run_is_cancelled_not_incomplete(cli, install):
     job_id = "local-abc123"
-    run = make_run(_experiments(install), MB8, loggen.megatron_bridge_lines(range(1, 13)),
-                   recipe={"workload": "llama31", "size": "8b", "gpu": "h100", "dtype": "fp8", "gpus": 8,
-                           "gbs": 128, "seq_len": 8192, "job_id": job_id})
+    run = make_run(
+        _experiments(install),
+        MB8,
+        loggen.megatron_bridge_lines(range(1, 13)),
+        recipe={
+            "workload": "llama31",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "fp8",
+            "gpus": 8,
+            "gbs": 128,
+            "seq_len": 8192,
+            "job_id": job_id,
+        },
+    )
     job = install / "jobs" / job_id
     job.mkdir(parents=True)
-    (job / "exit.json").write_text(json.dumps({"state": "CANCELLED", "reason": "cancelled by the user"}))
+    (job / "exit.json").write_text(
+        json.dumps({"state": "CANCELLED", "reason": "cancelled by the user"})
+    )
     [row] = cli("results", "--json", "--rescan").json()
-    assert (row["status"], row["failure_reason"]) == ("cancelled", "the job was cancelled at iteration 12")
+    assert (row["status"], row["failure_reason"]) == (
+        "cancelled",
+        "the job was cancelled at iteration 12",
+    )
     [verdict] = json.loads(cli("compare", str(run), "--json").out)[0]["verdicts"]
     assert verdict["outcome"] == "cancelled"
     assert "CANCELLED" in cli("compare", str(run)).out

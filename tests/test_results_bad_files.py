@@ -26,8 +26,9 @@ GOOD = {f"{MB}_1000001": "success", f"{NEMO}_1000009": "success"}
 def _write_only_file() -> str | None:
     """A regular file that even root cannot open for reading: a write-only sysfs attribute."""
     found = glob.glob("/sys/bus/pci/rescan") + glob.glob("/sys/devices/pci*/*/rescan")
-    return next((path for path in found if os.path.isfile(path) and not os.access(path, os.R_OK)), None) or next(
-        (path for path in found if os.path.isfile(path) and _open_fails(path)), None)
+    return next(
+        (path for path in found if os.path.isfile(path) and not os.access(path, os.R_OK)), None
+    ) or next((path for path in found if os.path.isfile(path) and _open_fails(path)), None)
 
 
 def _open_fails(path: str) -> bool:
@@ -59,9 +60,13 @@ def experiments(tmp_path):
     _bad_run(root, "1000003").symlink_to(name)  # itself
     bad["1000003"] = rf"{name} is a symbolic link to {name} that cannot be followed: the links loop"
     os.mkfifo(_bad_run(root, "1000004"))
-    bad["1000004"] = rf"{name} is a FIFO \(named pipe\), not a regular file; only regular files are read"
+    bad["1000004"] = (
+        rf"{name} is a FIFO \(named pipe\), not a regular file; only regular files are read"
+    )
     _bad_run(root, "1000005").symlink_to("/dev/zero")
-    bad["1000005"] = rf"{name} is a symbolic link to /dev/zero, which is a character device, not a regular file"
+    bad["1000005"] = (
+        rf"{name} is a symbolic link to /dev/zero, which is a character device, not a regular file"
+    )
     _bad_run(root, "1000006").mkdir()
     bad["1000006"] = rf"{name} is a directory, not a regular file"
 
@@ -70,7 +75,9 @@ def experiments(tmp_path):
         unreadable.write_text("\n".join(loggen.megatron_bridge_lines(range(1, 51))) + "\n")
         unreadable.chmod(0)
         bad["1000007"] = rf"cannot read {name}: Permission denied"
-    elif (target := _write_only_file()) is not None:  # root reads any mode; not a write-only attribute
+    elif (
+        target := _write_only_file()
+    ) is not None:  # root reads any mode; not a write-only attribute
         unreadable.symlink_to(target)
         bad["1000007"] = rf"cannot read {name}: Permission denied"
     else:
@@ -80,24 +87,36 @@ def experiments(tmp_path):
     # A good log whose recipe.json is a FIFO: the recipe is skipped, the log read.
     recipe_fifo = make_run(root, MB, loggen.megatron_bridge_lines(range(1, 51)), stamp="1000008")
     os.mkfifo(recipe_fifo / "recipe.json")
-    return root, {f"{MB}_{stamp}": reason for stamp, reason in bad.items()}, {**GOOD, f"{MB}_1000008": "success"}
+    return (
+        root,
+        {f"{MB}_{stamp}": reason for stamp, reason in bad.items()},
+        {**GOOD, f"{MB}_1000008": "success"},
+    )
 
 
 def test_bad_logs_are_reported_and_the_good_runs_still_show(llmb_proc, experiments, tmp_path):
     root, bad, good = experiments
     assert len(bad) >= 5
-    result = llmb_proc("results", str(root), "--json", "--db", str(tmp_path / "r.sqlite"), timeout=120)
+    result = llmb_proc(
+        "results", str(root), "--json", "--db", str(tmp_path / "r.sqlite"), timeout=120
+    )
     assert result.code == 0, result.err
     rows = {r["filename"]: r for r in json.loads(result.out)}
     assert {name: rows[name]["status"] for name in good} == good
     for name, reason in bad.items():
         assert rows[name]["status"] == "unreadable", rows[name]
-        assert re.fullmatch(reason + ".*", rows[name]["failure_reason"]), (reason, rows[name]["failure_reason"])
+        assert re.fullmatch(reason + ".*", rows[name]["failure_reason"]), (
+            reason,
+            rows[name]["failure_reason"],
+        )
     assert len(rows) == len(good) + len(bad)
 
     table = llmb_proc("results", str(root), "--db", str(tmp_path / "r.sqlite"), timeout=120)
     assert table.code == 0, table.err
-    def row(name: str, status: str) -> str:  # the experiment's short form, then its run's number as JOB
+
+    def row(
+        name: str, status: str
+    ) -> str:  # the experiment's short form, then its run's number as JOB
         experiment, stamp = name.rsplit("_", 1)
         return rf"^{re.escape(compact_name(experiment))}\s+{stamp}\s+{status}\s"
 
@@ -118,8 +137,10 @@ def test_unreadable_logs_are_not_stored(llmb_proc, experiments, tmp_path):
     fixed = root / MB / f"{MB}_1000004" / MB / f"log-{MB}.out"  # the FIFO, replaced by its log
     fixed.unlink()
     fixed.write_text("\n".join(loggen.megatron_bridge_lines(range(1, 51))) + "\n")
-    rows = {r["filename"]: r for r in json.loads(llmb_proc("results", str(root), "--json", "--db", db,
-                                                           timeout=120).out)}
+    rows = {
+        r["filename"]: r
+        for r in json.loads(llmb_proc("results", str(root), "--json", "--db", db, timeout=120).out)
+    }
     assert rows[f"{MB}_1000004"]["status"] == "success"
 
 
@@ -127,7 +148,9 @@ def test_unreadable_logs_are_not_stored(llmb_proc, experiments, tmp_path):
 def test_a_log_given_by_name_that_is_not_a_file(llmb_proc, tmp_path, kind):
     log = tmp_path / f"log-{MB}.out"
     os.mkfifo(log) if kind == "fifo" else log.symlink_to("/dev/zero")
-    result = llmb_proc("results", str(log), "--json", "--db", str(tmp_path / "r.sqlite"), timeout=60)
+    result = llmb_proc(
+        "results", str(log), "--json", "--db", str(tmp_path / "r.sqlite"), timeout=60
+    )
     assert result.code == 0, result.err
     [row] = json.loads(result.out)
     assert row["status"] == "unreadable" and "not a regular file" in row["failure_reason"]

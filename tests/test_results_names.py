@@ -22,16 +22,34 @@ def install(install_root):
 
 def test_a_strong_scaling_gbs_makes_the_name_strong(host):
     strong = infer_from_name(STRONG, host.workloads())
-    assert (strong.workload, strong.gpus, strong.gbs, strong.scaling) == ("nemotron4", 128, 512, "strong")
+    assert (strong.workload, strong.gpus, strong.gbs, strong.scaling) == (
+        "nemotron4",
+        128,
+        512,
+        "strong",
+    )
     assert infer_from_name(WEAK, host.workloads()).scaling == "weak"
 
 
 def test_compare_finds_the_strong_scaling_figure_plan_shows(cli, install):
     experiments = install / "workloads" / "nemotron4" / "experiments"
-    run = make_run(experiments, STRONG, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 21.5),
-                                                           gbs=512))
-    planned = cli("plan", "nemotron4", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128", "--strong-scaling",
-                  "--json").json()["expected"]
+    run = make_run(
+        experiments,
+        STRONG,
+        loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 21.5), gbs=512),
+    )
+    planned = cli(
+        "plan",
+        "nemotron4",
+        "--gpu",
+        "gb200",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "128",
+        "--strong-scaling",
+        "--json",
+    ).json()["expected"]
     compared = cli("compare", str(run), "--gpu", "gb200", "--json")
     assert compared.code == 0, compared.err
     [row] = json.loads(compared.out)
@@ -42,7 +60,11 @@ def test_compare_finds_the_strong_scaling_figure_plan_shows(cli, install):
 def test_a_name_that_counts_nodes_gives_the_gpu_count(cli, install, host):
     assert infer_from_name(LLAMA4, host.workloads()).nodes == 64
     experiments = install / "workloads" / "llama4" / "experiments"
-    make_run(experiments, LLAMA4, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 6.2), gbs=1024))
+    make_run(
+        experiments,
+        LLAMA4,
+        loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 6.2), gbs=1024),
+    )
     [gb200] = cli("results", "--json", "--gpu", "gb200").json()
     assert gb200["gpus"] == 256 and gb200["mfu_pct"] is not None  # 64 nodes of 4 GPUs
     assert gb200["reference_step_time_ms"] == pytest.approx(6223.0)

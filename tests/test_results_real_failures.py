@@ -21,8 +21,10 @@ MB8 = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
 NEMO8 = "pretrain_llama3.1_8b_fp8_8"
 
 # NVIDIA/nccl#1235: NCCL's own words for a CUDA OOM, two ranks' NCCL_DEBUG=WARN lines.
-NCCL_OOM = ("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
-            "ng30903:3063028:3066152 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes")
+NCCL_OOM = (
+    "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+    "ng30903:3063028:3066152 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
+)
 # NVIDIA/nccl#1410: torch's DistBackendError that carries NCCL's CUDA error on its next lines (the issue
 # quotes the exception alone; the traceback's first two lines are the form torch gives every rank's).
 DIST_BACKEND = (
@@ -35,16 +37,22 @@ DIST_BACKEND = (
     "[rank7]: Cuda failure 1 'invalid argument'",
 )
 # NVIDIA-NeMo/Speech#14348: Megatron-Core's NaN check raising under NeMo-Run (its rank prefixes included).
-NAN_RAISED = ("i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2, node dcfai-xe9680-01, device 2, iteration -1: "
-              "Unexpected result nan (message='found NaN in local grad norm for bucket #0 in backward pass before "
-              "data-parallel communication collective')")
+NAN_RAISED = (
+    "i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2, node dcfai-xe9680-01, device 2, iteration -1: "
+    "Unexpected result nan (message='found NaN in local grad norm for bucket #0 in backward pass before "
+    "data-parallel communication collective')"
+)
 # NVIDIA/Megatron-LM#5026: the rerun state machine's words in validate_results mode (it logs, then exits).
-NAN_RERUN = ("ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #2 "
-             "(message='found NaN in local grad norm for bucket #0 in backward pass before data-parallel "
-             "communication collective')")
+NAN_RERUN = (
+    "ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #2 "
+    "(message='found NaN in local grad norm for bucket #0 in backward pass before data-parallel "
+    "communication collective')"
+)
 # alibaba/Pai-Megatron-Patch#366: the older Megatron assertion (the issue's title).
-NAN_ASSERT = ("AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel "
-              "communication collective. Device: 3")
+NAN_ASSERT = (
+    "AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel "
+    "communication collective. Device: 3"
+)
 # marbl/canu#1052 (JOB) and desihub/desitarget#628 (STEP, then srun's words for the tasks it ended).
 TIME_LIMIT_JOB = "slurmstepd: error: *** JOB 3884617 ON node023 CANCELLED AT 2018-08-19T16:30:21 DUE TO TIME LIMIT ***"
 TIME_LIMIT_STEP = (
@@ -55,8 +63,10 @@ TIME_LIMIT_STEP = (
 # SystemsGenetics/GEMmaker#242 (its troubleshooting docs).
 PREEMPTED = "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO PREEMPTION ***"
 # pytorch/pytorch#152302: torch's launcher ending a sibling process, written before the failed one's traceback.
-SIGTERM = ("W0428 00:47:04.140000 51980 .venv/lib/python3.12/site-packages/torch/multiprocessing/spawn.py:169] "
-           "Terminating process 52051 via signal SIGTERM")
+SIGTERM = (
+    "W0428 00:47:04.140000 51980 .venv/lib/python3.12/site-packages/torch/multiprocessing/spawn.py:169] "
+    "Terminating process 52051 via signal SIGTERM"
+)
 
 
 def parse(host, root: Path, **kw):
@@ -73,12 +83,16 @@ def test_nccls_words_for_cuda_oom_are_cuda_oom(host, tmp_path):
     make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 13)), *NCCL_OOM, *DIST_BACKEND])
     r = parse(host, tmp_path)[MB8]
     assert (r.status, r.failure.kind) == ("failed", "cuda_oom")  # before: no_data
-    assert r.reason == ("cuda oom: ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure "
-                        "'out of memory'")
+    assert r.reason == (
+        "cuda oom: ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure "
+        "'out of memory'"
+    )
 
 
 def test_a_dist_backend_error_is_its_last_errors_kind(tmp_path):
-    [found] = failures(tmp_path, DIST_BACKEND)  # NVIDIA/nccl#1410 as printed: 'invalid argument' is no OOM
+    [found] = failures(
+        tmp_path, DIST_BACKEND
+    )  # NVIDIA/nccl#1410 as printed: 'invalid argument' is no OOM
     assert (found.kind, found.offset) == ("python_exception", 0)
     # The same lines with the CUDA error pytorch/pytorch#152302 reports (NCCL >= 2.19 prints its code, 2):
     # torch's message puts it three lines below the exception's own (this one line is changed).
@@ -88,25 +102,42 @@ def test_a_dist_backend_error_is_its_last_errors_kind(tmp_path):
     assert found.message.endswith("(Cuda failure 2 'out of memory')")
 
 
-@pytest.mark.parametrize("line", [
-    # NVIDIA/nccl#1284 (its title): torch before 2.5 names the class under torch.cuda.
-    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory",
-    loggen.OOM,  # torch 2.5's torch.OutOfMemoryError
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        # NVIDIA/nccl#1284 (its title): torch before 2.5 names the class under torch.cuda.
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory",
+        loggen.OOM,  # torch 2.5's torch.OutOfMemoryError
+    ],
+)
 def test_torchs_out_of_memory_errors_are_cuda_oom(tmp_path, line):
-    [found] = failures(tmp_path, ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', line])
+    [found] = failures(
+        tmp_path,
+        ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', line],
+    )
     assert (found.kind, found.message) == ("cuda_oom", line)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    (NAN_RAISED, NAN_RAISED.split("[rank2]: ", 1)[1]),
-    (NAN_RERUN, NAN_RERUN),
-    (NAN_ASSERT, NAN_ASSERT),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (NAN_RAISED, NAN_RAISED.split("[rank2]: ", 1)[1]),
+        (NAN_RERUN, NAN_RERUN),
+        (NAN_ASSERT, NAN_ASSERT),
+    ],
+)
 def test_megatrons_nan_checks_are_a_failure(host, tmp_path, line, message):
     trace = ["Traceback (most recent call last):", '  File "pretrain_gpt.py", line 9, in <module>']
-    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 13)),
-                             *(trace if line.startswith("Assertion") else []), line, loggen.WATCHDOG])
+    make_run(
+        tmp_path,
+        MB8,
+        [
+            *loggen.megatron_bridge_lines(range(1, 13)),
+            *(trace if line.startswith("Assertion") else []),
+            line,
+            loggen.WATCHDOG,
+        ],
+    )
     r = parse(host, tmp_path)[MB8]
     assert (r.status, r.failure.kind) == ("failed", "nan_loss_or_grad")
     assert r.reason == f"nan loss or grad: {message}"
@@ -114,7 +145,9 @@ def test_megatrons_nan_checks_are_a_failure(host, tmp_path, line, message):
 
 def test_step_time_and_iteration_on_one_line_are_both_read(host, tmp_path):
     # field-facts §2's two lines (loggen writes them), each pair joined on one line as two ranks' output can be.
-    lines = list(loggen.megatron_bridge_lines(range(1, 51), tflops={i: 900.0 + i for i in range(1, 51)}))
+    lines = list(
+        loggen.megatron_bridge_lines(range(1, 51), tflops={i: 900.0 + i for i in range(1, 51)})
+    )
     joined = [lines[i] + lines[i + 1] for i in range(0, len(lines), 2)]
     assert "MODEL_TFLOP/s/GPU [2026-11-21 10:00:35] iteration       35/      50 |" in joined[34]
     make_run(tmp_path, MB8, joined)
@@ -123,12 +156,19 @@ def test_step_time_and_iteration_on_one_line_are_both_read(host, tmp_path):
     assert r.stats.tflops_mean == pytest.approx(sum(900.0 + i for i in range(35, 45)) / 10)
 
 
-@pytest.mark.parametrize(("lines", "kind", "message"), [
-    ([TIME_LIMIT_JOB], "time_limit", TIME_LIMIT_JOB),
-    (list(TIME_LIMIT_STEP), "time_limit", TIME_LIMIT_STEP[1]),
-    ([PREEMPTED], "preempted", PREEMPTED),
-    ([*loggen.TRACEBACK, TIME_LIMIT_JOB], "python_exception", loggen.TRACEBACK[-1].removeprefix("[rank3]: ")),
-])
+@pytest.mark.parametrize(
+    ("lines", "kind", "message"),
+    [
+        ([TIME_LIMIT_JOB], "time_limit", TIME_LIMIT_JOB),
+        (list(TIME_LIMIT_STEP), "time_limit", TIME_LIMIT_STEP[1]),
+        ([PREEMPTED], "preempted", PREEMPTED),
+        (
+            [*loggen.TRACEBACK, TIME_LIMIT_JOB],
+            "python_exception",
+            loggen.TRACEBACK[-1].removeprefix("[rank3]: "),
+        ),
+    ],
+)
 def test_slurms_time_limit_and_preemption_are_named(host, tmp_path, lines, kind, message):
     make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 31)), *lines])
     r = parse(host, tmp_path)[MB8]
@@ -137,8 +177,16 @@ def test_slurms_time_limit_and_preemption_are_named(host, tmp_path, lines, kind,
 
 def test_symptoms_never_win_over_a_cause(host, tmp_path):
     # The launcher's SIGTERM and srun's task exits come first in this log; the traceback is the cause.
-    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 31)), SIGTERM, TIME_LIMIT_STEP[2],
-                             *loggen.TRACEBACK])
+    make_run(
+        tmp_path,
+        MB8,
+        [
+            *loggen.megatron_bridge_lines(range(1, 31)),
+            SIGTERM,
+            TIME_LIMIT_STEP[2],
+            *loggen.TRACEBACK,
+        ],
+    )
     r = parse(host, tmp_path)[MB8]
     assert r.failure.kind == "python_exception"
     found = {f.kind for f in failures(tmp_path, [SIGTERM, TIME_LIMIT_STEP[2], *loggen.TRACEBACK])}
@@ -146,7 +194,9 @@ def test_symptoms_never_win_over_a_cause(host, tmp_path):
 
 
 def test_a_log_of_symptoms_alone_names_the_first(host, tmp_path):
-    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 31)), TIME_LIMIT_STEP[2], SIGTERM])
+    make_run(
+        tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 31)), TIME_LIMIT_STEP[2], SIGTERM]
+    )
     r = parse(host, tmp_path)[MB8]
     assert (r.status, r.reason) == ("failed", f"task exit: {TIME_LIMIT_STEP[2]}")
 
@@ -154,10 +204,15 @@ def test_a_log_of_symptoms_alone_names_the_first(host, tmp_path):
 def test_torchruns_summary_and_signals_are_symptoms(tmp_path):
     # torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError) and api.py
     # (SignalException: "Process {pid} got signal: {sigval}"): the launcher's tracebacks, after the worker's.
-    lines = ["Traceback (most recent call last):", '  File "/usr/local/bin/torchrun", line 8, in <module>',
-             "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4042 got signal: 15",
-             "Traceback (most recent call last):", '  File "/usr/local/bin/torchrun", line 8, in <module>',
-             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", *loggen.TRACEBACK]
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4042 got signal: 15",
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        *loggen.TRACEBACK,
+    ]
     for chunk_size in (64, 1 << 20):
         found = {f.kind: f.message for f in failures(tmp_path, lines, chunk_size)}
         assert set(found) == {"signal", "child_failed", "python_exception"}, chunk_size
@@ -166,20 +221,27 @@ def test_torchruns_summary_and_signals_are_symptoms(tmp_path):
 
 def test_progress_bars_and_rank_prefixes_are_not_the_message(tmp_path):
     # ironbar/arc24 (its fine-tuning notes): tqdm's bar, then the traceback on the same line.
-    bar = ("  5%|█████▎                                                                                                 "
-           "    | 5/100 [00:18<05:26,  3.44s/it]")
-    lines = [bar + "Traceback (most recent call last):",
-             '  File "/mnt/hdd0/MEGA/AI/22_Kaggle/arc24/scripts/fine-tuning.py", line 773, in <module>',
-             "    trainer.train()",
-             "ValueError: Batch does not contain any data (`None`). At the end of all iterable data available "
-             "before expected stop iteration."]
+    bar = (
+        "  5%|█████▎                                                                                                 "
+        "    | 5/100 [00:18<05:26,  3.44s/it]"
+    )
+    lines = [
+        bar + "Traceback (most recent call last):",
+        '  File "/mnt/hdd0/MEGA/AI/22_Kaggle/arc24/scripts/fine-tuning.py", line 773, in <module>',
+        "    trainer.train()",
+        "ValueError: Batch does not contain any data (`None`). At the end of all iterable data available "
+        "before expected stop iteration.",
+    ]
     [found] = failures(tmp_path, lines)
     assert found.message == lines[-1]
     # tqdm redraws its line after a \r: a file holds every redraw on one line, the error after the last
     # (bars of the same issue; the OOM is NCCL's words in NVIDIA/nccl#1235).
     redraws = "\r".join([bar, bar.replace("5/100", "6/100"), NCCL_OOM[0].split("] ", 1)[1]])
     [found] = failures(tmp_path, [redraws])
-    assert (found.kind, found.message) == ("cuda_oom", "include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'")
+    assert (found.kind, found.message) == (
+        "cuda_oom",
+        "include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+    )
     [found] = failures(tmp_path, [NAN_RAISED])
     assert found.message.startswith("RuntimeError: Rank 2, node dcfai-xe9680-01")
 
@@ -187,47 +249,85 @@ def test_progress_bars_and_rank_prefixes_are_not_the_message(tmp_path):
 def test_a_run_that_can_never_reach_the_window_says_so(host, tmp_path):
     make_run(tmp_path / "a", MB8, loggen.megatron_bridge_lines(range(1, 30), last=29))
     r = parse(host, tmp_path / "a")[MB8]
-    assert (r.status, r.reason) == ("too_short", (
-        "the run ended normally at iteration 29, before the end of the statistics window 35-44, which it can "
-        "never reach; run at least 44 steps"))
+    assert (r.status, r.reason) == (
+        "too_short",
+        (
+            "the run ended normally at iteration 29, before the end of the statistics window 35-44, which it can "
+            "never reach; run at least 44 steps"
+        ),
+    )
     make_run(tmp_path / "b", NEMO8, loggen.nemo2_lines(range(0, 30), last=29))  # 0-based: 30 steps
     r = parse(host, tmp_path / "b")[NEMO8]
     assert r.reason.endswith("window 35-44, which it can never reach; run at least 45 steps")
-    make_run(tmp_path / "c", MB8, loggen.megatron_bridge_lines(range(1, 21), last=29))  # stopped at 20 of 29
+    make_run(
+        tmp_path / "c", MB8, loggen.megatron_bridge_lines(range(1, 21), last=29)
+    )  # stopped at 20 of 29
     r = parse(host, tmp_path / "c")[MB8]
-    assert (r.status, r.reason) == ("too_short", (
-        "the run's final iteration is 29 (it stopped at 20): the statistics window 35-44 can never be reached; "
-        "run at least 44 steps"))
-    make_run(tmp_path / "d", MB8, [*loggen.megatron_bridge_lines(range(1, 21), last=29), loggen.OOM])
+    assert (r.status, r.reason) == (
+        "too_short",
+        (
+            "the run's final iteration is 29 (it stopped at 20): the statistics window 35-44 can never be reached; "
+            "run at least 44 steps"
+        ),
+    )
+    make_run(
+        tmp_path / "d", MB8, [*loggen.megatron_bridge_lines(range(1, 21), last=29), loggen.OOM]
+    )
     r = parse(host, tmp_path / "d")[MB8]  # failed: the reason is the OOM, the note says the rest
-    assert r.status == "failed" and ("the run's final iteration is 29 (it stopped at 20): the statistics window "
-                                     "35-44 can never be reached; run at least 44 steps") in r.notes
+    assert (
+        r.status == "failed"
+        and (
+            "the run's final iteration is 29 (it stopped at 20): the statistics window "
+            "35-44 can never be reached; run at least 44 steps"
+        )
+        in r.notes
+    )
 
 
 def test_a_logged_global_batch_size_that_differs_from_the_name_is_noted(host, tmp_path):
-    make_run(tmp_path, MB8, loggen.megatron_bridge_lines(range(1, 51), gbs=256, step_ms=dict.fromkeys(range(51), 1e3)))
+    make_run(
+        tmp_path,
+        MB8,
+        loggen.megatron_bridge_lines(range(1, 51), gbs=256, step_ms=dict.fromkeys(range(51), 1e3)),
+    )
     r = parse(host, tmp_path)[MB8]
     assert r.context.gbs == 128  # what the name says
-    assert ("the log's global batch size is 256 but the experiment's name says 128: the logged 256 is used "
-            "(tokens/s, MFU, days to train)") in r.notes
+    assert (
+        "the log's global batch size is 256 but the experiment's name says 128: the logged 256 is used "
+        "(tokens/s, MFU, days to train)"
+    ) in r.notes
     assert r.tokens_per_s == pytest.approx(8192 * 256 / 1.0)
 
 
 def test_an_overflowing_step_time_is_invalid_and_the_listing_goes_on(cli, tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
     make_run(good, MB8, loggen.megatron_bridge_lines(range(1, 51)))
-    make_run(bad, MB8, loggen.megatron_bridge_lines(range(1, 51), step_ms={40: 1e308}), stamp="1766139999")
-    assert "elapsed time per iteration (ms): 1000000000000000010979063629440455417404923096773118" in (
-        next(bad.rglob("log-*.out")).read_text())  # Megatron's {:.1f} of 1e308
+    make_run(
+        bad,
+        MB8,
+        loggen.megatron_bridge_lines(range(1, 51), step_ms={40: 1e308}),
+        stamp="1766139999",
+    )
+    assert (
+        "elapsed time per iteration (ms): 1000000000000000010979063629440455417404923096773118"
+        in (next(bad.rglob("log-*.out")).read_text())
+    )  # Megatron's {:.1f} of 1e308
     result = cli("results", "--json", str(tmp_path))
     assert result.code == 0, result.err
     rows = {r["failure_reason"]: r["status"] for r in json.loads(result.out)}
-    assert rows == {None: "success", (
-        "step time is not a finite number of ms below 1e+09 (1e+308) at iteration 40, inside the window 35-44"):
-        "invalid_step_time"}
+    assert rows == {
+        None: "success",
+        (
+            "step time is not a finite number of ms below 1e+09 (1e+308) at iteration 40, inside the window 35-44"
+        ): "invalid_step_time",
+    }
     table = cli("results", str(tmp_path))
-    short = MB8.removeprefix("pretrain_").replace("_cp1", "").replace("_vpNone", "").replace("_ep1", "")
-    assert table.code == 0 and table.out.count(short) >= 2, table.out  # both runs, by their short name
+    short = (
+        MB8.removeprefix("pretrain_").replace("_cp1", "").replace("_vpNone", "").replace("_ep1", "")
+    )
+    assert table.code == 0 and table.out.count(short) >= 2, (
+        table.out
+    )  # both runs, by their short name
 
 
 # torchtitan's metrics lines. pytorch/torchtitan#3393: every step logged, rank prefix, grad_norm.
@@ -261,15 +361,24 @@ TITAN_ALL_RANKS = [
     "66.91GiB(37.51%)  tps: 10,007  tflops: 313.36  mfu: 13.93%",
 ]
 # torchtitan/tools/utils.py's Color, as torchtitan/components/metrics.py paints the fields.
-RED, GREEN, ORANGE, TURQUOISE = "\033[31m", "\033[32m", "\033[38;2;180;60;0m", "\033[38;2;54;234;195m"
+RED, GREEN, ORANGE, TURQUOISE = (
+    "\033[31m",
+    "\033[32m",
+    "\033[38;2;180;60;0m",
+    "\033[38;2;54;234;195m",
+)
 BLUE, CYAN, MAGENTA, RESET = "\033[34m", "\033[36m", "\033[35m", "\033[39m"
 
 
-def titan_line(stamp: str, step: int, loss: float, grad_norm: float, tps: float, tflops: float, mfu: float) -> str:
+def titan_line(
+    stamp: str, step: int, loss: float, grad_norm: float, tps: float, tflops: float, mfu: float
+) -> str:
     """torchtitan/components/metrics.py's metrics line, colours and all."""
-    return (f"[titan] {stamp} - root - INFO - {RED}step: {step:2}  {GREEN}loss: {loss:7.4f}  "
-            f"{ORANGE}grad_norm: {grad_norm:7.4f}  {TURQUOISE}memory: {1.34:5.2f}GiB({0.96:.2f}%)  "
-            f"{BLUE}tps: {round(tps):,}  {CYAN}tflops: {tflops:,.2f}  {MAGENTA}mfu: {mfu:.2f}%{RESET}")
+    return (
+        f"[titan] {stamp} - root - INFO - {RED}step: {step:2}  {GREEN}loss: {loss:7.4f}  "
+        f"{ORANGE}grad_norm: {grad_norm:7.4f}  {TURQUOISE}memory: {1.34:5.2f}GiB({0.96:.2f}%)  "
+        f"{BLUE}tps: {round(tps):,}  {CYAN}tflops: {tflops:,.2f}  {MAGENTA}mfu: {mfu:.2f}%{RESET}"
+    )
 
 
 def titan_run(steps, total: int | None = 50, step_ms: float = 1000.0) -> list[str]:
@@ -281,13 +390,24 @@ def titan_run(steps, total: int | None = 50, step_ms: float = 1000.0) -> list[st
     def stamp(at: datetime) -> str:
         return at.strftime("%Y-%m-%d %H:%M:%S") + f",{at.microsecond // 1000:03d}"
 
-    lines = [f"[titan] {stamp(start)} - root - INFO - Trainer is initialized with local batch size 8, global batch "
-             f"size 64, gradient accumulation steps 1, sequence length 2048, total steps {total} (warmup 2)"]
+    lines = [
+        f"[titan] {stamp(start)} - root - INFO - Trainer is initialized with local batch size 8, global batch "
+        f"size 64, gradient accumulation steps 1, sequence length 2048, total steps {total} (warmup 2)"
+    ]
     lines = lines if total else []
     lines.append(f"[titan] {stamp(start)} - root - INFO - Training starts at step 1")
     for step in steps:
-        lines.append(titan_line(stamp(start + timedelta(milliseconds=step_ms * step)), step, 7.5, 1.5,
-                                5000 + step, 300.0 + step, 30.0))
+        lines.append(
+            titan_line(
+                stamp(start + timedelta(milliseconds=step_ms * step)),
+                step,
+                7.5,
+                1.5,
+                5000 + step,
+                300.0 + step,
+                30.0,
+            )
+        )
     return lines
 
 
@@ -300,42 +420,71 @@ def titan(tmp_path, lines):
 def test_torchtitans_metrics_lines(tmp_path):
     log = titan(tmp_path, TITAN_EVERY_STEP)
     s = log.samples[15]
-    assert (s.loss, s.grad_norm, s.memory_gib, s.tokens_per_s_per_gpu, s.tflops_per_gpu, s.mfu_pct) == (
-        3.10680, 0.8587, 9.46, 7334.0, 0.53, 0.17)
+    assert (
+        s.loss,
+        s.grad_norm,
+        s.memory_gib,
+        s.tokens_per_s_per_gpu,
+        s.tflops_per_gpu,
+        s.mfu_pct,
+    ) == (3.10680, 0.8587, 9.46, 7334.0, 0.53, 0.17)
     assert s.step_time_ms == pytest.approx(1118.0)  # 16:04:46,338 -> 16:04:47,456
     assert log.samples[14].step_time_ms is None  # nothing before it
     assert log.format == "torchtitan" and log.last is None  # an excerpt: no "total steps", no end
     # torchtitan/train.py ends with logger.info("Training completed"): then the last step seen is final.
-    log = titan(tmp_path, [*TITAN_EVERY_STEP, "[rank0]:[titan] 2026-05-18 16:04:50,000 - root - INFO - Training "
-                                               "completed"])
+    log = titan(
+        tmp_path,
+        [
+            *TITAN_EVERY_STEP,
+            "[rank0]:[titan] 2026-05-18 16:04:50,000 - root - INFO - Training completed",
+        ],
+    )
     assert log.last == 16
     log = titan(tmp_path, TITAN_EVERY_TEN)
     assert sorted(log.samples) == [200, 210]
     assert log.samples[210].step_time_ms == pytest.approx(1464.8)  # 14.648 s over 10 steps
     log = titan(tmp_path, TITAN_ALL_RANKS)
-    assert (log.samples[4].tflops_per_gpu, log.duplicates) == (314.71, 0)  # the first print of each step
+    assert (log.samples[4].tflops_per_gpu, log.duplicates) == (
+        314.71,
+        0,
+    )  # the first print of each step
     assert log.samples[5].step_time_ms == pytest.approx(1637.0)
 
 
 def test_torchtitans_colours_old_wps_and_validation_lines(tmp_path):
-    coloured = "[rank0]:" + titan_line("2026-05-18 16:04:47,456", 15, 3.10680, 0.8587, 7334, 0.53, 0.17)
+    coloured = "[rank0]:" + titan_line(
+        "2026-05-18 16:04:47,456", 15, 3.10680, 0.8587, 7334, 0.53, 0.17
+    )
     assert "\033[34mtps: 7,334  \033[36mtflops: 0.53  \033[35mmfu: 0.17%\033[39m" in coloured
     # torchtitan's train.py before "tps": its f-string's fields, "wps:" and no tflops or grad_norm.
-    old = ("[titan] 2024-05-10 10:00:02,000 - root - INFO - \033[36mstep: 16  \033[32mloss:  3.0505  "
-           "\033[33mmemory:  9.46GiB(64.99%)  \033[34mwps: 7,313  \033[35mmfu: 0.17%\033[39m")
+    old = (
+        "[titan] 2024-05-10 10:00:02,000 - root - INFO - \033[36mstep: 16  \033[32mloss:  3.0505  "
+        "\033[33mmemory:  9.46GiB(64.99%)  \033[34mwps: 7,313  \033[35mmfu: 0.17%\033[39m"
+    )
     # torchtitan/components/metrics.py's log_validation line: not a training step.
-    validation = ("[titan] 2024-05-10 10:00:03,000 - root - INFO - \033[33mvalidate step: 17  \033[32mloss:  3.1000  "
-                  "\033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  \033[34mtps: 9,000\033[39m")
+    validation = (
+        "[titan] 2024-05-10 10:00:03,000 - root - INFO - \033[33mvalidate step: 17  \033[32mloss:  3.1000  "
+        "\033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  \033[34mtps: 9,000\033[39m"
+    )
     log = titan(tmp_path, [TITAN_EVERY_STEP[0], coloured, old, validation])
     assert sorted(log.samples) == [14, 15, 16]
-    assert (log.samples[15].tokens_per_s_per_gpu, log.samples[15].step_time_ms) == (7334.0, pytest.approx(1118.0))
+    assert (log.samples[15].tokens_per_s_per_gpu, log.samples[15].step_time_ms) == (
+        7334.0,
+        pytest.approx(1118.0),
+    )
     assert (log.samples[16].tokens_per_s_per_gpu, log.samples[16].tflops_per_gpu) == (7313.0, None)
 
 
-@pytest.mark.parametrize(("steps", "count"), [
-    (range(1, 51), 10),  # metrics.log_freq 1
-    ([1, *range(10, 51, 10)], 2),  # the default log_freq 10: steps 40 (31-40) and 50 (41-50) overlap 35-44
-])
+@pytest.mark.parametrize(
+    ("steps", "count"),
+    [
+        (range(1, 51), 10),  # metrics.log_freq 1
+        (
+            [1, *range(10, 51, 10)],
+            2,
+        ),  # the default log_freq 10: steps 40 (31-40) and 50 (41-50) overlap 35-44
+    ],
+)
 def test_a_torchtitan_run_in_results_and_compare(cli, tmp_path, steps, count):
     make_run(tmp_path / "base", "torchtitan_llama3_8b", titan_run(steps, step_ms=1010.0))
     run = make_run(tmp_path / "runs", "torchtitan_llama3_8b", titan_run(steps))
@@ -343,8 +492,9 @@ def test_a_torchtitan_run_in_results_and_compare(cli, tmp_path, steps, count):
     [row] = rows
     assert (row["status"], row["samples_in_window"], row["max_iteration"]) == ("success", count, 50)
     assert row["time_mean_ms"] == pytest.approx(1000.0)
-    assert row["tflops_per_gpu_mean"] == pytest.approx(sum(300.0 + s for s in steps if 35 <= s <= 50 and (
-        count == 2 or s <= 44)) / count)
+    assert row["tflops_per_gpu_mean"] == pytest.approx(
+        sum(300.0 + s for s in steps if 35 <= s <= 50 and (count == 2 or s <= 44)) / count
+    )
     baseline = tmp_path / "baseline.json"
     baseline.write_text(cli("results", "--json", str(tmp_path / "base")).out)
     compared = cli("compare", str(run), "--baseline", str(baseline), "--json")
@@ -358,10 +508,16 @@ def test_torchtitan_results_carry_its_own_figures(host, tmp_path):
     r = c.result
     assert (r.format, r.last_iteration, r.context.gbs) == ("torchtitan", 50, 64)
     assert r.stats.tflops_mean == pytest.approx(sum(300.0 + s for s in range(35, 45)) / 10)
-    assert ("torchtitan's own figures over the window (means): 5,040 tokens/s per GPU, MFU 30.00% (of the peak "
-            "torchtitan assumes), peak reserved memory 1.34 GiB") in r.notes
-    make_run(tmp_path / "short", "torchtitan_llama3_8b", titan_run(range(1, 31)))  # total steps 50, stopped at 30
+    assert (
+        "torchtitan's own figures over the window (means): 5,040 tokens/s per GPU, MFU 30.00% (of the peak "
+        "torchtitan assumes), peak reserved memory 1.34 GiB"
+    ) in r.notes
+    make_run(
+        tmp_path / "short", "torchtitan_llama3_8b", titan_run(range(1, 31))
+    )  # total steps 50, stopped at 30
     [c] = Collector(host).collect([str(tmp_path / "short")])
     assert (c.result.status, c.result.reason) == (
-        "incomplete", "the final iteration (50) was not reached; the last logged is 30; window iterations 35-44 are "
-                      "missing")
+        "incomplete",
+        "the final iteration (50) was not reached; the last logged is 30; window iterations 35-44 are "
+        "missing",
+    )

@@ -23,15 +23,19 @@ from llmb.results.records import plain  # noqa: E402
 from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
 from llmb.results.store import ResultStore  # noqa: E402
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are forked on Linux only")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="worker processes are forked on Linux only"
+)
 NOISE = loggen.NOISE_LINE + "\n"
 
 
 def mixed_log(path: Path) -> None:
     """A log with something for every parser, the lines of a step far apart (noise between)."""
-    lines = ["[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/x",
-             "node001:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
-             "node001:1:2 [0] NCCL INFO Using network IB"]
+    lines = [
+        "[NeMo I 2026-11-21 10:00:00 nemo_logging:393] Experiments will be logged at /nemo_run/experiments/x",
+        "node001:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+        "node001:1:2 [0] NCCL INFO Using network IB",
+    ]
     lines += loggen.nccl_lines(3000, seed=3)
     for i, line in enumerate(loggen.megatron_bridge_lines(range(1, 51))):
         lines += [line] + [NOISE.rstrip("\n")] * (200 if i % 7 == 0 else 2)
@@ -65,8 +69,23 @@ def test_a_chunk_finds_what_bytes_find():
     text = (NOISE * 100 + "Traceback (most recent call last):\n" + NOISE * 100 + "end").encode()
     chunk = as_chunk(text)
     assert type(chunk) is Chunk and chunk == text
-    needles = [b"", b"end", b"Traceback (most recent call last):", b"traceback", b"\n", b"useful \n", b"x" * 5000,
-               text, text + b"!", text[:-1], text[1:], 10, 0, bytearray(b"end"), memoryview(b"useful")]
+    needles = [
+        b"",
+        b"end",
+        b"Traceback (most recent call last):",
+        b"traceback",
+        b"\n",
+        b"useful \n",
+        b"x" * 5000,
+        text,
+        text + b"!",
+        text[:-1],
+        text[1:],
+        10,
+        0,
+        bytearray(b"end"),
+        memoryview(b"useful"),
+    ]
     for needle in needles:
         assert (needle in chunk) == (needle in text), needle
     assert as_chunk(b"short") == b"short" and type(as_chunk(b"short")) is bytes
@@ -95,8 +114,10 @@ def tree(root: Path) -> Path:
 def collected(root: Path, db: Path, monkeypatch, jobs: str) -> list:
     monkeypatch.setenv(collect.JOBS_VARIABLE, jobs)
     with ResultStore(str(db)) as store:
-        return [(c.location, json.dumps(c.result.to_dict()), c.run_id, c.cached)  # JSON: NaN == NaN
-                for c in Collector(collect_host(), store).collect([str(root)])]
+        return [
+            (c.location, json.dumps(c.result.to_dict()), c.run_id, c.cached)  # JSON: NaN == NaN
+            for c in Collector(collect_host(), store).collect([str(root)])
+        ]
 
 
 _HOST = []
@@ -124,8 +145,13 @@ def in_fresh_process(test) -> bool:
         assert threading.active_count() == 1, "a fresh process has one thread"
         return False
     node = f"{Path(__file__).resolve()}::{test.__name__}"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
-                          capture_output=True, text=True, env={**os.environ, ISOLATED: "1"}, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+        capture_output=True,
+        text=True,
+        env={**os.environ, ISOLATED: "1"},
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return True
 
@@ -146,7 +172,9 @@ def pools_run(monkeypatch) -> list:
 
     def spy(self, todo, **kw):
         parsed = real(self, todo, **kw)
-        pools.append(None if parsed is None else dict(parsed))  # a copy: the collector pops what it takes
+        pools.append(
+            None if parsed is None else dict(parsed)
+        )  # a copy: the collector pops what it takes
         return parsed
 
     monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
@@ -170,8 +198,13 @@ def _dying_worker(location, window, assume_gpu, gpu_source):
         os._exit(3)  # the worker process dies: the pool breaks
     if "4200005" in (location.log or ""):
         raise RuntimeError("this worker cannot parse it")
-    return collect.Collector.result_for(collect._WORKER_COLLECTOR, location, window=window, assume_gpu=assume_gpu,
-                                        gpu_source=gpu_source)
+    return collect.Collector.result_for(
+        collect._WORKER_COLLECTOR,
+        location,
+        window=window,
+        assume_gpu=assume_gpu,
+        gpu_source=gpu_source,
+    )
 
 
 @linux_only
@@ -181,7 +214,9 @@ def test_a_failing_worker_costs_no_result(tmp_path, monkeypatch):
     root, serial, pools = parsed_serially_then_pooled(tmp_path, monkeypatch)
     monkeypatch.setattr(collect, "_parse_in_worker", _dying_worker)
     assert collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2") == serial
-    assert pools[0] is not None  # the pool ran (and lost the runs its dead and failing workers held)
+    assert (
+        pools[0] is not None
+    )  # the pool ran (and lost the runs its dead and failing workers held)
 
 
 def test_jobs_variable(monkeypatch):

@@ -12,9 +12,17 @@ from llmb.results.store import MIGRATIONS, ResultStore
 
 
 def result(name: str, status: str = "success", workload: str = "llama31") -> RunResult:
-    return RunResult(log=f"/x/{name}", context=RunContext(experiment=name, source="name", workload=workload),
-                     status=status, reason=None, format=None, window=(35, 44), stats=None,
-                     max_iteration=None, last_iteration=None)
+    return RunResult(
+        log=f"/x/{name}",
+        context=RunContext(experiment=name, source="name", workload=workload),
+        status=status,
+        reason=None,
+        format=None,
+        window=(35, 44),
+        stats=None,
+        max_iteration=None,
+        last_iteration=None,
+    )
 
 
 def test_a_new_database_is_at_the_latest_version_in_wal_mode(tmp_path):
@@ -73,8 +81,15 @@ WRITER = textwrap.dedent("""
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "shared.sqlite")
     count = 150
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, path, tag, str(count)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for tag in ("one", "two", "three")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, path, tag, str(count)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("one", "two", "three")
+    ]
     outcomes = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outcomes
     with sqlite3.connect(path) as db:

@@ -51,11 +51,16 @@ def results_despite_the_store(llmb_proc, root: Path, db: Path, *args: str, env: 
     assert all(r["time_mean_ms"] for r in rows)
     warnings = [line for line in result.err.splitlines() if line.startswith("llmb: warning: ")]
     assert len(warnings) == 1, result.err
-    assert f"the results database {db}" in warnings[0] and "results are computed from the logs" in warnings[0]
+    assert (
+        f"the results database {db}" in warnings[0]
+        and "results are computed from the logs" in warnings[0]
+    )
     table = llmb_proc("results", str(root), "--db", str(db), *args, env=env, timeout=120)
     # each run by its experiment's short form and its run's number (the JOB column)
     shown = [(compact_name(name.rsplit("_", 1)[0]), name.rsplit("_", 1)[1]) for name in RUNS]
-    assert table.code == 0 and all(short in table.out and stamp in table.out for short, stamp in shown), table.err
+    assert table.code == 0 and all(
+        short in table.out and stamp in table.out for short, stamp in shown
+    ), table.err
     return warnings[0]
 
 
@@ -63,18 +68,28 @@ def test_a_page_corrupted_database(llmb_proc, stored):
     root, db = stored
     with sqlite3.connect(db) as conn:
         page = conn.execute("PRAGMA page_size").fetchone()[0]
-        roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 0")]
+        roots = [
+            r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 0")
+        ]
     conn.close()
-    with open(db, "r+b") as handle:  # the tables' and indexes' pages; the header and schema (page 1) stay
+    with open(
+        db, "r+b"
+    ) as handle:  # the tables' and indexes' pages; the header and schema (page 1) stay
         for number in roots:
             handle.seek((number - 1) * page)
             handle.write(b"\xab" * page)
     ResultStore(str(db)).close()  # it still opens
     warning = results_despite_the_store(llmb_proc, root, db)
     assert "database disk image is malformed" in warning and "move it aside" in warning
-    assert "malformed" in results_despite_the_store(llmb_proc, root, db, "--rescan")  # the write fails too
+    assert "malformed" in results_despite_the_store(
+        llmb_proc, root, db, "--rescan"
+    )  # the write fails too
     listed = llmb_proc("results", "--from-db", "--db", str(db))
-    assert listed.code == 1 and f"the results database {db}" in listed.err and "malformed" in listed.err
+    assert (
+        listed.code == 1
+        and f"the results database {db}" in listed.err
+        and "malformed" in listed.err
+    )
     assert "internal error" not in listed.err
 
 
@@ -133,11 +148,17 @@ HOLDER = textwrap.dedent("""
 @pytest.mark.parametrize("mode", ["writer", "exclusive"])
 def test_a_database_locked_by_another_process(llmb_proc, stored, mode):
     root, db = stored
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), mode], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        warning = results_despite_the_store(llmb_proc, root, db, "--rescan", env={"LLMB_DB_TIMEOUT": "0.5"})
+        warning = results_despite_the_store(
+            llmb_proc, root, db, "--rescan", env={"LLMB_DB_TIMEOUT": "0.5"}
+        )
         assert "database is locked: another process held it for more than 0.5 s" in warning
         assert "LLMB_DB_TIMEOUT sets how long to wait" in warning
     finally:
@@ -162,9 +183,11 @@ def test_a_database_from_a_newer_llmb_is_refused_and_left_alone(llmb_proc, store
     result = llmb_proc("results", str(root), "--db", str(db), "--json", timeout=120)
     assert result.code == 0, result.err
     assert len(json.loads(result.out)) == 3
-    expected = (f"the results database {db} has schema version {len(MIGRATIONS) + 6}, from a newer llmb; this llmb "
-                f"supports version {len(MIGRATIONS)} and has not changed the file: use the newer llmb, or give "
-                f"another database with --db")
+    expected = (
+        f"the results database {db} has schema version {len(MIGRATIONS) + 6}, from a newer llmb; this llmb "
+        f"supports version {len(MIGRATIONS)} and has not changed the file: use the newer llmb, or give "
+        f"another database with --db"
+    )
     assert expected in result.err
     listed = llmb_proc("results", "--from-db", "--db", str(db))
     assert listed.code == 1 and expected in listed.err
@@ -179,7 +202,7 @@ def test_a_database_from_a_newer_llmb_is_refused_and_left_alone(llmb_proc, store
 def test_a_damaged_row_is_a_store_error_not_a_crash(llmb_proc, stored):
     root, db = stored
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE runs SET result = '{\"not\": \"a result\"}'")
+        conn.execute('UPDATE runs SET result = \'{"not": "a result"}\'')
     conn.close()
     warning = results_despite_the_store(llmb_proc, root, db)
     assert "is damaged" in warning and "--rescan" in warning

@@ -22,7 +22,19 @@ from fake_runai import CLUSTER_ID, FakeRunai
 
 SECRET = "app-secret-4f9c1e2b7d"
 HF = "hf_token_9a8b7c6d5e"
-NEMOTRON4 = ["nemotron4", "--size", "340b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "256", "--backend", "runai"]
+NEMOTRON4 = [
+    "nemotron4",
+    "--size",
+    "340b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "fp8",
+    "--gpus",
+    "256",
+    "--backend",
+    "runai",
+]
 
 
 @pytest.fixture
@@ -35,9 +47,16 @@ def runai_env(url: str, tmp_path: Path) -> dict:
     """The variables that point llmb at the fake at ``url`` (an install and a PVC under ``tmp_path``)."""
     pvc = tmp_path / "pvc"
     return {
-        "LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", "BASE_URL": url, "APP_ID": "llmb-qa",
-        "APP_SECRET": SECRET, "PROJECT_NAME": "llmb-qa", "RUN_CONF_MOUNTS": f"workspace:{pvc}:workspace-claim",
-        "PVC_DIR": str(pvc / "llmb"), "HF_TOKEN": HF, "LLMB_RUNAI_CONFIG": str(tmp_path / "none.yaml"),
+        "LLMB_INSTALL": str(tmp_path / "install"),
+        "LLMB_NO_CACHE": "1",
+        "BASE_URL": url,
+        "APP_ID": "llmb-qa",
+        "APP_SECRET": SECRET,
+        "PROJECT_NAME": "llmb-qa",
+        "RUN_CONF_MOUNTS": f"workspace:{pvc}:workspace-claim",
+        "PVC_DIR": str(pvc / "llmb"),
+        "HF_TOKEN": HF,
+        "LLMB_RUNAI_CONFIG": str(tmp_path / "none.yaml"),
         "RUNAI_ALLOW_HTTP": "1",  # the fake serves plain http on 127.0.0.1
     }
 
@@ -48,7 +67,11 @@ def env(fake, tmp_path):
 
 
 def workload_requests(fake, method=None):
-    return [r for r in fake.requests if "/workloads" in r.path and (method is None or r.method == method)]
+    return [
+        r
+        for r in fake.requests
+        if "/workloads" in r.path and (method is None or r.method == method)
+    ]
 
 
 def unpacked_spec(args: str) -> dict:
@@ -72,9 +95,15 @@ def test_dry_run_prints_the_requests_and_sends_nothing(llmb_proc, env, fake):
     assert result.code == 0, result.err
     shown = json.loads(result.out)["requests"]
     assert [(r["method"], r["url"]) for r in shown] == [
-        ("POST", f"{fake.url}/token"), ("GET", f"{fake.url}/org-unit/projects"),
-        ("POST", f"{fake.url}/workloads/distributed")]
-    assert shown[0]["body"] == {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": "***"}
+        ("POST", f"{fake.url}/token"),
+        ("GET", f"{fake.url}/org-unit/projects"),
+        ("POST", f"{fake.url}/workloads/distributed"),
+    ]
+    assert shown[0]["body"] == {
+        "grantType": "client_credentials",
+        "clientID": "llmb-qa",
+        "clientSecret": "***",
+    }
     body = shown[2]["body"]
     assert body["spec"]["numWorkers"] == 31 and body["spec"]["compute"]["gpuDevicesRequest"] == 8
     assert {"name": "HF_TOKEN", "value": "***"} in body["spec"]["environmentVariables"]
@@ -90,32 +119,77 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
     job = json.loads(result.out)["job_id"]
     token, projects, create = fake.requests
     assert (token.method, token.path) == ("POST", "/api/v1/token")
-    assert token.body == {"grantType": "client_credentials", "clientID": "llmb-qa", "clientSecret": SECRET}
-    assert token.headers["content-type"] == "application/json" and "authorization" not in token.headers
-    assert (projects.method, projects.path, projects.body) == ("GET", "/api/v1/org-unit/projects", None)
+    assert token.body == {
+        "grantType": "client_credentials",
+        "clientID": "llmb-qa",
+        "clientSecret": SECRET,
+    }
+    assert (
+        token.headers["content-type"] == "application/json" and "authorization" not in token.headers
+    )
+    assert (projects.method, projects.path, projects.body) == (
+        "GET",
+        "/api/v1/org-unit/projects",
+        None,
+    )
     bearer = projects.headers["authorization"]
     assert bearer.startswith("Bearer ") and create.headers["authorization"] == bearer
 
     assert (create.method, create.path) == ("POST", "/api/v1/workloads/distributed")
     body = create.body
-    assert (body["projectId"], body["clusterId"], body["useGivenNameAsPrefix"], body["masterSpecSameAsWorker"]) == (
-        "2", CLUSTER_ID, False, True)  # the exact name: llmb can find the workload by it if the answer is lost
+    assert (
+        body["projectId"],
+        body["clusterId"],
+        body["useGivenNameAsPrefix"],
+        body["masterSpecSameAsWorker"],
+    ) == (
+        "2",
+        CLUSTER_ID,
+        False,
+        True,
+    )  # the exact name: llmb can find the workload by it if the answer is lost
     assert re.fullmatch(rf"llmb-nemotron4-{job.split('-')[-1]}-[a-z0-9]{{6}}", body["name"])
     spec = body["spec"]
     pvc = str(Path(env["PVC_DIR"]).parent)
     assert {k: v for k, v in spec.items() if k not in ("args", "environmentVariables")} == {
-        "command": "bash", "image": "nvcr.io/nvidia/nemo:25.04.01",
+        "command": "bash",
+        "image": "nvcr.io/nvidia/nemo:25.04.01",
         "compute": {"gpuDevicesRequest": 8, "largeShmRequest": True},
-        "storage": {"pvc": [{"name": "workspace", "path": pvc, "existingPvc": True, "claimName": "workspace-claim"}]},
-        "distributedFramework": "PyTorch", "numWorkers": 31, "minReplicas": 31, "maxReplicas": 31,
-        "backoffLimit": 0, "restartPolicy": "Never",
+        "storage": {
+            "pvc": [
+                {
+                    "name": "workspace",
+                    "path": pvc,
+                    "existingPvc": True,
+                    "claimName": "workspace-claim",
+                }
+            ]
+        },
+        "distributedFramework": "PyTorch",
+        "numWorkers": 31,
+        "minReplicas": 31,
+        "maxReplicas": 31,
+        "backoffLimit": 0,
+        "restartPolicy": "Never",
     }
     variables = {v["name"]: v["value"] for v in spec["environmentVariables"]}
-    assert variables["HF_TOKEN"] == HF and variables["LLMB_JOB_ID"] == job  # the secret goes only to Run:ai
+    assert (
+        variables["HF_TOKEN"] == HF and variables["LLMB_JOB_ID"] == job
+    )  # the secret goes only to Run:ai
     run = unpacked_spec(spec["args"])
-    assert (run["engine"], run["ranks"], run["nodes"], run["ranks_per_node"]) == ("nemo2", 256, 32, 8)
-    assert run["log"].startswith(env["PVC_DIR"] + "/workloads/nemotron4/experiments/")  # the pods' paths
-    assert (run["framework_config"]["parallelism"]["tp"], run["framework_config"]["parallelism"]["pp"]) == (8, 8)
+    assert (run["engine"], run["ranks"], run["nodes"], run["ranks_per_node"]) == (
+        "nemo2",
+        256,
+        32,
+        8,
+    )
+    assert run["log"].startswith(
+        env["PVC_DIR"] + "/workloads/nemotron4/experiments/"
+    )  # the pods' paths
+    assert (
+        run["framework_config"]["parallelism"]["tp"],
+        run["framework_config"]["parallelism"]["pp"],
+    ) == (8, 8)
     assert "--nproc_per_node=8" in spec["args"] and len(spec["args"]) < 10_000
 
     record = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / job / "job.json").read_text())
@@ -124,8 +198,22 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
 
 
 def test_one_node_is_a_training(llmb_proc, env, fake):
-    result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8",
-                       "--backend", "runai", "--detach", env=env)
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "8",
+        "--backend",
+        "runai",
+        "--detach",
+        env=env,
+    )
     assert result.code == 0, result.err
     (create,) = workload_requests(fake, "POST")
     assert create.path == "/api/v1/workloads/trainings"
@@ -134,18 +222,32 @@ def test_one_node_is_a_training(llmb_proc, env, fake):
 
 
 def test_phases_map_to_states_and_a_failure_says_why(llmb_proc, env, fake):
-    fake.script_phases(["Creating", "Unknown", "Running", "Failed"], {"Failed": "pod llmb-master-0 exited with 1"})
+    fake.script_phases(
+        ["Creating", "Unknown", "Running", "Failed"], {"Failed": "pod llmb-master-0 exited with 1"}
+    )
     job = json.loads(llmb_proc("run", *NEMOTRON4, "--detach", "--json", env=env).out)["job_id"]
     seen = [json.loads(llmb_proc("status", job, "--json", env=env).out) for _ in range(3)]
     assert [(s["state"], s["reason"]) for s in seen] == [
-        ("QUEUED", "Run:ai: Creating"), ("QUEUED", "pods starting (Run:ai reports Unknown)"), ("RUNNING", None)]
-    fake.add_event(next(iter(fake.workloads)), "Warning", "BackoffLimitExceeded", "Job has reached the backoff limit")
+        ("QUEUED", "Run:ai: Creating"),
+        ("QUEUED", "pods starting (Run:ai reports Unknown)"),
+        ("RUNNING", None),
+    ]
+    fake.add_event(
+        next(iter(fake.workloads)),
+        "Warning",
+        "BackoffLimitExceeded",
+        "Job has reached the backoff limit",
+    )
     failed = json.loads(llmb_proc("status", job, "--json", env=env).out)
     assert failed["state"] == "FAILED"
-    assert failed["reason"] == ("Run:ai: pod llmb-master-0 exited with 1; BackoffLimitExceeded: Job has reached the "
-                                "backoff limit")
+    assert failed["reason"] == (
+        "Run:ai: pod llmb-master-0 exited with 1; BackoffLimitExceeded: Job has reached the "
+        "backoff limit"
+    )
     gets = [r for r in workload_requests(fake, "GET") if "/distributed/" in r.path]
-    assert all(r.path == f"/api/v1/workloads/distributed/{next(iter(fake.workloads))}" for r in gets)
+    assert all(
+        r.path == f"/api/v1/workloads/distributed/{next(iter(fake.workloads))}" for r in gets
+    )
     before = len(fake.requests)
     assert json.loads(llmb_proc("status", job, "--json", env=env).out)["state"] == "FAILED"
     assert len(fake.requests) == before  # an ended job is not asked about again
@@ -158,7 +260,9 @@ def test_cancel_suspends_and_waits_until_stopped(llmb_proc, env, fake):
     assert cancelled == {"job_id": job, "state": "CANCELLED", "reason": "cancelled", "ended": True}
     wid = next(iter(fake.workloads))
     assert [(r.method, r.path) for r in workload_requests(fake) if r.method != "GET"][-1] == (
-        "POST", f"/api/v1/workloads/distributed/{wid}/suspend")
+        "POST",
+        f"/api/v1/workloads/distributed/{wid}/suspend",
+    )
 
 
 def test_cancel_can_delete_instead(llmb_proc, env, fake):
@@ -179,7 +283,9 @@ def test_server_errors_are_retried_with_backoff_and_bounded(llmb_proc, env, fake
     fake.fail_next(503, times=50, path_prefix="/org-unit/projects")
     result = llmb_proc("run", *NEMOTRON4, "--detach", env=env, timeout=120)
     assert result.code == 2 and "Run:ai 503" in result.err and "still after 5 retries" in result.err
-    assert [r.path for r in fake.requests].count("/api/v1/org-unit/projects") == 6 and not workload_requests(fake)
+    assert [r.path for r in fake.requests].count(
+        "/api/v1/org-unit/projects"
+    ) == 6 and not workload_requests(fake)
     assert "Traceback" not in result.err
     assert_secret_nowhere(env, result.out, result.err)
 
@@ -187,7 +293,10 @@ def test_server_errors_are_retried_with_backoff_and_bounded(llmb_proc, env, fake
 def test_malformed_json_is_reported_as_such(llmb_proc, env, fake):
     fake.malformed_next(path_prefix="/org-unit/projects")
     result = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
-    assert result.code == 2 and "GET /org-unit/projects: Run:ai answered 200 with a body that is not JSON" in result.err
+    assert (
+        result.code == 2
+        and "GET /org-unit/projects: Run:ai answered 200 with a body that is not JSON" in result.err
+    )
 
 
 def test_wrong_credentials_and_older_clusters(llmb_proc, env, tmp_path):
@@ -223,27 +332,47 @@ def test_the_args_limit_is_checked_before_sending(llmb_proc, env, fake):
     assert not workload_requests(fake, "POST")
 
 
-def test_a_wrong_project_lists_the_visible_ones_and_missing_settings_are_listed(llmb_proc, env, fake):
+def test_a_wrong_project_lists_the_visible_ones_and_missing_settings_are_listed(
+    llmb_proc, env, fake
+):
     wrong = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "PROJECT_NAME": "nosuch"})
     assert wrong.code == 2
     assert f"the projects it can see: llmb-qa (cluster {CLUSTER_ID}), other-team" in wrong.err
     bare = {k: v for k, v in env.items() if k not in ("APP_SECRET", "PVC_DIR", "RUN_CONF_MOUNTS")}
     missing = llmb_proc("run", *NEMOTRON4, "--detach", env=bare)
-    assert missing.code == 2 and "APP_SECRET, PVC_DIR (or --backend-opt pvc_dir=...), RUN_CONF_MOUNTS" in missing.err
-    flagged = llmb_proc("run", *NEMOTRON4, "--backend-opt", f"app_secret={SECRET}", "--detach", env=env)
+    assert (
+        missing.code == 2
+        and "APP_SECRET, PVC_DIR (or --backend-opt pvc_dir=...), RUN_CONF_MOUNTS" in missing.err
+    )
+    flagged = llmb_proc(
+        "run", *NEMOTRON4, "--backend-opt", f"app_secret={SECRET}", "--detach", env=env
+    )
     assert flagged.code == 2 and "shell history" in flagged.err and SECRET not in flagged.err
     assert json.loads(llmb_proc("status", "--json", env=env).out) == []  # nothing half-made left
 
 
 def test_the_config_file_and_flags_set_what_the_variables_do(llmb_proc, env, fake, tmp_path):
     config = tmp_path / "runai.yaml"
-    config.write_text(f"base_url: {fake.url}\napp_id: llmb-qa\napp_secret: {SECRET}\nproject: other-team\n")
-    from_file = {k: v for k, v in env.items() if k not in ("BASE_URL", "APP_ID", "APP_SECRET", "PROJECT_NAME")}
+    config.write_text(
+        f"base_url: {fake.url}\napp_id: llmb-qa\napp_secret: {SECRET}\nproject: other-team\n"
+    )
+    from_file = {
+        k: v
+        for k, v in env.items()
+        if k not in ("BASE_URL", "APP_ID", "APP_SECRET", "PROJECT_NAME")
+    }
     from_file["LLMB_RUNAI_CONFIG"] = str(config)
     assert llmb_proc("run", *NEMOTRON4, "--detach", env=from_file).code == 0
     assert workload_requests(fake, "POST")[-1].body["projectId"] == "5"
-    assert llmb_proc("run", *NEMOTRON4, "--backend-opt", "project=llmb-qa", "--detach", env=from_file).code == 0
-    assert workload_requests(fake, "POST")[-1].body["projectId"] == "2"  # the flag wins over the file
+    assert (
+        llmb_proc(
+            "run", *NEMOTRON4, "--backend-opt", "project=llmb-qa", "--detach", env=from_file
+        ).code
+        == 0
+    )
+    assert (
+        workload_requests(fake, "POST")[-1].body["projectId"] == "2"
+    )  # the flag wins over the file
 
 
 def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_proc, tmp_path):
@@ -251,18 +380,51 @@ def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_pr
     pvc = tmp_path / "pvc"
     install = pvc / "llmb"  # this machine sees the PVC where the pods do
     with FakeRunai(client_secret=SECRET, execute=True) as fake:
-        env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", "BASE_URL": fake.url, "APP_ID": "llmb-qa",
-               "APP_SECRET": SECRET, "PROJECT_NAME": "llmb-qa", "RUN_CONF_MOUNTS": f"workspace:{pvc}:claim",
-               "PVC_DIR": str(install), "RUNAI_PYTHON": sys.executable, "LLMB_RUNAI_CONFIG": str(tmp_path / "none"),
-               "RUNAI_ALLOW_HTTP": "1"}
-        result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2",
-                           "--gpus-per-node", "1", "--proxy", "tiny", "--backend", "runai", "--json",
-                           "--env", "OMP_NUM_THREADS=1",  # both "nodes" share this machine's cores
-                           env=env,
-                           timeout=600)
+        env = {
+            "LLMB_INSTALL": str(install),
+            "LLMB_NO_CACHE": "1",
+            "BASE_URL": fake.url,
+            "APP_ID": "llmb-qa",
+            "APP_SECRET": SECRET,
+            "PROJECT_NAME": "llmb-qa",
+            "RUN_CONF_MOUNTS": f"workspace:{pvc}:claim",
+            "PVC_DIR": str(install),
+            "RUNAI_PYTHON": sys.executable,
+            "LLMB_RUNAI_CONFIG": str(tmp_path / "none"),
+            "RUNAI_ALLOW_HTTP": "1",
+        }
+        result = llmb_proc(
+            "run",
+            "llama31",
+            "--size",
+            "8b",
+            "--gpu",
+            "h100",
+            "--dtype",
+            "bf16",
+            "--gpus",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--proxy",
+            "tiny",
+            "--backend",
+            "runai",
+            "--json",
+            "--env",
+            "OMP_NUM_THREADS=1",  # both "nodes" share this machine's cores
+            env=env,
+            timeout=600,
+        )
         summary = json.loads(result.out) if result.out.strip() else {}
-        assert summary.get("state") == "SUCCEEDED", (result.err[-2000:], fake.pod_logs(next(iter(fake.workloads))))
-        assert summary["result"]["status"] == "success" and summary["result"]["samples_in_window"] == 10
+        assert summary.get("state") == "SUCCEEDED", (
+            result.err[-2000:],
+            fake.pod_logs(next(iter(fake.workloads))),
+        )
+        assert (
+            summary["result"]["status"] == "success"
+            and summary["result"]["samples_in_window"] == 10
+        )
         log = Path(summary["log"]).read_text()
         assert "pod 0 of 2" in log and "pod 1 of 2" in log and "2 rank(s) on cpu" in log
         shown = llmb_proc("logs", summary["job_id"], "--tail", "3", env=env)
@@ -273,18 +435,29 @@ def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_pr
 def test_logs_say_where_the_log_is_when_the_pvc_is_not_mounted_here(llmb_proc, env, fake):
     job = json.loads(llmb_proc("run", *NEMOTRON4, "--detach", "--json", env=env).out)["job_id"]
     shown = llmb_proc("logs", job, env=env)
-    assert shown.code == 2 and f"is at {env['PVC_DIR']}/workloads/nemotron4/experiments/" in shown.err
+    assert (
+        shown.code == 2 and f"is at {env['PVC_DIR']}/workloads/nemotron4/experiments/" in shown.err
+    )
     assert "not reachable from here" in shown.err and not os.path.exists(env["PVC_DIR"])
 
 
 def test_a_cluster_is_found_by_name(llmb_proc, env, fake):
     from fake_runai import OTHER_CLUSTER_ID
 
-    fake.projects.append({"id": "9", "name": "llmb-qa", "clusterId": OTHER_CLUSTER_ID})  # the same name twice
+    fake.projects.append(
+        {"id": "9", "name": "llmb-qa", "clusterId": OTHER_CLUSTER_ID}
+    )  # the same name twice
     ambiguous = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
     assert ambiguous.code == 2 and "exists on several clusters" in ambiguous.err
     assert llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_CLUSTER": "lab"}).code == 0
-    assert [r.path for r in fake.requests if r.method == "GET"][-2:] == ["/api/v1/clusters", "/api/v1/org-unit/projects"]
+    assert [r.path for r in fake.requests if r.method == "GET"][-2:] == [
+        "/api/v1/clusters",
+        "/api/v1/org-unit/projects",
+    ]
     assert workload_requests(fake, "POST")[-1].body["projectId"] == "9"
     unknown = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_CLUSTER": "nosuch"})
-    assert unknown.code == 2 and "the clusters it can see: dgx-cloud" in unknown.err and ", lab (" in unknown.err
+    assert (
+        unknown.code == 2
+        and "the clusters it can see: dgx-cloud" in unknown.err
+        and ", lab (" in unknown.err
+    )

@@ -30,13 +30,17 @@ def origin(url: str) -> str:
 
 
 def tokens_issued(server: FakeRunai) -> set[str]:
-    return {r.headers["authorization"].split()[1] for r in server.requests if "authorization" in r.headers}
+    return {
+        r.headers["authorization"].split()[1]
+        for r in server.requests
+        if "authorization" in r.headers
+    }
 
 
 def assert_not_shown(env, texts, *secrets):
     """No secret in ``texts``, not even a 16-character piece of one; none in a file under the install."""
     for secret in secrets:
-        pieces = {secret[i:i + 16] for i in range(max(1, len(secret) - 15))}
+        pieces = {secret[i : i + 16] for i in range(max(1, len(secret) - 15))}
         for text in texts:
             assert not any(piece in text for piece in pieces), secret
         for path in Path(env["LLMB_INSTALL"]).rglob("*"):
@@ -49,22 +53,32 @@ def assert_not_shown(env, texts, *secrets):
 
 def test_the_token_does_not_follow_a_redirect_to_another_origin(llmb_proc, env, fake):
     with FakeRunai(client_secret=SECRET) as elsewhere:
-        fake.redirect_next(origin(elsewhere.url), path_prefix="/org-unit/projects")  # another port: another origin
+        fake.redirect_next(
+            origin(elsewhere.url), path_prefix="/org-unit/projects"
+        )  # another port: another origin
         fake.redirect_next(origin(fake.url), path_prefix="/org-unit/projects")  # the same origin
         result = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
         assert result.code == 0, result.err
         (followed,) = elsewhere.requests
-        assert followed.path == "/api/v1/org-unit/projects" and "authorization" not in followed.headers
+        assert (
+            followed.path == "/api/v1/org-unit/projects" and "authorization" not in followed.headers
+        )
     gets = [r for r in fake.requests if r.path == "/api/v1/org-unit/projects"]
-    assert len(gets) == 3  # redirected away; sent again after the 401 from there, redirected home; followed
-    assert all(r.headers["authorization"].startswith("Bearer ") for r in gets)  # kept within its origin
+    assert (
+        len(gets) == 3
+    )  # redirected away; sent again after the 401 from there, redirected home; followed
+    assert all(
+        r.headers["authorization"].startswith("Bearer ") for r in gets
+    )  # kept within its origin
     assert len(fake.workloads) == 1
 
 
 def test_a_redirect_to_plain_http_is_refused_unless_allowed(fake):
     with FakeRunai() as elsewhere:
         fake.redirect_next(origin(elsewhere.url), path_prefix="/clusters")
-        request = urllib.request.Request(fake.url + "/clusters", headers={"Authorization": "Bearer abc"})
+        request = urllib.request.Request(
+            fake.url + "/clusters", headers={"Authorization": "Bearer abc"}
+        )
         with pytest.raises(http_safety.RedirectRefused, match="only https is allowed"):
             http_safety.fetch(request, deadline_s=10, max_bytes=1 << 20, schemes=("https",))
         assert elsewhere.requests == []
@@ -74,15 +88,27 @@ def test_a_redirect_to_plain_http_is_refused_unless_allowed(fake):
 
 
 def test_a_plain_http_base_url_is_refused_without_the_option(llmb_proc, env, fake):
-    for plain in ({k: v for k, v in env.items() if k != "RUNAI_ALLOW_HTTP"}, {**env, "RUNAI_ALLOW_HTTP": "0"}):
+    for plain in (
+        {k: v for k, v in env.items() if k != "RUNAI_ALLOW_HTTP"},
+        {**env, "RUNAI_ALLOW_HTTP": "0"},
+    ):
         result = llmb_proc("run", *NEMOTRON4, "--detach", env=plain)
         assert result.code == 2 and "Traceback" not in result.err
-        assert f"BASE_URL {fake.url} is plain http" in result.err and "RUNAI_ALLOW_HTTP=1" in result.err
+        assert (
+            f"BASE_URL {fake.url} is plain http" in result.err
+            and "RUNAI_ALLOW_HTTP=1" in result.err
+        )
     wrong = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_ALLOW_HTTP": "yes"})
     assert wrong.code == 2 and "runai allow_http 'yes': valid: 0, 1" in wrong.err
     assert fake.requests == []  # nothing was sent, not even the secret
-    allowed = llmb_proc("run", *NEMOTRON4, "--backend-opt", "allow_http=1", "--detach",
-                        env={k: v for k, v in env.items() if k != "RUNAI_ALLOW_HTTP"})
+    allowed = llmb_proc(
+        "run",
+        *NEMOTRON4,
+        "--backend-opt",
+        "allow_http=1",
+        "--detach",
+        env={k: v for k, v in env.items() if k != "RUNAI_ALLOW_HTTP"},
+    )
     assert allowed.code == 0, allowed.err
 
 
@@ -90,16 +116,31 @@ def test_a_plain_http_base_url_is_refused_without_the_option(llmb_proc, env, fak
 
 
 def test_errors_that_echo_the_token_or_the_secret_do_not_show_them(llmb_proc, env, fake):
-    fake.fail_next(503, times=2, path_prefix="/org-unit/projects",  # retried: a log line each time
-                   body=lambda r: json.dumps({"code": 503, "message": f"busy; you sent {r.headers['authorization']}"}))
-    fake.fail_next(403, path_prefix="/org-unit/projects", body=lambda r: json.dumps(
-        {"code": 403, "message": f"token {r.headers['authorization'].split()[1]} may not list projects"}))
+    fake.fail_next(
+        503,
+        times=2,
+        path_prefix="/org-unit/projects",  # retried: a log line each time
+        body=lambda r: json.dumps(
+            {"code": 503, "message": f"busy; you sent {r.headers['authorization']}"}
+        ),
+    )
+    fake.fail_next(
+        403,
+        path_prefix="/org-unit/projects",
+        body=lambda r: json.dumps(
+            {
+                "code": 403,
+                "message": f"token {r.headers['authorization'].split()[1]} may not list projects",
+            }
+        ),
+    )
     result = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
     assert result.code == 2 and "Run:ai answered 403: token *** may not list projects" in result.err
     assert "busy; you sent Bearer ***" in result.err  # the retries' log lines, masked too
     (token,) = tokens_issued(fake)
 
     fake.requests.clear()
+
     # An error page (not JSON) with the bare token across the place where the shown text is cut (200 characters).
     def cut_token(request):
         token = request.headers["authorization"].split()[1]
@@ -111,22 +152,45 @@ def test_errors_that_echo_the_token_or_the_secret_do_not_show_them(llmb_proc, en
     (second,) = tokens_issued(fake)
 
     # The token request's error echoes its body: the secret.
-    fake.fail_next(400, path_prefix="/token", times=2, body=lambda r: json.dumps({"message": f"bad body {r.body}"}))
+    fake.fail_next(
+        400,
+        path_prefix="/token",
+        times=2,
+        body=lambda r: json.dumps({"message": f"bad body {r.body}"}),
+    )
     refused = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
-    assert refused.code == 2 and "refused the credentials" in refused.err and "'clientSecret': '***'" in refused.err
-    assert_not_shown(env, [result.out, result.err, page.out, page.err, refused.out, refused.err],
-                     token, second, SECRET)
+    assert (
+        refused.code == 2
+        and "refused the credentials" in refused.err
+        and "'clientSecret': '***'" in refused.err
+    )
+    assert_not_shown(
+        env,
+        [result.out, result.err, page.out, page.err, refused.out, refused.err],
+        token,
+        second,
+        SECRET,
+    )
 
 
 # ----- 3d: one deadline per request -----
 
 
 def test_a_server_that_drips_its_answer_is_given_up_at_the_deadline(llmb_proc, env, fake):
-    fake.drip_next(0.2, path_prefix="/org-unit/projects")  # the whole answer would take about a minute
-    result = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "2"}, timeout=60)
+    fake.drip_next(
+        0.2, path_prefix="/org-unit/projects"
+    )  # the whole answer would take about a minute
+    result = llmb_proc(
+        "run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "2"}, timeout=60
+    )
     assert result.code == 2 and "Traceback" not in result.err
-    assert "GET /org-unit/projects: Run:ai gave no complete answer within the 2 s allowed for one request" in result.err
-    assert [r.path for r in fake.requests].count("/api/v1/org-unit/projects") == 1 and not workload_requests(fake)
+    assert (
+        "GET /org-unit/projects: Run:ai gave no complete answer within the 2 s allowed for one request"
+        in result.err
+    )
+    assert [r.path for r in fake.requests].count(
+        "/api/v1/org-unit/projects"
+    ) == 1 and not workload_requests(fake)
     wrong = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "soon"})
     assert wrong.code == 2 and "RUNAI_REQUEST_TIMEOUT 'soon': expected the seconds" in wrong.err
 
@@ -161,12 +225,17 @@ def submitted(llmb_proc, env, fake) -> tuple[str, str]:
     return job, workload_id
 
 
-def test_a_post_that_took_effect_before_its_connection_was_reset_is_not_sent_again(llmb_proc, env, fake):
+def test_a_post_that_took_effect_before_its_connection_was_reset_is_not_sent_again(
+    llmb_proc, env, fake
+):
     fake.reset_after_next(path_prefix="/workloads/distributed", method="POST")
     submitted(llmb_proc, env, fake)
     assert len(workload_requests(fake, "POST")) == 1
     (lookup,) = [r for r in fake.requests if r.path == "/api/v1/workloads"]
-    assert lookup.method == "GET" and lookup.query["filterBy"] == f"name=={next(iter(fake.workloads.values()))['name']}"
+    assert (
+        lookup.method == "GET"
+        and lookup.query["filterBy"] == f"name=={next(iter(fake.workloads.values()))['name']}"
+    )
 
 
 def test_a_post_that_failed_before_taking_effect_is_sent_again(llmb_proc, env, fake):
@@ -177,18 +246,29 @@ def test_a_post_that_failed_before_taking_effect_is_sent_again(llmb_proc, env, f
 
 def test_a_listing_that_lags_behind_still_makes_one_workload(llmb_proc, env, fake):
     fake.reset_after_next(path_prefix="/workloads/distributed", method="POST")
-    fake.fail_next(200, method="GET", path_prefix="/workloads", body='{"workloads": []}')  # not listed yet
+    fake.fail_next(
+        200, method="GET", path_prefix="/workloads", body='{"workloads": []}'
+    )  # not listed yet
     submitted(llmb_proc, env, fake)
     posts = workload_requests(fake, "POST")
-    assert len(posts) == 2 and posts[0].body["name"] == posts[1].body["name"]  # the second was refused: 409
+    assert (
+        len(posts) == 2 and posts[0].body["name"] == posts[1].body["name"]
+    )  # the second was refused: 409
 
 
 def test_a_lost_answer_that_cannot_be_checked_is_not_sent_again_blindly(llmb_proc, env, fake):
     fake.reset_after_next(path_prefix="/workloads/distributed", method="POST")
-    fake.fail_next(503, times=50, method="GET", path_prefix="/workloads")  # and the lookup cannot be answered
-    result = llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "3"}, timeout=60)
+    fake.fail_next(
+        503, times=50, method="GET", path_prefix="/workloads"
+    )  # and the lookup cannot be answered
+    result = llmb_proc(
+        "run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "3"}, timeout=60
+    )
     (created,) = fake.workloads.values()
     assert result.code == 2 and "Traceback" not in result.err
-    assert f"whether Run:ai created workload {created['name']} all the same could not be checked" in result.err
+    assert (
+        f"whether Run:ai created workload {created['name']} all the same could not be checked"
+        in result.err
+    )
     assert "look for it in project llmb-qa before submitting again" in result.err
     assert len(workload_requests(fake, "POST")) == 1

@@ -66,8 +66,12 @@ def test_recipe_tables_match_the_seed_cell_by_cell(workload, seeds):
                 COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]
             ], where
             assert len(table["rows"]) == len(printed.rows), where
-            for index, (data_row, seed_row) in enumerate(zip(table["rows"], printed.rows, strict=True)):
-                assert [_norm(c) for c in data_row] == [_norm(c) for c in seed_row], f"{where} row {index + 1}"
+            for index, (data_row, seed_row) in enumerate(
+                zip(table["rows"], printed.rows, strict=True)
+            ):
+                assert [_norm(c) for c in data_row] == [_norm(c) for c in seed_row], (
+                    f"{where} row {index + 1}"
+                )
 
 
 def _performance(seed_text: str) -> dict[int, dict[int, dict[str, str]]]:
@@ -81,10 +85,14 @@ def _performance(seed_text: str) -> dict[int, dict[int, dict[str, str]]]:
         for row in t.rows:
             name = row[0].lower()
             metric = (
-                "step_time_s" if "step time" in name
-                else "days_1t" if "time to train" in name
-                else "tokens_per_s" if "tokens per second" in name
-                else "mfu_pct" if "utilization" in name
+                "step_time_s"
+                if "step time" in name
+                else "days_1t"
+                if "time to train" in name
+                else "tokens_per_s"
+                if "tokens per second" in name
+                else "mfu_pct"
+                if "utilization" in name
                 else None
             )
             assert metric, f"unknown performance row {row[0]!r}"
@@ -110,8 +118,11 @@ def test_every_published_performance_table_is_in_the_references(host, seeds):
     for key, metrics in printed.items():
         ref = stored[key]
         for metric, cell in metrics.items():
-            value = ref.printed_mfu_pct if metric == "mfu_pct" and ref.printed_mfu_pct is not None else \
-                getattr(ref, metric)  # the printed figure is kept beside llmb's correction
+            value = (
+                ref.printed_mfu_pct
+                if metric == "mfu_pct" and ref.printed_mfu_pct is not None
+                else getattr(ref, metric)
+            )  # the printed figure is kept beside llmb's correction
             if cell.lower() == "n/a":
                 assert value is None, (key, metric)
             else:
@@ -123,10 +134,17 @@ def test_reference_rows_name_a_recipe_llmb_can_resolve(host):
 
     for workload in host.workloads().values():
         for ref in workload.references:
-            recipe = host.resolve(RecipeRequest(
-                workload=workload.name, size=ref.size, gpu=ref.gpu, dtype=ref.dtype, gpus=ref.gpus,
-                variant=ref.variant, strong_scaling=ref.scaling == "strong",
-            ))
+            recipe = host.resolve(
+                RecipeRequest(
+                    workload=workload.name,
+                    size=ref.size,
+                    gpu=ref.gpu,
+                    dtype=ref.dtype,
+                    gpus=ref.gpus,
+                    variant=ref.variant,
+                    strong_scaling=ref.scaling == "strong",
+                )
+            )
             assert recipe.validated, ref
 
 

@@ -19,7 +19,9 @@ from test_slurm_runs import PROXY, job_record, run_json, slurm_id, status
 from waiting import wait_for
 
 pytestmark = pytest.mark.slurm
-env = test_slurm_runs.env  # the fixture: an install directory of the test's own, on the private Slurm
+env = (
+    test_slurm_runs.env
+)  # the fixture: an install directory of the test's own, on the private Slurm
 
 SLOW_SBATCH = '"$REAL" "$@"\nexec sleep 120'  # submits, then answers nothing before llmb gives up
 TIMEOUT = "5"
@@ -27,22 +29,43 @@ TIMEOUT = "5"
 
 def slurm_jobs(slurm) -> dict[str, tuple[str, str]]:
     """Slurm job id -> (state, comment) of the jobs Slurm holds, asked directly."""
-    shown = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%T|%k"], capture_output=True,
-                           text=True, env={**os.environ, **slurm.env()}, check=True).stdout
-    return {i: (state, comment) for i, state, comment in (line.split("|", 2) for line in shown.splitlines())}
+    shown = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--format=%i|%T|%k"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **slurm.env()},
+        check=True,
+    ).stdout
+    return {
+        i: (state, comment)
+        for i, state, comment in (line.split("|", 2) for line in shown.splitlines())
+    }
 
 
 def live(slurm, sid: str) -> bool:
     """Whether Slurm still has the job pending or running (squeue's default states)."""
-    return bool(subprocess.run(["squeue", "--noheader", f"--jobs={sid}"], capture_output=True, text=True,
-                               env={**os.environ, **slurm.env()}).stdout.strip())
+    return bool(
+        subprocess.run(
+            ["squeue", "--noheader", f"--jobs={sid}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **slurm.env()},
+        ).stdout.strip()
+    )
 
 
-def test_a_submission_whose_answer_is_lost_is_found_by_its_marker_tracked_and_cancelled(llmb_proc, env, slurm,
-                                                                                         tmp_path):
+def test_a_submission_whose_answer_is_lost_is_found_by_its_marker_tracked_and_cancelled(
+    llmb_proc, env, slurm, tmp_path
+):
     wrapper(tmp_path / "shims", "sbatch", SLOW_SBATCH)
-    slow = {**env, "PATH": f"{tmp_path / 'shims'}:{os.environ['PATH']}", "LLMB_SLURM_TIMEOUT": TIMEOUT}
-    result, started = run_json(llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "100000", "--detach", env=slow)
+    slow = {
+        **env,
+        "PATH": f"{tmp_path / 'shims'}:{os.environ['PATH']}",
+        "LLMB_SLURM_TIMEOUT": TIMEOUT,
+    }
+    result, started = run_json(
+        llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "100000", "--detach", env=slow
+    )
     assert result.code == 0, result.err
     job = started["job_id"]
     attempt = job_record(env, job)["details"]["attempts"][-1]
@@ -57,19 +80,33 @@ def test_a_submission_whose_answer_is_lost_is_found_by_its_marker_tracked_and_ca
 
     wait_for(both_running, timeout=120, interval=1, what="llmb and Slurm to show the job running")
     cancelled = llmb_proc("cancel", job, "--json", env=slow)
-    assert json.loads(cancelled.out) == {"job_id": job, "state": "CANCELLED", "reason": "cancelled", "ended": True}
+    assert json.loads(cancelled.out) == {
+        "job_id": job,
+        "state": "CANCELLED",
+        "reason": "cancelled",
+        "ended": True,
+    }
     assert not live(slurm, sid) and slurm_jobs(slurm)[sid][0] == "CANCELLED"
 
 
-def test_when_slurm_cannot_say_whether_it_took_the_job_llmb_keeps_it_and_finds_it_later(llmb_proc, env, slurm,
-                                                                                      tmp_path):
+def test_when_slurm_cannot_say_whether_it_took_the_job_llmb_keeps_it_and_finds_it_later(
+    llmb_proc, env, slurm, tmp_path
+):
     shims, down = tmp_path / "shims", tmp_path / "controller-down"
     wrapper(shims, "sbatch", SLOW_SBATCH)
-    wrapper(shims, "squeue", f'if [ -e {down} ]; then\n  echo "squeue: error: Unable to contact slurm controller '
-                             f'(connect failure)" >&2\n  exit 1\nfi\nexec "$REAL" "$@"')
+    wrapper(
+        shims,
+        "squeue",
+        f'if [ -e {down} ]; then\n  echo "squeue: error: Unable to contact slurm controller '
+        f'(connect failure)" >&2\n  exit 1\nfi\nexec "$REAL" "$@"',
+    )
     # Held: a job that started would name its Slurm id itself (the batch script writes it beside the record).
-    slow = {**env, "PATH": f"{shims}:{os.environ['PATH']}", "LLMB_SLURM_TIMEOUT": TIMEOUT,
-            "ADDITIONAL_SLURM_PARAMS": "hold"}
+    slow = {
+        **env,
+        "PATH": f"{shims}:{os.environ['PATH']}",
+        "LLMB_SLURM_TIMEOUT": TIMEOUT,
+        "ADDITIONAL_SLURM_PARAMS": "hold",
+    }
     down.touch()
     result = llmb_proc("run", *PROXY, "--gpus", "1", "--detach", env=slow)
     assert result.code == 1 and "Traceback" not in result.err and "internal error" not in result.err
@@ -78,12 +115,20 @@ def test_when_slurm_cannot_say_whether_it_took_the_job_llmb_keeps_it_and_finds_i
     job = shown["job_id"]
     assert f"llmb cancel {job} stops it" in result.err and f"llmb:{job}:1" in result.err
     assert shown["state"] == "UNKNOWN" and "sbatch's answer was lost" in shown["reason"]
-    assert "Unable to contact slurm controller" in shown["reason"] and "looks for it again" in shown["reason"]
-    [sid] = [i for i, (_, comment) in slurm_jobs(slurm).items() if comment == f"llmb:{job}:1"]  # it was submitted
+    assert (
+        "Unable to contact slurm controller" in shown["reason"]
+        and "looks for it again" in shown["reason"]
+    )
+    [sid] = [
+        i for i, (_, comment) in slurm_jobs(slurm).items() if comment == f"llmb:{job}:1"
+    ]  # it was submitted
 
     refused = llmb_proc("cancel", job, env=slow)
     assert refused.code == 1 and "Traceback" not in refused.err
-    assert f"{job} was not cancelled" in refused.err and "Unable to contact slurm controller" in refused.err
+    assert (
+        f"{job} was not cancelled" in refused.err
+        and "Unable to contact slurm controller" in refused.err
+    )
     assert live(slurm, sid)
 
     down.unlink()  # Slurm answers again: cancel finds the job by its marker and stops it
@@ -92,9 +137,15 @@ def test_when_slurm_cannot_say_whether_it_took_the_job_llmb_keeps_it_and_finds_i
     assert not live(slurm, sid) and slurm_id(env, job) == sid
 
 
-def test_an_sbatch_that_never_answers_and_never_submitted_leaves_no_job(llmb_proc, env, slurm, tmp_path):
+def test_an_sbatch_that_never_answers_and_never_submitted_leaves_no_job(
+    llmb_proc, env, slurm, tmp_path
+):
     wrapper(tmp_path / "shims", "sbatch", "exec sleep 120")
-    slow = {**env, "PATH": f"{tmp_path / 'shims'}:{os.environ['PATH']}", "LLMB_SLURM_TIMEOUT": TIMEOUT}
+    slow = {
+        **env,
+        "PATH": f"{tmp_path / 'shims'}:{os.environ['PATH']}",
+        "LLMB_SLURM_TIMEOUT": TIMEOUT,
+    }
     result = llmb_proc("run", *PROXY, "--gpus", "1", "--detach", env=slow)
     assert result.code == 1 and "Traceback" not in result.err
     assert f"sbatch did not answer within {TIMEOUT} s" in result.err
@@ -102,8 +153,9 @@ def test_an_sbatch_that_never_answers_and_never_submitted_leaves_no_job(llmb_pro
     assert json.loads(llmb_proc("status", "--json", env=env).out) == []
 
 
-def test_a_job_record_without_attempts_is_found_by_its_marker_or_reported_and_cancelled_cleanly(llmb_proc, env,
-                                                                                                slurm):
+def test_a_job_record_without_attempts_is_found_by_its_marker_or_reported_and_cancelled_cleanly(
+    llmb_proc, env, slurm
+):
     """As llmb leaves a record when it stops during the first sbatch (or an older llmb after a lost answer)."""
     held = {**env, "ADDITIONAL_SLURM_PARAMS": "hold"}
     _, started = run_json(llmb_proc, "run", *PROXY, "--gpus", "1", "--detach", env=held)
@@ -121,15 +173,26 @@ def test_a_job_record_without_attempts_is_found_by_its_marker_or_reported_and_ca
     # A record with no attempt that no Slurm job carries the marker of.
     orphan = "slurm-0rphan"
     (record_file.parent.parent / orphan).mkdir()
-    (record_file.parent.parent / orphan / "job.json").write_text(json.dumps(
-        {**record, "id": orphan, "details": {"slurm": record["details"]["slurm"], "attempts": []}}))
+    (record_file.parent.parent / orphan / "job.json").write_text(
+        json.dumps(
+            {
+                **record,
+                "id": orphan,
+                "details": {"slurm": record["details"]["slurm"], "attempts": []},
+            }
+        )
+    )
     shown = status(llmb_proc, orphan, env)
-    assert shown["state"] == "UNKNOWN" and shown["reason"].startswith("no Slurm job was recorded for it")
+    assert shown["state"] == "UNKNOWN" and shown["reason"].startswith(
+        "no Slurm job was recorded for it"
+    )
     assert f"llmb:{orphan}:1" in shown["reason"] and "it was not submitted" in shown["reason"]
     text = llmb_proc("status", env=env)
     assert text.code == 0 and orphan in text.out and "Traceback" not in text.err
     cancelled = llmb_proc("cancel", orphan, "--json", env=env)
     assert cancelled.code == 0 and "Traceback" not in cancelled.err
     ended = json.loads(cancelled.out)
-    assert ended["state"] == "CANCELLED" and ended["reason"].startswith("nothing to stop: no Slurm job was recorded")
+    assert ended["state"] == "CANCELLED" and ended["reason"].startswith(
+        "nothing to stop: no Slurm job was recorded"
+    )
     assert status(llmb_proc, orphan, env)["state"] == "CANCELLED"

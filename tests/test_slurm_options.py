@@ -16,10 +16,19 @@ from llmb.errors import UsageError
 from llmb_backend_slurm import params, sbatch_options
 
 REFUSED = {  # item -> the option sbatch reads it as
-    "outpu=/tmp/elsewhere.out": "--output", "job-nam=other": "--job-name", "ntasks-per-no=8": "--ntasks-per-node",
-    "tasks-per-node=8": "--ntasks-per-node", "tasks-per=8": "--ntasks-per-node", "nodes=4": "--nodes",
-    "job-=x": "--job-name", "err=/tmp/e": "--error", "chd=/tmp": "--chdir", "pars": "--parsable",
-    "wr=hostname": "--wrap", "comme=mine": "--comment", "--output=/tmp/x": "--output",
+    "outpu=/tmp/elsewhere.out": "--output",
+    "job-nam=other": "--job-name",
+    "ntasks-per-no=8": "--ntasks-per-node",
+    "tasks-per-node=8": "--ntasks-per-node",
+    "tasks-per=8": "--ntasks-per-node",
+    "nodes=4": "--nodes",
+    "job-=x": "--job-name",
+    "err=/tmp/e": "--error",
+    "chd=/tmp": "--chdir",
+    "pars": "--parsable",
+    "wr=hostname": "--wrap",
+    "comme=mine": "--comment",
+    "--output=/tmp/x": "--output",
 }
 
 
@@ -30,8 +39,11 @@ def test_abbreviations_of_options_llmb_sets_are_refused_naming_the_option(item):
 
 
 def test_ambiguous_abbreviations_that_could_be_an_option_llmb_sets_are_refused_with_the_candidates():
-    with pytest.raises(UsageError, match=r"'o' abbreviates several sbatch options \(--open-mode, --output, "
-                                         r"--overcommit, --oversubscribe\), among them --output"):
+    with pytest.raises(
+        UsageError,
+        match=r"'o' abbreviates several sbatch options \(--open-mode, --output, "
+        r"--overcommit, --oversubscribe\), among them --output",
+    ):
         params.parse("o=/tmp/x")
     with pytest.raises(UsageError, match="among them --export"):
         params.parse("exp=ALL")
@@ -40,10 +52,20 @@ def test_ambiguous_abbreviations_that_could_be_an_option_llmb_sets_are_refused_w
 def test_what_is_accepted_resolves_to_no_option_llmb_sets():
     accepted = "hol;partit=other;exclusive;export-file=/tmp/env;nodelist=node1;time-m=5;mail-t=NONE;newopt=1"
     items = params.parse(accepted)
-    assert [key for key, _ in items] == ["hol", "partit", "exclusive", "export-file", "nodelist", "time-m",
-                                         "mail-t", "newopt"]
+    assert [key for key, _ in items] == [
+        "hol",
+        "partit",
+        "exclusive",
+        "export-file",
+        "nodelist",
+        "time-m",
+        "mail-t",
+        "newopt",
+    ]
     for key, _ in items:
-        assert not {sbatch_options.canonical(o) for o in sbatch_options.resolve(key)} & set(params.OWNED), key
+        assert not {sbatch_options.canonical(o) for o in sbatch_options.resolve(key)} & set(
+            params.OWNED
+        ), key
 
 
 def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoticed():
@@ -52,7 +74,9 @@ def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoti
         for end in range(1, len(option) + 1):
             key = option[:end]
             meanings = {sbatch_options.canonical(o) for o in sbatch_options.resolve(key)}
-            value = "gpu:1" if params.checked_option(key) == "gres" else "1"  # a value its own check accepts
+            value = (
+                "gpu:1" if params.checked_option(key) == "gres" else "1"
+            )  # a value its own check accepts
             try:
                 params.parse(f"{key}={value}")
             except UsageError:
@@ -70,14 +94,20 @@ def sbatch(tmp_path_factory):
     --usage and --version answer without one)."""
     if shutil.which("sbatch") is None:
         if os.environ.get("CI"):
-            pytest.fail("CI must check the sbatch option data, but sbatch is not installed (.ci/run installs slurm-wlm)")
+            pytest.fail(
+                "CI must check the sbatch option data, but sbatch is not installed (.ci/run installs slurm-wlm)"
+            )
         pytest.skip("sbatch is not installed here (apt-get install slurm-client)")
     conf = tmp_path_factory.mktemp("sbatch-conf") / "slurm.conf"
-    conf.write_text("ClusterName=optcheck\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n")
+    conf.write_text(
+        "ClusterName=optcheck\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n"
+    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["sbatch", *args], capture_output=True, text=True, env=env, timeout=30)
+        return subprocess.run(
+            ["sbatch", *args], capture_output=True, text=True, env=env, timeout=30
+        )
 
     version = run("--version").stdout
     if not version.startswith("slurm") or " 22.05." not in version:
@@ -96,7 +126,9 @@ def test_the_listed_options_are_those_sbatch_help_and_usage_print(sbatch):
 def test_sbatch_reads_every_abbreviation_of_every_option_as_the_data_says(sbatch):
     """sbatch's getopt_long verdict on each prefix: the one option, or ambiguous among exactly the
     candidates ``resolve`` names; and names that are no option are unrecognised by both."""
-    keys = sorted({option[:end] for option in sbatch_options.OPTIONS for end in range(1, len(option) + 1)})
+    keys = sorted(
+        {option[:end] for option in sbatch_options.OPTIONS for end in range(1, len(option) + 1)}
+    )
     for key in [*keys, "nosuch", "outputs", "job-names"]:
         said = sbatch(f"--{key}=1", "--version").stderr
         expected = sbatch_options.resolve(key)
@@ -104,6 +136,9 @@ def test_sbatch_reads_every_abbreviation_of_every_option_as_the_data_says(sbatch
         if "unrecognized option" in said:
             assert expected == [], (key, said)
         elif ambiguous:
-            assert sorted(re.findall(r"'--([a-z0-9-]+)'", ambiguous.group(1))) == expected, (key, said)
+            assert sorted(re.findall(r"'--([a-z0-9-]+)'", ambiguous.group(1))) == expected, (
+                key,
+                said,
+            )
         else:
             assert len(expected) == 1, (key, expected, said)

@@ -11,10 +11,28 @@ from pathlib import Path
 import pytest
 
 # 70b needs at least 64 GPUs: of these four only 70b on 8 GPUs cannot run (on a cluster backend).
-MIXED = ("sweep", "llama31", "--size", "8b,70b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8,64",
-         "--backend", "slurm")
-SKIPPED_LINE = "skipped llama31 70b h100 bf16 on 8 GPUs: llama31 70b bf16 on h100 needs at least 64 GPUs"
-PLANNED = ["llama31 8b h100 bf16 8 GPUs", "llama31 8b h100 bf16 64 GPUs", "llama31 70b h100 bf16 64 GPUs"]
+MIXED = (
+    "sweep",
+    "llama31",
+    "--size",
+    "8b,70b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--gpus",
+    "8,64",
+    "--backend",
+    "slurm",
+)
+SKIPPED_LINE = (
+    "skipped llama31 70b h100 bf16 on 8 GPUs: llama31 70b bf16 on h100 needs at least 64 GPUs"
+)
+PLANNED = [
+    "llama31 8b h100 bf16 8 GPUs",
+    "llama31 8b h100 bf16 64 GPUs",
+    "llama31 70b h100 bf16 64 GPUs",
+]
 
 
 @pytest.fixture
@@ -38,9 +56,17 @@ def test_dry_run_json_has_the_jobs_and_a_skipped_list(cli):
     shown = result.json()
     assert [j["task"] for j in shown["jobs"]] == PLANNED
     [skipped] = shown["skipped"]
-    assert {k: skipped[k] for k in ("task", "workload", "size", "gpu", "dtype", "gpus", "source")} == {
-        "task": "llama31 70b h100 bf16 8 GPUs", "workload": "llama31", "size": "70b", "gpu": "h100",
-        "dtype": "bf16", "gpus": 8, "source": "command line"}
+    assert {
+        k: skipped[k] for k in ("task", "workload", "size", "gpu", "dtype", "gpus", "source")
+    } == {
+        "task": "llama31 70b h100 bf16 8 GPUs",
+        "workload": "llama31",
+        "size": "70b",
+        "gpu": "h100",
+        "dtype": "bf16",
+        "gpus": 8,
+        "source": "command line",
+    }
     assert "needs at least 64 GPUs; 8 is below the smallest tested scale" in skipped["reason"]
 
 
@@ -55,8 +81,23 @@ def test_without_the_flag_nothing_runs_and_the_refusal_names_the_flag(llmb_proc,
 
 @pytest.mark.parametrize("dry_run", [("--dry-run",), ()], ids=["dry-run", "run"])
 def test_when_nothing_can_run_it_exits_2_with_every_reason(llmb_proc, install, dry_run):
-    result = llmb_proc("sweep", "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8,16",
-                       "--backend", "slurm", "--skip-invalid", *dry_run, env=install)
+    result = llmb_proc(
+        "sweep",
+        "llama31",
+        "--size",
+        "70b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "8,16",
+        "--backend",
+        "slurm",
+        "--skip-invalid",
+        *dry_run,
+        env=install,
+    )
     assert result.code == 2 and "Traceback" not in result.err
     assert "2 of 2 sweep tasks cannot run; nothing was submitted:" in result.err
     reasons = [line for line in result.err.splitlines() if line.startswith("  - ")]
@@ -66,24 +107,52 @@ def test_when_nothing_can_run_it_exits_2_with_every_reason(llmb_proc, install, d
     assert not (Path(install["LLMB_INSTALL"]) / "sweeps").exists()
 
 
-def test_a_real_sweep_runs_the_valid_tasks_and_never_starts_the_skipped(llmb_proc, install, monkeypatch):
+def test_a_real_sweep_runs_the_valid_tasks_and_never_starts_the_skipped(
+    llmb_proc, install, monkeypatch
+):
     pytest.importorskip("torch", reason="the torch engine needs torch")
     # nvfp4 is no published dtype of llama31 and no machine carries 4096 CPU-proxy ranks: one of four runs.
-    result = llmb_proc("sweep", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16,nvfp4",
-                       "--gpus", "1,4096", "--proxy", "tiny", "--steps", "3", "--skip-invalid", "--json",
-                       env=install, timeout=600)  # a hang guard only
+    result = llmb_proc(
+        "sweep",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16,nvfp4",
+        "--gpus",
+        "1,4096",
+        "--proxy",
+        "tiny",
+        "--steps",
+        "3",
+        "--skip-invalid",
+        "--json",
+        env=install,
+        timeout=600,
+    )  # a hang guard only
     assert result.code == 0, result.err
     shown = json.loads(result.out)
-    assert [(j["task"], j["state"]) for j in shown["jobs"]] == [("llama31 8b h100 bf16 1 GPU", "SUCCEEDED")]
+    assert [(j["task"], j["state"]) for j in shown["jobs"]] == [
+        ("llama31 8b h100 bf16 1 GPU", "SUCCEEDED")
+    ]
     skipped = {s["task"]: s["reason"] for s in shown["skipped"]}
-    assert set(skipped) == {"llama31 8b h100 bf16 4096 GPUs", "llama31 8b h100 nvfp4 1 GPU",
-                            "llama31 8b h100 nvfp4 4096 GPUs"}
+    assert set(skipped) == {
+        "llama31 8b h100 bf16 4096 GPUs",
+        "llama31 8b h100 nvfp4 1 GPU",
+        "llama31 8b h100 nvfp4 4096 GPUs",
+    }
     assert "has no dtype 'nvfp4'" in skipped["llama31 8b h100 nvfp4 1 GPU"]
     assert "4096" in skipped["llama31 8b h100 bf16 4096 GPUs"]
     # Each skipped one is listed on stderr before the sweep submits anything.
     lines = result.err.splitlines()
     listed = [n for n, line in enumerate(lines) if line.startswith("skipped llama31 8b h100 ")]
-    started = next(n for n, line in enumerate(lines) if line.startswith(f"{shown['sweep_id']}: 1 jobs on local"))
+    started = next(
+        n
+        for n, line in enumerate(lines)
+        if line.startswith(f"{shown['sweep_id']}: 1 jobs on local")
+    )
     assert len(listed) == 3 and max(listed) < started
     # Only the valid task is in the sweep, and only its job was ever made.
     monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])

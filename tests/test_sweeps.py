@@ -42,8 +42,11 @@ def install(tmp_path):
 def test_the_command_line_is_a_cartesian_product():
     tasks = expand("llama31", ["8b", "70b"], ["bf16", "fp8"], [8, 16, 32], 2, gpu="h100")
     assert len(tasks) == 2 * 2 * 3 * 2
-    assert [t.label for t in tasks[:3]] == ["llama31 8b h100 bf16 8 GPUs #1", "llama31 8b h100 bf16 8 GPUs #2",
-                                            "llama31 8b h100 bf16 16 GPUs #1"]
+    assert [t.label for t in tasks[:3]] == [
+        "llama31 8b h100 bf16 8 GPUs #1",
+        "llama31 8b h100 bf16 8 GPUs #2",
+        "llama31 8b h100 bf16 16 GPUs #1",
+    ]
     assert expand("nemotronh", None, None, [1], 1)[0].label == "nemotronh - - 1 GPU"
 
 
@@ -54,10 +57,17 @@ def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host
     assert len(tasks) == 2 * 2 * 2 + 1
     fp8_two = [t for t in tasks if t.dtype == "fp8" and t.gpus == 2]
     assert {t.repeat for t in fp8_two} == {1, 2}
-    assert all(t.options == {"proxy": "tiny", "steps": 30, "env_items": ("NCCL_DEBUG=INFO",)} for t in fp8_two)
+    assert all(
+        t.options == {"proxy": "tiny", "steps": 30, "env_items": ("NCCL_DEBUG=INFO",)}
+        for t in fp8_two
+    )
     bf16_one = next(t for t in tasks if t.dtype == "bf16" and t.gpus == 1)
-    assert (bf16_one.gpu, bf16_one.size, bf16_one.overrides, bf16_one.options) == ("h100", "8b", {"mbs": 1},
-                                                                                  {"proxy": "tiny"})
+    assert (bf16_one.gpu, bf16_one.size, bf16_one.overrides, bf16_one.options) == (
+        "h100",
+        "8b",
+        {"mbs": 1},
+        {"proxy": "tiny"},
+    )
     hybrid = tasks[-1]
     # A section's keys win over the defaults: no proxy here, the seeds' --layers instead.
     assert (hybrid.workload, hybrid.size, hybrid.gpu) == ("nemotronh", None, "h100")
@@ -67,20 +77,32 @@ def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host
 
 def test_a_sweep_file_takes_every_run_option_by_its_flag_name(host, tmp_path):
     path = tmp_path / "sweep.yaml"
-    path.write_text("llama31_8b: {scales: [8], checkpoint_load: /ckpt, time_limit: '30', backend_opt: {project: p}}\n")
+    path.write_text(
+        "llama31_8b: {scales: [8], checkpoint_load: /ckpt, time_limit: '30', backend_opt: {project: p}}\n"
+    )
     [task] = tasks_from_file(str(path), host.workloads(), parameter_names())
-    assert task.options == {"checkpoint_load": "/ckpt", "time_limit": "30", "backend_opts": ("project=p",)}
+    assert task.options == {
+        "checkpoint_load": "/ckpt",
+        "time_limit": "30",
+        "backend_opts": ("project=p",),
+    }
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("llama99_8b: {scales: [8]}", "sweep header 'llama99_8b': expected <workload>_<size>"),
-    ("llama31_8b: {dtypes: [bf16]}", "llama31_8b: scales (the GPU counts) is required"),
-    ("llama31_8b: {scales: [8], repeat: 2}", "llama31_8b: unknown keys repeat"),
-    ("llama31_8b: {scales: [eight]}", "llama31_8b: scales must be a list of ints"),
-    ("llama31_8b: {scales: [8], tasks: [{scale: 8, color: red}]}", "llama31_8b: tasks[1]: unknown keys color"),
-    ("llama31_8b: [8, 16]", "llama31_8b: expected a mapping"),
-    ("llama31_8b: {scales: [8]\n", "is not valid YAML (line"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("llama99_8b: {scales: [8]}", "sweep header 'llama99_8b': expected <workload>_<size>"),
+        ("llama31_8b: {dtypes: [bf16]}", "llama31_8b: scales (the GPU counts) is required"),
+        ("llama31_8b: {scales: [8], repeat: 2}", "llama31_8b: unknown keys repeat"),
+        ("llama31_8b: {scales: [eight]}", "llama31_8b: scales must be a list of ints"),
+        (
+            "llama31_8b: {scales: [8], tasks: [{scale: 8, color: red}]}",
+            "llama31_8b: tasks[1]: unknown keys color",
+        ),
+        ("llama31_8b: [8, 16]", "llama31_8b: expected a mapping"),
+        ("llama31_8b: {scales: [8]\n", "is not valid YAML (line"),
+    ],
+)
 def test_sweep_file_mistakes_name_the_file_the_section_and_the_entry(host, tmp_path, text, needle):
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
@@ -89,10 +111,25 @@ def test_sweep_file_mistakes_name_the_file_the_section_and_the_entry(host, tmp_p
 
 
 def test_every_invalid_task_is_reported_and_nothing_is_submitted(llmb_proc, install):
-    result = llmb_proc("sweep", "llama31", "--size", "8b,70b", "--gpu", "h100", "--dtype", "bf16,nvfp4",
-                       "--gpus", "8", "--proxy", "tiny", env={**install, "LLMB_FORCE_CPU": "1"})
+    result = llmb_proc(
+        "sweep",
+        "llama31",
+        "--size",
+        "8b,70b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16,nvfp4",
+        "--gpus",
+        "8",
+        "--proxy",
+        "tiny",
+        env={**install, "LLMB_FORCE_CPU": "1"},
+    )
     assert result.code == 2 and "Traceback" not in result.err
-    assert "8 of 8 sweep tasks cannot run" not in result.err  # some are fine: only the bad ones are listed
+    assert (
+        "8 of 8 sweep tasks cannot run" not in result.err
+    )  # some are fine: only the bad ones are listed
     lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
     assert len(lines) == 4 and all("nvfp4" in line or "8 GPUs" in line for line in lines)
     assert any("has no dtype 'nvfp4'; valid dtypes: bf16, fp8" in line for line in lines)
@@ -107,20 +144,46 @@ def test_dry_run_lists_the_jobs_and_writes_nothing(llmb_proc, install, tmp_path)
     assert result.code == 0, result.err
     listed = json.loads(result.out)
     assert len(listed) == 9 and {j["backend"] for j in listed} == {"local"}
-    assert listed[-1]["experiment"].startswith("pretrain_nemotronh_56b_") and listed[-1]["experiment"].endswith(
-        "_proxy-layers2") and listed[0]["ranks"] == 1
+    assert (
+        listed[-1]["experiment"].startswith("pretrain_nemotronh_56b_")
+        and listed[-1]["experiment"].endswith("_proxy-layers2")
+        and listed[0]["ranks"] == 1
+    )
     assert not Path(install["LLMB_INSTALL"]).exists()
 
 
-def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(llmb_proc, install, monkeypatch):
+def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(
+    llmb_proc, install, monkeypatch
+):
     pytest.importorskip("torch", reason="the torch engine needs torch")
-    result = llmb_proc("sweep", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "1,2",
-                       "--proxy", "tiny", "--steps", "3", "--json", env=install, timeout=600)
+    result = llmb_proc(
+        "sweep",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "1,2",
+        "--proxy",
+        "tiny",
+        "--steps",
+        "3",
+        "--json",
+        env=install,
+        timeout=600,
+    )
     assert result.code == 0, result.err
     shown = json.loads(result.out)
-    assert [(j["task"], j["state"]) for j in shown["jobs"]] == [("llama31 8b h100 bf16 1 GPU", "SUCCEEDED"),
-                                                                ("llama31 8b h100 bf16 2 GPUs", "SUCCEEDED")]
-    progress = [line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")]
+    assert [(j["task"], j["state"]) for j in shown["jobs"]] == [
+        ("llama31 8b h100 bf16 1 GPU", "SUCCEEDED"),
+        ("llama31 8b h100 bf16 2 GPUs", "SUCCEEDED"),
+    ]
+    progress = [
+        line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")
+    ]
     assert progress[-1] == f"{shown['sweep_id']}: 0 queued, 0 running, 2 done, 0 failed (of 2)"
     assert any("1 queued" in line for line in progress)  # the second waited for the first
     monkeypatch.setenv("LLMB_INSTALL", install["LLMB_INSTALL"])
@@ -145,11 +208,15 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
         "  tasks:\n"
         "    - {scale: 2, env: {LLMB_FAIL_AT_STEP: '2'}}\n"  # the engine raises at step 2: the job fails
     )
-    result = llmb_proc("sweep", "--file", str(sweep_file), "--backend", "slurm", "--json", env=env, timeout=600)
+    result = llmb_proc(
+        "sweep", "--file", str(sweep_file), "--backend", "slurm", "--json", env=env, timeout=600
+    )
     assert result.code == 1, result.err[-3000:]
     shown = json.loads(result.out)
     assert [j["state"] for j in shown["jobs"]] == ["SUCCEEDED", "FAILED"]
-    progress = [line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")]
+    progress = [
+        line for line in result.err.splitlines() if line.startswith(shown["sweep_id"] + ":")
+    ]
     assert progress[-1] == f"{shown['sweep_id']}: 0 queued, 0 running, 1 done, 1 failed (of 2)"
     # A cluster takes the whole sweep at once: both jobs were submitted before either ended. (The progress line's
     # "queued" also counts a submitted job Slurm holds PENDING, so it cannot tell held-back from pending.)
@@ -162,13 +229,30 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
 
 def _published(host, gpu: str, max_gpus: int) -> list[tuple]:
     """(workload, size, gpu, dtype, GPU count) of every published figure, read from the workloads' references."""
-    return sorted({(name, r.size, r.gpu, r.dtype, r.gpus) for name, w in host.workloads().items()
-                   for r in w.references if r.gpu == gpu and r.gpus <= max_gpus})
+    return sorted(
+        {
+            (name, r.size, r.gpu, r.dtype, r.gpus)
+            for name, w in host.workloads().items()
+            for r in w.references
+            if r.gpu == gpu and r.gpus <= max_gpus
+        }
+    )
 
 
 def test_all_workloads_is_every_published_configuration_up_to_max_gpus(host, llmb_proc, install):
-    result = llmb_proc("sweep", "--all-workloads", "--max-gpus", "64", "--gpu", "h100", "--backend", "slurm",
-                       "--dry-run", "--json", env=install)
+    result = llmb_proc(
+        "sweep",
+        "--all-workloads",
+        "--max-gpus",
+        "64",
+        "--gpu",
+        "h100",
+        "--backend",
+        "slurm",
+        "--dry-run",
+        "--json",
+        env=install,
+    )
     assert result.code == 0, result.err
     listed = json.loads(result.out)
     tasks = sorted(tuple(j["task"].split()[:4]) + (j["ranks"],) for j in listed)
@@ -188,17 +272,27 @@ def test_all_workloads_tasks_carry_the_published_variant_and_scaling(host):
     assert {t.repeat for t in tasks} == {1, 2}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--all-workloads",), "--all-workloads needs --max-gpus N"),
-    (("--all-workloads", "--max-gpus", "4"), "no published configuration runs on 4 GPUs or fewer; the smallest "
-                                             "published GPU count is 8"),
-    (("--all-workloads", "--max-gpus", "64", "--gpu", "x100"), "no installed workload publishes figures for GPU "
-                                                               "type 'x100'"),
-    (("--all-workloads", "--max-gpus", "64", "--size", "8b"), "--all-workloads takes each published configuration "
-                                                              "as published; drop --size"),
-    (("llama31", "--all-workloads", "--max-gpus", "64"), "not a WORKLOAD and --all-workloads"),
-    (("llama31", "--gpus", "8", "--max-gpus", "64"), "--max-gpus goes with --all-workloads"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--all-workloads",), "--all-workloads needs --max-gpus N"),
+        (
+            ("--all-workloads", "--max-gpus", "4"),
+            "no published configuration runs on 4 GPUs or fewer; the smallest "
+            "published GPU count is 8",
+        ),
+        (
+            ("--all-workloads", "--max-gpus", "64", "--gpu", "x100"),
+            "no installed workload publishes figures for GPU type 'x100'",
+        ),
+        (
+            ("--all-workloads", "--max-gpus", "64", "--size", "8b"),
+            "--all-workloads takes each published configuration as published; drop --size",
+        ),
+        (("llama31", "--all-workloads", "--max-gpus", "64"), "not a WORKLOAD and --all-workloads"),
+        (("llama31", "--gpus", "8", "--max-gpus", "64"), "--max-gpus goes with --all-workloads"),
+    ],
+)
 def test_all_workloads_mistakes(llmb_proc, install, args, needle):
     result = llmb_proc("sweep", *args, "--dry-run", env=install)
     assert result.code == 2 and "Traceback" not in result.err

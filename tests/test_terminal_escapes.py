@@ -26,32 +26,37 @@ from llmb.cli.output import terminal_safe  # noqa: E402
 MB = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
 # A window title (OSC ... BEL), clear screen (CSI 2J), C1 CSI as a raw byte and
 # as UTF-8 (U+009B), a DCS string, a bell, a carriage return that would overwrite the line.
-ATTACK = (b"\x1b]0;pwned\x07\x1b[2J\x9b6n\xc2\x9b31mred\x1bP1$qm\x1b\\ ring\x07 "
-          b"over\rwritten \x1b7\x1bc\x7f end")
+ATTACK = (
+    b"\x1b]0;pwned\x07\x1b[2J\x9b6n\xc2\x9b31mred\x1bP1$qm\x1b\\ ring\x07 "
+    b"over\rwritten \x1b7\x1bc\x7f end"
+)
 # Anything a terminal acts on: C0 but tab and newline, DEL, and C1 (raw, or encoded in UTF-8).
 CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
 
 
 def assert_inert(output: bytes, human: bool = True) -> None:
     found = CONTROL.search(output)
-    assert found is None, (found, output[max(0, found.start() - 60):found.end() + 60])
+    assert found is None, (found, output[max(0, found.start() - 60) : found.end() + 60])
     if human:
         assert b"pwned" not in output  # the title's text went with its sequence
 
 
-@pytest.mark.parametrize(("text", "shown"), [
-    ("plain text\twith a tab\n", "plain text\twith a tab\n"),
-    ("\x1b]0;pwned\x07title", "title"),
-    ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),
-    ("\x1b[2J\x1b[1;31mred\x1b[0m", "red"),
-    ("\x9b2Jc1", "c1"),
-    ("\x9d0;pwned\x9cc1 osc", "c1 osc"),
-    ("a\rb\r\nc", "a\nb\nc"),
-    ("bell\x07 nul\x00 del\x7f c1\x85", "bell\\x07 nul\\x00 del\\x7f c1\\x85"),
-    ("lone escape at the end\x1b", "lone escape at the end\\x1b"),
-    ("\x1bc\x1b(Breset", "reset"),
-    ("ünïcödé 日本 ✓", "ünïcödé 日本 ✓"),
-])
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("plain text\twith a tab\n", "plain text\twith a tab\n"),
+        ("\x1b]0;pwned\x07title", "title"),
+        ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),
+        ("\x1b[2J\x1b[1;31mred\x1b[0m", "red"),
+        ("\x9b2Jc1", "c1"),
+        ("\x9d0;pwned\x9cc1 osc", "c1 osc"),
+        ("a\rb\r\nc", "a\nb\nc"),
+        ("bell\x07 nul\x00 del\x7f c1\x85", "bell\\x07 nul\\x00 del\\x7f c1\\x85"),
+        ("lone escape at the end\x1b", "lone escape at the end\\x1b"),
+        ("\x1bc\x1b(Breset", "reset"),
+        ("ünïcödé 日本 ✓", "ünïcödé 日本 ✓"),
+    ],
+)
 def test_terminal_safe(text, shown):
     assert terminal_safe(text) == shown
     assert_inert(terminal_safe(text).encode())
@@ -60,7 +65,11 @@ def test_terminal_safe(text, shown):
 def test_table_cells_stay_on_one_line():
     from llmb.cli.output import render_table
 
-    assert render_table(["A", "B"], [["x\x1b[2J\ry\tz", 1]]).splitlines() == ["A      B", "-----  -", "x y z  1"]
+    assert render_table(["A", "B"], [["x\x1b[2J\ry\tz", 1]]).splitlines() == [
+        "A      B",
+        "-----  -",
+        "x y z  1",
+    ]
 
 
 def run(argv: list[str], env: dict[str, str], on_tty: bool) -> tuple[int, bytes, bytes]:
@@ -72,7 +81,9 @@ def run(argv: list[str], env: dict[str, str], on_tty: bool) -> tuple[int, bytes,
         return proc.returncode, proc.stdout, proc.stderr
     leader, follower = pty.openpty()
     tty.setraw(follower)
-    proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        full, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, env=env
+    )
     os.close(follower)
     out = b""
     try:
@@ -102,8 +113,13 @@ def hostile(tmp_path):
     log = good / MB / f"log-{MB}.out"
     log.write_bytes(log.read_bytes() + b"[NeMo I] " + ATTACK + b"\n")
     failed = make_run(root, MB, None, stamp="1000002") / MB / f"log-{MB}.out"
-    failed.write_bytes("\n".join(loggen.megatron_bridge_lines(range(1, 20))).encode() + b"\n"
-                       + b"torch.OutOfMemoryError: CUDA out of memory. " + ATTACK + b"\n")
+    failed.write_bytes(
+        "\n".join(loggen.megatron_bridge_lines(range(1, 20))).encode()
+        + b"\n"
+        + b"torch.OutOfMemoryError: CUDA out of memory. "
+        + ATTACK
+        + b"\n"
+    )
     named = "exp_\x1b]0;pwned\x07\x1b[2J"  # a directory name is untrusted text too
     make_run(root, named, loggen.megatron_bridge_lines(range(1, 51)), stamp="1000003")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMB_")}
@@ -147,10 +163,20 @@ def test_logs_print_no_escape_sequences(hostile, on_tty):
     _, env, log = hostile
     job_dir = Path(env["LLMB_INSTALL"]) / "jobs" / "local-0a1b2c"
     job_dir.mkdir(parents=True)
-    (job_dir / "job.json").write_text(json.dumps({
-        "id": "local-0a1b2c", "backend": "local", "workload": "llama31", "experiment": MB,
-        "run_dir": str(log.parent.parent), "log": str(log), "ranks": 1, "submitted_at": "2026-11-21T10:00:00+00:00",
-    }))
+    (job_dir / "job.json").write_text(
+        json.dumps(
+            {
+                "id": "local-0a1b2c",
+                "backend": "local",
+                "workload": "llama31",
+                "experiment": MB,
+                "run_dir": str(log.parent.parent),
+                "log": str(log),
+                "ranks": 1,
+                "submitted_at": "2026-11-21T10:00:00+00:00",
+            }
+        )
+    )
     for args in ([], ["--tail", "2"]):  # the carriage return began a line of its own
         code, out, err = run(["logs", "local-0a1b2c", *args], env, on_tty)
         assert code == 0, err

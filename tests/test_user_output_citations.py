@@ -19,9 +19,20 @@ def _series_requests(host):
         for variant in workload.variants:
             for series in variant.series:
                 for dtype in series.dtypes:
-                    yield (workload.name, "--variant", variant.name, "--size", series.size, "--gpu", series.gpu,
-                           "--dtype", dtype, "--gpus", str(series.min_gpus),
-                           *(["--strong-scaling"] if series.scaling == "strong" else []))
+                    yield (
+                        workload.name,
+                        "--variant",
+                        variant.name,
+                        "--size",
+                        series.size,
+                        "--gpu",
+                        series.gpu,
+                        "--dtype",
+                        dtype,
+                        "--gpus",
+                        str(series.min_gpus),
+                        *(["--strong-scaling"] if series.scaling == "strong" else []),
+                    )
 
 
 def test_no_output_cites_a_file_users_do_not_have(cli, host):
@@ -32,17 +43,38 @@ def test_no_output_cites_a_file_users_do_not_have(cli, host):
         outputs += [cli("plan", *request), cli("plan", *request, "--json")]
     outputs += [cli("plugins"), cli("plugins", "--json"), cli("--help"), cli("run", "--help")]
     assert len(outputs) > 100
-    leaks = {m.group(0) for r in outputs for m in re.finditer(r".{0,40}(?:" + INTERNAL.pattern + r").{0,20}",
-                                                                r.out + r.err)}
+    leaks = {
+        m.group(0)
+        for r in outputs
+        for m in re.finditer(r".{0,40}(?:" + INTERNAL.pattern + r").{0,20}", r.out + r.err)
+    }
     assert not leaks
 
 
 def test_sources_name_the_public_recipe_document(cli):
-    plan = cli("plan", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "fp8", "--gpus", "8", "--json").json()
-    assert re.fullmatch(r"Llama 3\.1 Megatron-Bridge recipe \(NVIDIA LLM Benchmarking Collection, nemo:26\.04\.01\) "
-                        r"table \d+, rows? [\d, ]+", plan["source"])
-    assert plan["model_flops_formula"] == "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, " \
-                                          "nemo:25.04.01), Notes"
+    plan = cli(
+        "plan",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "b200",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "8",
+        "--json",
+    ).json()
+    assert re.fullmatch(
+        r"Llama 3\.1 Megatron-Bridge recipe \(NVIDIA LLM Benchmarking Collection, nemo:26\.04\.01\) "
+        r"table \d+, rows? [\d, ]+",
+        plan["source"],
+    )
+    assert (
+        plan["model_flops_formula"]
+        == "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, "
+        "nemo:25.04.01), Notes"
+    )
 
 
 def test_readme_and_docs_link_only_inside_the_repository():
@@ -65,14 +97,20 @@ def test_the_llama4_erratum_figure_is_shown_corrected_and_marked(cli):
     assert expected["mfu_pct"] == 37.43 and expected["printed_mfu_pct"] == 18.71
     assert expected["erratum"] == "llama4-mfu-peak"
     # a figure no erratum touches is shown as printed, unmarked
-    fp8 = cli("plan", "llama4", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128", "--json").json()["expected"]
+    fp8 = cli(
+        "plan", "llama4", "--gpu", "gb200", "--dtype", "fp8", "--gpus", "128", "--json"
+    ).json()["expected"]
     assert fp8["mfu_pct"] == 23.9 and fp8["printed_mfu_pct"] is None
 
 
 def test_corrections_are_llmbs_own_formula_at_the_published_step_time(host):
     """The erratum texts' own numbers: 37.43% for Llama 4 at 7.781 s; 54.97% for the 405B at 512 GPUs."""
-    corrected = {(w.name, r.size, r.gpu, r.dtype, r.gpus): (r.mfu_pct, r.printed_mfu_pct)
-                 for w in host.workloads().values() for r in w.references if r.printed_mfu_pct is not None}
+    corrected = {
+        (w.name, r.size, r.gpu, r.dtype, r.gpus): (r.mfu_pct, r.printed_mfu_pct)
+        for w in host.workloads().values()
+        for r in w.references
+        if r.printed_mfu_pct is not None
+    }
     assert corrected[("llama4", "400b", "gb200", "bf16", 128)] == (37.43, 18.71)
     assert corrected[("llama31", "405b", "h100", "bf16", 512)] == (54.97, 55.47)
     assert all(w == "llama31" and "405b" in s or w == "llama4" for w, s, *_ in corrected)
@@ -80,9 +118,24 @@ def test_corrections_are_llmbs_own_formula_at_the_published_step_time(host):
 
 def test_the_report_plots_and_names_the_corrected_figure(llmb_proc, tmp_path):
     pytest.importorskip("matplotlib", reason="llmb report draws with matplotlib")
-    rows = [{"filename": f"r{n}", "status": "success", "time_mean_ms": 7800.0, "workload": "llama4",
-             "variant": "nemo2", "size": "400b", "gpu": "gb200", "dtype": "bf16", "gpus": n, "scaling": "weak",
-             "proxy": False, "tokens_per_s": 1.0e6, "mfu_pct": 37.0} for n in (128, 256)]
+    rows = [
+        {
+            "filename": f"r{n}",
+            "status": "success",
+            "time_mean_ms": 7800.0,
+            "workload": "llama4",
+            "variant": "nemo2",
+            "size": "400b",
+            "gpu": "gb200",
+            "dtype": "bf16",
+            "gpus": n,
+            "scaling": "weak",
+            "proxy": False,
+            "tokens_per_s": 1.0e6,
+            "mfu_pct": 37.0,
+        }
+        for n in (128, 256)
+    ]
     source = tmp_path / "rows.json"
     source.write_text(json.dumps(rows))
     out = tmp_path / "report"

@@ -46,13 +46,20 @@ NEMO2 = "pretrain_llama3.1_8b_fp8_8"  # llmb-run's NeMo 2 name: no GPU type
 def seed_words(text: str) -> list[str]:
     """Each "seed" in ``text`` that is not the random seed, with its context."""
     allowed = [m.span() for m in RANDOM_SEED.finditer(text)]
-    return [text[max(0, m.start() - 50):m.end() + 30].replace("\n", " ")
-            for m in SEED.finditer(text) if not any(a <= m.start() and m.end() <= b for a, b in allowed)]
+    return [
+        text[max(0, m.start() - 50) : m.end() + 30].replace("\n", " ")
+        for m in SEED.finditer(text)
+        if not any(a <= m.start() and m.end() <= b for a, b in allowed)
+    ]
 
 
 def test_the_word_check_tells_the_random_seed_from_a_recipe_document():
-    assert seed_words("--seed N: the seed of weights and data") == ["--seed N: the seed of weights and data"]
-    assert not seed_words("--seed 7, random seed, seed=1234, \"seed\": 1234, PYTHONHASHSEED, seed_table")
+    assert seed_words("--seed N: the seed of weights and data") == [
+        "--seed N: the seed of weights and data"
+    ]
+    assert not seed_words(
+        '--seed 7, random seed, seed=1234, "seed": 1234, PYTHONHASHSEED, seed_table'
+    )
     assert seed_words("the seed publishes no figures") and seed_words("Seed errata of llama4")
     assert seed_words("in the seeds' layout") and seed_words("seeds/llama31-nemo2.md")
 
@@ -62,7 +69,9 @@ def _commands(group: click.Group, ctx: click.Context, path: tuple[str, ...] = ()
         command = group.get_command(ctx, name)
         yield (*path, name)
         if isinstance(command, click.Group):
-            yield from _commands(command, click.Context(command, parent=ctx, info_name=name), (*path, name))
+            yield from _commands(
+                command, click.Context(command, parent=ctx, info_name=name), (*path, name)
+            )
 
 
 def _published_rows(host):
@@ -75,14 +84,37 @@ def _published_rows(host):
                 counts = {series.min_gpus, series.max_gpus, *series.listed_gpus}
                 for dtype in series.dtypes:
                     for gpus in counts:
-                        requests.add((workload.name, variant.name, series.size, series.gpu, dtype, gpus,
-                                      series.scaling))
+                        requests.add(
+                            (
+                                workload.name,
+                                variant.name,
+                                series.size,
+                                series.gpu,
+                                dtype,
+                                gpus,
+                                series.scaling,
+                            )
+                        )
         for ref in workload.references:
             for dtype in ref.dtype.split("/"):
-                requests.add((workload.name, ref.variant, ref.size, ref.gpu, dtype, ref.gpus, ref.scaling))
+                requests.add(
+                    (workload.name, ref.variant, ref.size, ref.gpu, dtype, ref.gpus, ref.scaling)
+                )
     for workload, variant, size, gpu, dtype, gpus, scaling in sorted(requests):
-        yield (workload, "--variant", variant, "--size", size, "--gpu", gpu, "--dtype", dtype, "--gpus", str(gpus),
-               *(["--strong-scaling"] if scaling == "strong" else []))
+        yield (
+            workload,
+            "--variant",
+            variant,
+            "--size",
+            size,
+            "--gpu",
+            gpu,
+            "--dtype",
+            dtype,
+            "--gpus",
+            str(gpus),
+            *(["--strong-scaling"] if scaling == "strong" else []),
+        )
 
 
 def _leaks(outputs: dict[str, str]) -> dict[str, list[str]]:
@@ -102,8 +134,12 @@ def test_help_of_every_command_says_recipe_not_seed(cli):
 
 
 def test_list_and_plan_of_every_published_row_say_recipe_not_seed(cli, host):
-    outputs = {"list": cli("list").out, "list --json": cli("list", "--json").out,
-               "plugins": cli("plugins").out, "plugins --json": cli("plugins", "--json").out}
+    outputs = {
+        "list": cli("list").out,
+        "list --json": cli("list", "--json").out,
+        "plugins": cli("plugins").out,
+        "plugins --json": cli("plugins", "--json").out,
+    }
     for workload in host.workloads():
         outputs[f"list {workload}"] = cli("list", workload).out
         outputs[f"list {workload} --json"] = cli("list", workload, "--json").out
@@ -125,14 +161,29 @@ def experiments(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMB_LOG_FORMAT", "json")
     nh = root / "workloads" / "nemotronh" / "experiments"
     llama = root / "workloads" / "llama31" / "experiments"
-    make_run(nh, NH, loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768),
-             recipe={"workload": "nemotronh", "size": "56b", "gpu": "h100", "dtype": "fp8", "gpus": 256,
-                     "gbs": 768, "seq_len": 8192})
+    make_run(
+        nh,
+        NH,
+        loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 15.892), gbs=768),
+        recipe={
+            "workload": "nemotronh",
+            "size": "56b",
+            "gpu": "h100",
+            "dtype": "fp8",
+            "gpus": 256,
+            "gbs": 768,
+            "seq_len": 8192,
+        },
+    )
     make_run(nh, NH, [*loggen.nemo2_lines(range(0, 20), gbs=768), loggen.OOM], stamp="1766139999")
     make_run(llama, MB, loggen.megatron_bridge_lines(range(1, 51)))
     make_run(llama, MB, None, stamp="1766140000")
-    make_run(llama, NEMO2, loggen.nemo2_lines(range(50), step_s=dict.fromkeys(range(50), 10.08)),
-             stamp="20251106101010")
+    make_run(
+        llama,
+        NEMO2,
+        loggen.nemo2_lines(range(50), step_s=dict.fromkeys(range(50), 10.08)),
+        stamp="20251106101010",
+    )
     return root
 
 
@@ -140,9 +191,16 @@ def test_results_and_compare_say_recipe_not_seed(cli, experiments, tmp_path):
     runs = sorted(str(p.parent.parent) for p in experiments.rglob("log-*.out"))
     baseline = tmp_path / "baseline.json"
     outputs = {}
-    for args in (("results",), ("results", "--gpu", "h100"), ("results", "--format", "json"),
-                 ("results", "--format", "csv"), ("compare", *runs), ("compare", *runs, "--gpu", "h100"),
-                 ("compare", *runs, "--json"), ("compare", *runs, "--gpu", "h100", "--json")):
+    for args in (
+        ("results",),
+        ("results", "--gpu", "h100"),
+        ("results", "--format", "json"),
+        ("results", "--format", "csv"),
+        ("compare", *runs),
+        ("compare", *runs, "--gpu", "h100"),
+        ("compare", *runs, "--json"),
+        ("compare", *runs, "--gpu", "h100", "--json"),
+    ):
         result = cli(*args)
         outputs[" ".join(args)] = result.out + result.err
     baseline.write_text(cli("results", "--gpu", "h100", "--json").out)
@@ -159,21 +217,49 @@ def test_the_run_summary_says_where_its_tflops_come_from():
     from llmb.lifecycle.follow import summary
     from llmb.runs.jobs import Job, JobStatus
 
-    job = Job(id="local-1", backend="local", workload="nemotronh", experiment="x", run_dir="/r", log="/r/log",
-              ranks=8, submitted_at="2026-11-23T00:00:00Z")
-    row = {"status": "success", "window": "11-44", "samples_in_window": 34, "time_mean_ms": 1000.0,
-           "time_std_dev_ms": 1.0, "tokens_per_s": 1e6, "tflops_per_gpu_mean": 900.0, "days_to_train_1t": 11.6,
-           "dtype": "bf16", "mfu_pct": 45.48}
-    shown = {source: summary(JobStatus(job, "SUCCEEDED", None, None, {"result": {**row, "tflops_source": source}}))
-             for source in ("log", "computed")}
+    job = Job(
+        id="local-1",
+        backend="local",
+        workload="nemotronh",
+        experiment="x",
+        run_dir="/r",
+        log="/r/log",
+        ranks=8,
+        submitted_at="2026-11-23T00:00:00Z",
+    )
+    row = {
+        "status": "success",
+        "window": "11-44",
+        "samples_in_window": 34,
+        "time_mean_ms": 1000.0,
+        "time_std_dev_ms": 1.0,
+        "tokens_per_s": 1e6,
+        "tflops_per_gpu_mean": 900.0,
+        "days_to_train_1t": 11.6,
+        "dtype": "bf16",
+        "mfu_pct": 45.48,
+    }
+    shown = {
+        source: summary(
+            JobStatus(job, "SUCCEEDED", None, None, {"result": {**row, "tflops_source": source}})
+        )
+        for source in ("log", "computed")
+    }
     assert "900.00 TFLOP/s/GPU (from the log)" in shown["log"]
     assert "900.00 TFLOP/s/GPU (from model FLOPs)" in shown["computed"]
     assert not re.search(r"\((?:log|computed)\)", "".join(shown.values()))
     readme = (ROOT / "README.md").read_text()
-    assert "`(from the log)`, the framework's own" in readme and "`(from model FLOPs)`, llmb's" in readme
+    assert (
+        "`(from the log)`, the framework's own" in readme
+        and "`(from model FLOPs)`, llmb's" in readme
+    )
 
 
 def test_readme_and_docs_say_recipe_not_seed():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("plugins/*/README.md"))]
+    pages = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted(ROOT.glob("plugins/*/README.md")),
+    ]
     assert len(pages) > 10
     assert _leaks({str(p.relative_to(ROOT)): p.read_text() for p in pages}) == {}

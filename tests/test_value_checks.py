@@ -27,13 +27,30 @@ import pytest
 from llmb.errors import UsageError
 from llmb.install import cluster_settings, value_checks
 
-RUN = ("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8", "--backend", "slurm")
+RUN = (
+    "run",
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--gpus",
+    "8",
+    "--backend",
+    "slurm",
+)
 QUIET = {s.variable: "" for s in cluster_settings.SETTINGS} | {"ADDITIONAL_SLURM_PARAMS": ""}
 ASP = "ADDITIONAL_SLURM_PARAMS"
 
 
 def files_under(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    return (
+        sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        if root.exists()
+        else []
+    )
 
 
 @pytest.fixture
@@ -42,14 +59,18 @@ def fake_sbatch(tmp_path) -> tuple[Path, Path]:
     bin_dir, log = tmp_path / "bin", tmp_path / "sbatch.log"
     bin_dir.mkdir()
     script = bin_dir / "sbatch"
-    script.write_text(f'#!/bin/sh\nif [ "$1" = --parsable ]; then echo "$@" >> {log}; echo 4242; fi\n')
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = --parsable ]; then echo "$@" >> {log}; echo 4242; fi\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return bin_dir, log
 
 
 def llmb(llmb_proc, install: Path, *args: str, path: Path | None = None, **env: str):
     extra = {"PATH": f"{path}{os.pathsep}{os.environ['PATH']}"} if path else {}
-    return llmb_proc(*args, env={**QUIET, "LLMB_INSTALL": str(install), **extra, **env}, timeout=120)
+    return llmb_proc(
+        *args, env={**QUIET, "LLMB_INSTALL": str(install), **extra, **env}, timeout=120
+    )
 
 
 def refused(result, needle: str) -> None:
@@ -79,7 +100,10 @@ def test_a_comma_in_a_mount_smuggles_no_second_mount(llmb_proc, tmp_path, fake_s
     install.mkdir()
     (install / "cluster.yaml").write_text(json.dumps({"mounts": [SMUGGLED]}))
     result = llmb(llmb_proc, install, *RUN, "--bare", path=bin_dir)
-    refused(result, f"{install / 'cluster.yaml'}: mounts item {SMUGGLED!r}: expected SRC:DST or SRC:DST:ro")
+    refused(
+        result,
+        f"{install / 'cluster.yaml'}: mounts item {SMUGGLED!r}: expected SRC:DST or SRC:DST:ro",
+    )
     assert files_under(install) == ["cluster.yaml"] and not log.exists()
 
 
@@ -90,8 +114,11 @@ def test_an_image_with_a_trailing_line_break_is_refused(llmb_proc, tmp_path, fak
     image = "nvcr.io#nvidia/nemo:26.04.01\n"
     for extra in (("--dry-run",), ("--bare",)):
         result = llmb(llmb_proc, install, *RUN, *extra, "--image", image, path=bin_dir)
-        refused(result, "--image 'nvcr.io#nvidia/nemo:26.04.01\\n' is not in registry#repo:tag form, "
-                        "e.g. nvcr.io#nvidia/nemo:26.04.01")
+        refused(
+            result,
+            "--image 'nvcr.io#nvidia/nemo:26.04.01\\n' is not in registry#repo:tag form, "
+            "e.g. nvcr.io#nvidia/nemo:26.04.01",
+        )
     sqsh = llmb(llmb_proc, install, *RUN, "--dry-run", "--image", "/lustre/images/nemo.sqsh\n")
     refused(sqsh, "--image '/lustre/images/nemo.sqsh\\n': a .sqsh image must be an absolute path")
     assert files_under(install) == [] and not log.exists()
@@ -99,8 +126,11 @@ def test_an_image_with_a_trailing_line_break_is_refused(llmb_proc, tmp_path, fak
     install.mkdir()
     (install / "cluster.yaml").write_text(json.dumps({"images": {"llama31": image}}))
     result = llmb(llmb_proc, install, *RUN, "--dry-run")
-    refused(result, f"{install / 'cluster.yaml'}: images.llama31 'nvcr.io#nvidia/nemo:26.04.01\\n' is not in "
-                    f"registry#repo:tag form")
+    refused(
+        result,
+        f"{install / 'cluster.yaml'}: images.llama31 'nvcr.io#nvidia/nemo:26.04.01\\n' is not in "
+        f"registry#repo:tag form",
+    )
     assert files_under(install) == ["cluster.yaml"]
 
 
@@ -109,7 +139,7 @@ ITEMS = {  # ADDITIONAL_SLURM_PARAMS item -> the refusal, as the option's own fl
     "nodel=$(id)": "item nodel (sbatch's --nodelist) '$(id)': expected a Slurm host list",
     "exclude=node1 `id`": "item exclude 'node1 `id`': expected a Slurm host list",
     "gres=gpu:8 --wrap=id": "item gres 'gpu:8 --wrap=id': expected gpu:N or gpu:TYPE:N",
-    "reservation=r\"x": "item reservation 'r\"x': expected a name or comma-separated names",
+    'reservation=r"x': "item reservation 'r\"x': expected a name or comma-separated names",
     "qos=high$(id)": "item qos 'high$(id)': expected a name or comma-separated names",
     "constraint=gpu&$(id)": "item constraint 'gpu&$(id)': expected a Slurm feature expression",
     "segment=$(id)": "item segment '$(id)': expected a whole number from 1 to 131,072",
@@ -119,31 +149,48 @@ ITEMS = {  # ADDITIONAL_SLURM_PARAMS item -> the refusal, as the option's own fl
 
 
 @pytest.mark.parametrize("item", sorted(ITEMS))
-def test_additional_slurm_params_items_pass_their_options_checks(llmb_proc, tmp_path, fake_sbatch, item):
+def test_additional_slurm_params_items_pass_their_options_checks(
+    llmb_proc, tmp_path, fake_sbatch, item
+):
     """Hole 3: the dedicated options' items reached an #SBATCH line unchecked (#SBATCH --nodelist="$(id)")."""
     install = tmp_path / "install"
     bin_dir, log = fake_sbatch
     needle = f"{ASP} {ITEMS[item]}"
-    for args, env in (((*RUN, "--dry-run"), {ASP: f"exclusive;{item}"}),
-                      ((*RUN, "--dry-run", "--additional-slurm-params", item), {}),
-                      ((*RUN, "--bare", "--detach"), {ASP: item})):  # a real submission
+    for args, env in (
+        ((*RUN, "--dry-run"), {ASP: f"exclusive;{item}"}),
+        ((*RUN, "--dry-run", "--additional-slurm-params", item), {}),
+        ((*RUN, "--bare", "--detach"), {ASP: item}),
+    ):  # a real submission
         result = llmb(llmb_proc, install, *args, path=bin_dir, **env)
         refused(result, needle)
         assert "#SBATCH" not in result.err
     assert not log.exists()  # nothing submitted
-    assert not [f for f in files_under(install) if f.startswith("jobs/") or f.endswith(".sh")]  # no job, no script
+    assert not [
+        f for f in files_under(install) if f.startswith("jobs/") or f.endswith(".sh")
+    ]  # no job, no script
 
 
 def test_the_fake_sbatch_does_take_a_good_submission(llmb_proc, tmp_path, fake_sbatch):
     """The control of the tests above: the same real submission with good values reaches sbatch."""
     install = tmp_path / "install"
     bin_dir, log = fake_sbatch
-    result = llmb(llmb_proc, install, *RUN, "--bare", "--detach", path=bin_dir,
-                  **{ASP: "nodelist=node[001-004];qos=high", "SBATCH_ACCOUNT": "my-team.gpu_a100"})
+    result = llmb(
+        llmb_proc,
+        install,
+        *RUN,
+        "--bare",
+        "--detach",
+        path=bin_dir,
+        **{ASP: "nodelist=node[001-004];qos=high", "SBATCH_ACCOUNT": "my-team.gpu_a100"},
+    )
     assert result.code == 0, result.err
     assert log.read_text().startswith("--parsable --comment=llmb:")
     script = next(install.rglob("sbatch_*.sh")).read_text()
-    for line in ("#SBATCH --nodelist=node[001-004]", "#SBATCH --qos=high", "#SBATCH --account=my-team.gpu_a100"):
+    for line in (
+        "#SBATCH --nodelist=node[001-004]",
+        "#SBATCH --qos=high",
+        "#SBATCH --account=my-team.gpu_a100",
+    ):
         assert line in script.splitlines(), line
 
 
@@ -169,31 +216,97 @@ def _setting(name: str, item: str, bad: tuple[str, ...], good: tuple[str, ...], 
 
 
 KINDS = [
-    _setting("account", "account", ("acct$(id)", "acct\n"), ("my-team.gpu_a100", "llm.bench-2"), "#SBATCH --account={v}"),
-    _setting("partition", "partition", ("batch`id`", "a b"), ("batch,backfill",), "#SBATCH --partition={v}"),
+    _setting(
+        "account",
+        "account",
+        ("acct$(id)", "acct\n"),
+        ("my-team.gpu_a100", "llm.bench-2"),
+        "#SBATCH --account={v}",
+    ),
+    _setting(
+        "partition",
+        "partition",
+        ("batch`id`", "a b"),
+        ("batch,backfill",),
+        "#SBATCH --partition={v}",
+    ),
     _setting("qos", "qos", ("high rm", "high\n"), ("high",), "#SBATCH --qos={v}"),
-    _setting("reservation", "reservation", ('res"x',), ("bench.week-1",), "#SBATCH --reservation={v}"),
-    _setting("time_limit", "time", ("2 hours", "30\n"), ("1-00:00:00", "2:00:00", "30"), "#SBATCH --time={v}"),
-    _setting("nodelist", "nodelist", ("$(id)", "node001\n"), ("node[001-004],node010",), "#SBATCH --nodelist={v}"),
-    _setting("exclude", "exclude", ("node1\nnode2", "node1 node2"), ("node013",), "#SBATCH --exclude={v}"),
-    _setting("constraint", "constraint", ("gpu&$(id)", "gpu&ib\n"), ("gpu&ib", "[rack1|rack2]"),
-             "#SBATCH --constraint={v}"),
-    _setting("gres", "gres", ("gpu:x", "gpu:8\n", "gpu:0"), ("gpu:8", "gpu:h100:8"), "#SBATCH --gres={v}"),
+    _setting(
+        "reservation", "reservation", ('res"x',), ("bench.week-1",), "#SBATCH --reservation={v}"
+    ),
+    _setting(
+        "time_limit",
+        "time",
+        ("2 hours", "30\n"),
+        ("1-00:00:00", "2:00:00", "30"),
+        "#SBATCH --time={v}",
+    ),
+    _setting(
+        "nodelist",
+        "nodelist",
+        ("$(id)", "node001\n"),
+        ("node[001-004],node010",),
+        "#SBATCH --nodelist={v}",
+    ),
+    _setting(
+        "exclude", "exclude", ("node1\nnode2", "node1 node2"), ("node013",), "#SBATCH --exclude={v}"
+    ),
+    _setting(
+        "constraint",
+        "constraint",
+        ("gpu&$(id)", "gpu&ib\n"),
+        ("gpu&ib", "[rack1|rack2]"),
+        "#SBATCH --constraint={v}",
+    ),
+    _setting(
+        "gres", "gres", ("gpu:x", "gpu:8\n", "gpu:0"), ("gpu:8", "gpu:h100:8"), "#SBATCH --gres={v}"
+    ),
     # sbatch 22.05 (here) has no --segment: the dry run says it leaves --segment=N out
     _setting("segment", "segment", ("x", "0", "1\n"), ("1",), "--segment={v}"),
-    Kind("image", value_checks.image, ("nvcr.io#nvidia/nemo:26.04.01\n", "nvcr.io#nvidia/nemo:26.04.01,/:/host",
-                                       "relative.sqsh"),
-         ("nvcr.io#nvidia/nemo:26.04.01", "/lustre/images/nemo-26.04.01.sqsh"), "--container-image={v}",
-         flag="--image", key="images.llama31"),
-    Kind("mount", value_checks.mount, (SMUGGLED, "/data:/data\n", "data:/data", "/a:/b:rx"),
-         ("/lustre/data:/data:ro", "/scratch:/scratch"), ",{v}", flag="--mount", key="mounts"),
-    Kind("env value", value_checks.env_value, ("a\nb", "x\r"), ("mlx5_0,mlx5_1", "two words"),
-         "export NCCL_IB_HCA={v}", flag="--env", key="env.NCCL_IB_HCA"),
-    Kind("env name", value_checks.env_name, ("A B", "A$(id)"), ("_X1", "NCCL_IB_HCA"), "export {v}=1",
-         flag="--env", key="env"),
+    Kind(
+        "image",
+        value_checks.image,
+        ("nvcr.io#nvidia/nemo:26.04.01\n", "nvcr.io#nvidia/nemo:26.04.01,/:/host", "relative.sqsh"),
+        ("nvcr.io#nvidia/nemo:26.04.01", "/lustre/images/nemo-26.04.01.sqsh"),
+        "--container-image={v}",
+        flag="--image",
+        key="images.llama31",
+    ),
+    Kind(
+        "mount",
+        value_checks.mount,
+        (SMUGGLED, "/data:/data\n", "data:/data", "/a:/b:rx"),
+        ("/lustre/data:/data:ro", "/scratch:/scratch"),
+        ",{v}",
+        flag="--mount",
+        key="mounts",
+    ),
+    Kind(
+        "env value",
+        value_checks.env_value,
+        ("a\nb", "x\r"),
+        ("mlx5_0,mlx5_1", "two words"),
+        "export NCCL_IB_HCA={v}",
+        flag="--env",
+        key="env.NCCL_IB_HCA",
+    ),
+    Kind(
+        "env name",
+        value_checks.env_name,
+        ("A B", "A$(id)"),
+        ("_X1", "NCCL_IB_HCA"),
+        "export {v}=1",
+        flag="--env",
+        key="env",
+    ),
 ]
 PATHS = ("flag", "variable", "file", "item")
-CASES = [(k, way) for k in KINDS for way in PATHS if getattr(k, "key" if way == "file" else way) is not None]
+CASES = [
+    (k, way)
+    for k in KINDS
+    for way in PATHS
+    if getattr(k, "key" if way == "file" else way) is not None
+]
 
 
 def _file(kind: Kind, value: str) -> dict:
@@ -221,8 +334,11 @@ def _where(kind: Kind, way: str, install: Path) -> str:
     if way == "item":
         return f"{ASP} item {kind.item}"
     path = install / "cluster.yaml"
-    return {"mounts": f"{path}: mounts item", "env": f"{path}: env",
-            "env.NCCL_IB_HCA": f"{path}: env NCCL_IB_HCA"}.get(kind.key, f"{path}: {kind.key}")
+    return {
+        "mounts": f"{path}: mounts item",
+        "env": f"{path}: env",
+        "env.NCCL_IB_HCA": f"{path}: env NCCL_IB_HCA",
+    }.get(kind.key, f"{path}: {kind.key}")
 
 
 def _expected(kind: Kind, value: str, where: str) -> str:
@@ -247,12 +363,16 @@ def _give(cli, monkeypatch, install: Path, kind: Kind, way: str, value: str, *ex
         monkeypatch.setenv(ASP, f"{kind.item}={value}")
     else:
         install.mkdir(parents=True, exist_ok=True)
-        (install / "cluster.yaml").write_text(json.dumps(_file(kind, value)))  # JSON is YAML: "\n" stays a line break
+        (install / "cluster.yaml").write_text(
+            json.dumps(_file(kind, value))
+        )  # JSON is YAML: "\n" stays a line break
     return cli(*args)
 
 
 @pytest.mark.parametrize(("kind", "way"), CASES, ids=[f"{k.name}-{w}" for k, w in CASES])
-def test_a_bad_value_is_refused_with_the_same_words_whichever_way_it_is_given(cli, monkeypatch, tmp_path, kind, way):
+def test_a_bad_value_is_refused_with_the_same_words_whichever_way_it_is_given(
+    cli, monkeypatch, tmp_path, kind, way
+):
     for n, bad in enumerate(kind.bad):
         install = tmp_path / f"install{n}"
         result = _give(cli, monkeypatch, install, kind, way, bad)
@@ -260,7 +380,9 @@ def test_a_bad_value_is_refused_with_the_same_words_whichever_way_it_is_given(cl
         expected = _expected(kind, bad, where)
         assert result.code == 2, (bad, result.out)
         assert result.err.strip() == f"llmb: error: {expected}", (bad, result.err)
-        assert repr(bad) in expected or kind.name == "env name" or "***" in expected  # the value as given
+        assert (
+            repr(bad) in expected or kind.name == "env name" or "***" in expected
+        )  # the value as given
         assert result.out == "" and [f for f in files_under(install) if f != "cluster.yaml"] == []
         monkeypatch.delenv(kind.variable or "UNSET_VARIABLE", raising=False)
         monkeypatch.delenv(ASP, raising=False)
@@ -273,8 +395,13 @@ def test_real_world_values_pass_whichever_way_they_are_given(cli, monkeypatch, t
         result = _give(cli, monkeypatch, install, kind, way, good)
         assert result.code == 0, (good, result.err)
         planned = result.json()
-        shown = kind.shows.format(v=good if kind.name != "env value" or " " not in good else f"'{good}'")
-        assert shown in planned["script"] + "\n".join(planned.get("warnings") or ()) + result.err, (good, shown)
+        shown = kind.shows.format(
+            v=good if kind.name != "env value" or " " not in good else f"'{good}'"
+        )
+        assert shown in planned["script"] + "\n".join(planned.get("warnings") or ()) + result.err, (
+            good,
+            shown,
+        )
         monkeypatch.delenv(kind.variable or "UNSET_VARIABLE", raising=False)
         monkeypatch.delenv(ASP, raising=False)
 
@@ -282,29 +409,47 @@ def test_real_world_values_pass_whichever_way_they_are_given(cli, monkeypatch, t
 def test_every_cluster_setting_has_a_kind_here_and_every_item_option_its_settings_check():
     from llmb_backend_slurm import params
 
-    assert {k.name for k in KINDS} >= {s.name for s in cluster_settings.SETTINGS} - {"numa_binding", "gpu",
-                                                                                       "gpus_per_node"}
+    assert {k.name for k in KINDS} >= {s.name for s in cluster_settings.SETTINGS} - {
+        "numa_binding",
+        "gpu",
+        "gpus_per_node",
+    }
     for kind in KINDS:
         if kind.item:
-            assert params.CHECKED[kind.item] is kind.check, kind.name  # the same function, not a copy
+            assert params.CHECKED[kind.item] is kind.check, (
+                kind.name
+            )  # the same function, not a copy
     assert set(params.DEDICATED) <= set(params.CHECKED)
 
 
 def test_each_check_matches_the_whole_value():
     """A trailing line break is never dropped (re's $ would accept it); blanks around a value are."""
-    for check, good in ((value_checks.names, "acct"), (value_checks.hostlist, "node[1-2]"),
-                        (value_checks.features, "gpu&ib"), (value_checks.time_limit, "30"),
-                        (value_checks.gres, "gpu:8"), (value_checks.image, "nvcr.io#nvidia/nemo:26.04.01"),
-                        (value_checks.mount, "/a:/b:ro"), (value_checks.env_name, "NCCL_DEBUG"),
-                        (value_checks.sbatch_option, "mail-type")):
+    for check, good in (
+        (value_checks.names, "acct"),
+        (value_checks.hostlist, "node[1-2]"),
+        (value_checks.features, "gpu&ib"),
+        (value_checks.time_limit, "30"),
+        (value_checks.gres, "gpu:8"),
+        (value_checks.image, "nvcr.io#nvidia/nemo:26.04.01"),
+        (value_checks.mount, "/a:/b:ro"),
+        (value_checks.env_name, "NCCL_DEBUG"),
+        (value_checks.sbatch_option, "mail-type"),
+    ):
         assert check(good, "where") == good
         for suffix in ("\n", "\r\n", "\x00", "\nX"):
             with pytest.raises(UsageError, match=re.escape(repr(good + suffix))):
                 check(good + suffix, "where")
-    assert value_checks.names(" acct ", "where") == "acct" and value_checks.segment(" 4 ", "where") == 4
-    for check, value in ((value_checks.segment, "\u0663"), (value_checks.time_limit, "\u0663\u0660"),
-                         (value_checks.gres, "gpu:\u0668"),  # another script's digits: int() would read them
-                         (value_checks.segment, "1" * 5000), (value_checks.gres, "gpu:" + "1" * 5000)):
+    assert (
+        value_checks.names(" acct ", "where") == "acct"
+        and value_checks.segment(" 4 ", "where") == 4
+    )
+    for check, value in (
+        (value_checks.segment, "\u0663"),
+        (value_checks.time_limit, "\u0663\u0660"),
+        (value_checks.gres, "gpu:\u0668"),  # another script's digits: int() would read them
+        (value_checks.segment, "1" * 5000),
+        (value_checks.gres, "gpu:" + "1" * 5000),
+    ):
         with pytest.raises(UsageError):
             check(value, "where")
 
@@ -315,7 +460,9 @@ def test_the_scripts_last_line_of_defence_is_a_whole_match_too():
     assert _SAFE_DIRECTIVE.fullmatch("node[1-2]") and not _SAFE_DIRECTIVE.fullmatch("node1\n")
     with pytest.raises(ValueError, match="line break"):
         directive("nodelist", "node1\n")
-    assert directive("comment", "$(id)") == '#SBATCH --comment="$(id)"'  # sbatch reads it; no shell does
+    assert (
+        directive("comment", "$(id)") == '#SBATCH --comment="$(id)"'
+    )  # sbatch reads it; no shell does
 
 
 def test_env_values_that_may_be_secrets_are_not_repeated():

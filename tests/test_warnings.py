@@ -15,18 +15,52 @@ from private_slurm import wrapper
 from test_plugins import install_fake_distribution
 
 SINFO = "the nodes' GPUs could not be read (sinfo failed: Unable to contact slurm controller"
-CERTIFY = ("certify", "--gpu", "h100", "--dry-run", "--backend", "slurm", "--account", "acct", "--partition", "batch")
-SWEEP = ("sweep", "llama31", "--size", "8b", "--dtype", "bf16,fp8", "--gpus", "8,16", "--gpu", "h100",
-         "--backend", "slurm", "--dry-run", "--account", "acct", "--partition", "batch")
+CERTIFY = (
+    "certify",
+    "--gpu",
+    "h100",
+    "--dry-run",
+    "--backend",
+    "slurm",
+    "--account",
+    "acct",
+    "--partition",
+    "batch",
+)
+SWEEP = (
+    "sweep",
+    "llama31",
+    "--size",
+    "8b",
+    "--dtype",
+    "bf16,fp8",
+    "--gpus",
+    "8,16",
+    "--gpu",
+    "h100",
+    "--backend",
+    "slurm",
+    "--dry-run",
+    "--account",
+    "acct",
+    "--partition",
+    "batch",
+)
 
 
 @pytest.fixture
 def env(tmp_path):
     """A PATH whose sinfo fails, and a fresh install."""
-    sinfo = wrapper(tmp_path / "shims", "sinfo",
-                    'echo "sinfo: error: Unable to contact slurm controller (connect failure)" >&2; exit 1')
-    return {"PATH": f"{sinfo.parent}{os.pathsep}{os.environ['PATH']}", "LLMB_NO_CACHE": "1",
-            "LLMB_INSTALL": str(tmp_path / "install")}
+    sinfo = wrapper(
+        tmp_path / "shims",
+        "sinfo",
+        'echo "sinfo: error: Unable to contact slurm controller (connect failure)" >&2; exit 1',
+    )
+    return {
+        "PATH": f"{sinfo.parent}{os.pathsep}{os.environ['PATH']}",
+        "LLMB_NO_CACHE": "1",
+        "LLMB_INSTALL": str(tmp_path / "install"),
+    }
 
 
 def warnings_of(err: str) -> list[str]:
@@ -43,15 +77,25 @@ def test_certify_dry_run_with_a_failing_sinfo_says_so_once_in_one_plain_line(llm
     assert "nothing was submitted (--dry-run)" in result.err  # twelve jobs were described
     said = [line for line in warnings_of(result.err) if SINFO in line]
     assert len(said) == 1, result.err
-    assert said[0].startswith(f"llmb: warning: {SINFO} (connect failure)): the GPU type is not checked")
-    assert not [line for line in result.err.splitlines() if line.lstrip().startswith("{")], result.err
-    assert not re.search(r"slurm-[0-9a-f]{6}", result.err), result.err  # no job id: nothing was submitted
+    assert said[0].startswith(
+        f"llmb: warning: {SINFO} (connect failure)): the GPU type is not checked"
+    )
+    assert not [line for line in result.err.splitlines() if line.lstrip().startswith("{")], (
+        result.err
+    )
+    assert not re.search(r"slurm-[0-9a-f]{6}", result.err), (
+        result.err
+    )  # no job id: nothing was submitted
     assert len(warnings_of(result.err)) == len(set(warnings_of(result.err)))
 
 
 @pytest.mark.parametrize("asked", ["option", "variable"])
 def test_json_lines_only_where_asked_and_each_warning_once(llmb_proc, env, asked):
-    args, extra = (("--log-format", "json", *CERTIFY), {}) if asked == "option" else (CERTIFY, {"LLMB_LOG_FORMAT": "json"})
+    args, extra = (
+        (("--log-format", "json", *CERTIFY), {})
+        if asked == "option"
+        else (CERTIFY, {"LLMB_LOG_FORMAT": "json"})
+    )
     result = llmb_proc(*args, env={**env, **extra})
     assert result.code == 0, result.err
     assert not warnings_of(result.err), result.err
@@ -83,8 +127,22 @@ def test_a_sweep_says_a_warning_its_tasks_share_once(llmb_proc, env):
 
 
 def test_run_dry_run_says_the_cluster_warning_plainly(llmb_proc, env):
-    result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "16",
-                       "--backend", "slurm", "--dry-run", env=env)
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "16",
+        "--backend",
+        "slurm",
+        "--dry-run",
+        env=env,
+    )
     assert result.code == 0 and "#SBATCH --nodes=2" in result.out
     assert len([line for line in warnings_of(result.err) if SINFO in line]) == 1, result.err
 
@@ -94,8 +152,10 @@ def test_a_plugin_warning_is_one_plain_line_with_its_fields(llmb_proc, tmp_path)
     result = llmb_proc("list", env={"PYTHONPATH": str(tmp_path)})
     assert result.code == 0 and "llama31" in result.out
     (said,) = warnings_of(result.err)
-    assert said.startswith("llmb: warning: plugin failed to load; its workloads are unavailable (plugin: broken; "
-                           "provider: llmb-plugin-broken 0.3.0; error: ")
+    assert said.startswith(
+        "llmb: warning: plugin failed to load; its workloads are unavailable (plugin: broken; "
+        "provider: llmb-plugin-broken 0.3.0; error: "
+    )
     assert "No module named 'nvidia_secret_sauce'" in said and not json_lines(result.err)
 
 
@@ -110,23 +170,47 @@ def test_in_one_process_each_command_says_its_warnings_afresh(cli, monkeypatch, 
     warn("the same thing", n=1)
     warn("the same thing", n=1)
     warn("the same thing", n=2)
-    assert capsys.readouterr().err.splitlines() == ["llmb: warning: the same thing (n: 1)",
-                                                    "llmb: warning: the same thing (n: 2)"]
+    assert capsys.readouterr().err.splitlines() == [
+        "llmb: warning: the same thing (n: 1)",
+        "llmb: warning: the same thing (n: 2)",
+    ]
     monkeypatch.setenv("STAGE_PATH", str(tmp_path))
     monkeypatch.delenv("LLMB_INSTALL", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     for _ in range(2):  # a command, then the same command again in this process: said by each
         result = cli("install", "--dry-run", "--no-images", "--no-huggingface")
-        assert len([line for line in warnings_of(result.err) if "STAGE_PATH" in line]) == 1, result.err
+        assert len([line for line in warnings_of(result.err) if "STAGE_PATH" in line]) == 1, (
+            result.err
+        )
 
 
 @pytest.mark.slurm
 def test_a_real_slurm_sweep_says_the_failing_sinfo_once(llmb_proc, slurm, env, tmp_path):
     """Submitted for real (held, then cancelled): each job's log has the warning; the terminal has it once."""
     env = {**env, **slurm.env(), "ADDITIONAL_SLURM_PARAMS": "hold"}
-    result = llmb_proc("sweep", "llama31", "--size", "8b", "--dtype", "bf16,fp8", "--gpus", "2", "--gpu", "h100",
-                       "--proxy", "tiny", "--bare", "--steps", "3", "--backend", "slurm", "--detach", "--json",
-                       env=env, timeout=300)
+    result = llmb_proc(
+        "sweep",
+        "llama31",
+        "--size",
+        "8b",
+        "--dtype",
+        "bf16,fp8",
+        "--gpus",
+        "2",
+        "--gpu",
+        "h100",
+        "--proxy",
+        "tiny",
+        "--bare",
+        "--steps",
+        "3",
+        "--backend",
+        "slurm",
+        "--detach",
+        "--json",
+        env=env,
+        timeout=300,
+    )
     try:
         assert result.code == 0, result.err
         assert len([line for line in warnings_of(result.err) if SINFO in line]) == 1, result.err

@@ -37,41 +37,74 @@ print("worker returned", worker.main([sys.argv[1]]), flush=True)
 def _run_json(tmp_path: Path, **changes) -> Path:
     inner = tmp_path / "e"
     inner.mkdir(parents=True)
-    spec = RunSpec(job_id="local-abc123", workload="llama31", variant="v", framework="megatron_bridge", engine="torch",
-                   size="8b", arch={}, proxy="tiny", gpu="h100", dtype="bf16", compute_dtype="float32", device="cpu",
-                   ranks=1, mbs=1, ga=1, gbs=1, seq_len=64, steps=3, seed=1, compile=False, flops_per_sample=1.0,
-                   experiment="e", run_dir=str(tmp_path), inner_dir=str(inner), log=str(inner / "log-e.out"),
-                   **changes)
+    spec = RunSpec(
+        job_id="local-abc123",
+        workload="llama31",
+        variant="v",
+        framework="megatron_bridge",
+        engine="torch",
+        size="8b",
+        arch={},
+        proxy="tiny",
+        gpu="h100",
+        dtype="bf16",
+        compute_dtype="float32",
+        device="cpu",
+        ranks=1,
+        mbs=1,
+        ga=1,
+        gbs=1,
+        seq_len=64,
+        steps=3,
+        seed=1,
+        compile=False,
+        flops_per_sample=1.0,
+        experiment="e",
+        run_dir=str(tmp_path),
+        inner_dir=str(inner),
+        log=str(inner / "log-e.out"),
+        **changes,
+    )
     path = tmp_path / "run.json"
     path.write_text(json.dumps(spec.to_dict()))
     return path
 
 
 def _worker(tmp_path: Path, action: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", RUN.format(action=action), str(_run_json(tmp_path))],
-                          capture_output=True, text=True, timeout=300, env={"RANK": "1", "WORLD_SIZE": "2",
-                                                                              "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", RUN.format(action=action), str(_run_json(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_an_exception_is_printed_with_the_rank_on_every_line_and_exits_1(tmp_path):
     proc = _worker(tmp_path, "(_ for _ in ()).throw(RuntimeError('the node is on fire'))")
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines[-1] == "[rank1]: RuntimeError: the node is on fire" and all(x.startswith("[rank1]: ") for x in lines)
+    assert lines[-1] == "[rank1]: RuntimeError: the node is on fire" and all(
+        x.startswith("[rank1]: ") for x in lines
+    )
 
 
 def test_a_rank_that_native_code_aborts_prints_where_python_was(tmp_path):
     proc = _worker(tmp_path, "os.abort()")
     assert proc.returncode == -signal.SIGABRT, proc.stderr
     assert "Fatal Python error: Aborted" in proc.stderr
-    stack = proc.stderr[proc.stderr.index("Fatal Python error"):]
+    stack = proc.stderr[proc.stderr.index("Fatal Python error") :]
     assert "in <lambda>" in stack and "worker.py" in stack and "in main" in stack, stack
 
 
 def _finish(tmp_path: Path, train: str, **changes) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", FINISH.format(train=train), str(_run_json(tmp_path, **changes))],
-                          capture_output=True, text=True, timeout=300, env={"RANK": "0", "WORLD_SIZE": "1",
-                                                                              "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", FINISH.format(train=train), str(_run_json(tmp_path, **changes))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"RANK": "0", "WORLD_SIZE": "1", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _after_first_line(stdout: str) -> str:
@@ -91,7 +124,15 @@ def test_a_finished_torch_engine_rank_exits_0_without_finalizing(tmp_path):
 def test_a_failed_rank_and_an_nsys_profiled_one_finalize_as_usual(tmp_path):
     failed = _finish(tmp_path / "failed", "lambda spec, **kwargs: 1 / 0")
     assert failed.returncode == 0, failed.stderr
-    assert _after_first_line(failed.stdout).split() == ["worker", "returned", "1", "FINALIZED"], failed.stderr
+    assert _after_first_line(failed.stdout).split() == ["worker", "returned", "1", "FINALIZED"], (
+        failed.stderr
+    )
     assert "[rank0]: ZeroDivisionError: division by zero" in failed.stderr
-    profiled = _finish(tmp_path / "nsys", "lambda spec, **kwargs: None", profile={"kind": "nsys", "start": 2, "stop": 3})
-    assert _after_first_line(profiled.stdout).split() == ["worker", "returned", "0", "FINALIZED"], profiled.stderr
+    profiled = _finish(
+        tmp_path / "nsys",
+        "lambda spec, **kwargs: None",
+        profile={"kind": "nsys", "start": 2, "stop": 3},
+    )
+    assert _after_first_line(profiled.stdout).split() == ["worker", "returned", "0", "FINALIZED"], (
+        profiled.stderr
+    )

@@ -24,16 +24,24 @@ DEPENDENCIES = {"pluggy": "pluggy", "structlog": "structlog", "click": "click", 
 MARKER = '\n__llmb_test_origin__ = "container"\n'
 
 
-def test_the_library_holds_llmb_and_its_plugins_at_the_top_and_the_dependencies_only_under_fallback(tmp_path):
+def test_the_library_holds_llmb_and_its_plugins_at_the_top_and_the_dependencies_only_under_fallback(
+    tmp_path,
+):
     install = tmp_path / "install"
     library = Path(worker_library.build(str(install)))
     described = worker_library.contents()
-    ours = sorted(p for d, info in described.items() if d not in DEPENDENCIES for p in info["packages"])
-    assert "llmb" in ours and "llmb_backend_slurm" in ours and len(ours) >= 6  # llmb, backends, workloads
+    ours = sorted(
+        p for d, info in described.items() if d not in DEPENDENCIES for p in info["packages"]
+    )
+    assert (
+        "llmb" in ours and "llmb_backend_slurm" in ours and len(ours) >= 6
+    )  # llmb, backends, workloads
     top = {p.name for p in library.iterdir() if not p.name.endswith(".dist-info")}
     assert top == {*ours, ".fallback", worker_library.STAMP}
     fallback = library / ".fallback"
-    assert {p.name for p in fallback.iterdir() if not p.name.endswith(".dist-info")} == set(DEPENDENCIES.values())
+    assert {p.name for p in fallback.iterdir() if not p.name.endswith(".dist-info")} == set(
+        DEPENDENCIES.values()
+    )
     assert {p.name.split("-")[0] for p in fallback.glob("*.dist-info")} == set(DEPENDENCIES)
     assert not [p for p in library.rglob("*") if p.suffix in (".so", ".pyd", ".dylib")]
     stamp = json.loads((library / worker_library.STAMP).read_text())
@@ -44,33 +52,64 @@ def test_the_library_holds_llmb_and_its_plugins_at_the_top_and_the_dependencies_
     assert worker_library.current(str(install)) is None
 
     # Without site-packages (-S) the library alone serves: .fallback comes last, PyYAML runs as pure Python.
-    probe = ("import sys, llmb, yaml, pluggy; print(sys.path[-1]); print(yaml.__with_libyaml__, yaml.safe_load('a: 1'));"
-             "from llmb.plugins.host import PluginHost; print(sorted(PluginHost().workloads()))")
-    shown = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True,
-                           env={"PYTHONPATH": str(library), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"})
+    probe = (
+        "import sys, llmb, yaml, pluggy; print(sys.path[-1]); print(yaml.__with_libyaml__, yaml.safe_load('a: 1'));"
+        "from llmb.plugins.host import PluginHost; print(sorted(PluginHost().workloads()))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(library), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == str(fallback) and lines[1] == "False {'a': 1}" and "llama31" in lines[2]
 
 
 def test_import_llmb_changes_nothing_where_there_is_no_fallback():
-    shown = subprocess.run([sys.executable, "-c", "import sys; before = list(sys.path); import llmb; "
-                            "print(sys.path == before)"], capture_output=True, text=True)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; before = list(sys.path); import llmb; print(sys.path == before)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert shown.stdout.strip() == "True", shown.stderr
 
 
-def container_python(root: Path, *, everything_else: bool, click: str | None = "copy", yaml: str | None = "copy") -> Path:
+def container_python(
+    root: Path, *, everything_else: bool, click: str | None = "copy", yaml: str | None = "copy"
+) -> Path:
     """A venv standing for NVIDIA's container: its site-packages hold copies of this environment's click
     and PyYAML (pure Python, marked, their version ending in +container), or a broken one ("broken": its
     __init__ raises), or none (None); no pluggy, structlog or llmb. With ``everything_else``, the rest of
     this environment's site-packages too (torch, numpy, ...), linked."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     here = Path(importlib.metadata.distribution("click").locate_file(""))
     if everything_else:
-        skip = ("click", "yaml", "_yaml", "pyyaml", "pluggy", "structlog", "llmb", "__editable__", "__pycache__")
+        skip = (
+            "click",
+            "yaml",
+            "_yaml",
+            "pyyaml",
+            "pluggy",
+            "structlog",
+            "llmb",
+            "__editable__",
+            "__pycache__",
+        )
         for entry in here.iterdir():
             if not entry.name.lower().startswith(skip) and entry.suffix != ".pth":
                 (site / entry.name).symlink_to(entry)
@@ -78,17 +117,25 @@ def container_python(root: Path, *, everything_else: bool, click: str | None = "
         if how is None:
             continue
         source = Path(list(importlib.util.find_spec(package).submodule_search_locations)[0])
-        shutil.copytree(source, site / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copytree(
+            source, site / package, ignore=shutil.ignore_patterns("__pycache__", "*.so")
+        )
         init = site / package / "__init__.py"
         if how == "broken":
             init.write_text(f"raise RuntimeError('this container\\'s {package} is broken')\n")
         else:
             init.write_text(init.read_text() + MARKER)
-        (meta,) = [p for p in here.glob("*.dist-info") if p.name.lower().startswith(dist.lower() + "-")]
+        (meta,) = [
+            p for p in here.glob("*.dist-info") if p.name.lower().startswith(dist.lower() + "-")
+        ]
         shutil.copytree(meta, site / meta.name)
         version = importlib.metadata.version(dist)
         metadata = site / meta.name / "METADATA"
-        metadata.write_text(metadata.read_text().replace(f"\nVersion: {version}\n", f"\nVersion: {version}+container\n", 1))
+        metadata.write_text(
+            metadata.read_text().replace(
+                f"\nVersion: {version}\n", f"\nVersion: {version}+container\n", 1
+            )
+        )
     return python
 
 
@@ -97,52 +144,108 @@ def worker_line(text: str) -> str:
 
 
 @pytest.mark.slurm
-def test_a_slurm_job_run_by_a_container_like_python_imports_the_containers_click_and_pyyaml(llmb_proc, slurm, tmp_path):
+def test_a_slurm_job_run_by_a_container_like_python_imports_the_containers_click_and_pyyaml(
+    llmb_proc, slurm, tmp_path
+):
     """As in the container: PYTHONPATH=<install>/python first, then the interpreter's own site-packages
     (here a venv's: its click and PyYAML, torch, no pluggy or structlog), then llmb's .fallback."""
-    pytest.importorskip("torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)")
+    pytest.importorskip(
+        "torch", reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)"
+    )
     install = tmp_path / "install"
     library = worker_library.build(str(install))
     python = container_python(tmp_path / "container", everything_else=True)
-    env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1", "LLMB_BACKEND": "slurm", "LLMB_SLURM_PYTHON": str(python),
-           **slurm.env()}
+    env = {
+        "LLMB_INSTALL": str(install),
+        "LLMB_NO_CACHE": "1",
+        "LLMB_BACKEND": "slurm",
+        "LLMB_SLURM_PYTHON": str(python),
+        **slurm.env(),
+    }
     # --bare runs LLMB_SLURM_PYTHON; --env PYTHONPATH= puts the library first, as a container run's script does.
-    result = llmb_proc("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--proxy", "tiny", "--bare",
-                       "--gpus", "1", "--backend", "slurm", "--env", f"PYTHONPATH={library}", "--json", env=env,
-                       timeout=600)
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--proxy",
+        "tiny",
+        "--bare",
+        "--gpus",
+        "1",
+        "--backend",
+        "slurm",
+        "--env",
+        f"PYTHONPATH={library}",
+        "--json",
+        env=env,
+        timeout=600,
+    )
     assert result.out.strip(), result.err[-3000:]
     summary = json.loads(result.out)
     log = Path(summary["log"]).read_text()
     assert result.code == 0 and summary["state"] == "SUCCEEDED", log[-3000:]
     v = {dist: importlib.metadata.version(dist) for dist in DEPENDENCIES}
-    version = subprocess.run([str(python), "-c", "import platform; print(platform.python_version(), platform.machine())"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    version = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import platform; print(platform.python_version(), platform.machine())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert worker_line(log) == (
         f"[llmb] worker: Python {version[0]} ({version[1]}); click {v['click']}+container (the environment's), "
         f"PyYAML {v['PyYAML']}+container (the environment's), pluggy {v['pluggy']} (llmb's copy), "
-        f"structlog {v['structlog']} (llmb's copy)")
+        f"structlog {v['structlog']} (llmb's copy)"
+    )
     # The same interpreter and path: the modules imported are the container's marked copies and llmb's.
-    probe = ("import llmb, click, yaml, pluggy, structlog; print(click.__llmb_test_origin__, yaml.__llmb_test_origin__, "
-             "llmb.__file__, pluggy.__file__, structlog.__file__)")
-    shown = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True,
-                           env={"PYTHONPATH": library, "PATH": "/usr/bin:/bin"}).stdout.split()
+    probe = (
+        "import llmb, click, yaml, pluggy, structlog; print(click.__llmb_test_origin__, yaml.__llmb_test_origin__, "
+        "llmb.__file__, pluggy.__file__, structlog.__file__)"
+    )
+    shown = subprocess.run(
+        [str(python), "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": library, "PATH": "/usr/bin:/bin"},
+    ).stdout.split()
     assert shown[:2] == ["container", "container"] and shown[2].startswith(f"{library}/llmb/")
-    assert shown[3].startswith(f"{library}/.fallback/pluggy/") and shown[4].startswith(f"{library}/.fallback/structlog/")
+    assert shown[3].startswith(f"{library}/.fallback/pluggy/") and shown[4].startswith(
+        f"{library}/.fallback/structlog/"
+    )
 
 
 @pytest.mark.parametrize("case", ["broken PyYAML", "no pluggy at all"])
-def test_a_worker_whose_environment_breaks_a_dependency_says_which_first_and_exits_1(tmp_path, case):
+def test_a_worker_whose_environment_breaks_a_dependency_says_which_first_and_exits_1(
+    tmp_path, case
+):
     library = Path(worker_library.build(str(tmp_path / "install")))
-    if case == "broken PyYAML":  # the environment's copy is found first, and raises: llmb's copy cannot help
+    if (
+        case == "broken PyYAML"
+    ):  # the environment's copy is found first, and raises: llmb's copy cannot help
         python = container_python(tmp_path / "container", everything_else=False, yaml="broken")
         expected = "PyYAML (RuntimeError: this container's yaml is broken)"
     else:  # neither the environment nor the library has it
         python = container_python(tmp_path / "container", everything_else=False)
         shutil.rmtree(library / ".fallback" / "pluggy")
         expected = "pluggy (ModuleNotFoundError: No module named 'pluggy')"
-    shown = subprocess.run([str(python), "-m", "llmb.worker", str(tmp_path / "run.json")], capture_output=True,
-                           text=True, env={"PYTHONPATH": str(library), "PATH": "/usr/bin:/bin"})
+    shown = subprocess.run(
+        [str(python), "-m", "llmb.worker", str(tmp_path / "run.json")],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(library), "PATH": "/usr/bin:/bin"},
+    )
     assert shown.returncode == 1 and shown.stdout == "", shown.stderr
     first = shown.stderr.splitlines()[0]
-    assert re.fullmatch(r"\[llmb\] worker: Python \S+ \(\S+\); cannot import what llmb needs: (.*)", first), first
+    assert re.fullmatch(
+        r"\[llmb\] worker: Python \S+ \(\S+\); cannot import what llmb needs: (.*)", first
+    ), first
     assert first.endswith(expected) and "Traceback" not in shown.stderr

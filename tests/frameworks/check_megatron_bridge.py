@@ -35,7 +35,11 @@ def _value(obj, path: str):
         if obj is None:
             return None
         obj = getattr(obj, part, None)
-    if hasattr(obj, "value") and type(obj).__module__ != "builtins" and not isinstance(obj, (int, float, str)):
+    if (
+        hasattr(obj, "value")
+        and type(obj).__module__ != "builtins"
+        and not isinstance(obj, (int, float, str))
+    ):
         return obj.value  # enums
     if isinstance(obj, (list, tuple)):
         return [getattr(v, "value", v) for v in obj]
@@ -95,7 +99,9 @@ OBSERVED = {
 def observe(container) -> dict:
     observed = {key: _value(container, path) for key, path in OBSERVED.items()}
     observed["dataset_type"] = type(container.dataset).__name__
-    if observed["dataset_seq_length"] is None:  # before Megatron-Bridge 0.6 the field was sequence_length
+    if (
+        observed["dataset_seq_length"] is None
+    ):  # before Megatron-Bridge 0.6 the field was sequence_length
         observed["dataset_seq_length"] = _value(container, "dataset.sequence_length")
     if observed["eval_iters"] is None:
         observed["eval_iters"] = _value(container, "train.eval_iters")
@@ -125,18 +131,28 @@ def main(argv: list[str]) -> int:
     results = []
     for item in items:
         try:
-            results.append({"id": item["id"], "ok": True, "error": None, "observed": check(item["config"])})
+            results.append(
+                {"id": item["id"], "ok": True, "error": None, "observed": check(item["config"])}
+            )
         except Exception as exc:  # every failure is a result, named with its configuration
             last = traceback.extract_tb(exc.__traceback__)[-1]
             where = f"{os.path.basename(last.filename)}:{last.lineno}"
             message = " ".join(f"{type(exc).__name__}: {exc}".split())
-            results.append({"id": item["id"], "ok": False, "error": f"{message} ({where})", "observed": None})
+            results.append(
+                {"id": item["id"], "ok": False, "error": f"{message} ({where})", "observed": None}
+            )
     found = versions()
     with open(results_path, "w", encoding="utf-8") as handle:
-        json.dump({"framework": "megatron_bridge", "versions": found, "results": results}, handle, indent=1)
+        json.dump(
+            {"framework": "megatron_bridge", "versions": found, "results": results},
+            handle,
+            indent=1,
+        )
     passed = sum(r["ok"] for r in results)
-    print(f"megatron-bridge {found['megatron-bridge']} (megatron-core {found['megatron-core']}): "
-          f"{passed}/{len(results)} configurations validated")
+    print(
+        f"megatron-bridge {found['megatron-bridge']} (megatron-core {found['megatron-core']}): "
+        f"{passed}/{len(results)} configurations validated"
+    )
     return 0
 
 

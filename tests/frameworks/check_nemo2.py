@@ -115,8 +115,17 @@ OBSERVED = {
     "restore_path": "resume.restore_config.path",
     "resume_if_exists": "resume.resume_if_exists",
 }
-PRECISION_FIELDS = ("precision", "params_dtype", "fp8", "fp8_recipe", "fp8_margin", "fp8_amax_history_len",
-                    "fp8_amax_compute_algo", "fp8_param_gather", "grad_reduce_in_fp32")
+PRECISION_FIELDS = (
+    "precision",
+    "params_dtype",
+    "fp8",
+    "fp8_recipe",
+    "fp8_margin",
+    "fp8_amax_history_len",
+    "fp8_amax_compute_algo",
+    "fp8_param_gather",
+    "grad_reduce_in_fp32",
+)
 
 
 def build_recipe(config: dict):
@@ -136,8 +145,9 @@ def observe(recipe) -> dict:
     seen["data_target"] = _target(_get(recipe, "data"))
     tokenizer = _get(recipe, "data.tokenizer")
     seen["tokenizer_target"] = _target(tokenizer)
-    seen["tokenizer_name"] = _plain(getattr(tokenizer, "pretrained_model_name", None)
-                                    or getattr(tokenizer, "model_name", None))
+    seen["tokenizer_name"] = _plain(
+        getattr(tokenizer, "pretrained_model_name", None) or getattr(tokenizer, "model_name", None)
+    )
     seen["tokenizer_vocab_size"] = _plain(getattr(tokenizer, "vocab_size", None))
     seen["model_tokenizer_is_data_tokenizer"] = _get(recipe, "model.tokenizer") is tokenizer
     seen["model_config"] = _target(_get(recipe, "model.config"))
@@ -150,11 +160,14 @@ def observe(recipe) -> dict:
         if name == "MegatronCommOverlapCallback":
             seen["tp_comm_overlap"] = _plain(getattr(cb, "tp_comm_overlap", None))
             seen["overlap_param_gather_with_optimizer_step"] = _plain(
-                getattr(cb, "overlap_param_gather_with_optimizer_step", None))
+                getattr(cb, "overlap_param_gather_with_optimizer_step", None)
+            )
         elif name == "FLOPsMeasurementCallback":
             seen["flops_model_name"] = _plain(getattr(cb, "model_name", None))
         elif name == "NsysCallback":
-            seen["nsys"] = [_plain(getattr(cb, k, None)) for k in ("start_step", "end_step", "ranks")]
+            seen["nsys"] = [
+                _plain(getattr(cb, k, None)) for k in ("start_step", "end_step", "ranks")
+            ]
     return seen
 
 
@@ -163,13 +176,27 @@ def expectations(config: dict, seen: dict) -> list[str]:
     p, b, m, t = config["parallelism"], config["batch"], config["model"], config["training"]
     steps = t["train_iters"]
     want = {
-        "tp": p["tp"], "pp": p["pp"], "cp": p["cp"], "vp": p["vp"], "ep": p["ep"], "etp": p["etp"],
-        "sequence_parallel": p["sequence_parallel"], "mbs": b["mbs"], "gbs": b["gbs"], "seq_len": m["seq_len"],
-        "model_seq_len": m["seq_len"], "num_layers": m["num_layers"], "max_steps": steps,
-        "num_nodes": config["nodes"], "devices": config["gpus_per_node"], "enable_cuda_graph": m["cuda_graphs"],
+        "tp": p["tp"],
+        "pp": p["pp"],
+        "cp": p["cp"],
+        "vp": p["vp"],
+        "ep": p["ep"],
+        "etp": p["etp"],
+        "sequence_parallel": p["sequence_parallel"],
+        "mbs": b["mbs"],
+        "gbs": b["gbs"],
+        "seq_len": m["seq_len"],
+        "model_seq_len": m["seq_len"],
+        "num_layers": m["num_layers"],
+        "max_steps": steps,
+        "num_nodes": config["nodes"],
+        "devices": config["gpus_per_node"],
+        "enable_cuda_graph": m["cuda_graphs"],
         "checkpoint_dir": config["checkpoint"]["save_dir"],
         "enable_checkpointing": bool(config["checkpoint"]["save_dir"]),
-        "hybrid_override_pattern": m["layer_pattern"] if m["layer_pattern"] else seen["hybrid_override_pattern"],
+        "hybrid_override_pattern": m["layer_pattern"]
+        if m["layer_pattern"]
+        else seen["hybrid_override_pattern"],
     }
     if config["checkpoint"]["load_dir"]:
         want["restore_path"] = config["checkpoint"]["load_dir"]
@@ -179,26 +206,46 @@ def expectations(config: dict, seen: dict) -> list[str]:
         want["recompute_num_layers"] = m["recompute_layers"]
     if m["offload_layers"]:
         want["cpu_offloading_num_layers"] = m["offload_layers"]
-    problems = [f"{k}: configured {v!r}, recipe holds {seen.get(k)!r}" for k, v in want.items() if seen.get(k) != v]
+    problems = [
+        f"{k}: configured {v!r}, recipe holds {seen.get(k)!r}"
+        for k, v in want.items()
+        if seen.get(k) != v
+    ]
     preset = config["precision"]["preset"]
-    if seen["precision_plugin"] is None or not seen["precision_plugin"].endswith("MegatronMixedPrecision"):
+    if seen["precision_plugin"] is None or not seen["precision_plugin"].endswith(
+        "MegatronMixedPrecision"
+    ):
         problems.append(f"precision: {preset} gave {seen['precision_plugin']}")
-    if config["precision"]["dtype"] == "fp8" and (seen["precision.fp8"] != "hybrid"
-                                                  or seen["precision.grad_reduce_in_fp32"] is not False):
-        problems.append(f"precision: fp8 asked, plugin has fp8={seen['precision.fp8']!r} "
-                        f"grad_reduce_in_fp32={seen['precision.grad_reduce_in_fp32']!r}")
+    if config["precision"]["dtype"] == "fp8" and (
+        seen["precision.fp8"] != "hybrid" or seen["precision.grad_reduce_in_fp32"] is not False
+    ):
+        problems.append(
+            f"precision: fp8 asked, plugin has fp8={seen['precision.fp8']!r} "
+            f"grad_reduce_in_fp32={seen['precision.grad_reduce_in_fp32']!r}"
+        )
     if config["precision"]["dtype"] == "bf16" and seen["precision.fp8"] is not None:
         problems.append(f"precision: bf16 asked, plugin has fp8={seen['precision.fp8']!r}")
     if config["flops_callback"] and "FLOPsMeasurementCallback" not in seen["callbacks"]:
         problems.append("callbacks: no FLOPsMeasurementCallback")
     if config["profiling"]:
-        want_nsys = [config["profiling"]["start_step"], config["profiling"]["stop_step"], config["profiling"]["ranks"]]
+        want_nsys = [
+            config["profiling"]["start_step"],
+            config["profiling"]["stop_step"],
+            config["profiling"]["ranks"],
+        ]
         if seen.get("nsys") != want_nsys:
             problems.append(f"nsys: configured {want_nsys}, recipe holds {seen.get('nsys')}")
     if "ModelCheckpoint" in seen["callbacks"]:
-        problems.append("callbacks: a ModelCheckpoint in trainer.callbacks (checkpoints only where asked for)")
-    if config["tokenizer"]["library"] == "huggingface" and seen["tokenizer_name"] != config["tokenizer"]["name"]:
-        problems.append(f"tokenizer: configured {config['tokenizer']['name']}, recipe holds {seen['tokenizer_name']}")
+        problems.append(
+            "callbacks: a ModelCheckpoint in trainer.callbacks (checkpoints only where asked for)"
+        )
+    if (
+        config["tokenizer"]["library"] == "huggingface"
+        and seen["tokenizer_name"] != config["tokenizer"]["name"]
+    ):
+        problems.append(
+            f"tokenizer: configured {config['tokenizer']['name']}, recipe holds {seen['tokenizer_name']}"
+        )
     if not seen["model_tokenizer_is_data_tokenizer"]:
         problems.append("tokenizer: model.tokenizer is not the data module's tokenizer")
     return problems
@@ -212,13 +259,18 @@ def layer_split(recipe) -> str | None:
     layers = recipe.model.config.num_layers
     pp = strategy.pipeline_model_parallel_size or 1
     vp = strategy.virtual_pipeline_model_parallel_size
-    counted = layers + bool(getattr(strategy, "account_for_embedding_in_pipeline_split", False)) + bool(
-        getattr(strategy, "account_for_loss_in_pipeline_split", False))
+    counted = (
+        layers
+        + bool(getattr(strategy, "account_for_embedding_in_pipeline_split", False))
+        + bool(getattr(strategy, "account_for_loss_in_pipeline_split", False))
+    )
     if counted % pp:
         return f"layer split: {counted} pipeline layers ({layers} + embedding/loss) do not divide into PP {pp}"
     if vp and pp > 1 and (counted // pp) % vp:
-        return (f"layer split: {counted // pp} layers per pipeline stage ({layers} layers + "
-                f"{counted - layers} embedding/loss) do not divide into VP {vp} chunks")
+        return (
+            f"layer split: {counted // pp} layers per pipeline stage ({layers} layers + "
+            f"{counted - layers} embedding/loss) do not divide into VP {vp} chunks"
+        )
     return None
 
 
@@ -243,15 +295,22 @@ def cpu_substitutions(recipe) -> tuple[object, list[str]]:
         config = recipe.model.config
         if getattr(config, "apply_rope_fusion", False):
             config.apply_rope_fusion = False
-            changed.append("model.config.apply_rope_fusion=False (fused RoPE needs Transformer Engine)")
+            changed.append(
+                "model.config.apply_rope_fusion=False (fused RoPE needs Transformer Engine)"
+            )
         from nemo.collections.llm.gpt.model import ssm
 
-        fields = {f.name for f in dataclasses.fields(config.__fn_or_cls__)} \
-            if dataclasses.is_dataclass(getattr(config, "__fn_or_cls__", None)) else set()
+        fields = (
+            {f.name for f in dataclasses.fields(config.__fn_or_cls__)}
+            if dataclasses.is_dataclass(getattr(config, "__fn_or_cls__", None))
+            else set()
+        )
         if not getattr(ssm, "HAVE_MEGATRON_CORE_OR_TE", True) and "mamba_stack_spec" in fields:
             config.mamba_stack_spec = _no_mamba_spec
-            changed.append("model.config.mamba_stack_spec=placeholder (Megatron's Mamba specification imports "
-                           "Transformer Engine)")
+            changed.append(
+                "model.config.mamba_stack_spec=placeholder (Megatron's Mamba specification imports "
+                "Transformer Engine)"
+            )
     return recipe, changed
 
 
@@ -274,13 +333,17 @@ def exercise(recipe, config: dict, seen: dict) -> list[str]:
         try:
             built[name] = make()
         except Exception as exc:  # noqa: BLE001 -- reported per part
-            failures.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            failures.append(
+                f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
 
     attempt("precision", lambda: fdl.build(recipe.trainer.plugins))
     if "precision" in built:
         dtype_config = getattr(built["precision"], "dtype_config", None)
-        seen["built.precision"] = {k: _plain(getattr(dtype_config, k, None))
-                                   for k in ("fp8", "fp8_recipe", "fp8_param", "grad_reduce_in_fp32", "bf16")}
+        seen["built.precision"] = {
+            k: _plain(getattr(dtype_config, k, None))
+            for k in ("fp8", "fp8_recipe", "fp8_param", "grad_reduce_in_fp32", "bf16")
+        }
     for cb in recipe.trainer.callbacks or []:
         attempt(f"callback {_class(cb)}", lambda cb=cb: fdl.build(cb))
     flops = built.get("callback FLOPsMeasurementCallback")
@@ -297,8 +360,10 @@ def exercise(recipe, config: dict, seen: dict) -> list[str]:
         # NeMo's null tokenizer adds an end-of-document token to the vocabulary it is given.
         extra = 0 if config["tokenizer"]["library"] == "huggingface" else 1
         if seen["built.tokenizer_vocab_size"] != config["model"]["vocab_size"] + extra:
-            failures.append(f"tokenizer: vocabulary {seen['built.tokenizer_vocab_size']}, "
-                            f"the model's is {config['model']['vocab_size']}")
+            failures.append(
+                f"tokenizer: vocabulary {seen['built.tokenizer_vocab_size']}, "
+                f"the model's is {config['model']['vocab_size']}"
+            )
     attempt("model.config", lambda: fdl.build(recipe.model.config))
     attempt("model", lambda: fdl.build(recipe.model))
     attempt("strategy", lambda: fdl.build(recipe.trainer.strategy))
@@ -306,9 +371,15 @@ def exercise(recipe, config: dict, seen: dict) -> list[str]:
     attempt("log", lambda: fdl.build(recipe.log))
     if "log" in built:
         ckpt = getattr(built["log"], "ckpt", None)
-        seen["built.log.ckpt"] = None if ckpt is None else {
-            "class": type(ckpt).__name__, "dirpath": _plain(getattr(ckpt, "dirpath", None)),
-            "every_n_train_steps": _plain(getattr(ckpt, "_every_n_train_steps", None))}
+        seen["built.log.ckpt"] = (
+            None
+            if ckpt is None
+            else {
+                "class": type(ckpt).__name__,
+                "dirpath": _plain(getattr(ckpt, "dirpath", None)),
+                "every_n_train_steps": _plain(getattr(ckpt, "_every_n_train_steps", None)),
+            }
+        )
     if getattr(recipe, "resume", None) is not None:
         attempt("resume", lambda: fdl.build(recipe.resume))
         if "resume" in built:
@@ -317,8 +388,11 @@ def exercise(recipe, config: dict, seen: dict) -> list[str]:
     attempt("trainer (CPU accelerator)", lambda: _built_trainer(recipe))
     if "trainer (CPU accelerator)" in built:
         trainer = built["trainer (CPU accelerator)"]
-        seen["built.trainer"] = {"max_steps": trainer.max_steps, "callbacks": [type(c).__name__ for c in trainer.callbacks],
-                                 "precision_plugin": type(trainer.strategy.precision_plugin).__name__}
+        seen["built.trainer"] = {
+            "max_steps": trainer.max_steps,
+            "callbacks": [type(c).__name__ for c in trainer.callbacks],
+            "precision_plugin": type(trainer.strategy.precision_plugin).__name__,
+        }
     if "trainer (CPU accelerator)" in built and "model" in built:
         # What the strategy does when the trainer attaches the model: its parallelism and
         # the precision's dtypes copied into the model's configuration, then Megatron's
@@ -331,13 +405,31 @@ def exercise(recipe, config: dict, seen: dict) -> list[str]:
         attempt("strategy.connect(model)", connect)
         connected = built.get("strategy.connect(model)")
         if connected is not None:
-            seen["connected"] = {k: _plain(getattr(connected, k, None)) for k in (
-                "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-                "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
-                "sequence_parallel", "num_layers", "fp8", "fp8_recipe", "bf16", "params_dtype",
-                "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-                "recompute_granularity", "recompute_method", "recompute_num_layers", "cpu_offloading",
-                "cpu_offloading_num_layers", "enable_cuda_graph")}
+            seen["connected"] = {
+                k: _plain(getattr(connected, k, None))
+                for k in (
+                    "tensor_model_parallel_size",
+                    "pipeline_model_parallel_size",
+                    "virtual_pipeline_model_parallel_size",
+                    "context_parallel_size",
+                    "expert_model_parallel_size",
+                    "expert_tensor_parallel_size",
+                    "sequence_parallel",
+                    "num_layers",
+                    "fp8",
+                    "fp8_recipe",
+                    "bf16",
+                    "params_dtype",
+                    "account_for_embedding_in_pipeline_split",
+                    "account_for_loss_in_pipeline_split",
+                    "recompute_granularity",
+                    "recompute_method",
+                    "recompute_num_layers",
+                    "cpu_offloading",
+                    "cpu_offloading_num_layers",
+                    "enable_cuda_graph",
+                )
+            }
     seen["parts_built"] = sorted(built)
     return failures
 
@@ -349,7 +441,9 @@ def check(entry: dict) -> dict:
         recipe = build_recipe(config)
         seen.update(observe(recipe))
         # the fields --framework-arg set, read back from the built recipe
-        seen["framework_args"] = {path: _plain(_get(recipe, path)) for path in config.get("framework_args") or {}}
+        seen["framework_args"] = {
+            path: _plain(_get(recipe, path)) for path in config.get("framework_args") or {}
+        }
         problems = expectations(config, seen)
         problems += exercise(recipe, config, seen)
         error = "; ".join(problems) or None
@@ -370,10 +464,17 @@ def main(configs_path: str, results_path: str) -> int:
         if not results[-1]["ok"]:
             print(f"FAIL {entry['id']}: {results[-1]['error']}", file=sys.stderr, flush=True)
     with open(results_path, "w", encoding="utf-8") as handle:
-        json.dump({"framework": "nemo2", "versions": found, "results": results}, handle, indent=1, default=repr)
+        json.dump(
+            {"framework": "nemo2", "versions": found, "results": results},
+            handle,
+            indent=1,
+            default=repr,
+        )
     passed = sum(r["ok"] for r in results)
-    print(f"nemo2 {found['nemo-toolkit']}: {passed}/{len(results)} configurations validated "
-          f"({time.time() - start:.0f} s)")
+    print(
+        f"nemo2 {found['nemo-toolkit']}: {passed}/{len(results)} configurations validated "
+        f"({time.time() - start:.0f} s)"
+    )
     return 0 if passed == len(results) else 1
 
 

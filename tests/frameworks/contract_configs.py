@@ -44,8 +44,17 @@ def seed_rows(host, framework: str | None = None):
 
 
 def resolve_smallest(host, workload, variant, series, dtype):
-    return host.resolve(RecipeRequest(workload.name, series.size, series.gpu, dtype, series.min_gpus,
-                                      variant=variant.name, strong_scaling=series.scaling == "strong"))
+    return host.resolve(
+        RecipeRequest(
+            workload.name,
+            series.size,
+            series.gpu,
+            dtype,
+            series.min_gpus,
+            variant=variant.name,
+            strong_scaling=series.scaling == "strong",
+        )
+    )
 
 
 def _saved_dir(framework: str, gbs: int) -> str:
@@ -60,8 +69,13 @@ def proxy_layers(workload, recipe, asked: int) -> int:
     row's pipeline where it refuses ``asked`` (llmb refuses it too: UsageError)."""
     production = production_of(workload, recipe.variant)
     vp = recipe.vp if recipe.vp and recipe.vp > 1 and recipe.pp > 1 else None
-    valid = valid_layers(framework(recipe.framework), production.recipes[recipe.size],
-                         workload.architecture(recipe.size).layers, recipe.pp, vp)
+    valid = valid_layers(
+        framework(recipe.framework),
+        production.recipes[recipe.size],
+        workload.architecture(recipe.size).layers,
+        recipe.pp,
+        vp,
+    )
     return asked if valid is None or asked in valid else min(valid)
 
 
@@ -71,17 +85,38 @@ def configuration(workload, recipe, mode: str) -> dict:
         layers = proxy_layers(workload, recipe, options.layers)
         if layers != options.layers:
             try:
-                build_config(workload, recipe, options, experiment="pretrain_contract", inner_dir=INNER,
-                             checkpoint_save_dir=None, checkpoint_load_dir=None)
+                build_config(
+                    workload,
+                    recipe,
+                    options,
+                    experiment="pretrain_contract",
+                    inner_dir=INNER,
+                    checkpoint_save_dir=None,
+                    checkpoint_load_dir=None,
+                )
             except UsageError:
                 options = replace(options, layers=layers)
             else:
-                raise AssertionError(f"--layers {options.layers} was not refused where the framework refuses it")
-    save_dir = checkpoint_dirs(options, recipe.framework, INNER, options.steps or recipe.steps, recipe.gbs)[0] if save \
+                raise AssertionError(
+                    f"--layers {options.layers} was not refused where the framework refuses it"
+                )
+    save_dir = (
+        checkpoint_dirs(
+            options, recipe.framework, INNER, options.steps or recipe.steps, recipe.gbs
+        )[0]
+        if save
         else None
+    )
     load_dir = _saved_dir(recipe.framework, recipe.gbs) if load else None
-    return build_config(workload, recipe, options, experiment="pretrain_contract", inner_dir=INNER,
-                        checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir)
+    return build_config(
+        workload,
+        recipe,
+        options,
+        experiment="pretrain_contract",
+        inner_dir=INNER,
+        checkpoint_save_dir=save_dir,
+        checkpoint_load_dir=load_dir,
+    )
 
 
 def row_id(workload, variant, series, dtype) -> str:
@@ -93,4 +128,7 @@ def configurations(host, framework: str) -> Iterator[tuple[str, dict]]:
     for workload, variant, series, dtype in seed_rows(host, framework):
         recipe = resolve_smallest(host, workload, variant, series, dtype)
         for mode in MODES:
-            yield f"{row_id(workload, variant, series, dtype)} [{mode}]", configuration(workload, recipe, mode)
+            yield (
+                f"{row_id(workload, variant, series, dtype)} [{mode}]",
+                configuration(workload, recipe, mode),
+            )

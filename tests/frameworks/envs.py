@@ -53,8 +53,22 @@ TE_TORCH = "transformer_engine_torch-2.20.2-cp312-cp312-linux_x86_64.whl"
 LEGS = {
     leg.name: leg
     for leg in (
-        Leg("megatron-bridge-0.4", "megatron_bridge", "check_megatron_bridge.py", "megatron-bridge", "0.4", (TE_TORCH,)),
-        Leg("megatron-bridge-0.6", "megatron_bridge", "check_megatron_bridge.py", "megatron-bridge", "0.6", (TE_TORCH,)),
+        Leg(
+            "megatron-bridge-0.4",
+            "megatron_bridge",
+            "check_megatron_bridge.py",
+            "megatron-bridge",
+            "0.4",
+            (TE_TORCH,),
+        ),
+        Leg(
+            "megatron-bridge-0.6",
+            "megatron_bridge",
+            "check_megatron_bridge.py",
+            "megatron-bridge",
+            "0.6",
+            (TE_TORCH,),
+        ),
         Leg("nemo-2.3", "nemo2", "check_nemo2.py", "nemo-toolkit", "2.3"),
     )
 }
@@ -65,7 +79,9 @@ class EnvError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("LLMB_FRAMEWORK_ENVS") or Path.home() / ".cache" / "llmb" / "framework-envs")
+    return Path(
+        os.environ.get("LLMB_FRAMEWORK_ENVS") or Path.home() / ".cache" / "llmb" / "framework-envs"
+    )
 
 
 def shared_wheels() -> Path:
@@ -73,16 +89,28 @@ def shared_wheels() -> Path:
 
 
 def find_python312() -> str:
-    candidates = [os.environ.get("LLMB_PYTHON312"),
-                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")), reverse=True),
-                  shutil.which("python3.12")]
+    candidates = [
+        os.environ.get("LLMB_PYTHON312"),
+        *sorted(
+            glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")), reverse=True
+        ),
+        shutil.which("python3.12"),
+    ]
     for candidate in candidates:
         # A pyenv shim is on PATH even where it cannot run 3.12: try each one.
-        if candidate and subprocess.run([candidate, "-c", "import sys, venv; assert sys.version_info[:2] == (3, 12)"],
-                                        capture_output=True).returncode == 0:
+        if (
+            candidate
+            and subprocess.run(
+                [candidate, "-c", "import sys, venv; assert sys.version_info[:2] == (3, 12)"],
+                capture_output=True,
+            ).returncode
+            == 0
+        ):
             return candidate
-    raise EnvError("no Python 3.12 found (the frameworks need it): set LLMB_PYTHON312, put python3.12 on PATH, "
-                   "or install one with pyenv (~/.pyenv/versions/3.12.*).")
+    raise EnvError(
+        "no Python 3.12 found (the frameworks need it): set LLMB_PYTHON312, put python3.12 on PATH, "
+        "or install one with pyenv (~/.pyenv/versions/3.12.*)."
+    )
 
 
 def _digest(*parts: bytes) -> str:
@@ -94,8 +122,11 @@ def base_dir() -> Path:
 
 
 def leg_dir(leg: Leg) -> Path:
-    parts = [(REQUIREMENTS / "base.txt").read_bytes(), (REQUIREMENTS / f"{leg.name}.txt").read_bytes(),
-             *(w.encode() for w in leg.wheels)]
+    parts = [
+        (REQUIREMENTS / "base.txt").read_bytes(),
+        (REQUIREMENTS / f"{leg.name}.txt").read_bytes(),
+        *(w.encode() for w in leg.wheels),
+    ]
     return cache_root() / f"{leg.name}-{_digest(*parts)}"
 
 
@@ -104,8 +135,12 @@ def _python(env: Path) -> Path:
 
 
 def _purelib(env: Path) -> Path:
-    out = subprocess.run([str(_python(env)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(_python(env)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -113,12 +148,16 @@ def _run(cmd: list[str], what: str) -> None:
     started = time.monotonic()
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode:
-        tail = "\n".join(line for line in done.stdout.splitlines() if "Location 'file:" not in line)[-4000:]
+        tail = "\n".join(
+            line for line in done.stdout.splitlines() if "Location 'file:" not in line
+        )[-4000:]
         raise EnvError(f"{what} failed (exit {done.returncode}):\n{tail}")
     print(f"envs: {what}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 
 
-def _build(target: Path, python: str, requirements: Path, extra: list[str], base: Path | None) -> None:
+def _build(
+    target: Path, python: str, requirements: Path, extra: list[str], base: Path | None
+) -> None:
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -134,8 +173,22 @@ def _build(target: Path, python: str, requirements: Path, extra: list[str], base
                 (site / "nvidia").mkdir(exist_ok=True)
                 for lib in (base_site / "nvidia").iterdir():
                     (site / "nvidia" / lib.name).symlink_to(lib)
-        _run([str(_python(partial)), "-m", "pip", "install", "--quiet", "--no-input", "--no-deps",
-              "--disable-pip-version-check", "-r", str(requirements), *extra], f"install {requirements.name}")
+        _run(
+            [
+                str(_python(partial)),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-input",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-r",
+                str(requirements),
+                *extra,
+            ],
+            f"install {requirements.name}",
+        )
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -152,8 +205,10 @@ def build(leg: Leg) -> Path:
         wheels = [shared_wheels() / name for name in leg.wheels]
         missing = [str(w) for w in wheels if not w.is_file()]
         if missing:
-            raise EnvError(f"prebuilt wheels missing: {', '.join(missing)} (set LLMB_SHARED_WHEELS); they take "
-                           f"most of an hour to build from source, which CI never does.")
+            raise EnvError(
+                f"prebuilt wheels missing: {', '.join(missing)} (set LLMB_SHARED_WHEELS); they take "
+                f"most of an hour to build from source, which CI never does."
+            )
         _build(target, python, REQUIREMENTS / f"{leg.name}.txt", [str(w) for w in wheels], base)
     return _python(target)
 
@@ -182,7 +237,10 @@ def main(argv: list[str]) -> int:
             if argv[1] == "path":
                 found = built(LEGS[name])
                 if found is None:
-                    print(f"envs: {name} is not built (python tests/frameworks/envs.py build {name})", file=sys.stderr)
+                    print(
+                        f"envs: {name} is not built (python tests/frameworks/envs.py build {name})",
+                        file=sys.stderr,
+                    )
                     return 1
                 print(found)
                 continue

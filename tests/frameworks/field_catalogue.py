@@ -46,8 +46,16 @@ def main(configs_path: str, out_path: str) -> int:
         for path, kind in walk(build(item["config"])).items():
             fields.setdefault(path, kind)
     with open(out_path, "w", encoding="utf-8") as handle:
-        json.dump({"framework": framework, "versions": versions(framework), "fields": dict(sorted(fields.items()))},
-                  handle, indent=1, default=str)
+        json.dump(
+            {
+                "framework": framework,
+                "versions": versions(framework),
+                "fields": dict(sorted(fields.items())),
+            },
+            handle,
+            indent=1,
+            default=str,
+        )
     print(f"{framework}: {len(fields)} fields over {len(items)} configurations")
     return 0
 

@@ -18,14 +18,28 @@ from llmb.install.hf import REVISION, repo_dir
 
 COMMIT = "0" * 40
 # Meta's published values beside the architecture (config.json of each repository).
-LLAMA3 = {"rope_theta": 500000.0, "rms_norm_eps": 1e-05, "max_position_embeddings": 8192, "bos_token_id": 128000,
-          "eos_token_id": 128001}
-LLAMA31_ROPE_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                        "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+LLAMA3 = {
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-05,
+    "max_position_embeddings": 8192,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+}
+LLAMA31_ROPE_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
 # Repositories whose config.json each recipe reads, beyond the workloads' own lists.
-RECIPE_REPOS = {"llama": {"8b": ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3.1-8B"),
-                          "70b": ("meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3.1-70B"),
-                          "405b": ("meta-llama/Meta-Llama-3.1-405B", "meta-llama/Llama-3.1-405B")}}
+RECIPE_REPOS = {
+    "llama": {
+        "8b": ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3.1-8B"),
+        "70b": ("meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3.1-70B"),
+        "405b": ("meta-llama/Meta-Llama-3.1-405B", "meta-llama/Llama-3.1-405B"),
+    }
+}
 
 
 def llama_config(arch, repo: str) -> dict:
@@ -47,8 +61,11 @@ def llama_config(arch, repo: str) -> dict:
         **LLAMA3,
     }
     if "3.1" in repo:
-        config.update(max_position_embeddings=131072, rope_scaling=LLAMA31_ROPE_SCALING,
-                      eos_token_id=[128001, 128008, 128009])
+        config.update(
+            max_position_embeddings=131072,
+            rope_scaling=LLAMA31_ROPE_SCALING,
+            eos_token_id=[128001, 128008, 128009],
+        )
     return config
 
 
@@ -71,5 +88,9 @@ def write_model_configs(home: str, host) -> list[str]:
     for size, repos in RECIPE_REPOS["llama"].items():
         arch = workload.architecture(size)
         for repo in repos:
-            written.append(write_file(home, repo, "config.json", json.dumps(llama_config(arch, repo), indent=2)))
+            written.append(
+                write_file(
+                    home, repo, "config.json", json.dumps(llama_config(arch, repo), indent=2)
+                )
+            )
     return written

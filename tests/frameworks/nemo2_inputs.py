@@ -35,30 +35,55 @@ def tokenizer_files(vocab_size: int) -> dict[str, str]:
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for t in special],
+        "added_tokens": [
+            {
+                "id": vocab[t],
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for t in special
+        ],
         "normalizer": None,
         "pre_tokenizer": {"type": "WhitespaceSplit"},
         "post_processor": None,
         "decoder": None,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"},
     }
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-              "model_max_length": 131072, "clean_up_tokenization_spaces": True}
-    return {"tokenizer.json": json.dumps(tokenizer), "tokenizer_config.json": json.dumps(config, indent=2)}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "model_max_length": 131072,
+        "clean_up_tokenization_spaces": True,
+    }
+    return {
+        "tokenizer.json": json.dumps(tokenizer),
+        "tokenizer_config.json": json.dumps(config, indent=2),
+    }
 
 
 def model_config(config: dict) -> dict:
     m = config["model"]
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": m["vocab_size"],
-            "num_hidden_layers": m["full_layers"], "max_position_embeddings": m["seq_len"]}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": m["vocab_size"],
+        "num_hidden_layers": m["full_layers"],
+        "max_position_embeddings": m["seq_len"],
+    }
 
 
 def main(out_dir: str) -> None:
     from llmb.plugins.host import PluginHost
 
     os.makedirs(out_dir, exist_ok=True)
-    entries = [{"id": id_, "config": config} for id_, config in configurations(PluginHost(), "nemo2")]
+    entries = [
+        {"id": id_, "config": config} for id_, config in configurations(PluginHost(), "nemo2")
+    ]
     with open(os.path.join(out_dir, "configs.json"), "w", encoding="utf-8") as handle:
         json.dump(entries, handle, indent=1)
     home = os.path.join(out_dir, "hf_home")

@@ -17,7 +17,9 @@ import sys as _sys
 # <install>/python/.fallback: appended last, after the interpreter's site-packages, so that the
 # environment's own click, PyYAML, ... win and llmb's copies serve only what it lacks. A pip
 # install of llmb has no such directory.
-_fallback = _os.path.join(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), ".fallback")
+_fallback = _os.path.join(
+    _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), ".fallback"
+)
 if _os.path.isdir(_fallback) and _fallback not in _sys.path:
     _sys.path.append(_fallback)
 
@@ -30,7 +32,9 @@ __all__ = [*_FACADE, "__version__"]
 
 
 def __getattr__(name: str):
-    if name == "hookimpl":  # made on first use: ``python -m llmb.worker`` names a missing pluggy before then
+    if (
+        name == "hookimpl"
+    ):  # made on first use: ``python -m llmb.worker`` names a missing pluggy before then
         import pluggy
 
         globals()["hookimpl"] = marker = pluggy.HookimplMarker("llmb")

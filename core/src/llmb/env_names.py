@@ -20,8 +20,10 @@ def env_name(value: object, where: str) -> str:
     """An environment variable's name: a shell identifier such as ``NCCL_DEBUG``."""
     if isinstance(value, str) and ENV_NAME.fullmatch(value):
         return value
-    raise UsageError(f"{where} {value!r} is not a valid environment variable name: use letters, digits and "
-                     f"underscores, starting with a letter or underscore (e.g. NCCL_DEBUG).")
+    raise UsageError(
+        f"{where} {value!r} is not a valid environment variable name: use letters, digits and "
+        f"underscores, starting with a letter or underscore (e.g. NCCL_DEBUG)."
+    )
 
 
 def is_env_name(name: object) -> bool:

@@ -26,8 +26,11 @@ import os
 import stat
 
 _KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
 )
 
 
@@ -56,7 +59,12 @@ def open_regular(path: str | os.PathLike[str]):
     for a FIFO in between) and does not become a controlling terminal."""
     path = os.fspath(path)
     _require_regular(path, os.stat(path))
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
@@ -103,7 +111,9 @@ def why_unreadable(path: str | os.PathLike[str], exc: OSError) -> str:
     except OSError:
         target = None
     if isinstance(exc, NotRegularFile):
-        what = f"a symbolic link to {target}, which is {exc.kind}" if target is not None else exc.kind
+        what = (
+            f"a symbolic link to {target}, which is {exc.kind}" if target is not None else exc.kind
+        )
         return f"{name} is {what}, not a regular file; only regular files are read"
     if exc.errno == errno.ELOOP:
         return f"{name} is a symbolic link to {target} that cannot be followed: the links loop"

@@ -166,8 +166,9 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self.deadline = deadline
 
     def https_open(self, req):
-        return self.do_open(functools.partial(_HTTPSConnection, deadline=self.deadline), req,
-                            context=self._context)
+        return self.do_open(
+            functools.partial(_HTTPSConnection, deadline=self.deadline), req, context=self._context
+        )
 
 
 def read_bounded(response, max_bytes: int) -> bytes:
@@ -184,17 +185,26 @@ def read_bounded(response, max_bytes: int) -> bytes:
 
 
 @contextlib.contextmanager
-def exchange(request: urllib.request.Request, *, deadline_s: float, timeout: float | None = None,
-             schemes: tuple[str, ...] = ("https",), redirects: KeepAuthOnOrigin | None = None):
+def exchange(
+    request: urllib.request.Request,
+    *,
+    deadline_s: float,
+    timeout: float | None = None,
+    schemes: tuple[str, ...] = ("https",),
+    redirects: KeepAuthOnOrigin | None = None,
+):
     """Send ``request``; yield its response, an error status included (check ``status``), whose
     reads all end by the deadline ``deadline_s`` seconds from now (DeadlineExceeded). ``redirects``:
     the redirect handler, ``KeepAuthOnOrigin(schemes)`` or a subclass. Raises what ``fetch`` raises."""
     deadline = time.monotonic() + deadline_s
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline),
-                                         redirects or KeepAuthOnOrigin(schemes))
+    opener = urllib.request.build_opener(
+        _HTTPHandler(deadline), _HTTPSHandler(deadline), redirects or KeepAuthOnOrigin(schemes)
+    )
     try:
         response = opener.open(request, timeout=min(timeout or deadline_s, deadline_s))
-    except urllib.error.HTTPError as error:  # an answer all the same: its status and body are the caller's
+    except (
+        urllib.error.HTTPError
+    ) as error:  # an answer all the same: its status and body are the caller's
         response = error
     except urllib.error.URLError as error:
         if isinstance(error.reason, DeadlineExceeded):
@@ -224,8 +234,14 @@ def copy_bounded(response, out, max_bytes: int, progress=None) -> int:
     return done
 
 
-def fetch(request: urllib.request.Request, *, deadline_s: float, max_bytes: int, timeout: float | None = None,
-          schemes: tuple[str, ...] = ("https",)) -> Reply:
+def fetch(
+    request: urllib.request.Request,
+    *,
+    deadline_s: float,
+    max_bytes: int,
+    timeout: float | None = None,
+    schemes: tuple[str, ...] = ("https",),
+) -> Reply:
     """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
 
     Raises DeadlineExceeded, TooLarge, RedirectRefused, or what urllib and

@@ -68,7 +68,9 @@ def plain_line(level: str, event: str, fields: dict[str, Any]) -> str:
     text = str(event)
     if fields:
         text += " (" + "; ".join(f"{k}: {v}" for k, v in fields.items()) + ")"
-    return fit_text(terminal_safe(f"llmb: {level}: {text}").replace("\n", " "), output_width(sys.stderr))
+    return fit_text(
+        terminal_safe(f"llmb: {level}: {text}").replace("\n", " "), output_width(sys.stderr)
+    )
 
 
 def warn(message: str, **fields: Any) -> None:
@@ -87,7 +89,9 @@ def _once(logger, method_name: str, event_dict: dict) -> dict:
     import structlog
 
     fields = {k: v for k, v in event_dict.items() if k not in ("event", "level", "timestamp")}
-    if not _first_time(event_dict.get("level", method_name), str(event_dict.get("event", "")), fields):
+    if not _first_time(
+        event_dict.get("level", method_name), str(event_dict.get("event", "")), fields
+    ):
         raise structlog.DropEvent
     return event_dict
 
@@ -105,8 +109,11 @@ def _configure_structlog() -> None:
     _structlog_ready = True
     import structlog
 
-    tail = ([structlog.processors.TimeStamper(fmt="iso", utc=True), structlog.processors.JSONRenderer()]
-            if log_format() == "json" else [_render_plain])
+    tail = (
+        [structlog.processors.TimeStamper(fmt="iso", utc=True), structlog.processors.JSONRenderer()]
+        if log_format() == "json"
+        else [_render_plain]
+    )
     structlog.configure(
         processors=[structlog.processors.add_log_level, _once, *tail],
         wrapper_class=structlog.make_filtering_bound_logger(_threshold()),

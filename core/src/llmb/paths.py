@@ -21,14 +21,18 @@ def install_dir() -> str:
     if explicit:
         path = os.path.abspath(explicit)
         if os.path.exists(path) and not os.path.isdir(path):
-            raise UsageError(f"LLMB_INSTALL={explicit} is not a directory; point it at llmb's install directory "
-                             f"(created by llmb install or the first run), or unset it for {_default_install()}.")
+            raise UsageError(
+                f"LLMB_INSTALL={explicit} is not a directory; point it at llmb's install directory "
+                f"(created by llmb install or the first run), or unset it for {_default_install()}."
+            )
         return path
     return _default_install()
 
 
 def _default_install() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return os.path.join(base, "llmb")
 
 
@@ -40,10 +44,10 @@ def shown_path(path: str) -> str:
     if os.environ.get("LLMB_INSTALL"):
         install = install_dir()
         if path == install or path.startswith(install + os.sep):
-            return "$LLMB_INSTALL" + path[len(install):]
+            return "$LLMB_INSTALL" + path[len(install) :]
     home = os.path.expanduser("~")
     if home not in ("", os.sep) and (path == home or path.startswith(home + os.sep)):
-        return "~" + path[len(home):]
+        return "~" + path[len(home) :]
     return path
 
 

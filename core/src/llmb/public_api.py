@@ -129,8 +129,12 @@ class MovedModules:
 
     def create_module(self, spec):
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} has moved to {new}; import it from there (or from llmb, "
-                      f"the plugin API: docs/plugin-api.md)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} has moved to {new}; import it from there (or from llmb, "
+            f"the plugin API: docs/plugin-api.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module) -> None:

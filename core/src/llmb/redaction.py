@@ -26,8 +26,12 @@ MASK = "***"
 
 _SCHEME_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/?#'\"<>]*)")
 # ``user:password@host[:port]`` without a scheme, as curl and pip accept a proxy.
-_BARE_USERINFO = re.compile(r"(?<![\w/:@.%+\-])([\w.%+\-]+):([^\s@/,;'\"]+)@(?=[\w.\-]+(?::\d+)?(?:[/\s,;'\"]|$))")
-_HEADERS = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*|(?:set-)?cookie\s*[:=]\s*)[^\r\n]+")
+_BARE_USERINFO = re.compile(
+    r"(?<![\w/:@.%+\-])([\w.%+\-]+):([^\s@/,;'\"]+)@(?=[\w.\-]+(?::\d+)?(?:[/\s,;'\"]|$))"
+)
+_HEADERS = re.compile(
+    r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*|(?:set-)?cookie\s*[:=]\s*)[^\r\n]+"
+)
 _SCHEMES = re.compile(r"(?i)\b((?:bearer|basic)\s+)[^\s\"',;]+")
 
 
@@ -37,9 +41,15 @@ def _table() -> dict:
     from llmb.yamlio import load_yaml_file
 
     table = load_yaml_file(packaged_data("secrets.yaml"))
-    names = "|".join(re.escape(name) for name in sorted(table["query_parameters"], key=len, reverse=True))
-    return {"parts": frozenset(table["parts"]), "not": frozenset(table["not_secrets"]), "endings": tuple(table["part_endings"]),
-            "query": re.compile(rf"(?i)(?<![\w.\-])((?:{names})=)[^&#\s'\",;]+")}
+    names = "|".join(
+        re.escape(name) for name in sorted(table["query_parameters"], key=len, reverse=True)
+    )
+    return {
+        "parts": frozenset(table["parts"]),
+        "not": frozenset(table["not_secrets"]),
+        "endings": tuple(table["part_endings"]),
+        "query": re.compile(rf"(?i)(?<![\w.\-])((?:{names})=)[^&#\s'\",;]+"),
+    }
 
 
 def is_secret_name(name: str, declared: Iterable[str] = ()) -> bool:
@@ -50,7 +60,11 @@ def is_secret_name(name: str, declared: Iterable[str] = ()) -> bool:
     upper = name.upper()
     if upper in table["not"]:
         return False
-    return any(part in table["parts"] or part.endswith(table["endings"]) for part in upper.split("_") if part)
+    return any(
+        part in table["parts"] or part.endswith(table["endings"])
+        for part in upper.split("_")
+        if part
+    )
 
 
 def _userinfo(match: re.Match) -> str:
@@ -84,7 +98,11 @@ def credential_in(value: str) -> str | None:
     masked = mask(value)
     if masked == value:
         return None
-    if "://" in value and _SCHEME_URL.sub(_userinfo, value) != value or _BARE_USERINFO.search(value):
+    if (
+        "://" in value
+        and _SCHEME_URL.sub(_userinfo, value) != value
+        or _BARE_USERINFO.search(value)
+    ):
         return "a password (or token) inside a URL"
     if _table()["query"].search(value):
         return "a credential in a query parameter"

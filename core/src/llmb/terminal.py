@@ -55,7 +55,11 @@ def output_width(stream=None) -> int | None:
         if not stream.isatty():
             return None
         width = os.get_terminal_size(stream.fileno()).columns
-    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture), or no size known
+    except (
+        AttributeError,
+        OSError,
+        ValueError,
+    ):  # not a real file (a test's capture), or no size known
         return None
     return max(width, MIN_WIDTH) if width > 0 else None
 
@@ -71,12 +75,11 @@ def shorten(text: str, width: int, cut: str = "end") -> str:
         return text[:width]
     if cut == "middle":  # a little more of the head: a name's first parts say the most
         head = (width * 3) // 5
-        return text[:head] + ELLIPSIS + text[len(text) - (width - 1 - head):]
+        return text[:head] + ELLIPSIS + text[len(text) - (width - 1 - head) :]
     return text[: width - 1] + ELLIPSIS
 
 
 _AUTO = object()
-
 
 
 _LABELLED = re.compile(r"^( *(?:- |\S+(?: \S+)?  +)?)")
@@ -100,6 +103,12 @@ def fit_text(text: str, width: int | None | object = _AUTO) -> str:
         indent = len(_LABELLED.match(line).group(1))
         if indent == leading or indent > limit // 2:
             indent = leading + 2
-        out += textwrap.wrap(line, limit, subsequent_indent=" " * indent, break_long_words=False,
-                             break_on_hyphens=False, drop_whitespace=True) or [line]
+        out += textwrap.wrap(
+            line,
+            limit,
+            subsequent_indent=" " * indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
     return "\n".join(out)

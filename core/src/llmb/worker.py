@@ -46,6 +46,7 @@ NEEDED = (("click", "click"), ("PyYAML", "yaml"), ("pluggy", "pluggy"), ("struct
 
 def placement(env=os.environ) -> tuple[int, int, int]:
     """(rank, world size, local rank) from the launcher's variables."""
+
     def first(*names: str, default: str) -> int:
         for name in names:
             if env.get(name, "").strip():
@@ -81,7 +82,9 @@ def dependencies() -> tuple[str, bool]:
 
 def _version(dist: str, module, where: str) -> str:
     """The version of the distribution beside the package imported (not another copy's on the path)."""
-    for found in importlib.metadata.distributions(name=dist, path=[os.path.dirname(os.path.dirname(where))]):
+    for found in importlib.metadata.distributions(
+        name=dist, path=[os.path.dirname(os.path.dirname(where))]
+    ):
         return found.version
     with warnings.catch_warnings():  # click and structlog deprecate __version__
         warnings.simplefilter("ignore")
@@ -104,10 +107,14 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = RunSpec.from_dict(json.load(handle))
         if spec.engine not in ENGINES:
-            raise ValueError(f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}")
+            raise ValueError(
+                f"unknown engine {spec.engine!r}; this llmb knows {', '.join(ENGINES)}"
+            )
         from llmb.lifecycle.provenance import start_job
 
-        start_job(spec, rank=rank, world=world, local_rank=local_rank)  # the GPU check; rank 0 records provenance
+        start_job(
+            spec, rank=rank, world=world, local_rank=local_rank
+        )  # the GPU check; rank 0 records provenance
         engine_entry(spec.engine)(spec, rank=rank, world=world, local_rank=local_rank)
         if spec.engine == "torch" and (spec.profile or {}).get("kind") != "nsys":
             end_without_finalizing(0)

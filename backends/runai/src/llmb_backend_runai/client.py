@@ -56,16 +56,24 @@ class Answer:
 
 
 class RunaiClient:
-    def __init__(self, settings: RunaiSettings, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, timeout: float = TIMEOUT_S,
-                 max_body: int = MAX_BODY):
+    def __init__(
+        self,
+        settings: RunaiSettings,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        timeout: float = TIMEOUT_S,
+        max_body: int = MAX_BODY,
+    ):
         self.settings = settings
         self.sleep = sleep
         self.clock = clock
         self.timeout = timeout
         self.max_body = max_body
         self.token: str | None = None
-        self.tokens: set[str] = set()  # every token this client held: masked wherever a server's words are shown
+        self.tokens: set[str] = (
+            set()
+        )  # every token this client held: masked wherever a server's words are shown
         self.expires_at = 0.0
         self.calls = 0
         self.log = get_logger("llmb.runai")
@@ -80,7 +88,9 @@ class RunaiClient:
     def error(self, message: str, status: int | None = None) -> RunaiError:
         return RunaiError(self.hide(message), status)
 
-    def _request(self, method: str, url: str, data: bytes | None, token: str | None) -> urllib.request.Request:
+    def _request(
+        self, method: str, url: str, data: bytes | None, token: str | None
+    ) -> urllib.request.Request:
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Accept", "application/json")
         if data is not None:
@@ -89,8 +99,14 @@ class RunaiClient:
             request.add_header("Authorization", f"Bearer {token}")
         return request
 
-    def _send(self, method: str, path: str, body: dict | None, token: str | None,
-              after_failure: Callable[[], Answer | None] | None = None) -> Answer:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: dict | None,
+        token: str | None,
+        after_failure: Callable[[], Answer | None] | None = None,
+    ) -> Answer:
         """One request: retries 429, 5xx and dropped connections, all by one deadline.
 
         ``after_failure`` is asked after each failed attempt (the request may have
@@ -104,35 +120,64 @@ class RunaiClient:
             self.calls += 1
             retry_after, out_of_time = None, False
             try:
-                reply = http_safety.fetch(self._request(method, url, data, token), deadline_s=deadline - self.clock(),
-                                          max_bytes=self.max_body, timeout=self.timeout, schemes=schemes)
+                reply = http_safety.fetch(
+                    self._request(method, url, data, token),
+                    deadline_s=deadline - self.clock(),
+                    max_bytes=self.max_body,
+                    timeout=self.timeout,
+                    schemes=schemes,
+                )
             except http_safety.TooLarge as exc:
-                raise self.error(f"{method} {path}: Run:ai's answer is larger than {exc.limit >> 20} MiB, far more "
-                                 f"than any answer llmb expects; refused without reading it all") from None
+                raise self.error(
+                    f"{method} {path}: Run:ai's answer is larger than {exc.limit >> 20} MiB, far more "
+                    f"than any answer llmb expects; refused without reading it all"
+                ) from None
             except http_safety.RedirectRefused as exc:
-                raise self.error(f"{method} {path}: Run:ai redirected to {exc.url}, which is not https; refused "
-                                 f"(RUNAI_ALLOW_HTTP=1 allows plain http)") from None
+                raise self.error(
+                    f"{method} {path}: Run:ai redirected to {exc.url}, which is not https; refused "
+                    f"(RUNAI_ALLOW_HTTP=1 allows plain http)"
+                ) from None
             except http_safety.DeadlineExceeded:
-                problem, out_of_time = f"gave no complete answer within the {allowed:g} s allowed for one request", True
+                problem, out_of_time = (
+                    f"gave no complete answer within the {allowed:g} s allowed for one request",
+                    True,
+                )
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 problem = f"no answer ({_why(exc)})"
             else:
                 if reply.status != 429 and reply.status < 500:
                     return self._answer(method, path, reply.status, reply.body, reply.headers)
-                said = self.hide(_message(reply.body), SHOWN) or http.client.responses.get(reply.status, "")
+                said = self.hide(_message(reply.body), SHOWN) or http.client.responses.get(
+                    reply.status, ""
+                )
                 problem = f"{reply.status} {said}"
                 retry_after = _seconds(reply.headers.get("Retry-After"))
             if after_failure is not None and (found := after_failure()) is not None:
                 return found
-            wait = min(MAX_WAIT_S, retry_after if retry_after is not None else BACKOFF_S * 2 ** attempt)
+            wait = min(
+                MAX_WAIT_S, retry_after if retry_after is not None else BACKOFF_S * 2**attempt
+            )
             if attempt == RETRIES:
-                raise self.error(f"{method} {path}: Run:ai {problem}, still after {RETRIES} retries")
+                raise self.error(
+                    f"{method} {path}: Run:ai {problem}, still after {RETRIES} retries"
+                )
             if out_of_time or self.clock() + wait >= deadline:
-                raise self.error(f"{method} {path}: Run:ai {problem}" + ("" if out_of_time else
-                                 f"; no time is left for a retry within the {allowed:g} s allowed for one request") +
-                                 f" (RUNAI_REQUEST_TIMEOUT sets it; {attempt} retries)")
-            self.log.warning("Run:ai request retried", method=method, path=path, problem=self.hide(problem, SHOWN),
-                             wait_s=wait)
+                raise self.error(
+                    f"{method} {path}: Run:ai {problem}"
+                    + (
+                        ""
+                        if out_of_time
+                        else f"; no time is left for a retry within the {allowed:g} s allowed for one request"
+                    )
+                    + f" (RUNAI_REQUEST_TIMEOUT sets it; {attempt} retries)"
+                )
+            self.log.warning(
+                "Run:ai request retried",
+                method=method,
+                path=path,
+                problem=self.hide(problem, SHOWN),
+                wait_s=wait,
+            )
             self.sleep(wait)
         raise AssertionError("unreachable")
 
@@ -145,22 +190,33 @@ class RunaiClient:
             shown = self.hide(raw.decode(errors="replace"), 200)
             if status >= 400:  # an error page: its text is the message
                 return Answer(status, {"message": shown}, headers)
-            raise self.error(f"{method} {path}: Run:ai answered {status} with a body that is not JSON: {shown!r}",
-                             status) from None
+            raise self.error(
+                f"{method} {path}: Run:ai answered {status} with a body that is not JSON: {shown!r}",
+                status,
+            ) from None
         if isinstance(body, list):
             body = {"items": body}  # a listing answered as a bare array (GET /clusters)
         if not isinstance(body, dict):
-            raise self.error(f"{method} {path}: Run:ai answered {status} with JSON that is neither an object nor a "
-                             f"list", status)
+            raise self.error(
+                f"{method} {path}: Run:ai answered {status} with JSON that is neither an object nor a "
+                f"list",
+                status,
+            )
         return Answer(status, body, headers)
 
     # ------------------------------------------------------------ authentication
 
     def _grants(self) -> list[dict]:
         s = self.settings
-        credentials = {"grantType": "client_credentials", "clientID": s.app_id, "clientSecret": s.app_secret}
+        credentials = {
+            "grantType": "client_credentials",
+            "clientID": s.app_id,
+            "clientSecret": s.app_secret,
+        }
         app_token = {"grantType": "app_token", "appID": s.app_id, "appSecret": s.app_secret}
-        return {"client_credentials": [credentials], "app_token": [app_token]}.get(s.grant, [credentials, app_token])
+        return {"client_credentials": [credentials], "app_token": [app_token]}.get(
+            s.grant, [credentials, app_token]
+        )
 
     def authenticate(self) -> str:
         refused = []
@@ -168,31 +224,48 @@ class RunaiClient:
             answer = self._send("POST", "/token", body, None)
             issued = answer.body.get("accessToken")
             if answer.status == 200 and isinstance(issued, str) and issued:
-                self.tokens.update(t for t in (issued, answer.body.get("refreshToken"), answer.body.get("idToken"))
-                                   if isinstance(t, str) and t)
+                self.tokens.update(
+                    t
+                    for t in (issued, answer.body.get("refreshToken"), answer.body.get("idToken"))
+                    if isinstance(t, str) and t
+                )
                 life = _lifetime(answer.body)
                 self.token = issued
                 self.expires_at = self.clock() + max(0.0, life - min(RENEW_BEFORE_S, life * 0.1))
                 return self.token
-            refused.append(f"{body['grantType']}: {answer.status} {self.hide(_describe(answer.body), SHOWN)}")
-        raise self.error(f"Run:ai refused the credentials of application {self.settings.app_id!r} at "
-                         f"{self.settings.base_url} ({'; '.join(refused)}). Check APP_ID and APP_SECRET "
-                         f"(Access | Applications in the Run:ai UI).", 401)
+            refused.append(
+                f"{body['grantType']}: {answer.status} {self.hide(_describe(answer.body), SHOWN)}"
+            )
+        raise self.error(
+            f"Run:ai refused the credentials of application {self.settings.app_id!r} at "
+            f"{self.settings.base_url} ({'; '.join(refused)}). Check APP_ID and APP_SECRET "
+            f"(Access | Applications in the Run:ai UI).",
+            401,
+        )
 
     def _valid_token(self) -> str:
         if self.token is None or self.clock() >= self.expires_at:
             return self.authenticate()
         return self.token
 
-    def call(self, method: str, path: str, body: dict | None = None, ok: tuple[int, ...] = (200, 201, 202),
-             after_failure: Callable[[], Answer | None] | None = None) -> Answer:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        ok: tuple[int, ...] = (200, 201, 202),
+        after_failure: Callable[[], Answer | None] | None = None,
+    ) -> Answer:
         """An authenticated request; a 401 fetches a new token once."""
         answer = self._send(method, path, body, self._valid_token(), after_failure)
         if answer.status == 401:
             answer = self._send(method, path, body, self.authenticate(), after_failure)
         if answer.status not in ok:
-            raise self.error(f"{method} {path}: Run:ai answered {answer.status}: "
-                             f"{self.hide(_describe(answer.body), SHOWN)}", answer.status)
+            raise self.error(
+                f"{method} {path}: Run:ai answered {answer.status}: "
+                f"{self.hide(_describe(answer.body), SHOWN)}",
+                answer.status,
+            )
         return answer
 
     # ------------------------------------------------------------ the endpoints llmb uses
@@ -204,7 +277,9 @@ class RunaiClient:
         return projects
 
     def clusters(self) -> list[dict]:
-        return [c for c in self.call("GET", "/clusters").body.get("items", []) if isinstance(c, dict)]
+        return [
+            c for c in self.call("GET", "/clusters").body.get("items", []) if isinstance(c, dict)
+        ]
 
     def find(self, name: str, project_id: str) -> dict | None:
         """The live workload called ``name`` in the project, from ``GET /workloads?filterBy=name==<name>``."""
@@ -212,8 +287,16 @@ class RunaiClient:
         found = self.call("GET", f"/workloads?{query}").body.get("workloads")
         if not isinstance(found, list):
             raise RunaiError("GET /workloads: Run:ai's answer has no workloads list")
-        return next((w for w in found if isinstance(w, dict) and w.get("name") == name
-                     and str(w.get("projectId")) == project_id), None)
+        return next(
+            (
+                w
+                for w in found
+                if isinstance(w, dict)
+                and w.get("name") == name
+                and str(w.get("projectId")) == project_id
+            ),
+            None,
+        )
 
     def create(self, kind: str, body: dict) -> dict:
         """``POST /workloads/<kind>``, creating at most one workload.
@@ -230,12 +313,16 @@ class RunaiClient:
             try:
                 found = self.find(name, project)
             except RunaiError as exc:
-                raise self.error(f"POST {path} failed, and whether Run:ai created workload {name} all the same could "
-                                 f"not be checked ({exc}); look for it in project {self.settings.project} before "
-                                 f"submitting again") from None
+                raise self.error(
+                    f"POST {path} failed, and whether Run:ai created workload {name} all the same could "
+                    f"not be checked ({exc}); look for it in project {self.settings.project} before "
+                    f"submitting again"
+                ) from None
             if found is None or not found.get("id"):
                 return None
-            self.log.warning("Run:ai workload found after a failed submission; not sent again", name=name)
+            self.log.warning(
+                "Run:ai workload found after a failed submission; not sent again", name=name
+            )
             return Answer(200, {"workloadId": found["id"], "name": found.get("name") or name}, {})
 
         def after_failure() -> Answer | None:
@@ -246,8 +333,11 @@ class RunaiClient:
         if answer.status == 409:
             adopted = created_already() if failed else None
             if adopted is None:
-                raise self.error(f"POST {path}: Run:ai answered 409: a workload named {name} already exists in "
-                                 f"project {self.settings.project} ({self.hide(_describe(answer.body), SHOWN)})", 409)
+                raise self.error(
+                    f"POST {path}: Run:ai answered 409: a workload named {name} already exists in "
+                    f"project {self.settings.project} ({self.hide(_describe(answer.body), SHOWN)})",
+                    409,
+                )
             return adopted.body
         return answer.body
 

@@ -16,5 +16,11 @@ def _load():
 
 @hookimpl
 def llmb_backends() -> list[Backend]:
-    return [Backend(name="runai", description="Run:ai: distributed or training workloads through its REST API",
-                    load=_load, secrets=("APP_SECRET",))]
+    return [
+        Backend(
+            name="runai",
+            description="Run:ai: distributed or training workloads through its REST API",
+            load=_load,
+            secrets=("APP_SECRET",),
+        )
+    ]

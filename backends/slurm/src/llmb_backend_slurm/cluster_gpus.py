@@ -53,6 +53,8 @@ def check_type(gpu: str, found: NodeGpus, where: str) -> None:
     if not found.types or gpu in found.types:
         return
     seen = "; ".join(f"{name} ({source})" for name, source in sorted(found.types.items()))
-    raise UsageError(f"--gpu {gpu}, but the nodes of {where} have {seen}: the run's recipe, its node count and "
-                     f"binding follow --gpu, so use --gpu {' or --gpu '.join(sorted(found.types))}, or a partition "
-                     f"(--partition) whose nodes are {gpu}.")
+    raise UsageError(
+        f"--gpu {gpu}, but the nodes of {where} have {seen}: the run's recipe, its node count and "
+        f"binding follow --gpu, so use --gpu {' or --gpu '.join(sorted(found.types))}, or a partition "
+        f"(--partition) whose nodes are {gpu}."
+    )

@@ -21,7 +21,9 @@ SQUEUE_FORMAT = "%i|%T|%r|%N"  # id, state, reason, nodes
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
 SINFO_GPUS = "%G|%f"  # generic resources, node features
 # sbatch's input variables that llmb reads and renders as #SBATCH lines (the seeds' SBATCH_GPUS_PER_NODE too).
-RENDERED_VARIABLES = frozenset({*(v for v in VARIABLES.values() if v.startswith("SBATCH_")), "SBATCH_GPUS_PER_NODE"})
+RENDERED_VARIABLES = frozenset(
+    {*(v for v in VARIABLES.values() if v.startswith("SBATCH_")), "SBATCH_GPUS_PER_NODE"}
+)
 # Answers that depend only on the installed Slurm (its configuration file), asked once per process.
 _ASKED: dict[tuple, str | None] = {}
 
@@ -52,14 +54,24 @@ class SlurmCommands:
         self.timeout = timeout or float(os.environ.get("LLMB_SLURM_TIMEOUT") or TIMEOUT_S)
         self.calls = 0
 
-    def run(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         self.calls += 1
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  env=env if env is not None else self.env, stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=env if env is not None else self.env,
+                stdin=subprocess.DEVNULL,
+            )
         except FileNotFoundError:
-            raise UsageError(f"{argv[0]} not found: the slurm backend needs Slurm's client commands on PATH "
-                             f"(run llmb on a login node of the cluster).") from None
+            raise UsageError(
+                f"{argv[0]} not found: the slurm backend needs Slurm's client commands on PATH "
+                f"(run llmb on a login node of the cluster)."
+            ) from None
         except subprocess.TimeoutExpired:
             raise QueryFailed(f"{argv[0]} did not answer within {self.timeout:.0f} s") from None
 
@@ -74,10 +86,14 @@ class SlurmCommands:
         except QueryFailed as exc:
             raise AnswerLost(str(exc)) from None
         if result.returncode < 0:
-            raise AnswerLost(f"sbatch was stopped by signal {-result.returncode} before it answered")
+            raise AnswerLost(
+                f"sbatch was stopped by signal {-result.returncode} before it answered"
+            )
         if result.returncode != 0:
             reason = _reason(result.stderr) or f"sbatch exited with {result.returncode}"
-            if "timed out" in reason.lower():  # e.g. "Socket timed out on send/recv": slurmctld may have taken it
+            if (
+                "timed out" in reason.lower()
+            ):  # e.g. "Socket timed out on send/recv": slurmctld may have taken it
                 raise AnswerLost(f"sbatch failed with {reason!r}")
             raise UsageError(f"Slurm refused the job: {reason}")
         job_id = result.stdout.strip().split(";")[0]
@@ -142,8 +158,15 @@ class SlurmCommands:
         """Jobs Slurm still holds (live, or finished less than MinJobAge ago)."""
         if not slurm_ids:
             return {}
-        result = self.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(slurm_ids)}",
-                           f"--format={SQUEUE_FORMAT}"])
+        result = self.run(
+            [
+                "squeue",
+                "--noheader",
+                "--states=all",
+                f"--jobs={','.join(slurm_ids)}",
+                f"--format={SQUEUE_FORMAT}",
+            ]
+        )
         if result.returncode != 0:
             if "Invalid job id" in result.stderr:
                 return {}  # none of them is known any more (squeue refuses a list of only unknown ids)
@@ -160,8 +183,16 @@ class SlurmCommands:
         """Finished jobs from accounting; None when the cluster keeps none."""
         if not slurm_ids:
             return {}
-        result = self.run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(slurm_ids)}",
-                           f"--format={SACCT_FIELDS}"])
+        result = self.run(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                f"--jobs={','.join(slurm_ids)}",
+                f"--format={SACCT_FIELDS}",
+            ]
+        )
         if result.returncode != 0:
             if "accounting storage is disabled" in result.stderr.lower():
                 return None
@@ -185,7 +216,11 @@ class SlurmCommands:
         for line in result.stdout.splitlines():
             slurm_id, _, comment = line.partition("|")
             slurm_id, comment = slurm_id.strip(), comment.strip()
-            if comment in wanted and slurm_id.isdigit() and (comment not in found or int(slurm_id) < int(found[comment])):
+            if (
+                comment in wanted
+                and slurm_id.isdigit()
+                and (comment not in found or int(slurm_id) < int(found[comment]))
+            ):
                 found[comment] = slurm_id
         return found
 

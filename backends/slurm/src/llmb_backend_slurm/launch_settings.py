@@ -38,16 +38,25 @@ def node_gpus(gpu: str, cluster_gpus_per_node: int | None) -> int:
     return cluster_gpus_per_node or gpu_type(gpu).gpus_per_node
 
 
-def binding(gpu: str, workload: str, gpus_in_node: int, framework: str | None = None,
-            opt_in: str | None = None) -> Binding:
+def binding(
+    gpu: str,
+    workload: str,
+    gpus_in_node: int,
+    framework: str | None = None,
+    opt_in: str | None = None,
+) -> Binding:
     """The reference's binding: each rank on its GPU's socket (GPUs per socket =
     GPUs per node / sockets per node), and the GPU type's core pinning where the
     run's launcher has it and ``opt_in`` (the submitting environment's value of
     the rule's variable, ENABLE_PCT_BINDING) turns it on."""
     divisor = max(1, gpus_in_node // int(reference()["sockets_per_node"]))
     pin = (reference().get("core_pinning") or {}).get(gpu_type(gpu).name)
-    if (pin and opted_in(pin.get("opt_in"), opt_in) and workload not in pin.get("not_for", ())
-            and framework in pin.get("frameworks", ())):
+    if (
+        pin
+        and opted_in(pin.get("opt_in"), opt_in)
+        and workload not in pin.get("not_for", ())
+        and framework in pin.get("frameworks", ())
+    ):
         return Binding(divisor, int(pin["stride"]), int(pin["cores"]))
     return Binding(divisor)
 
@@ -71,8 +80,10 @@ def segment(nodes: int, gpus_in_node: int, override: int | None) -> int | None:
     on systems of 4-GPU nodes; None where there is none."""
     if override is not None:
         if override < 0 or (override and nodes % override):
-            raise UsageError(f"--segment {override}: a segment is a whole divisor of the run's {nodes} node(s) "
-                             f"(e.g. {largest_divisor(nodes, nodes)}), or 0 for none.")
+            raise UsageError(
+                f"--segment {override}: a segment is a whole divisor of the run's {nodes} node(s) "
+                f"(e.g. {largest_divisor(nodes, nodes)}), or 0 for none."
+            )
         return override or None
     rule = reference()["segment"]
     if gpus_in_node != int(rule["node_gpus"]):
@@ -91,25 +102,42 @@ def rank_env(gpu: str, hf_token_passed: bool, row: dict | None = None) -> dict[s
     env = {k: str(v) for k, v in (data.get("rank_env") or {}).items()}
     if hf_token_passed:
         env.update({k: str(v) for k, v in (data.get("rank_env_with_hf_token") or {}).items()})
-    env.update({k: str(v) for k, v in ((data.get("gpu_env") or {}).get(gpu_type(gpu).name) or {}).items()})
+    env.update(
+        {k: str(v) for k, v in ((data.get("gpu_env") or {}).get(gpu_type(gpu).name) or {}).items()}
+    )
     if row is not None:
         for rule in data.get("row_env") or ():
             if not matches(rule["when"], row):
                 continue
             env.update({k: str(v) for k, v in (rule.get("set") or {}).items()})
-            if "unset" in rule and not any(matches(kept["when"], row) for kept in
-                                           (data.get("keep") or {}).get(rule.get("keep"), ())):
+            if "unset" in rule and not any(
+                matches(kept["when"], row)
+                for kept in (data.get("keep") or {}).get(rule.get("keep"), ())
+            ):
                 env.pop(rule["unset"], None)
     return env
 
 
-def row_of(framework: str | None, workload: str, size: str, gpu: str, gpus: int,
-           framework_config: dict | None) -> dict:
+def row_of(
+    framework: str | None,
+    workload: str,
+    size: str,
+    gpu: str,
+    gpus: int,
+    framework_config: dict | None,
+) -> dict:
     """What the per-row rules match: the run's framework, workload, size, GPU type and
     GPU count, and (production runs) the framework's recipe and precision names."""
     config = framework_config or {}
-    return {"framework": framework, "workload": workload, "size": size, "gpu": gpu_type(gpu).name, "gpus": gpus,
-            "recipe": config.get("recipe"), "precision": (config.get("precision") or {}).get("name")}
+    return {
+        "framework": framework,
+        "workload": workload,
+        "size": size,
+        "gpu": gpu_type(gpu).name,
+        "gpus": gpus,
+        "recipe": config.get("recipe"),
+        "precision": (config.get("precision") or {}).get("name"),
+    }
 
 
 def matches(when: dict, row: dict) -> bool:

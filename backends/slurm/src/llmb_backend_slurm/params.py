@@ -27,9 +27,16 @@ _LAYOUT = "llmb sets it: the job's name, output and directory follow the publish
 _SUBMISSION = "llmb sets it: its submission and tracking depend on it"
 # sbatch options llmb sets itself, and why: giving them here would contradict the recipe or the job's bookkeeping.
 OWNED = {
-    "nodes": _RECIPE, "ntasks": _RECIPE, "ntasks-per-node": _RECIPE,
-    "job-name": _LAYOUT, "output": _LAYOUT, "error": _LAYOUT, "chdir": _LAYOUT,
-    "parsable": _SUBMISSION, "wrap": _SUBMISSION, "export": _SUBMISSION,
+    "nodes": _RECIPE,
+    "ntasks": _RECIPE,
+    "ntasks-per-node": _RECIPE,
+    "job-name": _LAYOUT,
+    "output": _LAYOUT,
+    "error": _LAYOUT,
+    "chdir": _LAYOUT,
+    "parsable": _SUBMISSION,
+    "wrap": _SUBMISSION,
+    "export": _SUBMISSION,
     "comment": "llmb sets it: it marks each submission, to find the job again when sbatch's answer is lost",
 }
 
@@ -40,18 +47,26 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
         return []
     items = []
     for raw in text.split(";"):
-        item = raw.strip(_BLANKS)  # a line break is never dropped: it is refused, as in a flag's value
+        item = raw.strip(
+            _BLANKS
+        )  # a line break is never dropped: it is refused, as in a flag's value
         if not item:
             continue
         key, sep, value = item.partition("=")
-        key = value_checks.sbatch_option(key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}")
+        key = value_checks.sbatch_option(
+            key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}"
+        )
         _refuse_owned(key)
         if sep and (name := checked_option(key)):
-            where = f"ADDITIONAL_SLURM_PARAMS item {key}" + ("" if key == name else f" (sbatch's --{name})")
+            where = f"ADDITIONAL_SLURM_PARAMS item {key}" + (
+                "" if key == name else f" (sbatch's --{name})"
+            )
             items.append((key, str(CHECKED[name](value, where))))  # as the option's flag is checked
             continue
         if sep and any(c in value for c in "\n\r\0"):
-            raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r}: a value cannot contain a line break.")
+            raise UsageError(
+                f"ADDITIONAL_SLURM_PARAMS item {key!r}: a value cannot contain a line break."
+            )
         items.append((key, value.strip(_BLANKS) if sep else None))
     return items
 
@@ -59,9 +74,15 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
 # The sbatch options llmb has a setting of its own for, and the check of the setting's kind
 # (llmb.install.cluster_settings): an item for one of them is checked as its flag is.
 CHECKED = {
-    "account": value_checks.names, "partition": value_checks.names, "time": value_checks.time_limit,
-    "nodelist": value_checks.hostlist, "exclude": value_checks.hostlist, "reservation": value_checks.names,
-    "qos": value_checks.names, "constraint": value_checks.features, "gres": value_checks.gres,
+    "account": value_checks.names,
+    "partition": value_checks.names,
+    "time": value_checks.time_limit,
+    "nodelist": value_checks.hostlist,
+    "exclude": value_checks.hostlist,
+    "reservation": value_checks.names,
+    "qos": value_checks.names,
+    "constraint": value_checks.features,
+    "gres": value_checks.gres,
     "segment": value_checks.segment,
 }
 
@@ -69,7 +90,9 @@ CHECKED = {
 def checked_option(key: str) -> str | None:
     """The option of ``CHECKED`` sbatch reads ``--key`` as (its name, an alias, an unambiguous
     abbreviation), or None."""
-    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {key}  # newer: segment
+    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {
+        key
+    }  # newer: segment
     name = next(iter(meanings)) if len(meanings) == 1 else None
     return name if name in CHECKED else None
 
@@ -77,28 +100,38 @@ def checked_option(key: str) -> str | None:
 def _refuse_owned(key: str) -> None:
     """UsageError when sbatch could take ``--key`` for an option llmb sets."""
     meanings = sbatch_options.resolve(key)
-    owned = [sbatch_options.canonical(name) for name in meanings if sbatch_options.canonical(name) in OWNED]
+    owned = [
+        sbatch_options.canonical(name)
+        for name in meanings
+        if sbatch_options.canonical(name) in OWNED
+    ]
     if not owned:
         return
     name = owned[0]
     if len(meanings) > 1:
-        raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r} abbreviates several sbatch options "
-                         f"({', '.join('--' + m for m in meanings)}), among them --{name}; {OWNED[name]}. "
-                         f"Spell the option you mean in full.")
+        raise UsageError(
+            f"ADDITIONAL_SLURM_PARAMS item {key!r} abbreviates several sbatch options "
+            f"({', '.join('--' + m for m in meanings)}), among them --{name}; {OWNED[name]}. "
+            f"Spell the option you mean in full."
+        )
     if key == name:
         how = ""
     elif key == meanings[0]:
         how = " (another name sbatch has for it)"
     else:
         how = " (sbatch takes any unambiguous abbreviation of an option)"
-    raise UsageError(f"ADDITIONAL_SLURM_PARAMS item {key!r} is sbatch's --{name}{how}; {OWNED[name]}.")
+    raise UsageError(
+        f"ADDITIONAL_SLURM_PARAMS item {key!r} is sbatch's --{name}{how}; {OWNED[name]}."
+    )
 
 
 # sbatch options llmb has a setting of its own for (--nodelist, --exclude, ..., --gres, --segment).
 DEDICATED = ("nodelist", "exclude", "reservation", "qos", "constraint", "gres", "segment")
 
 
-def dedicated(items: list[tuple[str, str | None]]) -> tuple[dict[str, str], list[tuple[str, str | None]]]:
+def dedicated(
+    items: list[tuple[str, str | None]],
+) -> tuple[dict[str, str], list[tuple[str, str | None]]]:
     """The items sbatch reads as an option llmb has a setting for (by that option's name; one
     each, or UsageError), and the others, in order. Their values passed the setting's own check
     in ``parse``."""
@@ -111,7 +144,9 @@ def dedicated(items: list[tuple[str, str | None]]) -> tuple[dict[str, str], list
             rest.append((key, value))
             continue
         if name in found:
-            raise UsageError(f"ADDITIONAL_SLURM_PARAMS gives --{name} twice ({found[name]!r} and {value!r}); "
-                             f"give it once.")
+            raise UsageError(
+                f"ADDITIONAL_SLURM_PARAMS gives --{name} twice ({found[name]!r} and {value!r}); "
+                f"give it once."
+            )
         found[name] = value
     return found, rest

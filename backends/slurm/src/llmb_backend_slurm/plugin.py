@@ -16,5 +16,10 @@ def _load():
 
 @hookimpl
 def llmb_backends() -> list[Backend]:
-    return [Backend(name="slurm", description="Slurm: sbatch (pyxis containers or bare), squeue/sacct tracking",
-                    load=_load)]
+    return [
+        Backend(
+            name="slurm",
+            description="Slurm: sbatch (pyxis containers or bare), squeue/sacct tracking",
+            load=_load,
+        )
+    ]

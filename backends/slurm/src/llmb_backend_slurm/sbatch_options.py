@@ -14,7 +14,8 @@ sbatch). ``UNLISTED``: options sbatch 22.05 accepts that neither prints
 
 from __future__ import annotations
 
-LISTED = frozenset("""
+LISTED = frozenset(
+    """
 account array bb bbf begin chdir cluster-constraint clusters comment constraint container contiguous core-spec
 cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude
 exclusive export export-file extra-node-info get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket
@@ -23,12 +24,15 @@ mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelis
 ntasks-per-node ntasks-per-socket output overcommit oversubscribe parsable partition power priority profile propagate
 qos quiet reboot requeue reservation signal sockets-per-node spread-job switches thread-spec threads-per-core time
 time-min tmp uid usage use-min-nodes verbose version wait wckey wrap
-""".split())
+""".split()
+)
 
-UNLISTED = frozenset("""
+UNLISTED = frozenset(
+    """
 acctg-freq batch cluster context hint kill-on-invalid-dep ntasks-per-gpu ntasks-per-tres open-mode prefer
 tasks-per-node test-only wait-all-nodes
-""".split())
+""".split()
+)
 
 ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
 

@@ -30,7 +30,9 @@ from llmb_backend_slurm.launch_settings import Binding
 
 STARTED = "attempt-{attempt}.started"
 EXITED = "attempt-{attempt}.exit"
-_SAFE_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*")  # matched whole: the last line of defence
+_SAFE_DIRECTIVE = re.compile(
+    r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*"
+)  # matched whole: the last line of defence
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ def directive(key: str, value: str | None = None) -> str:
     if _SAFE_DIRECTIVE.fullmatch(value):
         return f"#SBATCH --{key}={value}"
     if '"' in value:
-        raise ValueError(f"sbatch option {key}: a value cannot contain a double quote in a #SBATCH line")
+        raise ValueError(
+            f"sbatch option {key}: a value cannot contain a double quote in a #SBATCH line"
+        )
     return f'#SBATCH --{key}="{value}"'
 
 
@@ -101,11 +105,20 @@ def render(script: BatchScript) -> str:
     if script.exclusive:
         lines.append(directive("exclusive"))
     lines.append(directive("requeue" if script.requeue else "no-requeue"))
-    for key, value in (("mem", script.mem), ("account", script.account), ("partition", script.partition),
-                       ("time", script.time_limit), ("gpus-per-node", script.gpus_per_node), ("gres", script.gres),
-                       ("segment", script.segment and str(script.segment)), ("nodelist", script.nodelist),
-                       ("exclude", ",".join(script.exclude)), ("reservation", script.reservation),
-                       ("qos", script.qos), ("constraint", script.constraint)):
+    for key, value in (
+        ("mem", script.mem),
+        ("account", script.account),
+        ("partition", script.partition),
+        ("time", script.time_limit),
+        ("gpus-per-node", script.gpus_per_node),
+        ("gres", script.gres),
+        ("segment", script.segment and str(script.segment)),
+        ("nodelist", script.nodelist),
+        ("exclude", ",".join(script.exclude)),
+        ("reservation", script.reservation),
+        ("qos", script.qos),
+        ("constraint", script.constraint),
+    ):
         if value:
             lines.append(directive(key, value))
     lines += [directive(key, value) for key, value in script.additional]
@@ -118,13 +131,13 @@ def render(script: BatchScript) -> str:
         f"log_file={q(script.log)}",
         f"started_file={q(started)}",
         f"exit_file={q(exited)}",
-        "printf '{\"slurm_job_id\": \"%s\", \"nodes\": \"%s\", \"started_at\": %s}\\n' \\",
-        "  \"$SLURM_JOB_ID\" \"$SLURM_JOB_NODELIST\" \"$(date +%s)\" > \"$started_file\"",
+        'printf \'{"slurm_job_id": "%s", "nodes": "%s", "started_at": %s}\\n\' \\',
+        '  "$SLURM_JOB_ID" "$SLURM_JOB_NODELIST" "$(date +%s)" > "$started_file"',
         "",
         "# The rendezvous host: the first host of the allocation, by the address Slurm reaches it at.",
-        "first_host=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
+        'first_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "master_addr=$(scontrol show node \"$first_host\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
-        "export MASTER_ADDR=\"${master_addr:-$first_host}\"",
+        'export MASTER_ADDR="${master_addr:-$first_host}"',
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
         f"export LLMB_JOB_ID={q(script.job_id)}",
         "export PYTHONUNBUFFERED=1",
@@ -132,19 +145,39 @@ def render(script: BatchScript) -> str:
     for name, value in sorted(script.env.items()):
         lines.append(f"export {name}={q(str(value))}")
 
-    srun = ["srun", "--kill-on-bad-exit=1", "--wait=60", f"--ntasks-per-node={script.tasks_per_node}"]
+    srun = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--wait=60",
+        f"--ntasks-per-node={script.tasks_per_node}",
+    ]
     if script.mpi:
         srun.append(f"--mpi={script.mpi}")
     if script.container:
         c = script.container
-        srun += [f"--container-image={c.image}", "--no-container-mount-home", "--container-writable"]
+        srun += [
+            f"--container-image={c.image}",
+            "--no-container-mount-home",
+            "--container-writable",
+        ]
         if c.mounts:
             srun.append(f"--container-mounts={','.join(c.mounts)}")
-        names = sorted({*c.env_names, *script.env, "MASTER_ADDR", "MASTER_PORT", "LLMB_JOB_ID", "PYTHONUNBUFFERED"})
+        names = sorted(
+            {
+                *c.env_names,
+                *script.env,
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "LLMB_JOB_ID",
+                "PYTHONUNBUFFERED",
+            }
+        )
         srun.append(f"--container-env={','.join(names)}")
     command = " ".join(q(part) for part in srun)
     if script.binding:
-        command += f' bash -c "${rank_binding.VARIABLE}" ' + " ".join(map(q, rank_binding.wrapper_argv(script.binding)))
+        command += f' bash -c "${rank_binding.VARIABLE}" ' + " ".join(
+            map(q, rank_binding.wrapper_argv(script.binding))
+        )
         lines += [
             "",
             "# Each rank under numactl on its GPU's socket, as NVIDIA's Megatron-Bridge scripts/performance launcher",
@@ -156,22 +189,22 @@ def render(script: BatchScript) -> str:
     command += " " + " ".join(map(q, script.worker))
     lines += [
         "",
-        f"echo \"[llmb] job {script.job_id} attempt {script.attempt}: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, "
-        f"MASTER_ADDR=$MASTER_ADDR ($first_host)\" >> \"$log_file\"",
+        f'echo "[llmb] job {script.job_id} attempt {script.attempt}: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, '
+        f'MASTER_ADDR=$MASTER_ADDR ($first_host)" >> "$log_file"',
         "on_signal() {",
-        "  printf '{\"exit_code\": null, \"signal\": \"%s\", \"ended_at\": %s}\\n' \"$1\" \"$(date +%s)\" > \"$exit_file\"",
-        "  [ -n \"${srun_pid:-}\" ] && kill -TERM \"$srun_pid\" 2>/dev/null",
+        '  printf \'{"exit_code": null, "signal": "%s", "ended_at": %s}\\n\' "$1" "$(date +%s)" > "$exit_file"',
+        '  [ -n "${srun_pid:-}" ] && kill -TERM "$srun_pid" 2>/dev/null',
         "  wait",
         "  exit 143",
         "}",
         "trap 'on_signal TERM' TERM",
         "trap 'on_signal INT' INT",
-        f"{command} >> \"$log_file\" 2>&1 &",
+        f'{command} >> "$log_file" 2>&1 &',
         "srun_pid=$!",
-        "wait \"$srun_pid\"",
+        'wait "$srun_pid"',
         "code=$?",
-        "printf '{\"exit_code\": %d, \"signal\": null, \"ended_at\": %s}\\n' \"$code\" \"$(date +%s)\" > \"$exit_file\"",
-        "exit \"$code\"",
+        'printf \'{"exit_code": %d, "signal": null, "ended_at": %s}\\n\' "$code" "$(date +%s)" > "$exit_file"',
+        'exit "$code"',
         "",
     ]
     return "\n".join(lines)

@@ -27,7 +27,13 @@ import subprocess
 import sys
 import time
 
-from llmb.backends.local_processes import JOB_DIR_VARIABLE, Proc, job_processes, job_tag, signal_process
+from llmb.backends.local_processes import (
+    JOB_DIR_VARIABLE,
+    Proc,
+    job_processes,
+    job_tag,
+    signal_process,
+)
 from llmb.backends.local_slots import SLOT_FILE, queued_reason
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
@@ -64,7 +70,13 @@ def _path(job: Job | str, name: str) -> str:
 
 def supervisor_record(pid: int) -> dict:
     """What ``supervisor.json`` holds: the supervisor's identity and its session (the job's)."""
-    return {"pid": pid, "pgid": pid, "session": pid, "start_time": process_start_time(pid), "started_at": now()}
+    return {
+        "pid": pid,
+        "pgid": pid,
+        "session": pid,
+        "start_time": process_start_time(pid),
+        "started_at": now(),
+    }
 
 
 def stop_processes(find, grace: float = CANCEL_GRACE_S) -> list[Proc]:
@@ -92,7 +104,11 @@ def _last_line(path: str) -> str | None:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 4096))
-            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            lines = [
+                line.strip()
+                for line in handle.read().decode("utf-8", "replace").splitlines()
+                if line.strip()
+            ]
     except OSError:
         return None
     return lines[-1] if lines else None
@@ -115,11 +131,17 @@ class LocalBackend:
             env = dict(os.environ)
             env.setdefault("PYTHONUNBUFFERED", "1")
             env[JOB_DIR_VARIABLE] = job_tag(directory)
-            with open(_path(job, SUPERVISOR_OUTPUT), "ab") as output:  # the supervisor's own errors, if any
+            with open(
+                _path(job, SUPERVISOR_OUTPUT), "ab"
+            ) as output:  # the supervisor's own errors, if any
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "llmb.backends.local_supervisor", directory],
-                    stdin=subprocess.DEVNULL, stdout=output, stderr=output, env=env,
-                    start_new_session=True, close_fds=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=output,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
                 )
             self.started.append(proc)
             write_json(_path(job, SUPERVISOR_FILE), supervisor_record(proc.pid))
@@ -138,17 +160,32 @@ class LocalBackend:
                 os.killpg(proc.pid, signal.SIGKILL)  # our unreaped child: its pid is still its own
             proc.wait()
         interrupted = isinstance(exc, KeyboardInterrupt)
-        reason = ("the submission was interrupted" if interrupted
-                  else f"the job could not be started: {describe_os_error(exc) if isinstance(exc, OSError) else exc}")
+        reason = (
+            "the submission was interrupted"
+            if interrupted
+            else f"the job could not be started: {describe_os_error(exc) if isinstance(exc, OSError) else exc}"
+        )
         with contextlib.suppress(OSError):
-            write_exit(job.id, {"state": "CANCELLED" if interrupted else "FAILED", "reason": reason,
-                                "ended_at": now(), "exit_codes": {}})
+            write_exit(
+                job.id,
+                {
+                    "state": "CANCELLED" if interrupted else "FAILED",
+                    "reason": reason,
+                    "ended_at": now(),
+                    "exit_codes": {},
+                },
+            )
 
     def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:  # noqa: ARG002
         argv = [*spec.wrapper, sys.executable, "-m", "llmb.worker", _path(job, RUN_FILE)]
         lines = [f"RANK={r} WORLD_SIZE={spec.ranks} " + " ".join(argv) for r in range(spec.ranks)]
-        return {"backend": "local", "ranks": [[*argv] for _ in range(spec.ranks)], "env": spec.env,
-                "run_spec": spec.to_dict(), "text": "\n".join(lines)}
+        return {
+            "backend": "local",
+            "ranks": [[*argv] for _ in range(spec.ranks)],
+            "env": spec.env,
+            "run_spec": spec.to_dict(),
+            "text": "\n".join(lines),
+        }
 
     @staticmethod
     def _supervisor(job: Job) -> dict:
@@ -178,16 +215,30 @@ class LocalBackend:
                 ranks = [p for p in living if p.pid != supervisor["pid"]]
                 if not ranks and not os.path.exists(_path(job, RANKS_FILE)):
                     waiting = queued_reason(read_json(_path(job, SLOT_FILE)))
-                    return JobStatus(job, "QUEUED", waiting or "the supervisor is starting the ranks", progress)
+                    return JobStatus(
+                        job, "QUEUED", waiting or "the supervisor is starting the ranks", progress
+                    )
                 return JobStatus(job, "RUNNING", None, progress)
-            gone = f"the supervisor (pid {supervisor['pid']}) is gone" if supervisor else "no supervisor is recorded"
+            gone = (
+                f"the supervisor (pid {supervisor['pid']}) is gone"
+                if supervisor
+                else "no supervisor is recorded"
+            )
             trouble = store_trouble(job.id)
-            return JobStatus(job, "RUNNING", f"{gone}; {len(living)} process(es) of the job still run"
-                             + (f"; {trouble}" if trouble else "") + f" (llmb cancel {job.id} stops them)", progress)
+            return JobStatus(
+                job,
+                "RUNNING",
+                f"{gone}; {len(living)} process(es) of the job still run"
+                + (f"; {trouble}" if trouble else "")
+                + f" (llmb cancel {job.id} stops them)",
+                progress,
+            )
         # Nothing lives: the job may have recorded its exit and ended since it was read above.
         ended, problem = read_exit_checked(job.id)
         if ended is not None:
-            return JobStatus(job, ended["state"], ended.get("reason"), last_iteration(job.log), ended)
+            return JobStatus(
+                job, ended["state"], ended.get("reason"), last_iteration(job.log), ended
+            )
         if problem:
             return JobStatus(job, "UNKNOWN", f"its exit record is unreadable: {problem}", progress)
         if cancel_requested(job.id):
@@ -196,7 +247,9 @@ class LocalBackend:
         if not supervisor and not trouble:
             if submitter_alive(job.id):
                 return JobStatus(job, "QUEUED", "being submitted", progress)
-            return JobStatus(job, "FAILED", "its submission was interrupted before the job started", progress)
+            return JobStatus(
+                job, "FAILED", "its submission was interrupted before the job started", progress
+            )
         who = f"the supervisor (pid {supervisor['pid']})" if supervisor else "the job"
         reason = f"{who} ended without recording an exit and no process of the job is left"
         if trouble:
@@ -213,7 +266,9 @@ class LocalBackend:
             try:
                 found.append(self._status(job))
             except OSError as exc:
-                found.append(JobStatus(job, "UNKNOWN", f"its state cannot be read: {describe_os_error(exc)}"))
+                found.append(
+                    JobStatus(job, "UNKNOWN", f"its state cannot be read: {describe_os_error(exc)}")
+                )
         return found
 
     def cancel(self, job: Job) -> JobStatus:
@@ -227,19 +282,39 @@ class LocalBackend:
             problems.append(f"the cancel marker could not be left: {describe_os_error(exc)}")
         survivors = stop_processes(lambda: self._living(job))
         if survivors:
-            return JobStatus(job, current.state, f"processes still alive after SIGKILL: "
-                             f"{[p.pid for p in survivors]}", current.progress)
+            return JobStatus(
+                job,
+                current.state,
+                f"processes still alive after SIGKILL: {[p.pid for p in survivors]}",
+                current.progress,
+            )
         ended, _ = read_exit_checked(job.id)
-        if ended is None:  # the supervisor was gone, or never got to record it: the core records the cancel
-            return JobStatus(job, "CANCELLED", "; ".join(["cancelled", *problems]), current.progress,
-                             ending=Ending("CANCELLED", "; ".join(["cancelled", *problems]), prefer_log_reason=False,
-                                           record={"exit_codes": {}}))
+        if (
+            ended is None
+        ):  # the supervisor was gone, or never got to record it: the core records the cancel
+            return JobStatus(
+                job,
+                "CANCELLED",
+                "; ".join(["cancelled", *problems]),
+                current.progress,
+                ending=Ending(
+                    "CANCELLED",
+                    "; ".join(["cancelled", *problems]),
+                    prefer_log_reason=False,
+                    record={"exit_codes": {}},
+                ),
+            )
         status = self._status(job)
         if status.exit is None:  # nothing could be recorded: say what was done
             return JobStatus(job, "CANCELLED", "; ".join(["cancelled", *problems]), status.progress)
         if problems:
-            return JobStatus(job, status.state, "; ".join([status.reason or status.state.lower(), *problems]),
-                             status.progress, status.exit)
+            return JobStatus(
+                job,
+                status.state,
+                "; ".join([status.reason or status.state.lower(), *problems]),
+                status.progress,
+                status.exit,
+            )
         return status
 
     def withdraw(self, job: Job) -> bool:

@@ -49,7 +49,9 @@ def _tagged(pid: int, tag: bytes) -> bool:
         return False
 
 
-def job_processes(job_dir: str, session: int | None = None, recorded: tuple[tuple[int, int], ...] = ()) -> list[Proc]:
+def job_processes(
+    job_dir: str, session: int | None = None, recorded: tuple[tuple[int, int], ...] = ()
+) -> list[Proc]:
     """The job's living processes. ``session``: the supervisor's session id,
     when known (only its members' environments are then read); ``recorded``:
     the (pid, start time) of processes the job recorded as its own."""

@@ -62,9 +62,11 @@ def job_limit() -> int:
         return default_limit()
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
-        raise UsageError(f"{LIMIT_VARIABLE}={shown!r} is not valid: give a whole number from 1 to {MAX_LIMIT}, the "
-                         f"most local jobs that run at once on this machine (unset: {default_limit()} here, half "
-                         f"the cores), e.g. {LIMIT_VARIABLE}=1.")
+        raise UsageError(
+            f"{LIMIT_VARIABLE}={shown!r} is not valid: give a whole number from 1 to {MAX_LIMIT}, the "
+            f"most local jobs that run at once on this machine (unset: {default_limit()} here, half "
+            f"the cores), e.g. {LIMIT_VARIABLE}=1."
+        )
     return int(raw)
 
 
@@ -117,7 +119,9 @@ def _lock(fd: int, flags: int) -> bool:
 class Slot:
     index: int
     fd: int  # flocked; passed on to the ranks
-    acquired_at: str  # stamped while the job still holds its place in the queue: the next one starts later
+    acquired_at: (
+        str  # stamped while the job still holds its place in the queue: the next one starts later
+    )
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -146,7 +150,9 @@ class _Ticket:
     def __init__(self, queue: str, job_id: str):
         self.name = f"{time.time_ns():020d}-{host_key(job_id)}.lock"
         self.path = os.path.join(queue, self.name)
-        hidden = os.path.join(queue, f".{self.name}.{os.getpid()}")  # never seen unlocked: locked, then renamed
+        hidden = os.path.join(
+            queue, f".{self.name}.{os.getpid()}"
+        )  # never seen unlocked: locked, then renamed
         self.fd = _open(hidden)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -167,7 +173,11 @@ def _live_tickets(queue: str, before: str | None = None) -> list[str]:
     """The tickets of jobs waiting (older than ``before``, when given); a dead waiter's ticket is removed."""
     live = []
     for name in sorted(os.listdir(queue)):
-        if name.startswith(".") or not name.endswith(".lock") or (before is not None and name >= before):
+        if (
+            name.startswith(".")
+            or not name.endswith(".lock")
+            or (before is not None and name >= before)
+        ):
             continue
         path = os.path.join(queue, name)
         try:
@@ -185,8 +195,14 @@ def _live_tickets(queue: str, before: str | None = None) -> list[str]:
     return live
 
 
-def take(install: str, job_id: str, limit: int, stop: Callable[[], bool], waiting: Callable[[str], None],
-         poll: float = POLL_S) -> Slot | None:
+def take(
+    install: str,
+    job_id: str,
+    limit: int,
+    stop: Callable[[], bool],
+    waiting: Callable[[str], None],
+    poll: float = POLL_S,
+) -> Slot | None:
     """A slot for ``job_id`` (at most ``limit`` are held at once), once one is free and no job that
     came earlier waits for one; None when ``stop()`` says the job is no longer wanted. ``waiting``
     is told why the job waits, each time that changes. OSError when the slots cannot be kept."""

@@ -68,13 +68,17 @@ class Supervisor:
         self.directory = directory
         self.host = host  # () -> the process's plugin host, made once the ranks ended: the job's end is recorded with it
         record, problem = read_record(os.path.join(directory, JOB_FILE))
-        self.job, problem = job_from_dict(record) if record else (None, problem or "job.json is missing")
+        self.job, problem = (
+            job_from_dict(record) if record else (None, problem or "job.json is missing")
+        )
         if self.job is None:
             raise SystemExit(f"llmb supervisor: cannot start the job in {directory}: {problem}")
         self.spec = RunSpec.from_dict(read_json(os.path.join(directory, RUN_FILE)))
         self.procs: list[subprocess.Popen] = []
         self.cancelled = False
-        self.first_failure: tuple[int, int] | None = None  # (rank, exit code) of the first rank seen failing
+        self.first_failure: tuple[int, int] | None = (
+            None  # (rank, exit code) of the first rank seen failing
+        )
         self.slot: local_slots.Slot | None = None
         self.slot_record: dict = {}
 
@@ -84,7 +88,10 @@ class Supervisor:
             with open(self.spec.log, "a", encoding="utf-8") as handle:
                 handle.write(f"[llmb] {text}\n")
         except OSError as exc:
-            print(f"[llmb] {text} (the log could not take this line: {describe_os_error(exc)})", file=sys.stderr)
+            print(
+                f"[llmb] {text} (the log could not take this line: {describe_os_error(exc)})",
+                file=sys.stderr,
+            )
 
     def cancel_seen(self) -> bool:
         self.cancelled = self.cancelled or cancel_requested(self.job.id)
@@ -111,18 +118,42 @@ class Supervisor:
                     return  # cancelled during start-up: no further rank starts
                 env = dict(os.environ)
                 env.update(spec.env)
-                env.update({
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(spec.ranks),
-                    "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(spec.ranks),
-                    "GROUP_RANK": "0", "LLMB_JOB_ID": spec.job_id, "PYTHONUNBUFFERED": "1",
-                    JOB_DIR_VARIABLE: job_tag(self.directory),  # how llmb status and cancel know the job's processes
-                })
+                env.update(
+                    {
+                        "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port),
+                        "WORLD_SIZE": str(spec.ranks),
+                        "RANK": str(rank),
+                        "LOCAL_RANK": str(rank),
+                        "LOCAL_WORLD_SIZE": str(spec.ranks),
+                        "GROUP_RANK": "0",
+                        "LLMB_JOB_ID": spec.job_id,
+                        "PYTHONUNBUFFERED": "1",
+                        JOB_DIR_VARIABLE: job_tag(
+                            self.directory
+                        ),  # how llmb status and cancel know the job's processes
+                    }
+                )
                 wrapper = [part.replace("{rank}", str(rank)) for part in spec.wrapper]
-                argv = [*wrapper, sys.executable, "-m", "llmb.worker", os.path.join(self.directory, RUN_FILE)]
+                argv = [
+                    *wrapper,
+                    sys.executable,
+                    "-m",
+                    "llmb.worker",
+                    os.path.join(self.directory, RUN_FILE),
+                ]
                 # The ranks hold the slot too: it stays taken while any of them lives, the supervisor or not.
                 held = (self.slot.fd,) if self.slot else ()
-                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                                   pass_fds=held))
+                self.procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        env=env,
+                        pass_fds=held,
+                    )
+                )
                 self.record_ranks()
                 if self.cancelled:  # SIGTERM arrived while this rank was starting
                     self.stop(signal.SIGTERM)
@@ -146,13 +177,19 @@ class Supervisor:
         def waiting(reason: str) -> None:
             if "queued_at" not in self.slot_record:
                 self.note(reason)
-            self.record_slot(waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp())
+            self.record_slot(
+                waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp()
+            )
 
         try:
-            self.slot = local_slots.take(install_dir(), self.job.id, limit, self.cancel_seen, waiting)
+            self.slot = local_slots.take(
+                install_dir(), self.job.id, limit, self.cancel_seen, waiting
+            )
         except OSError as exc:
-            self.note(f"no local slot could be taken in {local_slots.slots_dir(install_dir())} "
-                      f"({describe_os_error(exc)}); the job runs without waiting for other local jobs")
+            self.note(
+                f"no local slot could be taken in {local_slots.slots_dir(install_dir())} "
+                f"({describe_os_error(exc)}); the job runs without waiting for other local jobs"
+            )
             return
         if self.slot is not None:
             self.record_slot(slot=self.slot.index, acquired_at=self.slot.acquired_at)
@@ -165,9 +202,15 @@ class Supervisor:
 
     def record_ranks(self) -> None:
         try:
-            write_json(os.path.join(self.directory, RANKS_FILE), {"ranks": [
-                {"rank": r, "pid": p.pid, "start_time": process_start_time(p.pid)} for r, p in enumerate(self.procs)
-            ]})
+            write_json(
+                os.path.join(self.directory, RANKS_FILE),
+                {
+                    "ranks": [
+                        {"rank": r, "pid": p.pid, "start_time": process_start_time(p.pid)}
+                        for r, p in enumerate(self.procs)
+                    ]
+                },
+            )
         except OSError as exc:  # status and cancel still find the ranks by their environment
             self.note(f"could not record the ranks' pids: {describe_os_error(exc)}")
 
@@ -184,8 +227,10 @@ class Supervisor:
             if bad and failed_at is None and not self.cancelled:
                 failed_at = time.monotonic()
                 rank = bad[0]
-                self.note(f"rank {rank} (pid {self.procs[rank].pid}) {describe_exit(codes[rank])}; "
-                          f"stopping the other ranks")
+                self.note(
+                    f"rank {rank} (pid {self.procs[rank].pid}) {describe_exit(codes[rank])}; "
+                    f"stopping the other ranks"
+                )
                 self.stop(signal.SIGTERM)
             if failed_at is not None and time.monotonic() - failed_at > STOP_GRACE_S:
                 self.stop(signal.SIGKILL)
@@ -203,12 +248,21 @@ class Supervisor:
         if state == "FAILED" and first is not None:
             reason = f"rank {first[0]} {describe_exit(first[1])}"
         try:
-            written = record_end(self.host(), self.job, Ending(
-                state, reason, prefer_log_reason=first is not None and first[1] > 0,
-                record={"exit_codes": {str(r): c for r, c in codes.items()}}))
+            written = record_end(
+                self.host(),
+                self.job,
+                Ending(
+                    state,
+                    reason,
+                    prefer_log_reason=first is not None and first[1] > 0,
+                    record={"exit_codes": {str(r): c for r, c in codes.items()}},
+                ),
+            )
         except OSError as exc:
-            self.note(f"the job ended {state}, but that could not be recorded in {self.directory}: "
-                      f"{describe_os_error(exc)}")
+            self.note(
+                f"the job ended {state}, but that could not be recorded in {self.directory}: "
+                f"{describe_os_error(exc)}"
+            )
             raise SystemExit(1) from None
         if written.get("result_error"):
             self.note(written["result_error"])
@@ -217,7 +271,9 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         try:  # llmb run wrote it already, unless it was killed first
-            write_json(os.path.join(self.directory, SUPERVISOR_FILE), supervisor_record(os.getpid()))
+            write_json(
+                os.path.join(self.directory, SUPERVISOR_FILE), supervisor_record(os.getpid())
+            )
         except OSError as exc:
             self.note(f"could not record the supervisor's pid: {describe_os_error(exc)}")
         reserve_exit_space(self.job.id)
@@ -230,8 +286,15 @@ class Supervisor:
             self.stop(signal.SIGKILL)
             self.note("supervisor error:\n" + traceback.format_exc())
             try:
-                write_exit(self.job.id, {"state": "FAILED", "ended_at": now(), "exit_codes": {},
-                                         "reason": f"the supervisor failed: {type(exc).__name__}: {exc}"})
+                write_exit(
+                    self.job.id,
+                    {
+                        "state": "FAILED",
+                        "ended_at": now(),
+                        "exit_codes": {},
+                        "reason": f"the supervisor failed: {type(exc).__name__}: {exc}",
+                    },
+                )
             except OSError as error:
                 self.note(f"could not record the failure: {describe_os_error(error)}")
                 raise SystemExit(1) from None

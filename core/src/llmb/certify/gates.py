@@ -76,8 +76,13 @@ def loss_gate(result: RunResult) -> Gate:
     logged = [(s.iteration, s.loss) for s in result.samples if s.loss is not None]
     bad = [i for i, loss in logged if not math.isfinite(loss)]
     if bad:
-        return Gate("loss", FAIL, "not finite", f"the loss is not a finite number at iteration {bad[0]}"
-                    + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""))
+        return Gate(
+            "loss",
+            FAIL,
+            "not finite",
+            f"the loss is not a finite number at iteration {bad[0]}"
+            + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""),
+        )
     if len(logged) < 2:
         return Gate("loss", FAIL, "-", f"{len(logged)} loss values logged; at least 2 are needed")
     ends = max(1, min(LOSS_WINDOW, len(logged) // 4))
@@ -85,15 +90,24 @@ def loss_gate(result: RunResult) -> Gate:
     last = statistics.fmean(loss for _, loss in logged[-ends:])
     value = f"{first:.4g}->{last:.4g}"
     detail = f"mean loss of the first {ends} logged iterations {first:.6g}, of the last {ends} {last:.6g}"
-    return Gate("loss", PASS if last < first else FAIL, value, detail + ("" if last < first else ": not falling"))
+    return Gate(
+        "loss",
+        PASS if last < first else FAIL,
+        value,
+        detail + ("" if last < first else ": not falling"),
+    )
 
 
 def tflops_gate(result: RunResult) -> Gate:
     tflops = result.stats.tflops_mean if result.stats else None
     if tflops is None or not math.isfinite(tflops):
         return Gate("tflops", FAIL, "-", "no TFLOP/s/GPU in the statistics window")
-    return Gate("tflops", PASS if tflops > 0 else FAIL, f"{tflops:.3g}", f"{tflops:g} TFLOP/s/GPU "
-                f"({tflops_source_words(result.stats.tflops_source or 'log')})")
+    return Gate(
+        "tflops",
+        PASS if tflops > 0 else FAIL,
+        f"{tflops:.3g}",
+        f"{tflops:g} TFLOP/s/GPU ({tflops_source_words(result.stats.tflops_source or 'log')})",
+    )
 
 
 def cv_gate(result: RunResult) -> Gate:
@@ -105,9 +119,13 @@ def cv_gate(result: RunResult) -> Gate:
     value = f"{cv:.1%}"
     if result.context.proxy:
         return Gate("step_cv", NA, value, "proxy run: its step time does not measure the cluster")
-    return Gate("step_cv", PASS if cv < MAX_STEP_CV else FAIL, value,
-                f"step time {stats.time_mean_ms:.1f} ms +- {stats.time_std_ms:.1f} ms over iterations "
-                f"{stats.first}-{stats.last}; bound {MAX_STEP_CV:.0%}")
+    return Gate(
+        "step_cv",
+        PASS if cv < MAX_STEP_CV else FAIL,
+        value,
+        f"step time {stats.time_mean_ms:.1f} ms +- {stats.time_std_ms:.1f} ms over iterations "
+        f"{stats.first}-{stats.last}; bound {MAX_STEP_CV:.0%}",
+    )
 
 
 def performance_gate(result: RunResult, figure: Figure | Missing | None = None) -> Gate:
@@ -121,16 +139,25 @@ def performance_gate(result: RunResult, figure: Figure | Missing | None = None) 
         return Gate("performance", FAIL, "-", verdict.detail)
     if verdict.outcome == NOT_COMPARED:
         return Gate("performance", NA, "not published", verdict.detail)
-    return Gate("performance", PASS if verdict.outcome == "pass" else FAIL, f"{verdict.ratio:.1%}",
-                f"step time {result.stats.time_mean_ms:.1f} ms, published {verdict.reference_ms:.1f} ms: "
-                f"{verdict.detail}")
+    return Gate(
+        "performance",
+        PASS if verdict.outcome == "pass" else FAIL,
+        f"{verdict.ratio:.1%}",
+        f"step time {result.stats.time_mean_ms:.1f} ms, published {verdict.reference_ms:.1f} ms: "
+        f"{verdict.detail}",
+    )
 
 
 def judge(result: RunResult, figure: Figure | Missing | None = None) -> list[Gate]:
     """Every gate, in ``GATES`` order. A run that did not succeed fails its status gate; the gates its log
     has no data for are then shown "-" without failing again."""
-    gates = [status_gate(result), loss_gate(result), tflops_gate(result), cv_gate(result),
-             performance_gate(result, figure)]
+    gates = [
+        status_gate(result),
+        loss_gate(result),
+        tflops_gate(result),
+        cv_gate(result),
+        performance_gate(result, figure),
+    ]
     if gates[0].outcome == FAIL:
         gates[1:] = [Gate(g.name, NA, "-", g.detail) if g.value == "-" else g for g in gates[1:]]
     return gates

@@ -25,13 +25,23 @@ from dataclasses import asdict, dataclass, field, replace
 
 from llmb.errors import UsageError
 from llmb.paths import install_dir
-from llmb.runs.experiment import StateFileError, load_json_state, record_fields, write_json, wrong_shape
+from llmb.runs.experiment import (
+    StateFileError,
+    load_json_state,
+    record_fields,
+    write_json,
+    wrong_shape,
+)
 from llmb.runs.jobs import now
 from llmb.runs.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
 
 SUITE_FILE = "suite.json"
 EXEMPLAR_SCALE = 512  # GPUs: the scale the Exemplar validation guide certifies at
-PROFILE_OPTIONS = ("profile", "gpu_metrics", "nccl_trace")  # run options that profile or trace a run
+PROFILE_OPTIONS = (
+    "profile",
+    "gpu_metrics",
+    "nccl_trace",
+)  # run options that profile or trace a run
 
 
 @dataclass
@@ -62,8 +72,10 @@ class Suite:
     def tasks_of(self, workload: str) -> list[Task]:
         found = [t for t in self.tasks if t.workload == workload]
         if not found:
-            raise UsageError(f"suite {self.id} has no workload {workload!r}; its workloads: "
-                             f"{', '.join(self.workloads())}.")
+            raise UsageError(
+                f"suite {self.id} has no workload {workload!r}; its workloads: "
+                f"{', '.join(self.workloads())}."
+            )
         return found
 
     def jobs(self) -> list[tuple[Task, str, Attempt]]:
@@ -74,7 +86,11 @@ class Suite:
                 sweep = load_sweep(attempt.sweep)
             except UsageError:
                 continue  # the sweep's record is gone: its jobs are unknown (the verdict shows none)
-            found += [(task, job, attempt) for task, job in zip(sweep.tasks, sweep.jobs, strict=False) if job]
+            found += [
+                (task, job, attempt)
+                for task, job in zip(sweep.tasks, sweep.jobs, strict=False)
+                if job
+            ]
         return found
 
     def jobs_by_workload(self) -> dict[str, list[str]]:
@@ -84,9 +100,17 @@ class Suite:
         return found
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "created_at": self.created_at, "gpu": self.gpu, "scale": self.scale,
-                "proxy": self.proxy, "source": self.source, "tasks": [asdict(t) for t in self.tasks],
-                "notes": self.notes, "attempts": [asdict(a) for a in self.attempts]}
+        return {
+            "id": self.id,
+            "created_at": self.created_at,
+            "gpu": self.gpu,
+            "scale": self.scale,
+            "proxy": self.proxy,
+            "source": self.source,
+            "tasks": [asdict(t) for t in self.tasks],
+            "notes": self.notes,
+            "attempts": [asdict(a) for a in self.attempts],
+        }
 
 
 def suites_root() -> str:
@@ -97,10 +121,24 @@ def suite_dir(suite_id: str) -> str:
     return os.path.join(suites_root(), suite_id)
 
 
-def new_suite(gpu: str | None, scale: int | None, proxy: bool, source: str, tasks: list[Task],
-              notes: list[str]) -> Suite:
-    return Suite(id=f"cert-{secrets.token_hex(3)}", created_at=now(), gpu=gpu, scale=scale, proxy=proxy,
-                 source=source, tasks=tasks, notes=notes)
+def new_suite(
+    gpu: str | None,
+    scale: int | None,
+    proxy: bool,
+    source: str,
+    tasks: list[Task],
+    notes: list[str],
+) -> Suite:
+    return Suite(
+        id=f"cert-{secrets.token_hex(3)}",
+        created_at=now(),
+        gpu=gpu,
+        scale=scale,
+        proxy=proxy,
+        source=source,
+        tasks=tasks,
+        notes=notes,
+    )
 
 
 def save_suite(suite: Suite) -> None:
@@ -115,25 +153,39 @@ def load_suite(suite_id: str | None) -> Suite:
     known = ids_by_recency(suites_root(), SUITE_FILE)
     if suite_id in (None, LAST):
         if not known:
-            raise UsageError(f"there are no certification suites in {suites_root()} yet; start one with "
-                             f"llmb certify --gpu GPU.")
+            raise UsageError(
+                f"there are no certification suites in {suites_root()} yet; start one with "
+                f"llmb certify --gpu GPU."
+            )
         suite_id = known[0]
     path = os.path.join(suite_dir(suite_id), SUITE_FILE)
     try:
         data = load_json_state(path) if "/" not in suite_id else None
         try:
-            suite = None if data is None else Suite(**record_fields(
-                Suite, {"gpu": None, "scale": None, "proxy": False, "source": "", **data}, "the record",
-                {"Task": Task, "Attempt": Attempt}))
+            suite = (
+                None
+                if data is None
+                else Suite(
+                    **record_fields(
+                        Suite,
+                        {"gpu": None, "scale": None, "proxy": False, "source": "", **data},
+                        "the record",
+                        {"Task": Task, "Attempt": Attempt},
+                    )
+                )
+            )
         except ValueError as exc:
             raise wrong_shape(path, exc) from None
     except StateFileError as exc:
-        raise exc.about(f"certification suite {suite_id!r}", f"move {suite_dir(suite_id)} away to drop it.") \
-            from None
+        raise exc.about(
+            f"certification suite {suite_id!r}", f"move {suite_dir(suite_id)} away to drop it."
+        ) from None
     if suite is None:
         hint = f"known suites: {', '.join(known[:5])}" if known else "there are no suites yet"
-        raise UsageError(f"no certification suite {suite_id!r} in {suites_root()} ({hint}; 'last' is the most "
-                         f"recent).")
+        raise UsageError(
+            f"no certification suite {suite_id!r} in {suites_root()} ({hint}; 'last' is the most "
+            f"recent)."
+        )
     return suite
 
 
@@ -144,53 +196,74 @@ def archive_roots(suite: Suite) -> list[tuple[str, str]]:
     from llmb.runs.sweeps import sweeps_root
 
     install = install_dir()
-    directories = [suite_dir(suite.id)] + [os.path.join(sweeps_root(), a.sweep) for a in suite.attempts]
+    directories = [suite_dir(suite.id)] + [
+        os.path.join(sweeps_root(), a.sweep) for a in suite.attempts
+    ]
     for _, job_id, _ in suite.jobs():
         job = read_job(job_id)
         if isinstance(job, Job):
             directories.append(job.run_dir)
     found = [d for d in dict.fromkeys(directories) if os.path.isdir(d)]
-    names = [os.path.relpath(d, install) for d in found]  # a run directory outside the install keeps its name only
-    return [(d, os.path.join("elsewhere", os.path.basename(d)) if n.startswith(os.pardir) else n)
-            for d, n in zip(found, names, strict=True)]
+    names = [
+        os.path.relpath(d, install) for d in found
+    ]  # a run directory outside the install keeps its name only
+    return [
+        (d, os.path.join("elsewhere", os.path.basename(d)) if n.startswith(os.pardir) else n)
+        for d, n in zip(found, names, strict=True)
+    ]
 
 
 # ------------------------------------------------------------------ building the tasks
 
-def published_suite(workloads: dict, gpu: str, scale: int, repeats: int, proxy: bool) -> tuple[list[Task], list[str]]:
+
+def published_suite(
+    workloads: dict, gpu: str, scale: int, repeats: int, proxy: bool
+) -> tuple[list[Task], list[str]]:
     """The published configurations of ``gpu`` at ``scale`` (tasks, notes on what was chosen)."""
     tasks, notes = [], []
     if proxy:
-        notes.append(f"proxy suite: every configuration runs on {scale} ranks of a scaled-down model and is not "
-                     f"compared with the published figures; certifying a cluster needs full-size runs")
+        notes.append(
+            f"proxy suite: every configuration runs on {scale} ranks of a scaled-down model and is not "
+            f"compared with the published figures; certifying a cluster needs full-size runs"
+        )
     for config in published_configurations(workloads, gpu):
         fitting = [n for n in config.scales if n <= scale]
         if proxy:
             at = scale
         elif not fitting:
-            notes.append(f"{config.label}: left out, published from {config.scales[0]} GPUs only, more than "
-                         f"--scale {scale}")
+            notes.append(
+                f"{config.label}: left out, published from {config.scales[0]} GPUs only, more than "
+                f"--scale {scale}"
+            )
             continue
         else:
             at = fitting[-1]
             if at != scale:
-                notes.append(f"{config.label}: not published at {scale} GPUs; runs at {at}, its nearest published "
-                             f"scale below (published: {', '.join(map(str, config.scales))})")
+                notes.append(
+                    f"{config.label}: not published at {scale} GPUs; runs at {at}, its nearest published "
+                    f"scale below (published: {', '.join(map(str, config.scales))})"
+                )
         tasks += config.tasks([at], repeats)
     if not tasks:
-        raise UsageError(f"no published {gpu} configuration runs on {scale} GPUs or fewer; raise --scale.")
+        raise UsageError(
+            f"no published {gpu} configuration runs on {scale} GPUs or fewer; raise --scale."
+        )
     return tasks, notes
 
 
-def with_options(tasks: list[Task], options: dict, gpu: str | None, profile_last: bool) -> list[Task]:
+def with_options(
+    tasks: list[Task], options: dict, gpu: str | None, profile_last: bool
+) -> list[Task]:
     """Each task with ``options`` under its own (a suite file's win), ``gpu`` where it names none, and
     profiling on for the last repeat only with ``profile_last``; largest jobs first."""
     profiled = [t.source for t in tasks if any(t.options.get(name) for name in PROFILE_OPTIONS)]
     if profiled or any(options.get(name) for name in PROFILE_OPTIONS):
         where = f" ({profiled[0]})" if profiled else ""
-        raise UsageError(f"certification runs are not profiled or traced{where}: a profiler's or a trace's overhead "
-                         f"is not part of the published figures. --profile-last profiles the last repeat of each "
-                         f"configuration.")
+        raise UsageError(
+            f"certification runs are not profiled or traced{where}: a profiler's or a trace's overhead "
+            f"is not part of the published figures. --profile-last profiles the last repeat of each "
+            f"configuration."
+        )
     out = []
     for task in tasks:
         merged = {**options, **task.options}
@@ -206,7 +279,9 @@ def for_rerun(tasks: list[Task], given: dict) -> list[Task]:
     out = []
     for task in tasks:
         merged = {**task.options, **given}
-        if "env_items" in given and all("=" in item for item in given["env_items"]):  # else the check says why
+        if "env_items" in given and all(
+            "=" in item for item in given["env_items"]
+        ):  # else the check says why
             env = dict(item.partition("=")[::2] for item in task.options.get("env_items") or ())
             env.update(dict(item.partition("=")[::2] for item in given["env_items"]))
             merged["env_items"] = tuple(f"{name}={value}" for name, value in env.items())

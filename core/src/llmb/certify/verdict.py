@@ -42,15 +42,25 @@ MET = (PASS, EXERCISED)  # every gate met
 
 
 def configuration(task: Task) -> tuple:
-    return (task.workload, task.variant, task.size, task.gpu, task.dtype, task.gpus, task.strong_scaling)
+    return (
+        task.workload,
+        task.variant,
+        task.size,
+        task.gpu,
+        task.dtype,
+        task.gpus,
+        task.strong_scaling,
+    )
 
 
 def configuration_label(task: Task) -> str:
     """``8b h100 bf16 512 GPUs (nemo2)``: the configuration without its workload."""
     scaling = " strong" if task.strong_scaling else ""
     variant = f" ({task.variant})" if task.variant else ""
-    return f"{task.size or '-'} {task.gpu or '-'} {task.dtype or '-'} {task.gpus} GPU{'s' if task.gpus != 1 else ''}" \
-           f"{scaling}{variant}"
+    return (
+        f"{task.size or '-'} {task.gpu or '-'} {task.dtype or '-'} {task.gpus} GPU{'s' if task.gpus != 1 else ''}"
+        f"{scaling}{variant}"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,8 +79,11 @@ class Judged:
     def proxy(self) -> bool:
         """A scaled-down run (``--proxy``, ``--layers``), as the task asked or its recipe says."""
         options = self.task.options or {}
-        return bool(options.get("proxy") or options.get("layers")
-                    or (self.result is not None and self.result.context.proxy))
+        return bool(
+            options.get("proxy")
+            or options.get("layers")
+            or (self.result is not None and self.result.context.proxy)
+        )
 
     @property
     def verdict(self) -> str:
@@ -136,19 +149,42 @@ class SuiteVerdict:
         suite = self.suite
         jobs = suite.jobs_by_workload()
         return {
-            "suite": suite.id, "created_at": suite.created_at, "gpu": suite.gpu, "scale": suite.scale,
-            "proxy": suite.proxy, "source": suite.source, "verdict": self.verdict, "passed": self.passed,
-            "certified": self.passed, "notes": suite.notes,
-            "workloads": {w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in self.workloads().items()},
-            "configurations": [{
-                "workload": c.task.workload, "configuration": configuration_label(c.task), "verdict": c.verdict,
-                "job": c.best.job_id if c.best else None, "state": c.best.state if c.best else None,
-                "status": c.best.result.status if c.best and c.best.result else None,
-                "problem": c.best.problem if c.best else None,
-                "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
-                "runs": [{"job": r.job_id, "sweep": r.attempt.sweep, "rerun": r.attempt.rerun, "state": r.state,
-                          "verdict": r.verdict} for r in c.runs],
-            } for c in self.configurations],
+            "suite": suite.id,
+            "created_at": suite.created_at,
+            "gpu": suite.gpu,
+            "scale": suite.scale,
+            "proxy": suite.proxy,
+            "source": suite.source,
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "certified": self.passed,
+            "notes": suite.notes,
+            "workloads": {
+                w: {"verdict": v, "jobs": jobs.get(w, [])} for w, v in self.workloads().items()
+            },
+            "configurations": [
+                {
+                    "workload": c.task.workload,
+                    "configuration": configuration_label(c.task),
+                    "verdict": c.verdict,
+                    "job": c.best.job_id if c.best else None,
+                    "state": c.best.state if c.best else None,
+                    "status": c.best.result.status if c.best and c.best.result else None,
+                    "problem": c.best.problem if c.best else None,
+                    "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
+                    "runs": [
+                        {
+                            "job": r.job_id,
+                            "sweep": r.attempt.sweep,
+                            "rerun": r.attempt.rerun,
+                            "state": r.state,
+                            "verdict": r.verdict,
+                        }
+                        for r in c.runs
+                    ],
+                }
+                for c in self.configurations
+            ],
         }
 
 
@@ -163,7 +199,11 @@ def _merged(verdicts: list[str]) -> str:
 
 def _location(job: Job) -> RunLocation:
     found = find_runs([job.run_dir]) if os.path.isdir(job.run_dir) else []
-    return found[0] if found else RunLocation(None, job.run_dir, job.experiment, os.path.basename(job.run_dir))
+    return (
+        found[0]
+        if found
+        else RunLocation(None, job.run_dir, job.experiment, os.path.basename(job.run_dir))
+    )
 
 
 def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
@@ -178,9 +218,18 @@ def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
             run = Judged(task, job_id, attempt, "UNKNOWN", problem=str(exc))
             configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
     collector = Collector(host)
-    for (task, job, attempt), status in zip(loaded, statuses(host, [j for _, j, _ in loaded]), strict=True):
+    for (task, job, attempt), status in zip(
+        loaded, statuses(host, [j for _, j, _ in loaded]), strict=True
+    ):
         result = collector.collect_one(_location(job)).result
         workload = host.workloads().get(result.context.workload or "")
-        run = Judged(task, job.id, attempt, status.state, result, tuple(judge(result, best(workload, result.context))))
+        run = Judged(
+            task,
+            job.id,
+            attempt,
+            status.state,
+            result,
+            tuple(judge(result, best(workload, result.context))),
+        )
         configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
     return SuiteVerdict(suite, list(configurations.values()))

@@ -18,23 +18,70 @@ import click
 from llmb.errors import LlmbError
 
 COMMANDS = {
-    "list": ("llmb.cli.list_cmd", "list_command", "Show the support matrix: sizes, GPU types, dtypes, GPU counts."),
+    "list": (
+        "llmb.cli.list_cmd",
+        "list_command",
+        "Show the support matrix: sizes, GPU types, dtypes, GPU counts.",
+    ),
     "plan": ("llmb.cli.plan_cmd", "plan_command", "Resolve a recipe and show what a run would do."),
-    "run": ("llmb.cli.jobs_cmd", "run_command", "Run a recipe (local torch engine or a cluster) and follow it."),
+    "run": (
+        "llmb.cli.jobs_cmd",
+        "run_command",
+        "Run a recipe (local torch engine or a cluster) and follow it.",
+    ),
     "status": ("llmb.cli.jobs_cmd", "status_command", "Show a job's state, or list jobs."),
     "logs": ("llmb.cli.jobs_cmd", "logs_command", "Print a job's log, or follow its progress."),
     "cancel": ("llmb.cli.jobs_cmd", "cancel_command", "Stop a job and wait until it has ended."),
-    "sweep": ("llmb.cli.sweep_cmd", "sweep_command", "Run every combination of sizes, dtypes and GPU counts."),
-    "preflight": ("llmb.cli.preflight_cmd", "preflight_command",
-                  "Measure every node (GEMM, memory, all-reduce) and flag the slow ones before a benchmark."),
-    "certify": ("llmb.cli.certify_cmd", "certify_command", "Certify a cluster: the published suite, gated, one verdict."),
-    "results": ("llmb.cli.results_cmd", "results_command", "Parse runs' logs: step time, TFLOPS, MFU, status."),
-    "compare": ("llmb.cli.compare_cmd", "compare_command", "Compare runs with published numbers or a baseline."),
-    "report": ("llmb.cli.report_cmd", "report_command", "Plot runs against GPU count and write an HTML/Markdown report."),
-    "plugins": ("llmb.cli.plugins_cmd", "plugins_command", "List discovered plugins and where they come from."),
-    "install": ("llmb.cli.install_cmd", "install_command", "Import container images and fetch Hugging Face files."),
-    "config": ("llmb.cli.config_cmd", "config_command", "Show the cluster file's settings and where each comes from."),
-    "archive": ("llmb.cli.archive_cmd", "archive_command", "Pack the experiments (without profiles, traces, checkpoints)."),
+    "sweep": (
+        "llmb.cli.sweep_cmd",
+        "sweep_command",
+        "Run every combination of sizes, dtypes and GPU counts.",
+    ),
+    "preflight": (
+        "llmb.cli.preflight_cmd",
+        "preflight_command",
+        "Measure every node (GEMM, memory, all-reduce) and flag the slow ones before a benchmark.",
+    ),
+    "certify": (
+        "llmb.cli.certify_cmd",
+        "certify_command",
+        "Certify a cluster: the published suite, gated, one verdict.",
+    ),
+    "results": (
+        "llmb.cli.results_cmd",
+        "results_command",
+        "Parse runs' logs: step time, TFLOPS, MFU, status.",
+    ),
+    "compare": (
+        "llmb.cli.compare_cmd",
+        "compare_command",
+        "Compare runs with published numbers or a baseline.",
+    ),
+    "report": (
+        "llmb.cli.report_cmd",
+        "report_command",
+        "Plot runs against GPU count and write an HTML/Markdown report.",
+    ),
+    "plugins": (
+        "llmb.cli.plugins_cmd",
+        "plugins_command",
+        "List discovered plugins and where they come from.",
+    ),
+    "install": (
+        "llmb.cli.install_cmd",
+        "install_command",
+        "Import container images and fetch Hugging Face files.",
+    ),
+    "config": (
+        "llmb.cli.config_cmd",
+        "config_command",
+        "Show the cluster file's settings and where each comes from.",
+    ),
+    "archive": (
+        "llmb.cli.archive_cmd",
+        "archive_command",
+        "Pack the experiments (without profiles, traces, checkpoints).",
+    ),
 }
 
 EXIT_INTERNAL = 70
@@ -60,10 +107,13 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmb", prog_name="llmb")
-@click.option("--log-format", type=click.Choice(["console", "json"], case_sensitive=False),
-              envvar="LLMB_LOG_FORMAT",
-              help="Warnings and logs on stderr: plain 'llmb: warning: ...' lines (console, the default) "
-                   "or structlog JSON lines (json). Variable: LLMB_LOG_FORMAT.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"], case_sensitive=False),
+    envvar="LLMB_LOG_FORMAT",
+    help="Warnings and logs on stderr: plain 'llmb: warning: ...' lines (console, the default) "
+    "or structlog JSON lines (json). Variable: LLMB_LOG_FORMAT.",
+)
 def cli(log_format: str | None) -> None:
     """llmb runs NVIDIA's LLM pre-training benchmarks (Llama 3.1, Llama 4
     Maverick, Nemotron-4, Nemotron-H) and reports step time, tokens/s,
@@ -101,7 +151,9 @@ def _name_the_environment_variable(exc: click.BadParameter) -> None:
     if param is None or ctx is None or not getattr(param, "envvar", None):
         return
     if ctx.get_parameter_source(param.name) == click.core.ParameterSource.ENVIRONMENT:
-        exc.message = f"{exc.message} (the value comes from the environment variable {param.envvar})"
+        exc.message = (
+            f"{exc.message} (the value comes from the environment variable {param.envvar})"
+        )
 
 
 def main(argv: list[str] | None = None, host: object | None = None) -> None:

@@ -24,8 +24,13 @@ def _suite_roots(ctx, suite_id: str):
     from llmb.runs.experiment import write_json
 
     suite = load_suite(suite_id)
-    write_json(os.path.join(suite_dir(suite.id), "status.json"), judge_suite(get_host(ctx), suite).to_dict())
-    return _really_inside(install_dir(), archive_roots(suite)), f"llmb-certification-{suite.id}-{time.strftime('%Y%m%d')}"
+    write_json(
+        os.path.join(suite_dir(suite.id), "status.json"),
+        judge_suite(get_host(ctx), suite).to_dict(),
+    )
+    return _really_inside(
+        install_dir(), archive_roots(suite)
+    ), f"llmb-certification-{suite.id}-{time.strftime('%Y%m%d')}"
 
 
 def _experiment_roots(dirs: tuple[str, ...]):
@@ -35,11 +40,15 @@ def _experiment_roots(dirs: tuple[str, ...]):
         missing = [d for d in dirs if not os.path.isdir(d)]
         if missing:
             raise UsageError(f"no such directory: {', '.join(missing)}.")
-        return [(os.path.abspath(d), os.path.basename(os.path.abspath(d.rstrip(os.sep)))) for d in dirs]
+        return [
+            (os.path.abspath(d), os.path.basename(os.path.abspath(d.rstrip(os.sep)))) for d in dirs
+        ]
     install = install_dir()
     roots = _really_inside(install, [(d, os.path.relpath(d, install)) for d in experiments_dirs()])
     if not roots:
-        raise UsageError(f"there are no experiments under {install} (set LLMB_INSTALL, or name directories).")
+        raise UsageError(
+            f"there are no experiments under {install} (set LLMB_INSTALL, or name directories)."
+        )
     return roots
 
 
@@ -55,8 +64,10 @@ def _really_inside(install: str, roots: list[tuple[str, str]]) -> list[tuple[str
         if link is None:
             kept.append((directory, name))
         else:
-            warn(f"left out {name}: it is reached through the symbolic link {link}; "
-                 f"name the directory (llmb archive DIR) to pack it.")
+            warn(
+                f"left out {name}: it is reached through the symbolic link {link}; "
+                f"name the directory (llmb archive DIR) to pack it."
+            )
     return kept
 
 
@@ -66,28 +77,46 @@ def _output(output: str | None, fmt: str | None, stem: str) -> tuple[str, str]:
 
     named = format_of(output) if output else None
     if output and named is None:
-        names = " or ".join(f"*{suffix}" for suffixes in SUFFIXES.values() for suffix in suffixes[:1])
+        names = " or ".join(
+            f"*{suffix}" for suffixes in SUFFIXES.values() for suffix in suffixes[:1]
+        )
         raise UsageError(f"--output {output!r}: the archive is a compressed tar; name it {names}.")
     if fmt and named and fmt != named:
-        raise UsageError(f"--output {output!r} names a .tar.{named} archive but --format is {fmt}; make them agree.")
+        raise UsageError(
+            f"--output {output!r} names a .tar.{named} archive but --format is {fmt}; make them agree."
+        )
     fmt = fmt or named or "gz"
     output = output or stem + SUFFIXES[fmt][0]
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise UsageError(f"--output {output}: the directory {parent} does not exist; create it first, or write the "
-                         f"archive elsewhere (a mistyped path would otherwise leave directories behind).")
+        raise UsageError(
+            f"--output {output}: the directory {parent} does not exist; create it first, or write the "
+            f"archive elsewhere (a mistyped path would otherwise leave directories behind)."
+        )
     return output, fmt
 
 
 @click.command("archive")
 @click.argument("dirs", nargs=-1, type=click.Path(file_okay=False))
-@click.option("--suite", "suite_id", metavar="ID",
-              help="A certification suite's runs and records ('last': the most recent), to hand in.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="The archive to write (default: ./llmb-experiments-<date>-<time>.tar.gz, or for --suite "
-                   "./llmb-certification-<suite id>-<date>.tar.gz; .tar.zst with --format zst).")
-@click.option("--format", "fmt", type=click.Choice(["gz", "zst"]),
-              help="gz (.tar.gz) or zst (.tar.zst, multithreaded Zstandard). Default: from --output's name, else gz.")
+@click.option(
+    "--suite",
+    "suite_id",
+    metavar="ID",
+    help="A certification suite's runs and records ('last': the most recent), to hand in.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="The archive to write (default: ./llmb-experiments-<date>-<time>.tar.gz, or for --suite "
+    "./llmb-certification-<suite id>-<date>.tar.gz; .tar.zst with --format zst).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["gz", "zst"]),
+    help="gz (.tar.gz) or zst (.tar.zst, multithreaded Zstandard). Default: from --output's name, else gz.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
@@ -122,6 +151,8 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
     if as_json:
         emit_json({**packed.__dict__, "format": fmt})
         return
-    click.echo(f"{packed.output}: {packed.files:,} files, {packed.bytes_in / 1e6:,.1f} MB packed into "
-               f"{packed.bytes_out / 1e6:,.1f} MB; left out {packed.excluded_files:,} files and "
-               f"{packed.excluded_dirs:,} folders (profiles, traces, checkpoints, code).")
+    click.echo(
+        f"{packed.output}: {packed.files:,} files, {packed.bytes_in / 1e6:,.1f} MB packed into "
+        f"{packed.bytes_out / 1e6:,.1f} MB; left out {packed.excluded_files:,} files and "
+        f"{packed.excluded_dirs:,} folders (profiles, traces, checkpoints, code)."
+    )

@@ -19,7 +19,11 @@ SUITE_OPTIONS = ("gpu", "scale", "repeats", "profile_last", "suite_file")
 def _given(ctx, names) -> list[str]:
     """The parameters among ``names`` given on the command line, as their flags."""
     flags = {param.name: param.opts[0] for param in ctx.command.params}
-    return [flags[name] for name in names if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    return [
+        flags[name]
+        for name in names
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    ]
 
 
 def _recorded(run_kw: dict) -> dict:
@@ -36,47 +40,96 @@ def _status_text(verdict) -> str:
     for c in verdict.configurations:
         best = c.best
         cells = {g.name: g.cell for g in best.gates} if best else {}
-        job = "-" if best is None else best.job_id + (f" (of {len(c.runs)} runs)" if len(c.runs) > 1 else "")
-        rows.append([c.task.workload, configuration_label(c.task), job, *(cells.get(name, "-") for name in GATES),
-                     c.verdict.upper()])
-    lines = [render_table(["WORKLOAD", Column("CONFIGURATION", squeeze=16, cut="middle"), Column("JOB", squeeze=12),
-                           "STATUS", "LOSS", "TFLOPS", Column("STEP CV", drop=2), Column("PERFORMANCE", drop=1),
-                           "VERDICT"], rows), ""]
+        job = (
+            "-"
+            if best is None
+            else best.job_id + (f" (of {len(c.runs)} runs)" if len(c.runs) > 1 else "")
+        )
+        rows.append(
+            [
+                c.task.workload,
+                configuration_label(c.task),
+                job,
+                *(cells.get(name, "-") for name in GATES),
+                c.verdict.upper(),
+            ]
+        )
+    lines = [
+        render_table(
+            [
+                "WORKLOAD",
+                Column("CONFIGURATION", squeeze=16, cut="middle"),
+                Column("JOB", squeeze=12),
+                "STATUS",
+                "LOSS",
+                "TFLOPS",
+                Column("STEP CV", drop=2),
+                Column("PERFORMANCE", drop=1),
+                "VERDICT",
+            ],
+            rows,
+        ),
+        "",
+    ]
     workloads = verdict.workloads()
     for config in verdict.configurations:
         best = config.best
         failed = [g for g in best.gates if g.outcome == "fail"] if best else []
         if config.verdict == "fail":
-            shown = [g for g in failed if g.name == "status"] or failed  # a failed run: why it failed
+            shown = [
+                g for g in failed if g.name == "status"
+            ] or failed  # a failed run: why it failed
             why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in shown)
             lines.append(f"{config.task.workload} {configuration_label(config.task)}: {why}")
         elif config.verdict == "not run":
-            lines.append(f"{config.task.workload} {configuration_label(config.task)}: no job was submitted")
+            lines.append(
+                f"{config.task.workload} {configuration_label(config.task)}: no job was submitted"
+            )
     failing = [w for w, v in workloads.items() if v == "fail"]
     pending = [w for w, v in workloads.items() if v == "pending"]
     for w in failing:
         lines.append(f"re-run {w} alone: llmb certify --rerun {w} --suite {suite.id}")
-    if any(g.outcome == NA and g.name == "performance" for c in verdict.configurations if c.best for g in c.best.gates):
-        lines.append("performance n/a: proxy runs and configurations without a published figure are not compared; "
-                     "certifying a cluster needs full-size runs of the published suite.")
+    if any(
+        g.outcome == NA and g.name == "performance"
+        for c in verdict.configurations
+        if c.best
+        for g in c.best.gates
+    ):
+        lines.append(
+            "performance n/a: proxy runs and configurations without a published figure are not compared; "
+            "certifying a cluster needs full-size runs of the published suite."
+        )
     lines += [f"note: {note}" for note in suite.notes]
     if verdict.passed:
         lines.append(f"{suite.id}: PASS, every workload passed ({', '.join(workloads)}).")
     elif verdict.verdict == EXERCISED:
         proxies = [w for w, v in workloads.items() if v == EXERCISED]
         full = [w for w, v in workloads.items() if v != EXERCISED]
-        which = f"; {', '.join(full)} passed at full size, {', '.join(proxies)} ran as proxies" if full else ""
-        lines.append(f"{suite.id}: EXERCISED (proxy: certifies nothing), every workload ran and met its gates "
-                     f"({', '.join(workloads)}){which}.")
+        which = (
+            f"; {', '.join(full)} passed at full size, {', '.join(proxies)} ran as proxies"
+            if full
+            else ""
+        )
+        lines.append(
+            f"{suite.id}: EXERCISED (proxy: certifies nothing), every workload ran and met its gates "
+            f"({', '.join(workloads)}){which}."
+        )
     elif pending and not failing:
-        lines.append(f"{suite.id}: PENDING, {', '.join(pending)} still running (llmb certify status --suite "
-                     f"{suite.id} again later).")
+        lines.append(
+            f"{suite.id}: PENDING, {', '.join(pending)} still running (llmb certify status --suite "
+            f"{suite.id} again later)."
+        )
     else:
-        lines.append(f"{suite.id}: FAIL ({', '.join(failing)} failed" + (f"; {', '.join(pending)} still running"
-                                                                       if pending else "") + ").")
+        lines.append(
+            f"{suite.id}: FAIL ({', '.join(failing)} failed"
+            + (f"; {', '.join(pending)} still running" if pending else "")
+            + ")."
+        )
     from llmb.cli.output import fit_text
 
-    return lines[0] + "\n" + fit_text("\n".join(lines[1:]))  # the table fits already; the text is wrapped
+    return (
+        lines[0] + "\n" + fit_text("\n".join(lines[1:]))
+    )  # the table fits already; the text is wrapped
 
 
 def show_status(ctx, suite, as_json: bool) -> None:
@@ -103,8 +156,13 @@ def resolved(checked):
     """The task with what its recipe resolved to in place of defaults (size, dtype, GPU type, variant)."""
     recipe = checked.planned.plan.recipe
     task = checked.task
-    return replace(task, size=task.size or recipe.size, dtype=task.dtype or recipe.dtype, gpu=task.gpu or recipe.gpu,
-                   variant=task.variant or recipe.variant)
+    return replace(
+        task,
+        size=task.size or recipe.size,
+        dtype=task.dtype or recipe.dtype,
+        gpu=task.gpu or recipe.gpu,
+        variant=task.variant or recipe.variant,
+    )
 
 
 def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, run_kw):
@@ -117,15 +175,25 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
     if suite_file:
         extra = _given(ctx, ("scale", "repeats"))
         if extra:
-            raise UsageError(f"a suite file gives its own scales and repeats; drop {', '.join(extra)} (or leave out "
-                             f"--file for the published suite).")
-        tasks, notes, source = tasks_from_file(suite_file, host.workloads(), parameter_names()), [], suite_file
+            raise UsageError(
+                f"a suite file gives its own scales and repeats; drop {', '.join(extra)} (or leave out "
+                f"--file for the published suite)."
+            )
+        tasks, notes, source = (
+            tasks_from_file(suite_file, host.workloads(), parameter_names()),
+            [],
+            suite_file,
+        )
     else:
         if not gpu:
-            raise UsageError("llmb certify needs the cluster's GPU type: --gpu h100 (or GPU_TYPE); the suite is every "
-                             "published configuration of that type.")
+            raise UsageError(
+                "llmb certify needs the cluster's GPU type: --gpu h100 (or GPU_TYPE); the suite is every "
+                "published configuration of that type."
+            )
         if proxy and scale is None:
-            raise UsageError("a proxy suite runs every configuration on --scale ranks; give them, e.g. --scale 2.")
+            raise UsageError(
+                "a proxy suite runs every configuration on --scale ranks; give them, e.g. --scale 2."
+            )
         scale = scale or suites.EXEMPLAR_SCALE
         tasks, notes = suites.published_suite(host.workloads(), gpu, scale, repeats, proxy)
         source = "published"
@@ -134,22 +202,64 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
 
 @click.group("certify", invoke_without_command=True)
 @click.option("--gpu", envvar="GPU_TYPE", help="The cluster's GPU type, e.g. h100. [env: GPU_TYPE]")
-@click.option("--scale", type=click.IntRange(min=1),
-              help="GPUs per run (default 512, the Exemplar scale); a proxy suite's ranks per run.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Runs of each configuration.")
-@click.option("--profile-last", is_flag=True, help="Profile the last repeat of each configuration (no other run is).")
-@click.option("--file", "suite_file", type=click.Path(dir_okay=False),
-              help="A suite file (the sweep-file format) instead of the published suite.")
-@click.option("--rerun", metavar="WORKLOAD", help="Re-run this workload of the suite alone (--suite; default: the last).")
-@click.option("--suite", "suite_id", metavar="ID", help="With --rerun: the suite (default: the most recent).")
-@click.option("--preflight", "preflight_nodes", type=click.IntRange(min=1), metavar="NODES",
-              help="First run llmb preflight over NODES nodes with these cluster options, and keep every run of the "
-                   "suite off the nodes it flags (--exclude-from its file).")
+@click.option(
+    "--scale",
+    type=click.IntRange(min=1),
+    help="GPUs per run (default 512, the Exemplar scale); a proxy suite's ranks per run.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs of each configuration.",
+)
+@click.option(
+    "--profile-last",
+    is_flag=True,
+    help="Profile the last repeat of each configuration (no other run is).",
+)
+@click.option(
+    "--file",
+    "suite_file",
+    type=click.Path(dir_okay=False),
+    help="A suite file (the sweep-file format) instead of the published suite.",
+)
+@click.option(
+    "--rerun",
+    metavar="WORKLOAD",
+    help="Re-run this workload of the suite alone (--suite; default: the last).",
+)
+@click.option(
+    "--suite", "suite_id", metavar="ID", help="With --rerun: the suite (default: the most recent)."
+)
+@click.option(
+    "--preflight",
+    "preflight_nodes",
+    type=click.IntRange(min=1),
+    metavar="NODES",
+    help="First run llmb preflight over NODES nodes with these cluster options, and keep every run of the "
+    "suite off the nodes it flags (--exclude-from its file).",
+)
 @run_options
 @following_options("suite")
 @click.pass_context
-def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, suite_id, preflight_nodes, max_parallel,
-                    dry_run, detach, as_json, **run_kw):
+def certify_command(
+    ctx,
+    gpu,
+    scale,
+    repeats,
+    profile_last,
+    suite_file,
+    rerun,
+    suite_id,
+    preflight_nodes,
+    max_parallel,
+    dry_run,
+    detach,
+    as_json,
+    **run_kw,
+):
     """Certify a cluster as the NVIDIA DGX Cloud Benchmarking Exemplar
     validation guide does: run every installed workload's published
     configurations for one GPU type (--gpu) at one scale (--scale, default
@@ -170,22 +280,41 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
     llmb certify status [--suite ID]      the verdict again
     llmb archive --suite ID --format zst  the suite's runs, to hand in"""
     if ctx.invoked_subcommand is not None:
-        given = _given(ctx, (*SUITE_OPTIONS, "rerun", "suite_id", "preflight_nodes", "max_parallel", "dry_run",
-                             "detach", "as_json", *run_kw))
+        given = _given(
+            ctx,
+            (
+                *SUITE_OPTIONS,
+                "rerun",
+                "suite_id",
+                "preflight_nodes",
+                "max_parallel",
+                "dry_run",
+                "detach",
+                "as_json",
+                *run_kw,
+            ),
+        )
         if given:
             sub = ctx.invoked_subcommand
-            raise UsageError(f"{', '.join(given)} apply to running a suite (llmb certify ...), not to llmb certify "
-                             f"{sub}; see llmb certify {sub} --help.")
+            raise UsageError(
+                f"{', '.join(given)} apply to running a suite (llmb certify ...), not to llmb certify "
+                f"{sub}; see llmb certify {sub} --help."
+            )
         return
     from llmb.certify import suite as suites
 
     host = get_host(ctx)
     if preflight_nodes:
         if run_kw.get("exclude_from"):
-            raise UsageError("--preflight writes the exclusion file itself; give it or --exclude-from, not both.")
+            raise UsageError(
+                "--preflight writes the exclusion file itself; give it or --exclude-from, not both."
+            )
         if dry_run:
-            click.echo(f"note: --preflight: a real certification first runs llmb preflight over {preflight_nodes} "
-                       f"node(s) and keeps the suite off the nodes it flags.", err=True)
+            click.echo(
+                f"note: --preflight: a real certification first runs llmb preflight over {preflight_nodes} "
+                f"node(s) and keeps the suite off the nodes it flags.",
+                err=True,
+            )
         else:
             from llmb.cli.preflight_cmd import preflight_first
 
@@ -193,22 +322,39 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
     if rerun:
         extra = _given(ctx, SUITE_OPTIONS)
         if extra:
-            raise UsageError(f"--rerun runs the suite's recorded configurations again; {', '.join(extra)} describe a "
-                             f"new suite (leave out --rerun to start one).")
+            raise UsageError(
+                f"--rerun runs the suite's recorded configurations again; {', '.join(extra)} describe a "
+                f"new suite (leave out --rerun to start one)."
+            )
         suite = suites.load_suite(suite_id)
-        given = {k: v for k, v in run_kw.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+        given = {
+            k: v
+            for k, v in run_kw.items()
+            if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE
+        }
         if any(given.get(name) for name in suites.PROFILE_OPTIONS):
-            raise UsageError("certification runs are not profiled or traced; a re-run keeps the suite's profiling "
-                             "(--profile-last, when the suite was started with it).")
+            raise UsageError(
+                "certification runs are not profiled or traced; a re-run keeps the suite's profiling "
+                "(--profile-last, when the suite was started with it)."
+            )
         tasks = suites.for_rerun(suite.tasks_of(rerun.strip().lower()), given)
     else:
         if suite_id:
-            raise UsageError("--suite ID goes with --rerun WORKLOAD (or llmb certify status --suite ID).")
-        tasks, scale, source, notes = _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file,
-                                                       run_kw)
+            raise UsageError(
+                "--suite ID goes with --rerun WORKLOAD (or llmb certify status --suite ID)."
+            )
+        tasks, scale, source, notes = _new_suite_tasks(
+            ctx, host, gpu, scale, repeats, profile_last, suite_file, run_kw
+        )
         proxy = any(t.options.get("proxy") or t.options.get("layers") for t in tasks)
-        suite = suites.new_suite(gpu and gpu.lower(), scale if source == "published" else None, proxy, source, tasks,
-                                 notes)
+        suite = suites.new_suite(
+            gpu and gpu.lower(),
+            scale if source == "published" else None,
+            proxy,
+            source,
+            tasks,
+            notes,
+        )
     checked = checked_tasks(host, tasks, {})
     if not rerun:  # a re-run keeps the recorded tasks, by which its runs are matched to the suite's configurations
         checked = [replace(c, task=resolved(c)) for c in checked]
@@ -222,8 +368,14 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
         return
 
     def record(run) -> None:
-        suite.attempts.append(suites.Attempt(run.sweep.id, list(dict.fromkeys(t.workload for t in tasks)),
-                                             run.sweep.created_at, rerun=bool(rerun)))
+        suite.attempts.append(
+            suites.Attempt(
+                run.sweep.id,
+                list(dict.fromkeys(t.workload for t in tasks)),
+                run.sweep.created_at,
+                rerun=bool(rerun),
+            )
+        )
         suites.save_suite(suite)
 
     run = follow(ctx, host, checked, {}, max_parallel, detach, on_created=record)
@@ -231,8 +383,10 @@ def certify_command(ctx, gpu, scale, repeats, profile_last, suite_file, rerun, s
         if as_json:
             emit_json({"suite": suite.id, "sweep": run.sweep.id, "jobs": suite.jobs_by_workload()})
         else:
-            click.echo(f"{suite.id}: {len(run.sweep.job_ids)} jobs submitted (sweep {run.sweep.id}); "
-                       f"llmb certify status --suite {suite.id} shows the verdict once they ended.")
+            click.echo(
+                f"{suite.id}: {len(run.sweep.job_ids)} jobs submitted (sweep {run.sweep.id}); "
+                f"llmb certify status --suite {suite.id} shows the verdict once they ended."
+            )
         return
     show_status(ctx, suite, as_json)
 

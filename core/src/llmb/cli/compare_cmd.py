@@ -29,7 +29,8 @@ def _mfu(at_dtype: float | None, at_bf16: float | None, dtype: str | None) -> st
 BASELINE_FORMS_TEXT = (
     "--baseline takes a directory of runs (as llmb results DIR reads it), a results file (llmb results "
     "--format json > FILE), an llmb job id (what llmb run prints and llmb status lists, e.g. local-575dba, or "
-    "the Slurm job id of one) or a results-database id (the run_id of llmb results --from-db --json)")
+    "the Slurm job id of one) or a results-database id (the run_id of llmb results --from-db --json)"
+)
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -61,7 +62,11 @@ def _job_of(spec: str):
             attempts = job.details.get("attempts") if isinstance(job, Job) else None
             for attempt in attempts if isinstance(attempts, list) else ():
                 if isinstance(attempt, dict) and str(attempt.get("slurm_id")) == spec:
-                    return job, attempt.get("run_dir") or job.run_dir, f"job {job.id} (Slurm job {spec})"
+                    return (
+                        job,
+                        attempt.get("run_dir") or job.run_dir,
+                        f"job {job.id} (Slurm job {spec})",
+                    )
     return None
 
 
@@ -79,14 +84,26 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
         good = [(where, result, run_id) for where, result, run_id in found if _successful(result)]
         if not good:
             statuses = ", ".join(sorted({result.status for _, result, _ in found})) or "none found"
-            raise UsageError(f"--baseline {spec}: the directory holds no successful run to compare with ({len(found)} "
-                             f"run{'s' if len(found) != 1 else ''}: {statuses}); {BASELINE_FORMS_TEXT}.")
-        return [baseline_of(result, f"directory {spec}: {where.short_name}", "directory", f"directory {spec}", run_id)
-                for where, result, run_id in good]
+            raise UsageError(
+                f"--baseline {spec}: the directory holds no successful run to compare with ({len(found)} "
+                f"run{'s' if len(found) != 1 else ''}: {statuses}); {BASELINE_FORMS_TEXT}."
+            )
+        return [
+            baseline_of(
+                result,
+                f"directory {spec}: {where.short_name}",
+                "directory",
+                f"directory {spec}",
+                run_id,
+            )
+            for where, result, run_id in good
+        ]
     if os.path.isfile(spec):
         return load_baselines(spec)
     if os.path.exists(spec):
-        raise UsageError(f"--baseline {spec}: neither a directory nor a regular file; {BASELINE_FORMS_TEXT}.")
+        raise UsageError(
+            f"--baseline {spec}: neither a directory nor a regular file; {BASELINE_FORMS_TEXT}."
+        )
     job = _job_of(spec)
     if job is not None:
         job, run_dir, words = job
@@ -97,25 +114,46 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
         found = _collected(ctx, run_dir, db_path, window_text, gpu)
         good = [(where, result, run_id) for where, result, run_id in found if _successful(result)]
         if not good:
-            why = "; ".join(result.status + (f": {result.reason}" if result.reason else "")
-                            for _, result, _ in found) or f"no run in {run_dir}"
-            raise UsageError(f"--baseline {spec}: {words} has no successful run to compare with ({why}); pick a "
-                             f"job that succeeded (llmb status lists them).")
-        return [baseline_of(result, words if len(good) == 1 else f"{words}: {where.short_name}", "job", words, run_id)
-                for where, result, run_id in good]
+            why = (
+                "; ".join(
+                    result.status + (f": {result.reason}" if result.reason else "")
+                    for _, result, _ in found
+                )
+                or f"no run in {run_dir}"
+            )
+            raise UsageError(
+                f"--baseline {spec}: {words} has no successful run to compare with ({why}); pick a "
+                f"job that succeeded (llmb status lists them)."
+            )
+        return [
+            baseline_of(
+                result,
+                words if len(good) == 1 else f"{words}: {where.short_name}",
+                "job",
+                words,
+                run_id,
+            )
+            for where, result, run_id in good
+        ]
     if _DIGITS.fullmatch(spec):
         store = open_store(db_path, required=True)
         stored = store.get(int(spec)) if len(spec) < 19 else None  # a longer number is no id
         if stored is None:
-            raise UsageError(f"--baseline {spec}: no llmb job has Slurm job id {spec}, and the results database has "
-                             f"no run {spec} (llmb results --from-db --json lists the run ids); {BASELINE_FORMS_TEXT}.")
+            raise UsageError(
+                f"--baseline {spec}: no llmb job has Slurm job id {spec}, and the results database has "
+                f"no run {spec} (llmb results --from-db --json lists the run ids); {BASELINE_FORMS_TEXT}."
+            )
         result = stored.result
         if not _successful(result):
-            raise UsageError(f"--baseline {spec}: run {spec} in the results database did not succeed "
-                             f"({result.status}); pick a successful run.")
+            raise UsageError(
+                f"--baseline {spec}: run {spec} in the results database did not succeed "
+                f"({result.status}); pick a successful run."
+            )
         words = f"run {spec} in the results database"
         return [baseline_of(result, words, "database", words, stored.id)]
-    raise UsageError(f"--baseline {spec}: no such directory, file or llmb job; {BASELINE_FORMS_TEXT}.")
+    raise UsageError(
+        f"--baseline {spec}: no such directory, file or llmb job; {BASELINE_FORMS_TEXT}."
+    )
 
 
 def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
@@ -131,30 +169,73 @@ def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
         return
     where = os.path.dirname(stored.result.log) if stored.result.log else None
     other = f" (to compare with that run, give its directory: --baseline {where})" if where else ""
-    click.echo(terminal_safe(f"llmb: note: --baseline {spec} is {words} and also run {spec} in the results database; "
-                             f"comparing with the job{other}."), err=True)
+    click.echo(
+        terminal_safe(
+            f"llmb: note: --baseline {spec} is {words} and also run {spec} in the results database; "
+            f"comparing with the job{other}."
+        ),
+        err=True,
+    )
 
 
 @click.command("compare")
 @selection_options
-@click.option("--baseline", "baseline_spec", metavar="DIR|FILE|JOB|ID",
-              help="What to compare with besides the published figure, tried in this order: a directory of "
-                   "runs; a results file (llmb results --format json); an llmb job id (llmb status lists them) or "
-                   "a Slurm job id of one; a results-database id (digits that are also a job's Slurm job id are "
-                   "the job, and a note says so). Runs are matched by configuration; a run is never compared "
-                   "with itself; one baseline run given for one run is compared directly.")
-@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
-              help="Pass when throughput is at least this fraction of the reference's.")
-@click.option("--reference", "reference", metavar="SOURCE", default="recipe", show_default=True,
-              help="Which published figure: recipe (the run's own recipe document), another variant's recipe "
-                   "(Llama 3.1: nemo2), or summary (the framework's per-release performance summary).")
-@click.option("--allow-missing", is_flag=True,
-              help="Exit 0 (not 3) when some run could not be compared with anything.")
-@click.option("--full-names", is_flag=True, help="Show each run's log path instead of its experiment's short name.")
+@click.option(
+    "--baseline",
+    "baseline_spec",
+    metavar="DIR|FILE|JOB|ID",
+    help="What to compare with besides the published figure, tried in this order: a directory of "
+    "runs; a results file (llmb results --format json); an llmb job id (llmb status lists them) or "
+    "a Slurm job id of one; a results-database id (digits that are also a job's Slurm job id are "
+    "the job, and a note says so). Runs are matched by configuration; a run is never compared "
+    "with itself; one baseline run given for one run is compared directly.",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.95,
+    show_default=True,
+    help="Pass when throughput is at least this fraction of the reference's.",
+)
+@click.option(
+    "--reference",
+    "reference",
+    metavar="SOURCE",
+    default="recipe",
+    show_default=True,
+    help="Which published figure: recipe (the run's own recipe document), another variant's recipe "
+    "(Llama 3.1: nemo2), or summary (the framework's per-release performance summary).",
+)
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Exit 0 (not 3) when some run could not be compared with anything.",
+)
+@click.option(
+    "--full-names",
+    is_flag=True,
+    help="Show each run's log path instead of its experiment's short name.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan,
-                    baseline_spec, threshold, reference, allow_missing, full_names, as_json):
+def compare_command(
+    ctx,
+    dirs,
+    window_text,
+    workload,
+    gpu,
+    dtype,
+    since,
+    from_db,
+    db_path,
+    rescan,
+    baseline_spec,
+    threshold,
+    reference,
+    allow_missing,
+    full_names,
+    as_json,
+):
     """Compare each run with the published recipe's step time for its exact
     configuration (workload, size, GPU type, dtype, GPU count, scaling) and,
     with --baseline, with a baseline run of the same configuration (never
@@ -175,53 +256,86 @@ def compare_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     workloads = host.workloads()
     valid = all_sources(workloads)
     if reference not in valid:
-        raise UsageError(f"--reference {reference}: unknown source of published figures; valid: "
-                         f"{', '.join(valid)}.")
+        raise UsageError(
+            f"--reference {reference}: unknown source of published figures; valid: "
+            f"{', '.join(valid)}."
+        )
     baselines = _baselines(ctx, baseline_spec, db_path, window_text, gpu)
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
-    direct = baselines is not None and len(baselines) == 1 and len(picked) == 1  # configurations need not match
+    direct = (
+        baselines is not None and len(baselines) == 1 and len(picked) == 1
+    )  # configurations need not match
     report, any_regression, not_compared = [], False, 0
     for where, result, run_id in picked:
-        figure = references.lookup(workloads.get(result.context.workload or ""), result.context, reference)
+        figure = references.lookup(
+            workloads.get(result.context.workload or ""), result.context, reference
+        )
         verdicts = compare(result, baselines, threshold, figure, run_id=run_id, direct=direct)
         any_regression |= regressed(verdicts)
-        not_compared += not any(v.outcome in ("pass", "regress") or v.against == "run" for v in verdicts)
+        not_compared += not any(
+            v.outcome in ("pass", "regress") or v.against == "run" for v in verdicts
+        )
         report.append((display_name(where, full_names), result, run_id, verdicts, figure))
     if as_json:
-        emit_json([
-            {
-                "filename": name, "run_id": run_id, "status": result.status,
-                "gpu": result.context.gpu, "gpu_source": result.context.gpu_source,
-                "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
-                "tokens_per_s": result.tokens_per_s, "mfu_pct": result.mfu_pct, "mfu_bf16_pct": result.mfu_bf16_pct,
-                "published": None if result.reference_step_time_ms is None else {
-                    "step_time_ms": result.reference_step_time_ms, "tokens_per_s": result.reference_tokens_per_s,
-                    "mfu_pct": result.reference_mfu_pct, "mfu_bf16_pct": result.reference_mfu_bf16_pct,
-                    "source": result.reference_source,
-                },
-                "reference": _figure_json(figure),
-                "verdicts": [
-                    {"against": v.against, "outcome": v.outcome, "ratio": v.ratio, "reference_ms": v.reference_ms,
-                     "detail": v.detail,
-                     "baseline": None if v.baseline is None else {**v.baseline.to_dict(), "matched": v.matched}}
-                    for v in verdicts
-                ],
-            }
-            for name, result, run_id, verdicts, figure in report
-        ])
+        emit_json(
+            [
+                {
+                    "filename": name,
+                    "run_id": run_id,
+                    "status": result.status,
+                    "gpu": result.context.gpu,
+                    "gpu_source": result.context.gpu_source,
+                    "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
+                    "tokens_per_s": result.tokens_per_s,
+                    "mfu_pct": result.mfu_pct,
+                    "mfu_bf16_pct": result.mfu_bf16_pct,
+                    "published": None
+                    if result.reference_step_time_ms is None
+                    else {
+                        "step_time_ms": result.reference_step_time_ms,
+                        "tokens_per_s": result.reference_tokens_per_s,
+                        "mfu_pct": result.reference_mfu_pct,
+                        "mfu_bf16_pct": result.reference_mfu_bf16_pct,
+                        "source": result.reference_source,
+                    },
+                    "reference": _figure_json(figure),
+                    "verdicts": [
+                        {
+                            "against": v.against,
+                            "outcome": v.outcome,
+                            "ratio": v.ratio,
+                            "reference_ms": v.reference_ms,
+                            "detail": v.detail,
+                            "baseline": None
+                            if v.baseline is None
+                            else {**v.baseline.to_dict(), "matched": v.matched},
+                        }
+                        for v in verdicts
+                    ],
+                }
+                for name, result, run_id, verdicts, figure in report
+            ]
+        )
     elif not report:
         click.echo("No runs found.")
     else:
         from llmb.cli.results_cmd import table_name
 
         names = [table_name(where, full_names) for where, _, _ in picked]
-        click.echo(terminal_safe(_render(report, threshold, names, [where for where, _, _ in picked], full_names)))
+        click.echo(
+            terminal_safe(
+                _render(report, threshold, names, [where for where, _, _ in picked], full_names)
+            )
+        )
     if any_regression:
         ctx.exit(1)
     if not_compared and not allow_missing:
         if not as_json:
-            click.echo(f"llmb: {not_compared} run{'s' if not_compared > 1 else ''} could not be compared with "
-                       f"anything (the reasons are above); exit 3. --allow-missing accepts that.", err=True)
+            click.echo(
+                f"llmb: {not_compared} run{'s' if not_compared > 1 else ''} could not be compared with "
+                f"anything (the reasons are above); exit 3. --allow-missing accepts that.",
+                err=True,
+            )
         ctx.exit(3)
     ctx.exit(0)
 
@@ -240,11 +354,15 @@ def gpu_label(context) -> str:
     """The run's GPU type and where it came from: ``h100 (recipe.json)``, ``h100 (--gpu)``, ``unknown``."""
     if context.gpu is None:
         return "unknown"
-    where = {"recipe": "recipe.json", "provenance": "provenance.json"}.get(context.gpu_source, context.gpu_source)
+    where = {"recipe": "recipe.json", "provenance": "provenance.json"}.get(
+        context.gpu_source, context.gpu_source
+    )
     return f"{context.gpu} ({where})" if where else context.gpu
 
 
-def _render(report: list, threshold: float, names: list[str], places: list, full_names: bool = False) -> str:
+def _render(
+    report: list, threshold: float, names: list[str], places: list, full_names: bool = False
+) -> str:
     """The comparison table (each run by its short name and job), the verdicts' details under it, what was
     measured against what was published, and the tally."""
     from llmb.cli.output import Column, fit_text
@@ -257,16 +375,36 @@ def _render(report: list, threshold: float, names: list[str], places: list, full
         run = job_label(result, where)
         for v in verdicts:
             step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
-            rows.append([
-                shown, run, gpu_label(result.context), v.against, v.outcome.upper(),
-                figure(step, 1), figure(v.reference_ms, 1), "-" if v.ratio is None else f"{v.ratio:.1%}",
-            ])
+            rows.append(
+                [
+                    shown,
+                    run,
+                    gpu_label(result.context),
+                    v.against,
+                    v.outcome.upper(),
+                    figure(step, 1),
+                    figure(v.reference_ms, 1),
+                    "-" if v.ratio is None else f"{v.ratio:.1%}",
+                ]
+            )
             if v.detail:
                 detail = v.detail if v.against == "run" else f"against {v.against}: {v.detail}"
                 details.append((shown if run == "-" else run, detail))
-    parts = [render_table([Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"), "JOB",
-                           Column("GPU", drop=2), Column("AGAINST", drop=1), "OUTCOME", "STEP ms",
-                           Column("PUBLISHED ms", drop=3), "THROUGHPUT"], rows)]
+    parts = [
+        render_table(
+            [
+                Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+                "JOB",
+                Column("GPU", drop=2),
+                Column("AGAINST", drop=1),
+                "OUTCOME",
+                "STEP ms",
+                Column("PUBLISHED ms", drop=3),
+                "THROUGHPUT",
+            ],
+            rows,
+        )
+    ]
     if details:
         parts.append("\n" + fit_text("\n".join(grouped_notes(details))))
     for shown, (_, result, _, _, published), where in zip(names, report, places, strict=True):
@@ -274,24 +412,34 @@ def _render(report: list, threshold: float, names: list[str], places: list, full
             continue
         run = job_label(result, where)
         tuned = result.context.tuned
-        measured = (f"\n{shown if run == '-' else run}" + (f" tuned ({tuned})" if tuned else "")
-                    + f": measured {_fmt(result.stats.time_mean_ms, 1)} ms per step, "
-                    + f"{_fmt(result.tokens_per_s, 0)} tokens/s, ")
+        measured = (
+            f"\n{shown if run == '-' else run}"
+            + (f" tuned ({tuned})" if tuned else "")
+            + f": measured {_fmt(result.stats.time_mean_ms, 1)} ms per step, "
+            + f"{_fmt(result.tokens_per_s, 0)} tokens/s, "
+        )
         dtype = result.context.dtype
         if published.source == "recipe":
             parts.append(
-                measured + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
+                measured
+                + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
                 + ("the official configuration's published " if tuned else "published ")
                 + f"{_fmt(published.step_time_ms, 1)} ms, {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
                 f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({published.describe()})"
             )
         else:
-            parts.append(measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {published.label} "
-                         f"{_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} TFLOP/s/GPU "
-                         f"({published.describe()})")
+            parts.append(
+                measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {published.label} "
+                f"{_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} TFLOP/s/GPU "
+                f"({published.describe()})"
+            )
     verdicts = [v for _, _, _, vs, _ in report for v in vs]
     bad = sum(1 for v in verdicts if regressed([v]))
     missing = sum(1 for v in verdicts if v.outcome == "not_compared")
-    parts.append(f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
-                 f"result, {missing} not compared (threshold {threshold:.0%}).")
-    return parts[0] + "\n" + fit_text("\n".join(parts[1:]))  # the table fits already; the text is wrapped
+    parts.append(
+        f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
+        f"result, {missing} not compared (threshold {threshold:.0%})."
+    )
+    return (
+        parts[0] + "\n" + fit_text("\n".join(parts[1:]))
+    )  # the table fits already; the text is wrapped

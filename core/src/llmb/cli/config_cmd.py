@@ -26,7 +26,11 @@ def _shown(value: object) -> str:
 
 def _source(item) -> str:
     if item.source == "default":
-        return f"default ({item.default})" if item.value is None and item.default != "none" else "default"
+        return (
+            f"default ({item.default})"
+            if item.value is None and item.default != "none"
+            else "default"
+        )
     return f"{item.source} {item.origin}"
 
 
@@ -63,17 +67,55 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
     for name in unknown:
         warn(f"{path}: images.{name} names no installed workload; no run uses it.")
     if as_json:
-        emit_json({"file": path, "exists": config is not None, "settings": [
-            {"name": s.name, "key": s.key, "flag": s.flag, "variable": s.variable, "value": s.value,
-             "source": s.source, "origin": s.origin, "default": s.default} for s in settings]})
+        emit_json(
+            {
+                "file": path,
+                "exists": config is not None,
+                "settings": [
+                    {
+                        "name": s.name,
+                        "key": s.key,
+                        "flag": s.flag,
+                        "variable": s.variable,
+                        "value": s.value,
+                        "source": s.source,
+                        "origin": s.origin,
+                        "default": s.default,
+                    }
+                    for s in settings
+                ],
+            }
+        )
         return
     if config is None:
-        click.echo(fit_text(f"cluster file: {path} (none yet: llmb install writes a commented template there, or "
-                            f"create it by hand; see docs/cluster-config.md)"))
+        click.echo(
+            fit_text(
+                f"cluster file: {path} (none yet: llmb install writes a commented template there, or "
+                f"create it by hand; see docs/cluster-config.md)"
+            )
+        )
     else:
         click.echo(f"cluster file: {path}")
-    rows = [[s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)] for s in settings]
-    click.echo(render_table(["KEY", Column("VALUE", squeeze=16, cut="middle"), Column("FROM", squeeze=12),
-                             Column("FLAG / VARIABLE", squeeze=16, cut="middle")], rows))
-    click.echo(fit_text("A flag wins over its variable, the variable over the file, the file over the default. "
-                        "Local runs (--backend local) use none of these.", output_width(sys.stderr)), err=True)
+    rows = [
+        [s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)]
+        for s in settings
+    ]
+    click.echo(
+        render_table(
+            [
+                "KEY",
+                Column("VALUE", squeeze=16, cut="middle"),
+                Column("FROM", squeeze=12),
+                Column("FLAG / VARIABLE", squeeze=16, cut="middle"),
+            ],
+            rows,
+        )
+    )
+    click.echo(
+        fit_text(
+            "A flag wins over its variable, the variable over the file, the file over the default. "
+            "Local runs (--backend local) use none of these.",
+            output_width(sys.stderr),
+        ),
+        err=True,
+    )

@@ -44,20 +44,42 @@ def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
             from llmb.runs.experiment import compact_name
 
             ranks = f"{job.ranks} rank{'' if job.ranks == 1 else 's'}"
-            click.echo(fit_text(f"{job.id}: {compact_name(job.experiment)} ({ranks}, {job.backend}); its log: "
-                                f"llmb logs {job.id}", output_width(sys.stderr)), err=True)
-        final = follow(job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True))
+            click.echo(
+                fit_text(
+                    f"{job.id}: {compact_name(job.experiment)} ({ranks}, {job.backend}); its log: "
+                    f"llmb logs {job.id}",
+                    output_width(sys.stderr),
+                ),
+                err=True,
+            )
+        final = follow(
+            job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True)
+        )
     except KeyboardInterrupt:
         from llmb.cli.output import fit_text, output_width
 
-        click.echo("\n" + fit_text(f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
-                                   f"{job.id} --follow, stop it with llmb cancel {job.id}.", output_width(sys.stderr)),
-                   err=True)
+        click.echo(
+            "\n"
+            + fit_text(
+                f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
+                f"{job.id} --follow, stop it with llmb cancel {job.id}.",
+                output_width(sys.stderr),
+            ),
+            err=True,
+        )
         ctx.exit(130)
     if as_json:
-        emit_json({"job_id": job.id, "state": final.state, "reason": final.reason, "attempts": final.job.attempts,
-                   "result": (final.exit or {}).get("result"), "experiment_dir": final.job.run_dir,
-                   "log": final.job.log})
+        emit_json(
+            {
+                "job_id": job.id,
+                "state": final.state,
+                "reason": final.reason,
+                "attempts": final.job.attempts,
+                "result": (final.exit or {}).get("result"),
+                "experiment_dir": final.job.run_dir,
+                "log": final.job.log,
+            }
+        )
     else:
         click.echo(summary(final))
     ctx.exit(0 if final.state == "SUCCEEDED" else 1)
@@ -74,7 +96,9 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
         found = read_job(job_id)
         if found is None:
             continue
-        if not isinstance(found, BrokenJob):  # a record was written: the backend may have started something
+        if not isinstance(
+            found, BrokenJob
+        ):  # a record was written: the backend may have started something
             withdraw = getattr(_backend_of(ctx, found), "withdraw", None)
             try:
                 if withdraw is None or not withdraw(found):
@@ -83,19 +107,40 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
                 continue
         discard_job_dir(job_id)
         if interrupted:
-            click.echo(f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs.", err=True)
+            click.echo(
+                f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs.",
+                err=True,
+            )
 
 
 @click.command("run")
 @click.argument("workload")
 @recipe_options
 @run_options
-@click.option("--dry-run", is_flag=True, help="Show what would be submitted (script, requests); write and send nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show what would be submitted (script, requests); write and send nothing.",
+)
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, dry_run,
-                detach, as_json, **run_kw):
+def run_command(
+    ctx,
+    workload,
+    size,
+    gpu,
+    dtype,
+    gpus,
+    strong_scaling,
+    variant,
+    gpus_per_node,
+    settings,
+    dry_run,
+    detach,
+    as_json,
+    **run_kw,
+):
     """Run WORKLOAD's recipe: resolve it as llmb plan does, create the
     experiment directory in the published recipes' layout, start the job
     and follow it (step, step time, ETA) to its summary. With --detach, print the job id
@@ -103,8 +148,12 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
     from llmb.lifecycle.submit import submit_run
     from llmb.runs.jobs import created_job_ids
 
-    request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
-    request, options, backend = run_inputs(run_kw, request)  # with the cluster file on a cluster backend
+    request = build_request(
+        workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
+    )
+    request, options, backend = run_inputs(
+        run_kw, request
+    )  # with the cluster file on a cluster backend
     before = len(created_job_ids())
     try:
         submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)
@@ -121,15 +170,27 @@ def run_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, 
         if as_json:
             emit_json({k: v for k, v in described.items() if k != "text"})
         else:
-            click.echo(f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
-                       f"nothing was written or sent", err=True)
+            click.echo(
+                f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
+                f"nothing was written or sent",
+                err=True,
+            )
             click.echo(described.get("text") or json.dumps(described, indent=2))
         return
     if detach:
         if as_json:
-            emit_json({"job_id": job.id, "experiment_dir": job.run_dir, "log": job.log, "backend": job.backend})
+            emit_json(
+                {
+                    "job_id": job.id,
+                    "experiment_dir": job.run_dir,
+                    "log": job.log,
+                    "backend": job.backend,
+                }
+            )
         else:
-            click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow")
+            click.echo(
+                f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow"
+            )
         return
     _follow_and_report(ctx, job, as_json, announce=True)
 
@@ -154,22 +215,49 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
         if isinstance(found, BrokenJob):
             reason = _broken_reason(ctx, found)
             if as_json:
-                emit_json({"job_id": job_id, "backend": None, "state": "UNKNOWN", "reason": reason,
-                           "progress": None, "experiment_dir": None, "log": None, "result": None})
+                emit_json(
+                    {
+                        "job_id": job_id,
+                        "backend": None,
+                        "state": "UNKNOWN",
+                        "reason": reason,
+                        "progress": None,
+                        "experiment_dir": None,
+                        "log": None,
+                        "result": None,
+                    }
+                )
             else:
                 click.echo(f"{job_id}: UNKNOWN - {reason}")
             ctx.exit(1)
         status = _one_status(ctx, found)
         if as_json:
-            emit_json({"job_id": status.job.id, "backend": status.job.backend, "state": status.state,
-                       "reason": status.reason, "progress": status.progress, "experiment_dir": status.job.run_dir,
-                       "log": status.job.log, "result": (status.exit or {}).get("result")})
+            emit_json(
+                {
+                    "job_id": status.job.id,
+                    "backend": status.job.backend,
+                    "state": status.state,
+                    "reason": status.reason,
+                    "progress": status.progress,
+                    "experiment_dir": status.job.run_dir,
+                    "log": status.job.log,
+                    "result": (status.exit or {}).get("result"),
+                }
+            )
         else:
             from llmb.cli.output import fit_text
 
-            click.echo(summary(status) if status.exit else fit_text(
-                f"{status.job.id}: {status.state}" + (f" ({status.progress})" if status.progress else "")
-                + (f" - {status.reason}" if status.reason else "") + "\n" + where_lines(status.job)))
+            click.echo(
+                summary(status)
+                if status.exit
+                else fit_text(
+                    f"{status.job.id}: {status.state}"
+                    + (f" ({status.progress})" if status.progress else "")
+                    + (f" - {status.reason}" if status.reason else "")
+                    + "\n"
+                    + where_lines(status.job)
+                )
+            )
         return
     ids = list_job_ids()
     found = [j for j in (read_job(i) for i in (ids if show_all else ids[:20])) if j is not None]
@@ -189,13 +277,32 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     rows = []
     for item in found:
         if isinstance(item, BrokenJob):
-            rows.append({"job_id": item.id, "backend": None, "state": "UNKNOWN", "reason": _broken_reason(ctx, item),
-                         "progress": None, "workload": None, "experiment": None, "submitted_at": None})
+            rows.append(
+                {
+                    "job_id": item.id,
+                    "backend": None,
+                    "state": "UNKNOWN",
+                    "reason": _broken_reason(ctx, item),
+                    "progress": None,
+                    "workload": None,
+                    "experiment": None,
+                    "submitted_at": None,
+                }
+            )
         else:
             s = statuses[item.id]
-            rows.append({"job_id": item.id, "backend": item.backend, "state": s.state, "reason": s.reason,
-                         "progress": s.progress, "workload": item.workload, "experiment": item.experiment,
-                         "submitted_at": item.submitted_at})
+            rows.append(
+                {
+                    "job_id": item.id,
+                    "backend": item.backend,
+                    "state": s.state,
+                    "reason": s.reason,
+                    "progress": s.progress,
+                    "workload": item.workload,
+                    "experiment": item.experiment,
+                    "submitted_at": item.submitted_at,
+                }
+            )
     if as_json:
         emit_json(rows)
         return
@@ -205,12 +312,34 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     from llmb.cli.output import Column, fit_text
     from llmb.runs.experiment import compact_name
 
-    table = [[row["job_id"], row["state"], row["progress"], _when(row["submitted_at"]),
-              (row["experiment"] if full_names else compact_name(row["experiment"])) if row["experiment"] else None,
-              row["backend"], row["workload"]] for row in rows]
-    click.echo(render_table(["JOB", "STATE", Column("PROGRESS", drop=2), Column("SUBMITTED", drop=3),
-                             Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
-                             Column("BACKEND", drop=4), Column("WORKLOAD", drop=5)], table))
+    table = [
+        [
+            row["job_id"],
+            row["state"],
+            row["progress"],
+            _when(row["submitted_at"]),
+            (row["experiment"] if full_names else compact_name(row["experiment"]))
+            if row["experiment"]
+            else None,
+            row["backend"],
+            row["workload"],
+        ]
+        for row in rows
+    ]
+    click.echo(
+        render_table(
+            [
+                "JOB",
+                "STATE",
+                Column("PROGRESS", drop=2),
+                Column("SUBMITTED", drop=3),
+                Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+                Column("BACKEND", drop=4),
+                Column("WORKLOAD", drop=5),
+            ],
+            table,
+        )
+    )
     unknown = [f"{row['job_id']}: {row['reason']}" for row in rows if row["state"] == "UNKNOWN"]
     if unknown:
         click.echo(fit_text("\n".join(unknown)))
@@ -263,7 +392,13 @@ def _broken_reason(ctx, broken) -> str:
 
 @click.command("logs")
 @click.argument("job_id")
-@click.option("--follow", "-f", "follow_", is_flag=True, help="Show live progress until the job ends, then its summary.")
+@click.option(
+    "--follow",
+    "-f",
+    "follow_",
+    is_flag=True,
+    help="Show live progress until the job ends, then its summary.",
+)
 @click.option("--tail", type=click.IntRange(min=1), help="Only the last N lines.")
 @click.pass_context
 def logs_command(ctx, job_id, follow_, tail):
@@ -279,8 +414,10 @@ def logs_command(ctx, job_id, follow_, tail):
         _follow_and_report(ctx, job, False)
         return
     if not path:
-        raise UsageError(f"the log of {job_id} is at {job.log} ({job.backend} backend), which is not reachable from "
-                         f"here; read it where that path is mounted.")
+        raise UsageError(
+            f"the log of {job_id} is at {job.log} ({job.backend} backend), which is not reachable from "
+            f"here; read it where that path is mounted."
+        )
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             lines = handle.readlines()
@@ -329,7 +466,9 @@ def _cancel_unrecorded(ctx, job_id, broken) -> tuple[str, str]:
     if not count:
         if broken is None:
             load_job(job_id)  # says there is no such job, and which there are
-        raise JobStoreError(f"job {job_id}: {broken.problem}; no process of it runs, so there is nothing to stop.")
+        raise JobStoreError(
+            f"job {job_id}: {broken.problem}; no process of it runs, so there is nothing to stop."
+        )
     if survivors:
         return "RUNNING", f"processes still alive after SIGKILL: {[p.pid for p in survivors]}"
     problem = broken.problem if broken else "it has no record (its job directory is gone)"

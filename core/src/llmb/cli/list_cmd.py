@@ -32,24 +32,35 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
     for workload in workloads:
         for vi, variant in enumerate(workload.variants):
             for s in variant.series:
-                key = (workload.name, vi, _size_key(s.size), s.gpu, s.scaling != "weak", s.min_gpus, s.max_gpus,
-                       s.listed_gpus)
-                entry = entries.setdefault(key, {
-                    "workload": workload.name,
-                    "variant": variant.name,
-                    "default_variant": vi == 0,
-                    "framework": variant.framework,
-                    "size": s.size,
-                    "gpu": s.gpu,
-                    "dtypes": [],
-                    "scaling": s.scaling,
-                    "min_gpus": s.min_gpus,
-                    "max_gpus": s.max_gpus,
-                    "tested_gpus": list(s.listed_gpus),
-                    "range": s.is_range,
-                    "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
-                    "source": s.provenance.document,
-                })
+                key = (
+                    workload.name,
+                    vi,
+                    _size_key(s.size),
+                    s.gpu,
+                    s.scaling != "weak",
+                    s.min_gpus,
+                    s.max_gpus,
+                    s.listed_gpus,
+                )
+                entry = entries.setdefault(
+                    key,
+                    {
+                        "workload": workload.name,
+                        "variant": variant.name,
+                        "default_variant": vi == 0,
+                        "framework": variant.framework,
+                        "size": s.size,
+                        "gpu": s.gpu,
+                        "dtypes": [],
+                        "scaling": s.scaling,
+                        "min_gpus": s.min_gpus,
+                        "max_gpus": s.max_gpus,
+                        "tested_gpus": list(s.listed_gpus),
+                        "range": s.is_range,
+                        "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
+                        "source": s.provenance.document,
+                    },
+                )
                 for dtype in s.dtypes:
                     if dtype not in entry["dtypes"]:
                         entry["dtypes"].append(dtype)
@@ -60,7 +71,9 @@ def _print_errata(workload) -> None:
     errata = [e for v in workload.variants for e in v.errata] + list(workload.notes)
     if not errata:
         return
-    click.echo(fit_text(f"\nErrata of {workload.name}'s published recipes (docs/recipes-and-errata.md):"))
+    click.echo(
+        fit_text(f"\nErrata of {workload.name}'s published recipes (docs/recipes-and-errata.md):")
+    )
     for e in errata:
         click.echo(fit_text(f"  [{e.id}] ({e.kind}) {e.recipe_says}.\n      llmb: {e.resolution}."))
 
@@ -83,16 +96,34 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
         return
     rows = []
     for e in matrix:
-        counts = f"{e['min_gpus']}-{e['max_gpus']}" if e["range"] else _compact(tuple(e["tested_gpus"]))
-        rows.append([e["workload"], e["variant"], e["size"], e["gpu"], ",".join(e["dtypes"]), counts, e["scaling"]])
-    click.echo(render_table(["WORKLOAD", Column("VARIANT", squeeze=6), "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"],
-                            rows))
-    click.echo(fit_text(
-        "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"
-        "between tested ones are accepted when they give a whole number of nodes and a\n"
-        "valid layout; counts above the largest run with a 'not validated' warning.\n"
-        "The first variant of a workload is its default. Details of one configuration:\n"
-        "llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
-    ))
+        counts = (
+            f"{e['min_gpus']}-{e['max_gpus']}" if e["range"] else _compact(tuple(e["tested_gpus"]))
+        )
+        rows.append(
+            [
+                e["workload"],
+                e["variant"],
+                e["size"],
+                e["gpu"],
+                ",".join(e["dtypes"]),
+                counts,
+                e["scaling"],
+            ]
+        )
+    click.echo(
+        render_table(
+            ["WORKLOAD", Column("VARIANT", squeeze=6), "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"],
+            rows,
+        )
+    )
+    click.echo(
+        fit_text(
+            "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"
+            "between tested ones are accepted when they give a whole number of nodes and a\n"
+            "valid layout; counts above the largest run with a 'not validated' warning.\n"
+            "The first variant of a workload is its default. Details of one configuration:\n"
+            "llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
+        )
+    )
     if workload:
         _print_errata(chosen[0])

@@ -55,8 +55,12 @@ class Column:
     cut: str = "end"
 
 
-def render_table(headers: Sequence[str | Column], rows: Sequence[Sequence[Any]], gap: str = "  ",
-                 width: int | None | object = _AUTO) -> str:
+def render_table(
+    headers: Sequence[str | Column],
+    rows: Sequence[Sequence[Any]],
+    gap: str = "  ",
+    width: int | None | object = _AUTO,
+) -> str:
     """Left-aligned columns sized to their widest cell; None shows as '-'.
     Cells are made ``terminal_safe`` and kept on one line. Wider than ``width``
     (default ``output_width()``), droppable columns with no value in any row
@@ -78,27 +82,49 @@ def render_table(headers: Sequence[str | Column], rows: Sequence[Sequence[Any]],
 
     if limit and total() > limit:
         natural = list(widths)
-        empty = [i for i, c in enumerate(columns) if c.drop and all(row[i] in ("-", "") for row in cells)]
-        for i in sorted(empty, key=lambda i: -columns[i].drop):  # a column with no value goes before any cut
+        empty = [
+            i for i, c in enumerate(columns) if c.drop and all(row[i] in ("-", "") for row in cells)
+        ]
+        for i in sorted(
+            empty, key=lambda i: -columns[i].drop
+        ):  # a column with no value goes before any cut
             if total() <= limit:
                 break
             shown.remove(i)
             left_out.append(columns[i].title)
         for i in sorted((i for i in shown if columns[i].drop), key=lambda i: -columns[i].drop):
-            if total() - sum(widths[j] - max(columns[j].squeeze, len(columns[j].title))
-                             for j in shown if columns[j].squeeze) <= limit:
+            if (
+                total()
+                - sum(
+                    widths[j] - max(columns[j].squeeze, len(columns[j].title))
+                    for j in shown
+                    if columns[j].squeeze
+                )
+                <= limit
+            ):
                 break  # cutting the squeezable columns is enough now
             shown.remove(i)
             left_out.append(columns[i].title)
         for i in sorted((i for i in shown if columns[i].squeeze), key=lambda i: -natural[i]):
             least = max(columns[i].squeeze, len(columns[i].title))
             widths[i] -= max(0, min(total() - limit, widths[i] - least))
-    lines = [gap.join(columns[i].title.ljust(widths[i]) for i in shown).rstrip(),
-             gap.join("-" * widths[i] for i in shown)]
-    lines += [gap.join(shorten(row[i], widths[i], columns[i].cut).ljust(widths[i]) for i in shown).rstrip()
-              for row in cells]
+    lines = [
+        gap.join(columns[i].title.ljust(widths[i]) for i in shown).rstrip(),
+        gap.join("-" * widths[i] for i in shown),
+    ]
+    lines += [
+        gap.join(
+            shorten(row[i], widths[i], columns[i].cut).ljust(widths[i]) for i in shown
+        ).rstrip()
+        for row in cells
+    ]
     if left_out:
         them = "them" if len(left_out) > 1 else "it"
-        lines.append(fit_text(f"(left out at {limit} columns: {', '.join(left_out)}; a wider terminal, "
-                              f"COLUMNS=200 or --json shows {them})", limit))
+        lines.append(
+            fit_text(
+                f"(left out at {limit} columns: {', '.join(left_out)}; a wider terminal, "
+                f"COLUMNS=200 or --json shows {them})",
+                limit,
+            )
+        )
     return "\n".join(lines)

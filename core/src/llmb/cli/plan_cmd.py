@@ -15,24 +15,45 @@ def recipe_options(func):
     Each falls back to the recipe READMEs' environment variable (flags win)."""
     options = [
         click.option("--size", envvar="MODEL_SIZE", help="Model size, e.g. 8b. [env: MODEL_SIZE]"),
-        click.option("--gpu", envvar="GPU_TYPE", help="GPU type, e.g. h100, b200, gb200. [env: GPU_TYPE]"),
+        click.option(
+            "--gpu", envvar="GPU_TYPE", help="GPU type, e.g. h100, b200, gb200. [env: GPU_TYPE]"
+        ),
         click.option("--dtype", envvar="DTYPE", help="Precision: bf16, fp8 or nvfp4. [env: DTYPE]"),
-        click.option("--gpus", type=int, envvar="JOB_TOTAL_GPUS", help="Total GPUs. [env: JOB_TOTAL_GPUS]"),
-        click.option("--strong-scaling/--weak-scaling", default=False, envvar="STRONG_SCALING",
-                     help="Keep GBS constant across GPU counts (Nemotron-4). [env: STRONG_SCALING]"),
-        click.option("--variant", help="Recipe variant, e.g. nemo2 for Llama 3.1's NeMo 2 recipes."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1, max=MAX_GPUS_PER_NODE), envvar="GPUS_PER_NODE",
-                     help="GPUs per node (default: 4 for GB200/GB300, 8 otherwise). [env: GPUS_PER_NODE]"),
-        click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-                     help="Override a recipe field (tp, pp, cp, ep, etp, vp, mbs, gbs, seq_len, layers, "
-                          "fsdp, cuda_graphs, steps, recompute_layers, offload_layers). Repeatable."),
+        click.option(
+            "--gpus", type=int, envvar="JOB_TOTAL_GPUS", help="Total GPUs. [env: JOB_TOTAL_GPUS]"
+        ),
+        click.option(
+            "--strong-scaling/--weak-scaling",
+            default=False,
+            envvar="STRONG_SCALING",
+            help="Keep GBS constant across GPU counts (Nemotron-4). [env: STRONG_SCALING]",
+        ),
+        click.option(
+            "--variant", help="Recipe variant, e.g. nemo2 for Llama 3.1's NeMo 2 recipes."
+        ),
+        click.option(
+            "--gpus-per-node",
+            type=click.IntRange(min=1, max=MAX_GPUS_PER_NODE),
+            envvar="GPUS_PER_NODE",
+            help="GPUs per node (default: 4 for GB200/GB300, 8 otherwise). [env: GPUS_PER_NODE]",
+        ),
+        click.option(
+            "--set",
+            "settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override a recipe field (tp, pp, cp, ep, etp, vp, mbs, gbs, seq_len, layers, "
+            "fsdp, cuda_graphs, steps, recompute_layers, offload_layers). Repeatable.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings):
+def build_request(
+    workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
+):
     from llmb.recipes.overrides import parse_overrides
     from llmb.recipes.records import RecipeRequest
 
@@ -63,10 +84,17 @@ def _layers(count: int) -> str:
 
 def _memory_options(r) -> str:
     """Recompute and CPU offload, as the frameworks are told them."""
-    recompute = (f"recompute {_layers(r.recompute_layers)} (full, block method)" if r.recompute_layers
-                 else "recompute: none")
-    offload = (f"CPU offload of {_layers(r.offload_layers)}' activations (production engine; the torch engine "
-               f"keeps them on the GPU)" if r.offload_layers else "offload: none")
+    recompute = (
+        f"recompute {_layers(r.recompute_layers)} (full, block method)"
+        if r.recompute_layers
+        else "recompute: none"
+    )
+    offload = (
+        f"CPU offload of {_layers(r.offload_layers)}' activations (production engine; the torch engine "
+        f"keeps them on the GPU)"
+        if r.offload_layers
+        else "offload: none"
+    )
     return f"{recompute}; {offload}"
 
 
@@ -77,20 +105,30 @@ def _flops_use_lines(plan) -> list[str]:
     lines = []
     ratio = plan.megatron_ratio
     for use in plan.flops_use:
-        engine = ("torch engine (this machine, --proxy)" if use.engine == "torch"
-                  else f"{FRAMEWORK_TITLES.get(use.engine, use.engine)} (production, on a cluster)")
+        engine = (
+            "torch engine (this machine, --proxy)"
+            if use.engine == "torch"
+            else f"{FRAMEWORK_TITLES.get(use.engine, use.engine)} (production, on a cluster)"
+        )
         if use.tflops is None:
             text = f"no TFLOP/s/GPU (its log has none); MFU on {use.words(use.mfu)}"
         elif use.tflops == use.mfu:
             text = f"TFLOP/s/GPU and MFU on {use.words(use.tflops)}" + (
-                ", computed (the TFLOP/s its log gives are not valid)" if use.computed else "")
+                ", computed (the TFLOP/s its log gives are not valid)" if use.computed else ""
+            )
         else:
             text = f"TFLOP/s/GPU on {use.words(use.tflops)}, as its log gives it; MFU on {use.words(use.mfu)}"
-        if ratio is not None and use.mfu == WORKLOAD_FORMULA and use.tflops in (WORKLOAD_FORMULA, None):
+        if (
+            ratio is not None
+            and use.mfu == WORKLOAD_FORMULA
+            and use.tflops in (WORKLOAD_FORMULA, None)
+        ):
             text += f" (Megatron-Bridge's count is {figure(ratio, 2)}x it)"
         elif ratio is not None and use.mfu == MEGATRON_BRIDGE:
-            text += f", as its log gives it and the published recipe computes MFU (the workload's formula is " \
-                    f"{figure(1 / ratio, 2)}x it)"
+            text += (
+                f", as its log gives it and the published recipe computes MFU (the workload's formula is "
+                f"{figure(1 / ratio, 2)}x it)"
+            )
         lines.append(f"{engine}: {text}")
     return lines
 
@@ -100,7 +138,11 @@ def _expected_lines(plan) -> list[str]:
 
     e, made, r = plan.expected, plan.expected_throughput, plan.recipe
     at_bf16 = published_mfu_bf16_pct(e) if e.dtype != "bf16" else None
-    tokens = figure(made.tokens_per_s, 0) if "tokens_per_s" in made.computed else _count(made.tokens_per_s)
+    tokens = (
+        figure(made.tokens_per_s, 0)
+        if "tokens_per_s" in made.computed
+        else _count(made.tokens_per_s)
+    )
     days = figure(made.days_1t, 1) if "days_1t" in made.computed else _na(made.days_1t)
     lines = [
         f"  expected     step {e.step_time_s:g} s, {tokens} tokens/s, MFU {e.mfu_label()}"
@@ -108,27 +150,45 @@ def _expected_lines(plan) -> list[str]:
         + f", {days} days per 1T tokens ({e.provenance.describe()})"
     ]
     if made.computed:
-        which = " and ".join({"tokens_per_s": "tokens/s", "days_1t": "days"}[c] for c in made.computed)
+        which = " and ".join(
+            {"tokens_per_s": "tokens/s", "days_1t": "days"}[c] for c in made.computed
+        )
         gbs = e.gbs or r.gbs
-        lines.append(f"               {which} computed from the published step time (sequence {r.seq_len} x "
-                     f"GBS {gbs} / {e.step_time_s:g} s): the published recipe prints none")
+        lines.append(
+            f"               {which} computed from the published step time (sequence {r.seq_len} x "
+            f"GBS {gbs} / {e.step_time_s:g} s): the published recipe prints none"
+        )
     if e.erratum and e.printed_mfu_pct is None:
-        lines.append(f"               note: the published figure is affected by erratum [{e.erratum}]")
+        lines.append(
+            f"               note: the published figure is affected by erratum [{e.erratum}]"
+        )
     return lines
 
 
 def _arch_words(arch, seq_len: int) -> str:
-    parts = [_layers(arch.layers), f"hidden {arch.hidden}", f"FFN {arch.ffn}",
-             f"{arch.heads} heads of {arch.head_dim} in {arch.query_groups} query group"
-             + ("s" if arch.query_groups != 1 else "")]
+    parts = [
+        _layers(arch.layers),
+        f"hidden {arch.hidden}",
+        f"FFN {arch.ffn}",
+        f"{arch.heads} heads of {arch.head_dim} in {arch.query_groups} query group"
+        + ("s" if arch.query_groups != 1 else ""),
+    ]
     if arch.experts:
-        parts.append(f"{arch.experts} experts (top-{arch.topk}, expert FFN {arch.moe_ffn}"
-                     + (f", shared expert FFN {arch.shared_expert_ffn}" if arch.shared_expert_ffn else "")
-                     + (f", MoE in 1 of every {arch.moe_layer_step} layers" if arch.moe_layer_step > 1 else "")
-                     + ")")
+        parts.append(
+            f"{arch.experts} experts (top-{arch.topk}, expert FFN {arch.moe_ffn}"
+            + (f", shared expert FFN {arch.shared_expert_ffn}" if arch.shared_expert_ffn else "")
+            + (
+                f", MoE in 1 of every {arch.moe_layer_step} layers"
+                if arch.moe_layer_step > 1
+                else ""
+            )
+            + ")"
+        )
     if arch.mamba_heads:
-        parts.append(f"Mamba2 {arch.mamba_heads} heads of {arch.mamba_head_dim}, state {arch.mamba_state}, "
-                     f"{arch.mamba_groups} group{'s' if arch.mamba_groups != 1 else ''}")
+        parts.append(
+            f"Mamba2 {arch.mamba_heads} heads of {arch.mamba_head_dim}, state {arch.mamba_state}, "
+            f"{arch.mamba_groups} group{'s' if arch.mamba_groups != 1 else ''}"
+        )
     if arch.layer_pattern:
         parts.append(f"pattern {arch.layer_pattern}")
     parts += [f"vocab {arch.vocab}", f"sequence {seq_len}"]
@@ -141,14 +201,19 @@ def _proxy_lines(plan) -> list[str]:
     run, ran = p.run, p.run.ran
     where = "CPU" if run.device == "cpu" else "GPUs"
     taken = f"the published recipe at {run.published.gpus} GPUs" + (
-        " (its smallest tested scale)" if run.smallest_scale else "")
+        " (its smallest tested scale)" if run.smallest_scale else ""
+    )
     lines = [
         "",
         f"proxy: llmb run {run.flag} runs a {run.label} model on the torch engine, {ran.gpus} "
         f"rank{'s' if ran.gpus != 1 else ''} on this machine's {where}, cut from {taken}",
         f"  model        {_arch_words(run.arch, run.seq_len)}",
         f"               {figure(p.params, 0)} parameters"
-        + (f", {p.flops.per_sample:.4e} FLOPs per sample by the workload's formula" if p.flops else ""),
+        + (
+            f", {p.flops.per_sample:.4e} FLOPs per sample by the workload's formula"
+            if p.flops
+            else ""
+        ),
         f"  parallelism  data parallel over its ranks: TP {ran.tp}  PP {ran.pp}  CP {ran.cp}  EP {_na(ran.ep)}  "
         f"VP {_na(ran.vp)}  ->  DP {ran.dp}",
         f"  batch        MBS {ran.mbs}  GA {ran.ga} (the recipe's)  ->  GBS {ran.gbs} = MBS*GA*ranks",
@@ -177,10 +242,14 @@ def render_plan(plan) -> str:
     ]
     if plan.flops:
         terms = " + ".join(f"{name} {value:.4e}" for name, value in plan.flops.terms.items())
-        lines.append(f"  model FLOPs  {plan.flops.per_sample:.4e} per sample by the workload's formula = {terms}")
+        lines.append(
+            f"  model FLOPs  {plan.flops.per_sample:.4e} per sample by the workload's formula = {terms}"
+        )
         lines.append(f"               ({plan.flops.formula})")
     if plan.megatron_step_flops:
-        lines.append(f"               {plan.megatron_step_flops:.4e} per step by Megatron-Bridge's count (GBS {r.gbs})")
+        lines.append(
+            f"               {plan.megatron_step_flops:.4e} per step by Megatron-Bridge's count (GBS {r.gbs})"
+        )
     used = _flops_use_lines(plan)
     lines += [f"  FLOPs used   {used[0]}"] + [f"               {line}" for line in used[1:]]
     m = plan.memory
@@ -195,24 +264,35 @@ def render_plan(plan) -> str:
         lines += _expected_lines(plan)
     else:
         variant = plan.workload.variant(r.variant) or plan.workload.default_variant
-        lines.append(f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
-                     if not r.overrides else "  expected     none of its own: the configuration is tuned (--set)")
+        lines.append(
+            f"  expected     {plan.workload.cite(variant.seed)} publishes no figure for this configuration"
+            if not r.overrides
+            else "  expected     none of its own: the configuration is tuned (--set)"
+        )
     if plan.tuned:
         lines.append("  tuned        " + ", ".join(t.text() for t in plan.tuned))
         official = plan.official_expected
-        lines.append(f"               the official configuration's published figure: step {official.step_time_s:g} s "
-                     f"({official.provenance.describe()}); results and compare show the run beside it"
-                     if official else "               the official configuration has no published figure")
+        lines.append(
+            f"               the official configuration's published figure: step {official.step_time_s:g} s "
+            f"({official.provenance.describe()}); results and compare show the run beside it"
+            if official
+            else "               the official configuration has no published figure"
+        )
     for other in plan.other_figures:
-        lines.append(f"               {other.label}: {other.headline()}, {_count(other.tokens_per_s)} tokens/s "
-                     f"({other.describe()}; llmb compare --reference {other.source})")
+        lines.append(
+            f"               {other.label}: {other.headline()}, {_count(other.tokens_per_s)} tokens/s "
+            f"({other.describe()}; llmb compare --reference {other.source})"
+        )
     if not plan.expected and not plan.other_figures and not r.overrides:
         lines.append("               no other published document has a figure for it either")
     from llmb.recipes.gpus import peak_source
 
     peak = peak_source(r.gpu, r.dtype)
-    lines.append(f"  MFU peak     {r.dtype.upper()} {peak.describe()}" if peak else
-                 f"  MFU peak     none: no published dense {r.dtype.upper()} peak for {r.gpu}, so no MFU")
+    lines.append(
+        f"  MFU peak     {r.dtype.upper()} {peak.describe()}"
+        if peak
+        else f"  MFU peak     none: no published dense {r.dtype.upper()} peak for {r.gpu}, so no MFU"
+    )
     lines.append(f"  time limit   {plan.time_limit.describe()}")
     if r.env:
         lines.append("  env          " + " ".join(f"{k}={v}" for k, v in r.env))
@@ -230,13 +310,28 @@ def render_plan(plan) -> str:
 @click.command("plan")
 @click.argument("workload")
 @recipe_options
-@click.option("--proxy", metavar="NAME",
-              help="Also show what llmb run --proxy NAME runs here (tiny: a CPU-sized model with the workload's "
-                   "structure) and every way it differs from the published recipe.")
+@click.option(
+    "--proxy",
+    metavar="NAME",
+    help="Also show what llmb run --proxy NAME runs here (tiny: a CPU-sized model with the workload's "
+    "structure) and every way it differs from the published recipe.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.pass_context
-def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings, proxy,
-                 as_json):
+def plan_command(
+    ctx,
+    workload,
+    size,
+    gpu,
+    dtype,
+    gpus,
+    strong_scaling,
+    variant,
+    gpus_per_node,
+    settings,
+    proxy,
+    as_json,
+):
     """Resolve WORKLOAD's recipe for a size, GPU type, dtype and GPU count and
     show it: parallel layout with DP and GA derived, model FLOPs and which
     count TFLOP/s and MFU use, a per-GPU memory estimate with recompute and
@@ -246,7 +341,9 @@ def plan_command(ctx, workload, size, gpu, dtype, gpus, strong_scaling, variant,
     from llmb.lifecycle.prepare import plan_with_proxy
 
     host = get_host(ctx)
-    request = build_request(workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings)
+    request = build_request(
+        workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
+    )
     plan = plan_with_proxy(host, request, proxy)
     if as_json:
         emit_json(plan.as_dict())

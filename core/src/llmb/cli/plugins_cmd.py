@@ -21,13 +21,31 @@ def plugins_command(ctx: click.Context, as_json: bool) -> None:
         emit_json([i.as_dict() for i in infos])
         return
     rows = [
-        [i.name, i.distribution or "-", i.version or "-", i.status, ",".join(i.workloads) or "-",
-         ",".join(i.backends) or "-", i.module]
+        [
+            i.name,
+            i.distribution or "-",
+            i.version or "-",
+            i.status,
+            ",".join(i.workloads) or "-",
+            ",".join(i.backends) or "-",
+            i.module,
+        ]
         for i in infos
     ]
-    click.echo(render_table(["PLUGIN", Column("DISTRIBUTION", squeeze=12), "VERSION", "STATUS",
-                             Column("WORKLOADS", squeeze=12), Column("BACKENDS", squeeze=8),
-                             Column("MODULE", drop=1)], rows))
+    click.echo(
+        render_table(
+            [
+                "PLUGIN",
+                Column("DISTRIBUTION", squeeze=12),
+                "VERSION",
+                "STATUS",
+                Column("WORKLOADS", squeeze=12),
+                Column("BACKENDS", squeeze=8),
+                Column("MODULE", drop=1),
+            ],
+            rows,
+        )
+    )
     for i in infos:
         if i.error:
             click.echo("\n" + fit_text(f"{i.name}: {i.error}"))

@@ -16,37 +16,80 @@ from llmb.log import warn
 
 def table(report: dict) -> str:
     """The per-node table of a preflight report."""
-    headers = ["NODE", "GEMM TFLOP/S", "MEMORY GB/S", "INTRA GB/S", "INTER GB/S", "NCCL", "FLAGGED",
-               Column("WHY", squeeze=1)]
+    headers = [
+        "NODE",
+        "GEMM TFLOP/S",
+        "MEMORY GB/S",
+        "INTRA GB/S",
+        "INTER GB/S",
+        "NCCL",
+        "FLAGGED",
+        Column("WHY", squeeze=1),
+    ]
     rows = []
     for row in report["rows"]:
         transport = row.get("transport") or {}
         nccl = ",".join(transport.get("channels") or transport.get("networks") or []) or "-"
-        rows.append([row["node"], figure(row["gemm"], 0), figure(row["memory"], 0), figure(row["intra"], 0),
-                     figure(row["inter"], 0), nccl, "yes" if row["flagged"] else "no", "; ".join(row["reasons"]) or "-"])
+        rows.append(
+            [
+                row["node"],
+                figure(row["gemm"], 0),
+                figure(row["memory"], 0),
+                figure(row["intra"], 0),
+                figure(row["inter"], 0),
+                nccl,
+                "yes" if row["flagged"] else "no",
+                "; ".join(row["reasons"]) or "-",
+            ]
+        )
     return render_table(headers, rows)
 
 
 def verdict_line(report: dict) -> str:
     if report["verdict"] == "pass":
-        return f"preflight: PASS - none of the {len(report['nodes'])} node(s) is below the thresholds."
-    return (f"preflight: FLAGGED {', '.join(report['exclude'])} - give llmb run/sweep/certify --exclude-from "
-            f"{report.get('path', 'preflight.json')} to keep jobs off them.")
+        return (
+            f"preflight: PASS - none of the {len(report['nodes'])} node(s) is below the thresholds."
+        )
+    return (
+        f"preflight: FLAGGED {', '.join(report['exclude'])} - give llmb run/sweep/certify --exclude-from "
+        f"{report.get('path', 'preflight.json')} to keep jobs off them."
+    )
 
 
 @click.command("preflight")
-@click.option("--gpu", envvar="GPU_TYPE", required=True, help="The nodes' GPU type, e.g. h100. [env: GPU_TYPE]")
+@click.option(
+    "--gpu",
+    envvar="GPU_TYPE",
+    required=True,
+    help="The nodes' GPU type, e.g. h100. [env: GPU_TYPE]",
+)
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to measure.")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), envvar="GPUS_PER_NODE",
-              help="Ranks per node (default: the cluster file's, else the GPU type's). [env: GPUS_PER_NODE]")
-@click.option("--gemm-size", type=click.IntRange(min=16), help="GEMM matrix size N (default 8192 on GPUs, 384 on CPU).")
-@click.option("--repeats", type=click.IntRange(min=3), help="Timed repetitions per figure (median; default 20/15).")
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    envvar="GPUS_PER_NODE",
+    help="Ranks per node (default: the cluster file's, else the GPU type's). [env: GPUS_PER_NODE]",
+)
+@click.option(
+    "--gemm-size",
+    type=click.IntRange(min=16),
+    help="GEMM matrix size N (default 8192 on GPUs, 384 on CPU).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=3),
+    help="Timed repetitions per figure (median; default 20/15).",
+)
 @cluster_options
-@click.option("--dry-run", is_flag=True, help="Show what would be submitted; write and send nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Show what would be submitted; write and send nothing."
+)
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def preflight_command(ctx, gpu, nodes, gpus_per_node, gemm_size, repeats, dry_run, detach, as_json, **kw):
+def preflight_command(
+    ctx, gpu, nodes, gpus_per_node, gemm_size, repeats, dry_run, detach, as_json, **kw
+):
     """Measure every node before a benchmark: per node, dense GEMM
     throughput (bf16 on GPUs, fp32 on CPU ranks), device memory bandwidth,
     all-reduce bus bandwidth inside the node, and across nodes an all-reduce
@@ -65,10 +108,13 @@ def preflight_command(ctx, gpu, nodes, gpus_per_node, gemm_size, repeats, dry_ru
     options, backend = options_from(kw, None, None)
     per_node = gpus_per_node or options.submit.gpus_per_node or gpu_type(kind).gpus_per_node
     if options.preflight:
-        warn(f"--exclude-from: this preflight keeps off {', '.join(options.preflight['exclude']) or 'no node'}.")
+        warn(
+            f"--exclude-from: this preflight keeps off {', '.join(options.preflight['exclude']) or 'no node'}."
+        )
     sizes = {k: v for k, v in (("gemm_n", gemm_size), ("repeats", repeats)) if v}
-    submitted = preflight_job.submit(get_host(ctx), kind, nodes, per_node, options, backend, dry_run=dry_run,
-                                     sizes=sizes)
+    submitted = preflight_job.submit(
+        get_host(ctx), kind, nodes, per_node, options, backend, dry_run=dry_run, sizes=sizes
+    )
     for warning in submitted.warnings:
         warn(warning)
     job = submitted.job
@@ -81,10 +127,19 @@ def preflight_command(ctx, gpu, nodes, gpus_per_node, gemm_size, repeats, dry_ru
         return
     if detach:
         if as_json:
-            emit_json({"job_id": job.id, "experiment_dir": job.run_dir, "log": job.log, "backend": job.backend})
+            emit_json(
+                {
+                    "job_id": job.id,
+                    "experiment_dir": job.run_dir,
+                    "log": job.log,
+                    "backend": job.backend,
+                }
+            )
         else:
-            click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow; its report: "
-                       f"{preflight_job.report_path(job.run_dir)}")
+            click.echo(
+                f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow; its report: "
+                f"{preflight_job.report_path(job.run_dir)}"
+            )
         return
     final, report = wait_for_report(ctx, job, nodes, per_node, as_json)
     ctx.exit(0 if report["verdict"] == "pass" and final.state == "SUCCEEDED" else 1)
@@ -96,13 +151,23 @@ def wait_for_report(ctx, job, nodes: int, per_node: int, as_json: bool):
     from llmb.cli.jobs_cmd import _current, _status_of
     from llmb.lifecycle.follow import follow
 
-    click.echo(fit_text(f"{job.id}: preflight of {nodes} node(s) x {per_node} rank(s) ({job.backend}); its log: "
-                        f"llmb logs {job.id}", output_width(sys.stderr)), err=True)
-    final = follow(job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True))
+    click.echo(
+        fit_text(
+            f"{job.id}: preflight of {nodes} node(s) x {per_node} rank(s) ({job.backend}); its log: "
+            f"llmb logs {job.id}",
+            output_width(sys.stderr),
+        ),
+        err=True,
+    )
+    final = follow(
+        job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True)
+    )
     report = show(final.job.run_dir, as_json)
     if report is None:
-        raise UsageError(f"{job.id} ended {final.state}{' - ' + final.reason if final.reason else ''} without "
-                         f"measurements; see llmb logs {job.id}.")
+        raise UsageError(
+            f"{job.id} ended {final.state}{' - ' + final.reason if final.reason else ''} without "
+            f"measurements; see llmb logs {job.id}."
+        )
     return final, report
 
 
@@ -117,14 +182,18 @@ def preflight_first(ctx, gpu: str | None, nodes: int, run_kw: dict) -> str:
     if not gpu:
         raise UsageError("--preflight needs the cluster's GPU type: --gpu h100 (or GPU_TYPE).")
     kind = gpu_type(gpu).name
-    options, backend = options_from({k: v for k, v in run_kw.items() if k in CLUSTER_OPTIONS}, None, None)
+    options, backend = options_from(
+        {k: v for k, v in run_kw.items() if k in CLUSTER_OPTIONS}, None, None
+    )
     per_node = options.submit.gpus_per_node or gpu_type(kind).gpus_per_node
     submitted = preflight_job.submit(get_host(ctx), kind, nodes, per_node, options, backend)
     for warning in submitted.warnings:
         warn(warning)
     final, report = wait_for_report(ctx, submitted.job, nodes, per_node, as_json=False)
     if final.state != "SUCCEEDED":
-        raise UsageError(f"the preflight {submitted.job.id} ended {final.state}; the suite was not started.")
+        raise UsageError(
+            f"the preflight {submitted.job.id} ended {final.state}; the suite was not started."
+        )
     return report["path"]
 
 

@@ -17,9 +17,22 @@ def _collected_rows(ctx, paths: list[str]) -> list[dict]:
     from llmb.cli.results_cmd import display_name, select
     from llmb.results.export import row
 
-    picked = select(ctx, tuple(paths), window_text=None, workload=None, gpu=None, dtype=None, since=None,
-                    from_db=False, db_path=None, rescan=False)
-    return [row(result, name=display_name(where, False), run_id=run_id) for where, result, run_id in picked]
+    picked = select(
+        ctx,
+        tuple(paths),
+        window_text=None,
+        workload=None,
+        gpu=None,
+        dtype=None,
+        since=None,
+        from_db=False,
+        db_path=None,
+        rescan=False,
+    )
+    return [
+        row(result, name=display_name(where, False), run_id=run_id)
+        for where, result, run_id in picked
+    ]
 
 
 def _rows_from_results(ctx, paths: tuple[str, ...]) -> tuple[list[dict], str]:
@@ -52,8 +65,12 @@ def _rows_from_sweep(ctx, sweep_id: str) -> tuple[list[dict], str]:
     for job in jobs:
         if job.run_dir not in present:
             name = os.path.basename(job.run_dir)
-            result = Collector(get_host(ctx)).result_for(RunLocation(None, job.run_dir, job.experiment, name))
-            gone = replace(result, reason=f"job {job.id}: its run directory {job.run_dir} does not exist")
+            result = Collector(get_host(ctx)).result_for(
+                RunLocation(None, job.run_dir, job.experiment, name)
+            )
+            gone = replace(
+                result, reason=f"job {job.id}: its run directory {job.run_dir} does not exist"
+            )
             rows.append(row(gone, name=name))
     return rows, f"sweep {sweep.id} ({len(jobs)} of {len(sweep.tasks)} tasks submitted)"
 
@@ -62,18 +79,32 @@ def _nothing_found(results: tuple[str, ...], sweep_id: str | None, source: str) 
     if sweep_id:
         return f"no runs to report: {source}; submit its tasks with llmb sweep first."
     if results:
-        return (f"no runs found in {source}: a run is a log-*.out file or an <exp>/<exp>_<timestamp> directory, "
-                f"and a .json file must hold the rows of llmb results --format json.")
-    return (f"no runs found: there are no experiments under {source.removeprefix('the experiments under ')}. "
-            f"Give experiment directories or llmb results JSON files (llmb report DIR|FILE ... --out DIR), "
-            f"a sweep (--sweep ID|last), or set LLMB_INSTALL.")
+        return (
+            f"no runs found in {source}: a run is a log-*.out file or an <exp>/<exp>_<timestamp> directory, "
+            f"and a .json file must hold the rows of llmb results --format json."
+        )
+    return (
+        f"no runs found: there are no experiments under {source.removeprefix('the experiments under ')}. "
+        f"Give experiment directories or llmb results JSON files (llmb report DIR|FILE ... --out DIR), "
+        f"a sweep (--sweep ID|last), or set LLMB_INSTALL."
+    )
 
 
 @click.command("report")
 @click.argument("results", nargs=-1, type=click.Path())
-@click.option("--sweep", "sweep_id", metavar="ID", help="Report the runs of this sweep ('last': the most recent).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for index.html, summary.md and the PNG plots (created if missing).")
+@click.option(
+    "--sweep",
+    "sweep_id",
+    metavar="ID",
+    help="Report the runs of this sweep ('last': the most recent).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for index.html, summary.md and the PNG plots (created if missing).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.pass_context
 def report_command(ctx, results, sweep_id, out_dir, as_json):
@@ -103,5 +134,9 @@ def report_command(ctx, results, sweep_id, out_dir, as_json):
         emit_json(written.to_dict())
         return
     click.echo(f"Report:  {written.html}\nSummary: {written.markdown}")
-    click.echo(f"Plots:   {', '.join(os.path.basename(p) for p in written.plots) or 'none (nothing to plot)'}")
-    click.echo(f"{written.series} series from {written.runs} runs, {len(data.unplotted)} without a result.")
+    click.echo(
+        f"Plots:   {', '.join(os.path.basename(p) for p in written.plots) or 'none (nothing to plot)'}"
+    )
+    click.echo(
+        f"{written.series} series from {written.runs} runs, {len(data.unplotted)} without a result."
+    )

@@ -22,7 +22,9 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*[:-]\s*(\d+)\s*", text)
     if not m or int(m.group(1)) > int(m.group(2)):
-        raise UsageError(f"bad --window {text!r}: expected FIRST:LAST iterations, e.g. 35:44 (FIRST <= LAST).")
+        raise UsageError(
+            f"bad --window {text!r}: expected FIRST:LAST iterations, e.g. 35:44 (FIRST <= LAST)."
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -45,20 +47,42 @@ def parse_since(text: str | None) -> datetime | None:
 
 def selection_options(func):
     """Options that choose runs: directories, filters, window, database."""
-    for option in reversed([
-        click.argument("dirs", nargs=-1, type=click.Path()),
-        click.option("--window", "window_text", metavar="A:B",
-                     help="Iterations to average (inclusive); default: the workload's own (35:44, or 11:44)."),
-        click.option("--workload", help="Only this workload."),
-        click.option("--gpu", help="Only this GPU type (logs that do not say, such as the replaced tool's, "
-                                   "are taken to be this type)."),
-        click.option("--dtype", help="Only this precision."),
-        click.option("--since", help="Only runs recorded (or logs written) since: a date, or an age like 7d."),
-        click.option("--from-db", is_flag=True, help="List the runs in the results database instead of scanning."),
-        click.option("--db", "db_path", type=click.Path(dir_okay=False),
-                     help="Results database (default: $LLMB_INSTALL/results.sqlite)."),
-        click.option("--rescan", is_flag=True, help="Parse every log again and update the database."),
-    ]):
+    for option in reversed(
+        [
+            click.argument("dirs", nargs=-1, type=click.Path()),
+            click.option(
+                "--window",
+                "window_text",
+                metavar="A:B",
+                help="Iterations to average (inclusive); default: the workload's own (35:44, or 11:44).",
+            ),
+            click.option("--workload", help="Only this workload."),
+            click.option(
+                "--gpu",
+                help="Only this GPU type (logs that do not say, such as the replaced tool's, "
+                "are taken to be this type).",
+            ),
+            click.option("--dtype", help="Only this precision."),
+            click.option(
+                "--since",
+                help="Only runs recorded (or logs written) since: a date, or an age like 7d.",
+            ),
+            click.option(
+                "--from-db",
+                is_flag=True,
+                help="List the runs in the results database instead of scanning.",
+            ),
+            click.option(
+                "--db",
+                "db_path",
+                type=click.Path(dir_okay=False),
+                help="Results database (default: $LLMB_INSTALL/results.sqlite).",
+            ),
+            click.option(
+                "--rescan", is_flag=True, help="Parse every log again and update the database."
+            ),
+        ]
+    ):
         func = option(func)
     return func
 
@@ -86,7 +110,9 @@ def _progress(index: int, total: int, location) -> None:
 
         name = terminal_safe(compact_name(location.short_name)).replace("\n", " ")
         head, tail = f"parsing {index + 1}/{total} ", f" ({size / 1e6:.0f} MB)"
-        name = shorten(name, max(8, (output_width(sys.stderr) or 80) - 1 - len(head) - len(tail)), "middle")
+        name = shorten(
+            name, max(8, (output_width(sys.stderr) or 80) - 1 - len(head) - len(tail)), "middle"
+        )
         click.echo(f"\r{head}{name}{tail}\x1b[K", err=True, nl=False)
         if index + 1 == total:
             click.echo("\r\x1b[K", err=True, nl=False)
@@ -118,7 +144,9 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
         if dirs:
             raise UsageError("--from-db lists the database; do not also give directories.")
         store = open_store(db_path, required=True)
-        rows = store.query(workload, gpu, dtype, since_at.isoformat(timespec="seconds") if since_at else None)
+        rows = store.query(
+            workload, gpu, dtype, since_at.isoformat(timespec="seconds") if since_at else None
+        )
         return [(r.result.context.experiment, r.result, r.id) for r in rows]
     paths = list(dirs) or experiments_dirs()
     missing = [p for p in paths if not os.path.exists(p)]
@@ -126,8 +154,14 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
         raise UsageError(f"no such file or directory: {', '.join(missing)}.")
     collector = Collector(get_host(ctx), lambda: open_store(db_path, required=False), warn)
     assumed, assumed_by = gpu_assumption(gpu)
-    collected = collector.collect(paths, window=window, rescan=rescan, assume_gpu=assumed, gpu_source=assumed_by,
-                                  progress=_progress)
+    collected = collector.collect(
+        paths,
+        window=window,
+        rescan=rescan,
+        assume_gpu=assumed,
+        gpu_source=assumed_by,
+        progress=_progress,
+    )
     picked = []
     for item in collected:
         c = item.result.context
@@ -194,10 +228,21 @@ def results_columns(full_names: bool = False):
     and cuts a short name (never a --full-names path) in its middle."""
     from llmb.cli.output import Column
 
-    return [Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"), Column("JOB"), Column("STATUS"),
-            Column("WINDOW", drop=6), Column("STEP ms"), Column("STD ms", drop=8), Column("TFLOPS/GPU"),
-            Column("STD", drop=7), Column("TOKENS/S", drop=2), Column("MFU %", drop=3),
-            Column("MFU BF16 %", drop=5), Column("DAYS/1T", drop=4), Column("VS PUBLISHED", drop=1)]
+    return [
+        Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+        Column("JOB"),
+        Column("STATUS"),
+        Column("WINDOW", drop=6),
+        Column("STEP ms"),
+        Column("STD ms", drop=8),
+        Column("TFLOPS/GPU"),
+        Column("STD", drop=7),
+        Column("TOKENS/S", drop=2),
+        Column("MFU %", drop=3),
+        Column("MFU BF16 %", drop=5),
+        Column("DAYS/1T", drop=4),
+        Column("VS PUBLISHED", drop=1),
+    ]
 
 
 def grouped_notes(pairs: list[tuple[str, str]]) -> list[str]:
@@ -216,24 +261,43 @@ def grouped_notes(pairs: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render(rows: list[dict], results: list, searched: list[str] | None = None,
-           names: list[str] | None = None, full_names: bool = False, places: list | None = None) -> str:
+def render(
+    rows: list[dict],
+    results: list,
+    searched: list[str] | None = None,
+    names: list[str] | None = None,
+    full_names: bool = False,
+    places: list | None = None,
+) -> str:
     from llmb.cli.output import fit_text
 
     if not rows:
         if searched == []:
             from llmb.paths import install_dir
 
-            return (f"No runs found: there are no experiments under {install_dir()}/workloads. "
-                    f"Give directories (llmb results DIR ...) or set LLMB_INSTALL.")
+            return (
+                f"No runs found: there are no experiments under {install_dir()}/workloads. "
+                f"Give directories (llmb results DIR ...) or set LLMB_INSTALL."
+            )
         return "No runs found."
     names = names or [r["filename"] for r in rows]
     places = places or [None] * len(rows)
     table = [
-        [name, job_label(result, where), r["status"], r["window"], _f(r["time_mean_ms"], 1), _f(r["time_std_dev_ms"], 1),
-         _f(r["tflops_per_gpu_mean"], 2), _f(r["tflops_per_gpu_std_dev"], 2), _f(r["tokens_per_s"], 0),
-         _f(r["mfu_pct"], 2), _f(r["mfu_bf16_pct"], 2), _f(r["days_to_train_1t"], 1),
-         "-" if r["reference_delta_pct"] is None else f"{r['reference_delta_pct']:+.1f}%"]
+        [
+            name,
+            job_label(result, where),
+            r["status"],
+            r["window"],
+            _f(r["time_mean_ms"], 1),
+            _f(r["time_std_dev_ms"], 1),
+            _f(r["tflops_per_gpu_mean"], 2),
+            _f(r["tflops_per_gpu_std_dev"], 2),
+            _f(r["tokens_per_s"], 0),
+            _f(r["mfu_pct"], 2),
+            _f(r["mfu_bf16_pct"], 2),
+            _f(r["days_to_train_1t"], 1),
+            "-" if r["reference_delta_pct"] is None else f"{r['reference_delta_pct']:+.1f}%",
+        ]
         for name, r, result, where in zip(names, rows, results, places, strict=True)
     ]
     text = render_table(results_columns(full_names), table)
@@ -244,18 +308,34 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None,
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
         if result.context.tuned:
-            notes.append((run, f"tuned ({result.context.tuned}); VS PUBLISHED is against the official "
-                               f"configuration's published figure"))
+            notes.append(
+                (
+                    run,
+                    f"tuned ({result.context.tuned}); VS PUBLISHED is against the official "
+                    f"configuration's published figure",
+                )
+            )
         notes += [(run, n) for n in result.notes]
         if result.nccl:
             total = sum(c.bytes for c in result.nccl)
             calls = sum(c.calls for c in result.nccl)
-            parts = ", ".join(f"{c.name} {c.calls} calls {c.bytes / 2**30:.2f} GiB" for c in result.nccl[:4])
+            parts = ", ".join(
+                f"{c.name} {c.calls} calls {c.bytes / 2**30:.2f} GiB" for c in result.nccl[:4]
+            )
             notes.append((run, f"NCCL trace: {calls} calls, {total / 2**30:.2f} GiB ({parts})"))
         if (transport := result.nccl_transport) is not None:
-            used = ", ".join(f"{kind} {count}" for kind, count in transport.channels.items()) or "no channel lines"
-            extra = "".join(f"; {what} {', '.join(found)}" for what, found in
-                            (("network", transport.networks), ("net plugin", transport.plugins)) if found)
+            used = (
+                ", ".join(f"{kind} {count}" for kind, count in transport.channels.items())
+                or "no channel lines"
+            )
+            extra = "".join(
+                f"; {what} {', '.join(found)}"
+                for what, found in (
+                    ("network", transport.networks),
+                    ("net plugin", transport.plugins),
+                )
+                if found
+            )
             notes.append((run, f"NCCL transport: {used}{extra}"))
     if notes:
         text += "\n\n" + fit_text("\n".join(grouped_notes(notes)))
@@ -264,12 +344,35 @@ def render(rows: list[dict], results: list, searched: list[str] | None = None,
 
 @click.command("results")
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--full-names", is_flag=True, help="Show each run's log path instead of its experiment's short name.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--full-names",
+    is_flag=True,
+    help="Show each run's log path instead of its experiment's short name.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
-def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan, fmt,
-                    full_names, as_json):
+def results_command(
+    ctx,
+    dirs,
+    window_text,
+    workload,
+    gpu,
+    dtype,
+    since,
+    from_db,
+    db_path,
+    rescan,
+    fmt,
+    full_names,
+    as_json,
+):
     """Parse the logs of the runs under DIRS (default: every workload's
     experiments directory in $LLMB_INSTALL) and show step time and
     TFLOP/s/GPU over the window (mean and sample standard deviation),
@@ -281,7 +384,10 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
     from llmb.results.export import nccl_rows, nccl_transport_row, row, to_csv, to_json
 
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
-    rows = [row(result, name=display_name(where, full_names), run_id=run_id) for where, result, run_id in picked]
+    rows = [
+        row(result, name=display_name(where, full_names), run_id=run_id)
+        for where, result, run_id in picked
+    ]
     fmt = "json" if as_json else fmt
     if fmt == "csv":
         click.echo(terminal_safe(to_csv(rows)), nl=False)
@@ -292,12 +398,24 @@ def results_command(ctx, dirs, window_text, workload, gpu, dtype, since, from_db
             r["notes"] = list(result.notes)
             r["nccl"] = nccl_rows(result)
             r["nccl_transport"] = nccl_transport_row(result)
-            r["provenance"] = of_log(result.log)  # the run directory's provenance.json (docs/provenance.md)
+            r["provenance"] = of_log(
+                result.log
+            )  # the run directory's provenance.json (docs/provenance.md)
         click.echo(to_json(rows))
     else:
         from llmb.paths import experiments_dirs
 
         searched = list(dirs) or (None if from_db else experiments_dirs())
         names = [table_name(where, full_names) for where, _, _ in picked]
-        click.echo(terminal_safe(render(rows, [result for _, result, _ in picked], searched, names, full_names,
-                                        [where for where, _, _ in picked])))
+        click.echo(
+            terminal_safe(
+                render(
+                    rows,
+                    [result for _, result, _ in picked],
+                    searched,
+                    names,
+                    full_names,
+                    [where for where, _, _ in picked],
+                )
+            )
+        )

@@ -22,8 +22,9 @@ def _values(items: tuple[str, ...], cast=str) -> list:
                 try:
                     out.append(cast(part.strip()))
                 except ValueError:
-                    raise UsageError(f"{part.strip()!r} is not a GPU count; give whole numbers, e.g. --gpus 8,16,32.") \
-                        from None
+                    raise UsageError(
+                        f"{part.strip()!r} is not a GPU count; give whole numbers, e.g. --gpus 8,16,32."
+                    ) from None
     return out
 
 
@@ -39,10 +40,19 @@ def _result_cells(status) -> list[str]:
 def following_options(what: str):
     """The options of a command that submits many jobs and follows them (sweep, certify)."""
     options = [
-        click.option("--max-parallel", type=click.IntRange(min=0),
-                     help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster."),
-        click.option("--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing."),
-        click.option("--detach", is_flag=True, help=f"Submit every job and return at once with the {what} id."),
+        click.option(
+            "--max-parallel",
+            type=click.IntRange(min=0),
+            help="Jobs at a time (0: all). Default: 1 on the local backend, all on a cluster.",
+        ),
+        click.option(
+            "--dry-run", is_flag=True, help="Check every task and list the jobs; submit nothing."
+        ),
+        click.option(
+            "--detach",
+            is_flag=True,
+            help=f"Submit every job and return at once with the {what} id.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
     ]
 
@@ -93,9 +103,20 @@ def _combination(task) -> str:
 
 def skipped_json(skipped: list) -> list[dict]:
     """--skip-invalid, --json: each skipped task, its configuration and why it cannot run."""
-    return [{"task": c.task.label, "workload": c.task.workload, "size": c.task.size, "gpu": c.task.gpu,
-             "dtype": c.task.dtype, "gpus": c.task.gpus, "repeat": c.task.repeat, "source": c.task.source,
-             "reason": c.error} for c in skipped]
+    return [
+        {
+            "task": c.task.label,
+            "workload": c.task.workload,
+            "size": c.task.size,
+            "gpu": c.task.gpu,
+            "dtype": c.task.dtype,
+            "gpus": c.task.gpus,
+            "repeat": c.task.repeat,
+            "source": c.task.source,
+            "reason": c.error,
+        }
+        for c in skipped
+    ]
 
 
 def show_skipped(skipped: list) -> None:
@@ -116,8 +137,13 @@ def show_skipped(skipped: list) -> None:
     for (combination, reason), runs in lines.items():
         line = f"skipped {combination}{f' ({runs} runs)' if runs > 1 else ''}: {reason}"
         if width > 20:
-            line = textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False,
-                                 break_on_hyphens=False)
+            line = textwrap.fill(
+                line,
+                width,
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
         click.echo(line, err=True)
 
 
@@ -125,24 +151,52 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     """--dry-run: the jobs a sweep would submit; ``skipped`` (--skip-invalid): those it would not, and why
     (with --json the output is then an object: jobs and skipped)."""
     if as_json:
-        jobs = [{"task": c.task.label, "source": c.task.source, "backend": c.planned.job.backend,
-                 "ranks": c.planned.job.ranks, "experiment": c.planned.job.experiment,
-                 "warnings": list(c.planned.warnings)} for c in checked]
+        jobs = [
+            {
+                "task": c.task.label,
+                "source": c.task.source,
+                "backend": c.planned.job.backend,
+                "ranks": c.planned.job.ranks,
+                "experiment": c.planned.job.experiment,
+                "warnings": list(c.planned.warnings),
+            }
+            for c in checked
+        ]
         emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
         return
     show_skipped(skipped or [])
     from llmb.cli.output import Column
     from llmb.runs.experiment import compact_name
 
-    rows = [[str(n), c.task.label, c.planned.job.backend, str(c.planned.job.ranks),
-             compact_name(c.planned.job.experiment)] for n, c in enumerate(checked, start=1)]
-    click.echo(render_table(["#", Column("TASK", squeeze=16, cut="middle"), Column("BACKEND", drop=1), "RANKS",
-                             Column("EXPERIMENT", squeeze=24, cut="middle")], rows))
+    rows = [
+        [
+            str(n),
+            c.task.label,
+            c.planned.job.backend,
+            str(c.planned.job.ranks),
+            compact_name(c.planned.job.experiment),
+        ]
+        for n, c in enumerate(checked, start=1)
+    ]
+    click.echo(
+        render_table(
+            [
+                "#",
+                Column("TASK", squeeze=16, cut="middle"),
+                Column("BACKEND", drop=1),
+                "RANKS",
+                Column("EXPERIMENT", squeeze=24, cut="middle"),
+            ],
+            rows,
+        )
+    )
     also = f", {len(skipped)} skipped" if skipped else ""
     click.echo(f"\n{len(checked)} jobs{also}; nothing was submitted (--dry-run).", err=True)
 
 
-def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detach: bool, on_created=None):
+def follow(
+    ctx, host, checked: list, base: dict, max_parallel: int | None, detach: bool, on_created=None
+):
     """Submit the checked tasks as one sweep and follow it to its end (or only submit, ``detach``), the
     sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
     submission. Returns the SweepRun (exit 130 when interrupted)."""
@@ -158,85 +212,189 @@ def follow(ctx, host, checked: list, base: dict, max_parallel: int | None, detac
         else:
             click.echo(line, err=True)
 
-    run = sweep_runner.SweepRun(host, [c.task for c in checked], base, checked[0].planned.job.backend, parallel,
-                                progress)
+    run = sweep_runner.SweepRun(
+        host, [c.task for c in checked], base, checked[0].planned.job.backend, parallel, progress
+    )
     if on_created:
         on_created(run)
-    click.echo(f"{run.sweep.id}: {len(checked)} jobs on {', '.join(sorted(backends))}"
-               + (f", {parallel} at a time" if parallel else ""), err=True)
+    click.echo(
+        f"{run.sweep.id}: {len(checked)} jobs on {', '.join(sorted(backends))}"
+        + (f", {parallel} at a time" if parallel else ""),
+        err=True,
+    )
     try:
         run.run(detach=detach)
     except KeyboardInterrupt:
-        click.echo(f"\nstopped following {run.sweep.id}; submitted jobs keep running (llmb status), the "
-                   f"{run.sweep.jobs.count(None)} not yet submitted were not.", err=True)
+        click.echo(
+            f"\nstopped following {run.sweep.id}; submitted jobs keep running (llmb status), the "
+            f"{run.sweep.jobs.count(None)} not yet submitted were not.",
+            err=True,
+        )
         ctx.exit(130)
     if tty and not detach:
         click.echo("", err=True)
     return run
 
 
-def _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
-           strong_scaling, variant, gpus_per_node, settings) -> list:
+def _tasks(
+    host,
+    workload,
+    sweep_file,
+    all_workloads,
+    max_gpus,
+    sizes,
+    dtypes,
+    scales,
+    gpu,
+    repeats,
+    strong_scaling,
+    variant,
+    gpus_per_node,
+    settings,
+) -> list:
     from llmb.recipes.overrides import parse_overrides
     from llmb.runs import sweeps
 
-    chosen = [name for name, given in (("a WORKLOAD", workload), ("--file", sweep_file),
-                                       ("--all-workloads", all_workloads)) if given]
+    chosen = [
+        name
+        for name, given in (
+            ("a WORKLOAD", workload),
+            ("--file", sweep_file),
+            ("--all-workloads", all_workloads),
+        )
+        if given
+    ]
     if len(chosen) > 1:
-        raise UsageError(f"give one of a WORKLOAD with --size/--dtype/--gpus, --file or --all-workloads, not "
-                         f"{' and '.join(chosen)}.")
+        raise UsageError(
+            f"give one of a WORKLOAD with --size/--dtype/--gpus, --file or --all-workloads, not "
+            f"{' and '.join(chosen)}."
+        )
     if max_gpus is not None and not all_workloads:
-        raise UsageError("--max-gpus goes with --all-workloads (every published configuration up to that many GPUs).")
+        raise UsageError(
+            "--max-gpus goes with --all-workloads (every published configuration up to that many GPUs)."
+        )
     if sweep_file:
         return sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names())
     if all_workloads:
-        fixed = [flag for flag, value in (("--size", sizes), ("--dtype", dtypes), ("--gpus", scales),
-                                          ("--variant", variant), ("--strong-scaling", strong_scaling)) if value]
+        fixed = [
+            flag
+            for flag, value in (
+                ("--size", sizes),
+                ("--dtype", dtypes),
+                ("--gpus", scales),
+                ("--variant", variant),
+                ("--strong-scaling", strong_scaling),
+            )
+            if value
+        ]
         if fixed:
-            raise UsageError(f"--all-workloads takes each published configuration as published; drop "
-                             f"{', '.join(fixed)} (--gpu and --max-gpus choose which).")
+            raise UsageError(
+                f"--all-workloads takes each published configuration as published; drop "
+                f"{', '.join(fixed)} (--gpu and --max-gpus choose which)."
+            )
         if max_gpus is None:
-            raise UsageError("--all-workloads needs --max-gpus N: the largest GPU count to run (e.g. --max-gpus 64).")
+            raise UsageError(
+                "--all-workloads needs --max-gpus N: the largest GPU count to run (e.g. --max-gpus 64)."
+            )
         tasks = sweeps.published_tasks(host.workloads(), gpu, max_gpus, repeats)
     elif workload:
         host.workload(workload)  # an unknown name is refused with the valid ones
         gpu_counts = _values(scales, int)
         if not gpu_counts:
-            raise UsageError("llmb sweep needs GPU counts: --gpus 8,16,32 (or a sweep file with --file).")
-        tasks = sweeps.expand(workload, _values(sizes), _values(dtypes), gpu_counts, repeats, gpu=gpu,
-                              variant=variant, strong_scaling=strong_scaling)
+            raise UsageError(
+                "llmb sweep needs GPU counts: --gpus 8,16,32 (or a sweep file with --file)."
+            )
+        tasks = sweeps.expand(
+            workload,
+            _values(sizes),
+            _values(dtypes),
+            gpu_counts,
+            repeats,
+            gpu=gpu,
+            variant=variant,
+            strong_scaling=strong_scaling,
+        )
     else:
-        raise UsageError("llmb sweep needs a WORKLOAD and --gpus (e.g. llmb sweep llama31 --size 8b --gpu h100 "
-                         "--dtype bf16,fp8 --gpus 8,16), --file SWEEP.yaml, or --all-workloads --max-gpus N.")
+        raise UsageError(
+            "llmb sweep needs a WORKLOAD and --gpus (e.g. llmb sweep llama31 --size 8b --gpu h100 "
+            "--dtype bf16,fp8 --gpus 8,16), --file SWEEP.yaml, or --all-workloads --max-gpus N."
+        )
     overrides = dict(parse_overrides(settings))
     return [replace(t, gpus_per_node=gpus_per_node, overrides=overrides) for t in tasks]
 
 
 @click.command("sweep")
 @click.argument("workload", required=False)
-@click.option("--file", "sweep_file", type=click.Path(dir_okay=False), help="A sweep file (docs/sweeps.md).")
-@click.option("--all-workloads", is_flag=True,
-              help="Every installed workload's published configurations, at each published GPU count up to "
-                   "--max-gpus (of --gpu's type, or every type).")
-@click.option("--max-gpus", type=click.IntRange(min=1), help="With --all-workloads: the largest GPU count to run.")
+@click.option(
+    "--file", "sweep_file", type=click.Path(dir_okay=False), help="A sweep file (docs/sweeps.md)."
+)
+@click.option(
+    "--all-workloads",
+    is_flag=True,
+    help="Every installed workload's published configurations, at each published GPU count up to "
+    "--max-gpus (of --gpu's type, or every type).",
+)
+@click.option(
+    "--max-gpus",
+    type=click.IntRange(min=1),
+    help="With --all-workloads: the largest GPU count to run.",
+)
 @click.option("--size", "sizes", multiple=True, help="Model sizes, comma-separated or repeated.")
 @click.option("--dtype", "dtypes", multiple=True, help="Precisions, comma-separated or repeated.")
-@click.option("--gpus", "scales", multiple=True, help="GPU counts, comma-separated or repeated, e.g. 8,16,32.")
+@click.option(
+    "--gpus", "scales", multiple=True, help="GPU counts, comma-separated or repeated, e.g. 8,16,32."
+)
 @click.option("--gpu", help="GPU type, e.g. h100.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Runs of each configuration.")
-@click.option("--strong-scaling/--weak-scaling", default=False, help="Keep GBS constant across GPU counts.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs of each configuration.",
+)
+@click.option(
+    "--strong-scaling/--weak-scaling", default=False, help="Keep GBS constant across GPU counts."
+)
 @click.option("--variant", help="Recipe variant, e.g. nemo2.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs per node.")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Override a recipe field. Repeatable.")
-@click.option("--skip-invalid", is_flag=True,
-              help="Run the tasks that can run; list each that cannot (e.g. 70b on 8 GPUs) with its reason and "
-                   "skip it. Without it one such task stops the whole sweep.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a recipe field. Repeatable.",
+)
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Run the tasks that can run; list each that cannot (e.g. 70b on 8 GPUs) with its reason and "
+    "skip it. Without it one such task stops the whole sweep.",
+)
 @run_options
 @following_options("sweep")
 @click.pass_context
-def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
-                  strong_scaling, variant, gpus_per_node, settings, skip_invalid, max_parallel, dry_run, detach, as_json,
-                  **run_kw):
+def sweep_command(
+    ctx,
+    workload,
+    sweep_file,
+    all_workloads,
+    max_gpus,
+    sizes,
+    dtypes,
+    scales,
+    gpu,
+    repeats,
+    strong_scaling,
+    variant,
+    gpus_per_node,
+    settings,
+    skip_invalid,
+    max_parallel,
+    dry_run,
+    detach,
+    as_json,
+    **run_kw,
+):
     """Run a sweep: every combination of --size, --dtype and --gpus of
     WORKLOAD (times --repeats), the tasks of a sweep file (--file), or every
     installed workload's published configurations up to --max-gpus GPUs
@@ -247,8 +405,22 @@ def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dty
     (one at a time on the local backend) with the sweep's progress shown,
     and a table of results at the end; llmb report --sweep ID plots them."""
     host = get_host(ctx)
-    tasks = _tasks(host, workload, sweep_file, all_workloads, max_gpus, sizes, dtypes, scales, gpu, repeats,
-                   strong_scaling, variant, gpus_per_node, settings)
+    tasks = _tasks(
+        host,
+        workload,
+        sweep_file,
+        all_workloads,
+        max_gpus,
+        sizes,
+        dtypes,
+        scales,
+        gpu,
+        repeats,
+        strong_scaling,
+        variant,
+        gpus_per_node,
+        settings,
+    )
     checked, skipped = split_tasks(host, tasks, run_kw, skip_invalid)
     if dry_run:
         show_planned(checked, as_json, skipped if skip_invalid else None)
@@ -257,25 +429,49 @@ def sweep_command(ctx, workload, sweep_file, all_workloads, max_gpus, sizes, dty
     run = follow(ctx, host, checked, run_kw, max_parallel, detach)
     sweep = run.sweep
     if as_json:
-        emit_json({"sweep_id": sweep.id, "jobs": [
-            {"task": t.label, "job_id": j, "state": s, "reason": (f.reason if f else e),
-             "result": (f.exit or {}).get("result") if f else None}
-            for t, j, s, f, e in zip(sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True)],
-            **({"skipped": skipped_json(skipped)} if skip_invalid else {})})
+        emit_json(
+            {
+                "sweep_id": sweep.id,
+                "jobs": [
+                    {
+                        "task": t.label,
+                        "job_id": j,
+                        "state": s,
+                        "reason": (f.reason if f else e),
+                        "result": (f.exit or {}).get("result") if f else None,
+                    }
+                    for t, j, s, f, e in zip(
+                        sweep.tasks, sweep.jobs, run.states, run.finals, run.errors, strict=True
+                    )
+                ],
+                **({"skipped": skipped_json(skipped)} if skip_invalid else {}),
+            }
+        )
     elif detach:
-        click.echo(f"{sweep.id}: {len(sweep.job_ids)} jobs submitted; llmb status lists them, llmb report --sweep "
-                   f"{sweep.id} --out DIR plots them once they ended.")
+        click.echo(
+            f"{sweep.id}: {len(sweep.job_ids)} jobs submitted; llmb status lists them, llmb report --sweep "
+            f"{sweep.id} --out DIR plots them once they ended."
+        )
     else:
         from llmb.cli.output import Column, fit_text
 
-        table = [[t.label, j or "-", s or "-", *_result_cells(f)]
-                 for t, j, s, f in zip(sweep.tasks, sweep.jobs, run.states, run.finals, strict=True)]
+        table = [
+            [t.label, j or "-", s or "-", *_result_cells(f)]
+            for t, j, s, f in zip(sweep.tasks, sweep.jobs, run.states, run.finals, strict=True)
+        ]
         table += [[c.task.label, "-", "SKIPPED", "-", "-"] for c in skipped]
-        reasons = [f"{t.label}: {why}" for t, f, e in zip(sweep.tasks, run.finals, run.errors, strict=True)
-                   if (why := (f.reason if f else e))]
+        reasons = [
+            f"{t.label}: {why}"
+            for t, f, e in zip(sweep.tasks, run.finals, run.errors, strict=True)
+            if (why := (f.reason if f else e))
+        ]
         reasons += [f"{c.task.label}: skipped: {c.error}" for c in skipped]
-        click.echo(render_table([Column("TASK", squeeze=16, cut="middle"), "JOB", "STATE", "STEP MS", "TOKENS/S"],
-                                table))
+        click.echo(
+            render_table(
+                [Column("TASK", squeeze=16, cut="middle"), "JOB", "STATE", "STEP MS", "TOKENS/S"],
+                table,
+            )
+        )
         if reasons:  # under the table, one line each (wrapped on a terminal)
             click.echo("\n" + fit_text("\n".join(reasons)))
         click.echo(f"\nllmb report --sweep {sweep.id} --out DIR plots this sweep.", err=True)

@@ -24,9 +24,23 @@ from llmb.paths import packaged_data
 FILE_NAME = "cluster.yaml"
 TEMPLATE = packaged_data("cluster-template.yaml")
 SLURM_SECTION = "slurm"
-KEYS = ("account", "partition", "gpu", "gpus_per_node", "gres", "images", "mounts", "env", "numa_binding",
-        SLURM_SECTION)
-SLURM_KEYS = tuple(s.key.split(".", 1)[1] for s in cluster_settings.SETTINGS if s.key.startswith(SLURM_SECTION + "."))
+KEYS = (
+    "account",
+    "partition",
+    "gpu",
+    "gpus_per_node",
+    "gres",
+    "images",
+    "mounts",
+    "env",
+    "numa_binding",
+    SLURM_SECTION,
+)
+SLURM_KEYS = tuple(
+    s.key.split(".", 1)[1]
+    for s in cluster_settings.SETTINGS
+    if s.key.startswith(SLURM_SECTION + ".")
+)
 
 
 @dataclass(frozen=True)
@@ -75,14 +89,18 @@ def load(path: str | None = None) -> ClusterConfig | None:
     if not os.path.lexists(path):
         return None
     if os.path.isdir(path):
-        raise UsageError(f"the cluster file {path} is a directory; it must be a YAML file (see docs/cluster-config.md).")
+        raise UsageError(
+            f"the cluster file {path} is a directory; it must be a YAML file (see docs/cluster-config.md)."
+        )
     try:
         data = load_user_yaml_file(path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UsageError(f"the cluster file {path} is not valid YAML{at}: {getattr(exc, 'problem', None) or exc}. "
-                         f"Fix it, or remove it and run llmb install for a fresh template.") from None
+        raise UsageError(
+            f"the cluster file {path} is not valid YAML{at}: {getattr(exc, 'problem', None) or exc}. "
+            f"Fix it, or remove it and run llmb install for a fresh template."
+        ) from None
     except OSError as exc:
         raise UsageError(f"cannot read the cluster file {path}: {exc.strerror or exc}.") from None
     if data is None:  # empty, or every line commented out (the template as written)
@@ -104,11 +122,18 @@ def from_dict(data: object, path: str) -> ClusterConfig:
             continue
         where = f"{path}: {setting.key}"
         if setting.name == "time_limit" and not isinstance(raw, str):
-            raise UsageError(f"{where} {raw!r}: quote the time limit, e.g. time: \"30\" or time: \"2:00:00\" "
-                             f"(YAML reads an unquoted 2:00:00 as the number 7200).")
+            raise UsageError(
+                f'{where} {raw!r}: quote the time limit, e.g. time: "30" or time: "2:00:00" '
+                f"(YAML reads an unquoted 2:00:00 as the number 7200)."
+            )
         values[setting.name] = setting.check(raw, where)
-    return ClusterConfig(path=path, **values, images=_images(data.get("images"), path),
-                         mounts=_mounts(data.get("mounts"), path), env=_env(data.get("env"), path))
+    return ClusterConfig(
+        path=path,
+        **values,
+        images=_images(data.get("images"), path),
+        mounts=_mounts(data.get("mounts"), path),
+        env=_env(data.get("env"), path),
+    )
 
 
 def _strings(data: object, key: str = ""):
@@ -131,25 +156,33 @@ def _refuse_credentials(data: object, path: str) -> None:
 
     for key, text in _strings(data):
         if what := credential_in(text):
-            raise UsageError(f"{path}: {key}: {what} never goes in a file (it would be recorded with every run). "
-                             f"Export the variable in the shell that runs llmb and pass it with llmb run --secret NAME.")
+            raise UsageError(
+                f"{path}: {key}: {what} never goes in a file (it would be recorded with every run). "
+                f"Export the variable in the shell that runs llmb and pass it with llmb run --secret NAME."
+            )
 
 
 def _mapping(data: object, where: str, keys: tuple[str, ...], what: str) -> None:
     if not isinstance(data, dict):
-        raise UsageError(f"{where}: {what} must be a mapping of {', '.join(keys)}; got {type(data).__name__}.")
+        raise UsageError(
+            f"{where}: {what} must be a mapping of {', '.join(keys)}; got {type(data).__name__}."
+        )
     unknown = [str(k) for k in data if k not in keys]
     if unknown:
-        raise UsageError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {what}; "
-                         f"valid: {', '.join(keys)}.")
+        raise UsageError(
+            f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {what}; "
+            f"valid: {', '.join(keys)}."
+        )
 
 
 def _images(raw: object, path: str) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise UsageError(f"{path}: images must map workload names to container images, e.g. "
-                         f"images: {{llama31: \"nvcr.io#nvidia/nemo:25.09\"}}.")
+        raise UsageError(
+            f"{path}: images must map workload names to container images, e.g. "
+            f'images: {{llama31: "nvcr.io#nvidia/nemo:25.09"}}.'
+        )
     out = []
     for workload, image in raw.items():
         where = f"{path}: images.{workload}"
@@ -162,8 +195,12 @@ def _mounts(raw: object, path: str) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise UsageError(f"{path}: mounts must be a list of SRC:DST or SRC:DST:ro, e.g. mounts: [/lustre:/lustre].")
-    return tuple(dict.fromkeys(value_checks.mount(item, f"{path}: mounts item") for item in raw))  # as --mount's
+        raise UsageError(
+            f"{path}: mounts must be a list of SRC:DST or SRC:DST:ro, e.g. mounts: [/lustre:/lustre]."
+        )
+    return tuple(
+        dict.fromkeys(value_checks.mount(item, f"{path}: mounts item") for item in raw)
+    )  # as --mount's
 
 
 def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
@@ -174,14 +211,18 @@ def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise UsageError(f"{path}: env must be a mapping NAME: value, e.g. env: {{NCCL_IB_HCA: mlx5}}.")
+        raise UsageError(
+            f"{path}: env must be a mapping NAME: value, e.g. env: {{NCCL_IB_HCA: mlx5}}."
+        )
     out = []
     for name, value in raw.items():
         value_checks.env_name(name, f"{path}: env")  # as --env's
         if name in SECRETS or name in SECRET_VARIABLES or is_secret_name(name):
-            raise UsageError(f"{path}: env {name}: a secret never goes in a file (and would be recorded with every "
-                             f"run). Export it in the shell that runs llmb: HF_TOKEN always reaches the job that way, "
-                             f"another secret with llmb run --secret {name}.")
+            raise UsageError(
+                f"{path}: env {name}: a secret never goes in a file (and would be recorded with every "
+                f"run). Export it in the shell that runs llmb: HF_TOKEN always reaches the job that way, "
+                f"another secret with llmb run --secret {name}."
+            )
         out.append((name, value_checks.env_value(name, value, f"{path}: env {name}")))
     return tuple(out)
 
@@ -192,7 +233,9 @@ def write_template(path: str) -> bool:
         text = handle.read()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
-        with open(path, "x", encoding="utf-8") as handle:  # exclusive: never over an existing (edited) file
+        with open(
+            path, "x", encoding="utf-8"
+        ) as handle:  # exclusive: never over an existing (edited) file
             handle.write(text)
     except FileExistsError:
         return False

@@ -43,24 +43,70 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("account", "--account", "SBATCH_ACCOUNT", "account", names, "none: the cluster's default account"),
-    Setting("partition", "--partition", "SBATCH_PARTITION", "partition", names,
-            "none: the cluster's default partition"),
-    Setting("time_limit", "--time-limit", "SBATCH_TIMELIMIT", "slurm.time", time_limit,
-            "derived from the run: llmb plan shows it"),
-    Setting("nodelist", "--nodelist", "LLMB_NODELIST", "slurm.nodelist", hostlist, "none: any nodes"),
+    Setting(
+        "account",
+        "--account",
+        "SBATCH_ACCOUNT",
+        "account",
+        names,
+        "none: the cluster's default account",
+    ),
+    Setting(
+        "partition",
+        "--partition",
+        "SBATCH_PARTITION",
+        "partition",
+        names,
+        "none: the cluster's default partition",
+    ),
+    Setting(
+        "time_limit",
+        "--time-limit",
+        "SBATCH_TIMELIMIT",
+        "slurm.time",
+        time_limit,
+        "derived from the run: llmb plan shows it",
+    ),
+    Setting(
+        "nodelist", "--nodelist", "LLMB_NODELIST", "slurm.nodelist", hostlist, "none: any nodes"
+    ),
     Setting("exclude", "--exclude", "LLMB_EXCLUDE", "slurm.exclude", hostlist, "none"),
-    Setting("reservation", "--reservation", "SBATCH_RESERVATION", "slurm.reservation", names, "none"),
+    Setting(
+        "reservation", "--reservation", "SBATCH_RESERVATION", "slurm.reservation", names, "none"
+    ),
     Setting("qos", "--qos", "SBATCH_QOS", "slurm.qos", names, "none: the association's default"),
-    Setting("constraint", "--constraint", "SBATCH_CONSTRAINT", "slurm.constraint", features, "none"),
-    Setting("segment", "--segment", "LLMB_SEGMENT", "slurm.segment", segment,
-            "none: llmb's rule on 4-GPU-node systems"),
+    Setting(
+        "constraint", "--constraint", "SBATCH_CONSTRAINT", "slurm.constraint", features, "none"
+    ),
+    Setting(
+        "segment",
+        "--segment",
+        "LLMB_SEGMENT",
+        "slurm.segment",
+        segment,
+        "none: llmb's rule on 4-GPU-node systems",
+    ),
     Setting("gres", "--gres", "SBATCH_GRES", "gres", gres, "detected from the cluster"),
-    Setting("numa_binding", "--numa-binding", "LLMB_NUMA_BINDING", "numa_binding", boolean,
-            "true: each rank on its GPU's NUMA node", True),
-    Setting("gpu", "--gpu", "GPU_TYPE", "gpu", gpu, "none: --gpu or the published recipe's default"),
-    Setting("gpus_per_node", "--gpus-per-node", "GPUS_PER_NODE", "gpus_per_node", gpus_per_node,
-            "the GPU type's: 4 on GB200/GB300, 8 otherwise"),
+    Setting(
+        "numa_binding",
+        "--numa-binding",
+        "LLMB_NUMA_BINDING",
+        "numa_binding",
+        boolean,
+        "true: each rank on its GPU's NUMA node",
+        True,
+    ),
+    Setting(
+        "gpu", "--gpu", "GPU_TYPE", "gpu", gpu, "none: --gpu or the published recipe's default"
+    ),
+    Setting(
+        "gpus_per_node",
+        "--gpus-per-node",
+        "GPUS_PER_NODE",
+        "gpus_per_node",
+        gpus_per_node,
+        "the GPU type's: 4 on GB200/GB300, 8 otherwise",
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 VARIABLES = {s.name: s.variable for s in SETTINGS}

@@ -44,7 +44,11 @@ REVISION = "main"
 # What each asset of a workload's `production.huggingface` section is: (file, required).
 ASSET_FILES = {
     "config": (("config.json", True),),
-    "tokenizer": (("tokenizer.json", True), ("tokenizer_config.json", True), ("special_tokens_map.json", False)),
+    "tokenizer": (
+        ("tokenizer.json", True),
+        ("tokenizer_config.json", True),
+        ("special_tokens_map.json", False),
+    ),
 }
 # A config.json is kilobytes and the largest tokenizer.json of a published model tens of
 # megabytes (Llama 4's about 27 MB): an answer past this is not the file asked for.
@@ -95,7 +99,9 @@ def cached_file(home: str, repo: str, filename: str) -> str | None:
 def known_absent(home: str, repo: str, filename: str) -> bool:
     """Whether an earlier download found that ``repo`` has no ``filename``."""
     commit = _commit_of(home, repo)
-    return bool(commit) and os.path.isfile(os.path.join(repo_dir(home, repo), ".no_exist", commit, filename))
+    return bool(commit) and os.path.isfile(
+        os.path.join(repo_dir(home, repo), ".no_exist", commit, filename)
+    )
 
 
 def _record(home: str, repo: str, commit: str, absent: str | None = None) -> None:
@@ -128,13 +134,23 @@ class _KeepTokenOnOrigin(KeepAuthOnOrigin):
 
 
 def _refused(repo: str, code: int) -> str:
-    return (f"Hugging Face refused {repo} (HTTP {code}): the repository is gated; request access on its page "
-            f"and check that HF_TOKEN is a token of the account that has it")
+    return (
+        f"Hugging Face refused {repo} (HTTP {code}): the repository is gated; request access on its page "
+        f"and check that HF_TOKEN is a token of the account that has it"
+    )
 
 
-def download(repo: str, filename: str, home: str, token: str | None, *, required: bool = True,
-             progress: Callable[[int, int | None], None] | None = None, deadline_s: float = DEADLINE_S,
-             max_bytes: int = MAX_FILE_BYTES) -> str | None:
+def download(
+    repo: str,
+    filename: str,
+    home: str,
+    token: str | None,
+    *,
+    required: bool = True,
+    progress: Callable[[int, int | None], None] | None = None,
+    deadline_s: float = DEADLINE_S,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> str | None:
     """Fetch ``filename`` of ``repo`` into the cache under ``home``; its path, or
     None for an optional file the repository does not have. The whole exchange
     ends by ``deadline_s`` and the file is refused past ``max_bytes``
@@ -145,11 +161,17 @@ def download(repo: str, filename: str, home: str, token: str | None, *, required
     redirects = _KeepTokenOnOrigin()
     where = f"{repo}/{filename}"
     try:
-        with http_safety.exchange(request, deadline_s=deadline_s, timeout=min(CONNECT_TIMEOUT_S, deadline_s),
-                                  redirects=redirects) as response:
+        with http_safety.exchange(
+            request,
+            deadline_s=deadline_s,
+            timeout=min(CONNECT_TIMEOUT_S, deadline_s),
+            redirects=redirects,
+        ) as response:
             if response.status >= 400:
                 return _refusal(response, repo, filename, home, required)
-            commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() or redirects.commit
+            commit = (
+                response.headers.get("X-Repo-Commit") or ""
+            ).strip().lower() or redirects.commit
             commit = commit if _COMMIT.fullmatch(commit) else REVISION
             target = os.path.join(repo_dir(home, repo), "snapshots", commit, filename)
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -162,17 +184,23 @@ def download(repo: str, filename: str, home: str, token: str | None, *, required
                 if os.path.exists(partial):
                     os.unlink(partial)
     except http_safety.DeadlineExceeded:
-        raise DownloadError(f"{where}: no complete answer from {_shown_endpoint()} within {deadline_s:.0f} s; "
-                            f"rerun llmb install to retry (set HF_ENDPOINT for a nearer mirror)") from None
+        raise DownloadError(
+            f"{where}: no complete answer from {_shown_endpoint()} within {deadline_s:.0f} s; "
+            f"rerun llmb install to retry (set HF_ENDPOINT for a nearer mirror)"
+        ) from None
     except http_safety.TooLarge as exc:
-        raise DownloadError(f"{where}: the answer is larger than {exc.limit >> 20} MiB, and a config or tokenizer "
-                            f"file is a few MB; refused (is HF_ENDPOINT a Hugging Face mirror?)") from None
+        raise DownloadError(
+            f"{where}: the answer is larger than {exc.limit >> 20} MiB, and a config or tokenizer "
+            f"file is a few MB; refused (is HF_ENDPOINT a Hugging Face mirror?)"
+        ) from None
     except http_safety.RedirectRefused as exc:
         raise DownloadError(f"{where}: {mask(str(exc))}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
-        raise DownloadError(f"cannot reach {_shown_endpoint()} for {where}: {mask(str(reason))} "
-                            f"(set HF_ENDPOINT for a mirror)") from None
+        raise DownloadError(
+            f"cannot reach {_shown_endpoint()} for {where}: {mask(str(reason))} "
+            f"(set HF_ENDPOINT for a mirror)"
+        ) from None
     _record(home, repo, commit)
     return target
 
@@ -180,14 +208,20 @@ def download(repo: str, filename: str, home: str, token: str | None, *, required
 def _refusal(response, repo: str, filename: str, home: str, required: bool) -> None:
     """An error answer: None for an optional file the repository lacks (recorded), else DownloadError."""
     if response.status == 404 and not required:
-        commit = (response.headers.get("X-Repo-Commit") or "").strip().lower() if response.headers else ""
+        commit = (
+            (response.headers.get("X-Repo-Commit") or "").strip().lower()
+            if response.headers
+            else ""
+        )
         if _COMMIT.fullmatch(commit):
             _record(home, repo, commit, absent=filename)
         return None
     if response.status in (401, 403):
         raise DownloadError(_refused(repo, response.status))
     reason = getattr(response, "reason", "") or ""
-    raise DownloadError(f"{mask(url_of(repo, filename))} answered HTTP {response.status} {reason}".rstrip())
+    raise DownloadError(
+        f"{mask(url_of(repo, filename))} answered HTTP {response.status} {reason}".rstrip()
+    )
 
 
 def _shown_endpoint() -> str:

@@ -80,8 +80,9 @@ class Plan:
         return [s for s in self.steps if s.status == "planned" and kind in (None, s.kind)]
 
 
-def select(workloads: list[Workload], gpu: str | None, variant: str | None,
-           named: bool) -> list[tuple[Workload, Variant, list[str]]]:
+def select(
+    workloads: list[Workload], gpu: str | None, variant: str | None, named: bool
+) -> list[tuple[Workload, Variant, list[str]]]:
     """(workload, variant, sizes) with recipes on ``gpu`` (any GPU when None).
     A workload named by the user with nothing there is a usage error."""
     chosen = []
@@ -91,8 +92,10 @@ def select(workloads: list[Workload], gpu: str | None, variant: str | None,
             found = workload.variant(variant)
             if found is None:
                 if named:
-                    raise UsageError(f"{workload.name} has no variant {variant!r}; its variants: "
-                                     f"{', '.join(v.name for v in workload.variants)}.")
+                    raise UsageError(
+                        f"{workload.name} has no variant {variant!r}; its variants: "
+                        f"{', '.join(v.name for v in workload.variants)}."
+                    )
                 continue
             variants = (found,)
         hits = []
@@ -102,18 +105,30 @@ def select(workloads: list[Workload], gpu: str | None, variant: str | None,
                 hits.append((workload, v, sizes))
         if named and not hits:
             gpus = sorted({s.gpu for v in variants for s in v.series})
-            raise UsageError(f"{workload.name} has no recipes for {gpu}; its GPU types: {', '.join(gpus)}.")
+            raise UsageError(
+                f"{workload.name} has no recipes for {gpu}; its GPU types: {', '.join(gpus)}."
+            )
         chosen += hits
     return chosen
 
 
-def plan(workloads: list[Workload], install: str, *, gpu: str | None = None, variant: str | None = None,
-         named: bool = False, with_images: bool = True, with_huggingface: bool = True) -> Plan:
+def plan(
+    workloads: list[Workload],
+    install: str,
+    *,
+    gpu: str | None = None,
+    variant: str | None = None,
+    named: bool = False,
+    with_images: bool = True,
+    with_huggingface: bool = True,
+) -> Plan:
     """Every step to install ``workloads`` into ``install``; touches nothing."""
     if gpu is not None:
         gpu = gpu_type(gpu).name
     chosen = select(workloads, gpu, variant, named)
-    result = Plan(install=install, workloads=list(dict.fromkeys(w.name for w, _, _ in chosen)), gpu=gpu)
+    result = Plan(
+        install=install, workloads=list(dict.fromkeys(w.name for w, _, _ in chosen)), gpu=gpu
+    )
     home = hf.hf_home(install)
     files: dict[tuple[str, str], Step] = {}
     for _, v, sizes in chosen:
@@ -124,32 +139,73 @@ def plan(workloads: list[Workload], install: str, *, gpu: str | None = None, var
         for repo in dict.fromkeys(spec.repos[s] for s in sizes if s in spec.repos):
             for filename, required in hf.files_of(spec.assets):
                 cached = hf.cached_file(home, repo, filename)
-                status = "present" if cached else "absent" if hf.known_absent(home, repo, filename) else "planned"
-                step = files.setdefault((repo, filename), Step(
-                    kind="huggingface", what=f"{repo} {filename}", repo=repo, filename=filename,
-                    target=cached or hf.repo_dir(home, repo), status=status, required=required))
+                status = (
+                    "present"
+                    if cached
+                    else "absent"
+                    if hf.known_absent(home, repo, filename)
+                    else "planned"
+                )
+                step = files.setdefault(
+                    (repo, filename),
+                    Step(
+                        kind="huggingface",
+                        what=f"{repo} {filename}",
+                        repo=repo,
+                        filename=filename,
+                        target=cached or hf.repo_dir(home, repo),
+                        status=status,
+                        required=required,
+                    ),
+                )
                 step.gated = step.gated or spec.gated
     folders = [os.path.join(install, "workloads", name, "experiments") for name in result.workloads]
-    references = list(dict.fromkeys(v.container for _, v, _ in chosen if v.container)) if with_images else []
+    references = (
+        list(dict.fromkeys(v.container for _, v, _ in chosen if v.container)) if with_images else []
+    )
     if references:
         folders.insert(0, os.path.join(install, "images"))
     if files:
         folders.append(home)
     for folder in folders:
-        result.steps.append(Step(kind="folder", what=folder, target=folder,
-                                 status="present" if os.path.isdir(folder) else "planned"))
+        result.steps.append(
+            Step(
+                kind="folder",
+                what=folder,
+                target=folder,
+                status="present" if os.path.isdir(folder) else "planned",
+            )
+        )
     config = os.path.join(install, cluster_config.FILE_NAME)
-    result.steps.append(Step(kind="config", what="cluster file", target=config,
-                             status="present" if os.path.lexists(config) else "planned"))
+    result.steps.append(
+        Step(
+            kind="config",
+            what="cluster file",
+            target=config,
+            status="present" if os.path.lexists(config) else "planned",
+        )
+    )
     wanted = worker_library.versions(worker_library.contents())
-    result.steps.append(Step(kind="library", what=", ".join(f"{d} {v}" for d, v in wanted.items()),
-                             target=worker_library.library_dir(install),
-                             status="present" if worker_library.current(install) == wanted else "planned"))
+    result.steps.append(
+        Step(
+            kind="library",
+            what=", ".join(f"{d} {v}" for d, v in wanted.items()),
+            target=worker_library.library_dir(install),
+            status="present" if worker_library.current(install) == wanted else "planned",
+        )
+    )
     for reference in references:
         target = os.path.join(install, "images", images.sqsh_name(reference))
         present = os.path.isfile(target) and os.path.getsize(target) > 0
-        result.steps.append(Step(kind="image", what=reference, target=target, status="present" if present else "planned",
-                                 command=images.import_command(reference, target)))
+        result.steps.append(
+            Step(
+                kind="image",
+                what=reference,
+                target=target,
+                status="present" if present else "planned",
+                command=images.import_command(reference, target),
+            )
+        )
     result.steps += files.values()
     return result
 
@@ -168,23 +224,31 @@ def missing(steps: Plan, environ: dict | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     problems = []
     if steps.pending() and not _writable(steps.install):
-        problems.append(f"the install directory {steps.install} is not writable (set LLMB_INSTALL to one that is)")
+        problems.append(
+            f"the install directory {steps.install} is not writable (set LLMB_INSTALL to one that is)"
+        )
     pending_images = steps.pending("image")
     if pending_images and shutil.which("enroot", path=env.get("PATH")) is None:
-        problems.append(f"enroot is not on PATH; it imports the container images "
-                        f"({', '.join(s.what for s in pending_images)}). Run llmb install where enroot is "
-                        f"installed (a cluster login or compute node), or add --no-images")
+        problems.append(
+            f"enroot is not on PATH; it imports the container images "
+            f"({', '.join(s.what for s in pending_images)}). Run llmb install where enroot is "
+            f"installed (a cluster login or compute node), or add --no-images"
+        )
     gated = sorted({s.repo for s in steps.pending("huggingface") if s.gated})
     if gated and not env.get("HF_TOKEN"):
-        problems.append(f"HF_TOKEN is not set; the gated Hugging Face repositories {', '.join(gated)} need it. "
-                        f"Create a token at https://huggingface.co/settings/tokens, request access to those "
-                        f"repositories, and export HF_TOKEN=<token> (or add --no-huggingface)")
+        problems.append(
+            f"HF_TOKEN is not set; the gated Hugging Face repositories {', '.join(gated)} need it. "
+            f"Create a token at https://huggingface.co/settings/tokens, request access to those "
+            f"repositories, and export HF_TOKEN=<token> (or add --no-huggingface)"
+        )
     return problems
 
 
 def _relay(command: list[str]) -> int:
     """Run ``command``, passing its output (progress bars included) to stderr."""
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    ) as proc:
         try:
             while chunk := os.read(proc.stdout.fileno(), 65536):
                 sys.stderr.buffer.write(chunk)
@@ -199,13 +263,19 @@ def _import_image(step: Step) -> None:
     try:
         code = _relay(step.command)
     except BaseException:
-        _remove(step.target)  # an interrupted import leaves a partial file that a rerun would take as done
+        _remove(
+            step.target
+        )  # an interrupted import leaves a partial file that a rerun would take as done
         raise
     if code != 0:
         _remove(step.target)
-        step.status, step.error = "failed", (
-            f"enroot import of {step.what} exited with code {code} (its output is above). nvcr.io needs your NGC "
-            f"credentials in ~/.config/enroot/.credentials; rerun llmb install to retry")
+        step.status, step.error = (
+            "failed",
+            (
+                f"enroot import of {step.what} exited with code {code} (its output is above). nvcr.io needs your NGC "
+                f"credentials in ~/.config/enroot/.credentials; rerun llmb install to retry"
+            ),
+        )
     else:
         step.status = "done"
 
@@ -226,7 +296,9 @@ def _fetch(step: Step, home: str, token: str | None, echo: Callable[[str], None]
             echo(f"  {step.what}: {done * 100 // total}% of {total / 1e6:.0f} MB")
 
     try:
-        path = hf.download(step.repo, step.filename, home, token, required=step.required, progress=progress)
+        path = hf.download(
+            step.repo, step.filename, home, token, required=step.required, progress=progress
+        )
     except hf.DownloadError as exc:
         step.status, step.error = "failed", str(exc)
         return
@@ -250,7 +322,10 @@ def execute(steps: Plan, token: str | None, echo: Callable[[str], None]) -> None
                 written = cluster_config.write_template(step.target)
                 step.status = "done" if written else "present"
             except OSError as exc:
-                step.status, step.error = "failed", f"could not write the cluster file template: {exc}"
+                step.status, step.error = (
+                    "failed",
+                    f"could not write the cluster file template: {exc}",
+                )
         elif step.kind == "library":
             try:
                 worker_library.build(steps.install)

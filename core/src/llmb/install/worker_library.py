@@ -30,7 +30,12 @@ import tempfile
 
 from llmb.plugins.entrypoints import entry_points
 
-DEPENDENCIES = (("pluggy", "pluggy"), ("structlog", "structlog"), ("click", "click"), ("PyYAML", "yaml"))
+DEPENDENCIES = (
+    ("pluggy", "pluggy"),
+    ("structlog", "structlog"),
+    ("click", "click"),
+    ("PyYAML", "yaml"),
+)
 STAMP = ".llmb-library.json"
 FALLBACK = ".fallback"  # the dependencies' directory, under the library: llmb/__init__.py appends it to sys.path
 LAYOUT = 2  # 1: the dependencies beside llmb, compiled parts included; an older stamp means "build again"
@@ -67,7 +72,9 @@ def current(install: str) -> dict | None:
             stamp = json.load(handle)
     except (OSError, ValueError):
         return None
-    return stamp.get("versions") if isinstance(stamp, dict) and stamp.get("layout") == LAYOUT else None
+    return (
+        stamp.get("versions") if isinstance(stamp, dict) and stamp.get("layout") == LAYOUT else None
+    )
 
 
 def versions(described: dict[str, dict]) -> dict[str, str]:
@@ -91,8 +98,11 @@ def build(install: str) -> str:
                 spec = importlib.util.find_spec(package)
                 if spec is None or not spec.submodule_search_locations:
                     raise RuntimeError(f"cannot find the package {package!r} of {dist} to copy")
-                shutil.copytree(list(spec.submodule_search_locations)[0], os.path.join(into, package),
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *COMPILED))
+                shutil.copytree(
+                    list(spec.submodule_search_locations)[0],
+                    os.path.join(into, package),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *COMPILED),
+                )
             meta = os.path.join(into, f"{dist.replace('-', '_')}-{info['version']}.dist-info")
             os.makedirs(meta)
             with open(os.path.join(meta, "METADATA"), "w", encoding="utf-8") as handle:
@@ -101,9 +111,16 @@ def build(install: str) -> str:
                 with open(os.path.join(meta, "entry_points.txt"), "w", encoding="utf-8") as handle:
                     handle.write(info["entry_points"])
         with open(os.path.join(staging, STAMP), "w", encoding="utf-8") as handle:
-            json.dump({"layout": LAYOUT, "versions": versions(described),
-                       "packages": {place: sorted(packages) for place, packages in where.items()}},
-                      handle, indent=2, sort_keys=True)
+            json.dump(
+                {
+                    "layout": LAYOUT,
+                    "versions": versions(described),
+                    "packages": {place: sorted(packages) for place, packages in where.items()},
+                },
+                handle,
+                indent=2,
+                sort_keys=True,
+            )
         old = None
         if os.path.exists(target):
             old = tempfile.mkdtemp(prefix=".python-old-", dir=install)

@@ -91,13 +91,20 @@ def retry_nan_asked(env: Mapping[str, str]) -> bool:
     return str(env.get(RETRY_NAN, "")).strip().lower() in ("1", "true", "yes", "on")
 
 
-def flaky_failure(log: str, signatures: Iterable[str], *, retry_nan: bool = False) -> FlakyFailure | None:
+def flaky_failure(
+    log: str, signatures: Iterable[str], *, retry_nan: bool = False
+) -> FlakyFailure | None:
     """The flaky signature in the tail of the failed run's ``log``, or None when there is none."""
     signature = first_signature(read_tail(log, TAIL_BYTES), signatures)
     if signature is None:
         return None
     if not retry_nan and diverged(log):
-        return FlakyFailure(signature, retry=False, why_not=(
-            f"it follows the run's own NaN grad norm (invalid_grad_norm), which another attempt would repeat; "
-            f"--env {RETRY_NAN}=1 retries it anyway"))
+        return FlakyFailure(
+            signature,
+            retry=False,
+            why_not=(
+                f"it follows the run's own NaN grad norm (invalid_grad_norm), which another attempt would repeat; "
+                f"--env {RETRY_NAN}=1 retries it anyway"
+            ),
+        )
     return FlakyFailure(signature, retry=True)

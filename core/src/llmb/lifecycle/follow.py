@@ -48,7 +48,9 @@ class Progress:
             return None
         log = max(logs, key=lambda l: len(l.samples))
         iterations = sorted(log.samples)
-        recent = [log.samples[i].step_time_ms for i in iterations[-5:] if log.samples[i].step_time_ms]
+        recent = [
+            log.samples[i].step_time_ms for i in iterations[-5:] if log.samples[i].step_time_ms
+        ]
         return iterations[-1], log.last or iterations[-1], recent
 
     def describe(self) -> str | None:
@@ -65,11 +67,19 @@ class Progress:
         return f"step {iteration}/{last}  last step {step_s:.2f} s  ETA {eta}"
 
 
-UNKNOWN_LIMIT_S = 300.0  # how long a job may stay UNKNOWN (its records unreadable) before following stops
+UNKNOWN_LIMIT_S = (
+    300.0  # how long a job may stay UNKNOWN (its records unreadable) before following stops
+)
 
 
-def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None], interval: float = 0.5,
-           stream=None, unknown_limit: float = UNKNOWN_LIMIT_S) -> JobStatus:
+def follow(
+    job: Job,
+    status: Callable[[], JobStatus],
+    echo: Callable[[str], None],
+    interval: float = 0.5,
+    stream=None,
+    unknown_limit: float = UNKNOWN_LIMIT_S,
+) -> JobStatus:
     """Show progress until the job ends (or has been UNKNOWN for
     ``unknown_limit`` seconds: its state cannot be read); return its final status.
     A job that waits its turn (QUEUED, ``waiting for ...``) says so once, in one line."""
@@ -80,16 +90,25 @@ def follow(job: Job, status: Callable[[], JobStatus], echo: Callable[[str], None
     while True:
         progress.poll()
         current = status()
-        if current.state == "QUEUED" and (current.reason or "").startswith("waiting for") and not said_waiting:
+        if (
+            current.state == "QUEUED"
+            and (current.reason or "").startswith("waiting for")
+            and not said_waiting
+        ):
             echo(f"{job.id}: {current.reason}")
             said_waiting = True
         unknown_since = (unknown_since or time.monotonic()) if current.state == "UNKNOWN" else None
         if unknown_since is not None and time.monotonic() - unknown_since >= unknown_limit:
             if tty and shown:
                 stream.write("\n")
-            return JobStatus(current.job, current.state, f"{current.reason or 'its state cannot be read'} "
-                             f"(still so after {unknown_limit:.0f} s; llmb status {job.id} tells more later)",
-                             current.progress, current.exit)
+            return JobStatus(
+                current.job,
+                current.state,
+                f"{current.reason or 'its state cannot be read'} "
+                f"(still so after {unknown_limit:.0f} s; llmb status {job.id} tells more later)",
+                current.progress,
+                current.exit,
+            )
         if current.job.log != progress.log:  # a retry writes to a fresh run directory
             progress = Progress(current.job.log)
             progress.poll()
@@ -116,7 +135,9 @@ def summary(status: JobStatus) -> str:
     lines = [f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else "")]
     result = (status.exit or {}).get("result")
     preflight = (status.exit or {}).get("preflight")
-    if preflight:  # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)
+    if (
+        preflight
+    ):  # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)
         if preflight.get("error"):
             lines.append(f"  preflight   {preflight['error']}")
         else:
@@ -124,33 +145,50 @@ def summary(status: JobStatus) -> str:
             lines.append(f"  preflight   {preflight.get('verdict')}; flagged nodes: {flagged}")
             lines.append(f"  report      {preflight.get('report')}")
     elif result:
+
         def f(key: str, digits: int, suffix: str = "") -> str:
             value = result.get(key)
             return "-" if value is None else figure(value, digits, suffix)
 
         proxy = f" ({job.proxy} proxy: not compared with published numbers)" if job.proxy else ""
-        lines.append(f"  result      {result['status']}{proxy}"
-                     + (f": {result['failure_reason']}" if result.get("failure_reason") else ""))
+        lines.append(
+            f"  result      {result['status']}{proxy}"
+            + (f": {result['failure_reason']}" if result.get("failure_reason") else "")
+        )
         if result.get("samples_in_window"):
             lines += [
                 f"  window      iterations {result['window']} ({result['samples_in_window']} samples)",
                 f"  step time   {f('time_mean_ms', 1)} ms mean, {f('time_std_dev_ms', 1)} ms std",
                 f"  throughput  {f('tokens_per_s', 0)} tokens/s, {f('tflops_per_gpu_mean', 2)} TFLOP/s/GPU "
                 f"({tflops_source_words(result.get('tflops_source'))})",
-                "  MFU         " + (f('mfu_pct', 2, '%') if result.get("mfu_pct") is not None
-                                    else "- (no GPU peak applies)")
-                + (f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)" if result.get("dtype") != "bf16"
-                   and result.get("mfu_bf16_pct") is not None else ""),
+                "  MFU         "
+                + (
+                    f("mfu_pct", 2, "%")
+                    if result.get("mfu_pct") is not None
+                    else "- (no GPU peak applies)"
+                )
+                + (
+                    f" ({f('mfu_bf16_pct', 2, '%')} of the BF16 peak)"
+                    if result.get("dtype") != "bf16" and result.get("mfu_bf16_pct") is not None
+                    else ""
+                ),
             ]
             if not job.proxy:  # the time a scaled-down model would take to train means nothing
                 lines.append(f"  1T tokens   {f('days_to_train_1t', 2)} days")
         else:
             lines.append(f"  window      iterations {result['window']}: no samples")
         if result.get("reference_step_time_ms") is not None:
-            lines.append(f"  published   {f('reference_step_time_ms', 1)} ms per step "
-                         f"({f('reference_delta_pct', 1, '%')} difference)")
-        if result.get("checkpoint_save_s") is not None or result.get("checkpoint_load_s") is not None:
-            lines.append(f"  checkpoint  save {f('checkpoint_save_s', 3)} s, load {f('checkpoint_load_s', 3)} s")
+            lines.append(
+                f"  published   {f('reference_step_time_ms', 1)} ms per step "
+                f"({f('reference_delta_pct', 1, '%')} difference)"
+            )
+        if (
+            result.get("checkpoint_save_s") is not None
+            or result.get("checkpoint_load_s") is not None
+        ):
+            lines.append(
+                f"  checkpoint  save {f('checkpoint_save_s', 3)} s, load {f('checkpoint_load_s', 3)} s"
+            )
     elif status.state in TERMINAL:
         lines.append("  (no parsed result: see the log)")
     from llmb.terminal import fit_text

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Recorded:
-    summary: dict | None  # the results row (``llmb.results.export.row``), or None when the log could not be read
+    summary: (
+        dict | None
+    )  # the results row (``llmb.results.export.row``), or None when the log could not be read
     run_id: int | None  # its id in the results database
     error: str | None = None  # why there is no summary
 
@@ -35,10 +37,17 @@ def record_result(host: PluginHost, log: str, job_state: str | None = None) -> R
 
         location = find_runs([log])[0]
         context = replace(context_for(location, host.workloads()), job_state=job_state)
-        collected = Collector(host, open_or_none).collect_one(location, rescan=True, context=context)
-        return Recorded(row(collected.result, name=location.short_name, run_id=collected.run_id), collected.run_id)
+        collected = Collector(host, open_or_none).collect_one(
+            location, rescan=True, context=context
+        )
+        return Recorded(
+            row(collected.result, name=location.short_name, run_id=collected.run_id),
+            collected.run_id,
+        )
     except Exception as exc:  # noqa: BLE001
-        return Recorded(None, None, f"could not parse or store the result: {type(exc).__name__}: {exc}")
+        return Recorded(
+            None, None, f"could not parse or store the result: {type(exc).__name__}: {exc}"
+        )
 
 
 def log_failure(summary: dict | None) -> str | None:
@@ -48,8 +57,9 @@ def log_failure(summary: dict | None) -> str | None:
     return None
 
 
-def finish(host: PluginHost, job: Job, state: str, reason: str | None, *, prefer_log_reason: bool,
-           **extra) -> dict:
+def finish(
+    host: PluginHost, job: Job, state: str, reason: str | None, *, prefer_log_reason: bool, **extra
+) -> dict:
     """Record the result of ``job`` and write its ``exit.json``; return what was written.
 
     ``prefer_log_reason``: a FAILED job takes its reason from the log when the
@@ -58,14 +68,27 @@ def finish(host: PluginHost, job: Job, state: str, reason: str | None, *, prefer
     """
     summary = host.pm.hook.llmb_job_summary(job=job)
     if summary is not None:  # no training run (llmb preflight's job): its own summary
-        data = {"state": state, "reason": reason, "ended_at": now(), "result": None, job.workload: summary, **extra}
+        data = {
+            "state": state,
+            "reason": reason,
+            "ended_at": now(),
+            "result": None,
+            job.workload: summary,
+            **extra,
+        }
         write_exit(job.id, data)
         return data
     recorded = record_result(host, job.log, state)
     if state == "FAILED" and prefer_log_reason:
         reason = log_failure(recorded.summary) or reason
-    data = {"state": state, "reason": reason, "ended_at": now(), "result": recorded.summary,
-            "run_id": recorded.run_id, **extra}
+    data = {
+        "state": state,
+        "reason": reason,
+        "ended_at": now(),
+        "result": recorded.summary,
+        "run_id": recorded.run_id,
+        **extra,
+    }
     if recorded.error:
         data["result_error"] = recorded.error
     write_exit(job.id, data)

@@ -72,7 +72,9 @@ class Prepared:
     where: ExperimentDir  # from experiment.locate: submit creates exactly these paths
     container: str | None  # the recipe's container, for provenance's submission section
     secret_names: frozenset[str]  # the variables whose values are never written down
-    preflight: dict | None = None  # --exclude-from: the preflight file that chose the nodes to keep off
+    preflight: dict | None = (
+        None  # --exclude-from: the preflight file that chose the nodes to keep off
+    )
 
 
 @dataclass(frozen=True)
@@ -106,15 +108,20 @@ def folded_memory_note(plan: Plan, layout: ParallelLayout, ga: int, ranks: int) 
     the plan's estimate of the row as published."""
     folded = replace(plan.recipe, cp=layout.cp, dp=layout.dp(ranks), ga=ga)
     estimate = estimate_memory(folded, plan.arch, plan.memory.capacity_gb)
-    note = (f"with CP run as DP the memory estimate is {estimate.total_gb:.1f} GB per GPU "
-            f"(the row as published: {plan.memory.total_gb:.1f} GB")
+    note = (
+        f"with CP run as DP the memory estimate is {estimate.total_gb:.1f} GB per GPU "
+        f"(the row as published: {plan.memory.total_gb:.1f} GB"
+    )
     if estimate.capacity_gb is None:
         return note + ")."
     note += f"; the {plan.recipe.gpu} has {estimate.capacity_gb:g} GB)"
     if estimate.exceeds_margin:
         return note + ": this will not fit; use the production engine for this row."
     if estimate.exceeds_capacity:
-        return note + f": just above capacity, within the estimate's ~{MARGIN:.0%} margin, so it may still fit."
+        return (
+            note
+            + f": just above capacity, within the estimate's ~{MARGIN:.0%} margin, so it may still fit."
+        )
     return note + "."
 
 
@@ -125,8 +132,10 @@ def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str
         return "torch"
     if options.engine == "production":
         if options.proxy:
-            raise UsageError(f"--proxy {options.proxy} is a torch-engine model; the production engine runs the "
-                             f"published recipe's architecture (use --layers N for a shallower one).")
+            raise UsageError(
+                f"--proxy {options.proxy} is a torch-engine model; the production engine runs the "
+                f"published recipe's architecture (use --layers N for a shallower one)."
+            )
         return framework
     if options.engine is not None:
         raise UsageError(f"unknown --engine {options.engine!r}; valid: torch, production.")
@@ -138,63 +147,108 @@ def placement(ranks: int, per_node: int) -> tuple[int, int]:
     if ranks <= per_node:
         return 1, ranks
     if ranks % per_node:
-        raise UsageError(f"{ranks} ranks do not fill whole {per_node}-rank nodes; use a multiple of {per_node} "
-                         f"or set --gpus-per-node.")
+        raise UsageError(
+            f"{ranks} ranks do not fill whole {per_node}-rank nodes; use a multiple of {per_node} "
+            f"or set --gpus-per-node."
+        )
     return ranks // per_node, per_node
 
 
 def check_options(host: PluginHost, options: RunOptions) -> frozenset[str]:
     """The options no recipe is needed to refuse; the names of the secret variables."""
     if options.nccl_trace and options.profile:
-        raise UsageError("--profile and --nccl-trace cannot be combined (the published recipes run them "
-                         "separately: a profile of a traced run is not valid for comparison).")
+        raise UsageError(
+            "--profile and --nccl-trace cannot be combined (the published recipes run them "
+            "separately: a profile of a traced run is not valid for comparison)."
+        )
     backend_secrets = {name for backend in host.backends().values() for name in backend.secrets}
     declared = frozenset({*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets})
     for name, value in options.env:
         what = "a secret" if is_secret_name(name, declared) else credential_in(value)
         if what:
-            raise UsageError(f"--env {name}=...: {what} would be written into the job's files; export {name} in "
-                             f"this shell instead (HF_TOKEN always travels that way, a backend's credentials stay on "
-                             f"this machine; others with --secret {name}).")
+            raise UsageError(
+                f"--env {name}=...: {what} would be written into the job's files; export {name} in "
+                f"this shell instead (HF_TOKEN always travels that way, a backend's credentials stay on "
+                f"this machine; others with --secret {name})."
+            )
     return declared
 
 
-def where_it_runs(host: PluginHost, plan: Plan, options: RunOptions, backend_name: str, engine: str, ranks: int,
-                  warnings: list[str]) -> tuple[RunOptions, str]:
+def where_it_runs(
+    host: PluginHost,
+    plan: Plan,
+    options: RunOptions,
+    backend_name: str,
+    engine: str,
+    ranks: int,
+    warnings: list[str],
+) -> tuple[RunOptions, str]:
     """(options, device): this machine checked (the local backend), or the cluster's time limit derived."""
     check = getattr(host.backend_impl(backend_name), "check", None)
-    if check is not None:  # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
+    if (
+        check is not None
+    ):  # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
         warnings += check(options.submit)
     recipe = plan.recipe
     if backend_name == "local":
         device, machine_warnings = check_machine(recipe, options, detect(), ranks)
         warnings += machine_warnings
-        if engine != "torch" and importlib.util.find_spec("megatron") is None \
-                and importlib.util.find_spec("nemo") is None:
-            raise UsageError(f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
-                             f"({plan.workload.variant(recipe.variant).container}); it is not installed here. "
-                             f"Use a cluster backend, or the torch engine (--engine torch).")
+        if (
+            engine != "torch"
+            and importlib.util.find_spec("megatron") is None
+            and importlib.util.find_spec("nemo") is None
+        ):
+            raise UsageError(
+                f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
+                f"({plan.workload.variant(recipe.variant).container}); it is not installed here. "
+                f"Use a cluster backend, or the torch engine (--engine torch)."
+            )
         return options, device
     if options.submit.time_limit is None:  # none given (flag, variable, cluster file): the plan's
-        limit = plan.time_limit if not options.is_proxy else derive_time_limit(recipe.steps, None, "none", 0)
+        limit = (
+            plan.time_limit
+            if not options.is_proxy
+            else derive_time_limit(recipe.steps, None, "none", 0)
+        )
         options = replace(options, submit=replace(options.submit, time_limit=limit.slurm))
     # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
     return options, "auto" if engine == "torch" else "cuda"
 
 
-def _proxy(plan: Plan, options: RunOptions, arch: ModelArch, seq_len: int, ranks: int, engine: str, device: str,
-           dtype: str, warnings: list[str]) -> ProxyRun | None:
+def _proxy(
+    plan: Plan,
+    options: RunOptions,
+    arch: ModelArch,
+    seq_len: int,
+    ranks: int,
+    engine: str,
+    device: str,
+    dtype: str,
+    warnings: list[str],
+) -> ProxyRun | None:
     """What a proxy runs and every difference from the published recipe, in one warning (llmb plan --proxy
     shows the same list); None for a run at full size."""
     if not options.is_proxy:
         return None
-    proxy = proxy_run(plan.recipe, plan.arch, arch, seq_len, flag=proxy_flag(options.proxy, options.layers),
-                      label=options.proxy_label, ranks=ranks, engine=engine, device=device, compute_dtype=dtype)
+    proxy = proxy_run(
+        plan.recipe,
+        plan.arch,
+        arch,
+        seq_len,
+        flag=proxy_flag(options.proxy, options.layers),
+        label=options.proxy_label,
+        ranks=ranks,
+        engine=engine,
+        device=device,
+        compute_dtype=dtype,
+    )
     warnings.append(proxy.warning())
     return proxy
 
 
-def torch_shape(plan: Plan, options: RunOptions, ranks: int, device: str, warnings: list[str]) -> Shape:
+def torch_shape(
+    plan: Plan, options: RunOptions, ranks: int, device: str, warnings: list[str]
+) -> Shape:
     """The torch engine: its compute precision on ``device``; a proxy data parallel over its ranks, or the
     recipe's layout as the torch engine runs it (CP folded into DP), refused here, not in the job, when the
     engine cannot run it."""
@@ -206,8 +260,12 @@ def torch_shape(plan: Plan, options: RunOptions, ranks: int, device: str, warnin
     proxy = _proxy(plan, options, arch, seq_len, ranks, "torch", device, dtype, warnings)
     if proxy is not None:
         ran = proxy.ran
-        return Shape(device, dtype, arch, seq_len, ParallelLayout(), ran, ran.mbs, ran.ga, ran.gbs, proxy)
-    from llmb.engines.torch.parallel import check_supported  # the engine's own rule (imports no torch)
+        return Shape(
+            device, dtype, arch, seq_len, ParallelLayout(), ran, ran.mbs, ran.ga, ran.gbs, proxy
+        )
+    from llmb.engines.torch.parallel import (
+        check_supported,
+    )  # the engine's own rule (imports no torch)
 
     layout, ga, layout_warnings = torch_engine_layout(recipe, ranks)
     warnings += layout_warnings
@@ -215,21 +273,34 @@ def torch_shape(plan: Plan, options: RunOptions, ranks: int, device: str, warnin
         warnings.append(folded_memory_note(plan, layout, ga, ranks))
     check_supported(layout, ranks, seq_len)
     if layout.pp > 1 and (options.checkpoint_save or options.checkpoint_load):
-        raise UsageError(f"checkpoints of a pipeline-parallel run (PP {layout.pp}) are not written or read "
-                         f"by the torch engine yet; run without --checkpoint-save/--checkpoint-load, or "
-                         f"with the production engine.")
+        raise UsageError(
+            f"checkpoints of a pipeline-parallel run (PP {layout.pp}) are not written or read "
+            f"by the torch engine yet; run without --checkpoint-save/--checkpoint-load, or "
+            f"with the production engine."
+        )
     return Shape(device, dtype, arch, seq_len, layout, recipe, recipe.mbs, ga, recipe.gbs)
 
 
-def production_shape(plan: Plan, options: RunOptions, ranks: int, engine: str, device: str,
-                     warnings: list[str]) -> Shape:
+def production_shape(
+    plan: Plan, options: RunOptions, ranks: int, engine: str, device: str, warnings: list[str]
+) -> Shape:
     """The production framework: the recipe's own layout, batch and precision (``--layers`` makes it
     shallower, nothing else)."""
     recipe = plan.recipe
     arch, seq_len = proxy_arch(plan.workload, recipe, options)
     proxy = _proxy(plan, options, arch, seq_len, ranks, engine, device, recipe.dtype, warnings)
-    return Shape(device, recipe.dtype, arch, seq_len, ParallelLayout(), recipe, recipe.mbs, recipe.ga, recipe.gbs,
-                 proxy)
+    return Shape(
+        device,
+        recipe.dtype,
+        arch,
+        seq_len,
+        ParallelLayout(),
+        recipe,
+        recipe.mbs,
+        recipe.ga,
+        recipe.gbs,
+        proxy,
+    )
 
 
 def framework_args(options: RunOptions, framework: str, torch_engine: bool) -> tuple:
@@ -237,37 +308,74 @@ def framework_args(options: RunOptions, framework: str, torch_engine: bool) -> t
     if not options.framework_args:
         return ()
     if torch_engine:
-        raise UsageError("--framework-arg sets the production framework's configuration (Megatron-Bridge, "
-                         "NeMo 2); this run uses the torch engine (a proxy, this machine, or --engine torch): "
-                         "--set changes the recipe's own fields.")
+        raise UsageError(
+            "--framework-arg sets the production framework's configuration (Megatron-Bridge, "
+            "NeMo 2); this run uses the torch engine (a proxy, this machine, or --engine torch): "
+            "--set changes the recipe's own fields."
+        )
     from llmb.engines.frameworks.fields import check as check_framework_args
 
     return check_framework_args(options.framework_args, framework)
 
 
-def production_config(plan: Plan, options: RunOptions, run: Contributions, name: str, where: ExperimentDir,
-                      save_dir: str | None, load_dir: str | None) -> dict:
+def production_config(
+    plan: Plan,
+    options: RunOptions,
+    run: Contributions,
+    name: str,
+    where: ExperimentDir,
+    save_dir: str | None,
+    load_dir: str | None,
+) -> dict:
     """The production framework's configuration; its own decisions replace the run's steps (a profiled
     NeMo 2 run stops at its window's end) and whole environment (it has dropped anything that must not be
     written down)."""
     from llmb.engines.frameworks import build_config
 
-    config = build_config(plan.workload, plan.recipe, replace(options, steps=run.steps), experiment=name,
-                          inner_dir=where.inner, checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir)
+    config = build_config(
+        plan.workload,
+        plan.recipe,
+        replace(options, steps=run.steps),
+        experiment=name,
+        inner_dir=where.inner,
+        checkpoint_save_dir=save_dir,
+        checkpoint_load_dir=load_dir,
+    )
     run.steps = config["training"]["train_iters"]
     run.env = dict(config["env"])
     return config
 
 
-def contributions(host: PluginHost, plan: Plan, options: RunOptions, shape: Shape, steps: int, job_id: str,
-                  where: ExperimentDir, torch_engine: bool, warnings: list[str]) -> Contributions:
+def contributions(
+    host: PluginHost,
+    plan: Plan,
+    options: RunOptions,
+    shape: Shape,
+    steps: int,
+    job_id: str,
+    where: ExperimentDir,
+    torch_engine: bool,
+    warnings: list[str],
+) -> Contributions:
     """The recipe's and the user's environment, then the profilers' (the torch engine's: the production
     framework profiles itself, with its nsys options) and NCCL tracing's limits on the steps."""
     window = options.profile_window or DEFAULT_WINDOW
-    profile = host.profile(ProfileRequest(
-        profile=options.profile, gpu_metrics=options.gpu_metrics, nccl_trace=options.nccl_trace,
-        start=window[0], stop=window[1], device=shape.device, job_id=job_id, inner_dir=where.inner,
-    )) if torch_engine else []
+    profile = (
+        host.profile(
+            ProfileRequest(
+                profile=options.profile,
+                gpu_metrics=options.gpu_metrics,
+                nccl_trace=options.nccl_trace,
+                start=window[0],
+                stop=window[1],
+                device=shape.device,
+                job_id=job_id,
+                inner_dir=where.inner,
+            )
+        )
+        if torch_engine
+        else []
+    )
     run = Contributions(env={**dict(plan.recipe.env), **dict(options.env)}, steps=steps)
     for contribution in profile:
         run.env.update(contribution.env)
@@ -278,71 +386,148 @@ def contributions(host: PluginHost, plan: Plan, options: RunOptions, shape: Shap
             run.engine_profile = contribution.engine
         if contribution.note:
             warnings.append(contribution.note)
-    for variable in run.env:  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
+    for variable in (
+        run.env
+    ):  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
         if problem := env_name_problem(variable, "a plugin's environment variable"):
             raise PluginError(problem)
     if options.nccl_trace:
         run.steps = min(run.steps, NCCL_TRACE_STEPS)
-        warnings.append(f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the published recipes' "
-                        f"traced runs do.")
+        warnings.append(
+            f"NCCL trace: the run stops after {NCCL_TRACE_STEPS} steps, as the published recipes' "
+            f"traced runs do."
+        )
     if run.engine_profile and run.steps < run.engine_profile["stop"]:
-        warnings.append(f"the profile window {run.engine_profile['start']}-{run.engine_profile['stop']} ends after "
-                        f"the run's last step ({run.steps}).")
+        warnings.append(
+            f"the profile window {run.engine_profile['start']}-{run.engine_profile['stop']} ends after "
+            f"the run's last step ({run.steps})."
+        )
     return run
 
 
-def _window_warning(plan: Plan, steps: int, load_dir: str | None, options: RunOptions) -> str | None:
+def _window_warning(
+    plan: Plan, steps: int, load_dir: str | None, options: RunOptions
+) -> str | None:
     window_end = max(v.window[1] for v in plan.workload.variants if v.name == plan.recipe.variant)
     if steps < window_end and not load_dir and not options.nccl_trace:
-        return (f"{steps} steps end before the statistics window's end ({window_end}): the run's result will be "
-                f"too_short, with no step-time statistics to compare; run at least {window_end} steps.")
+        return (
+            f"{steps} steps end before the statistics window's end ({window_end}): the run's result will be "
+            f"too_short, with no step-time statistics to compare; run at least {window_end} steps."
+        )
     return None
 
 
-def recipe_record(plan: Plan, spec: RunSpec, shape: Shape, backend_name: str, options: RunOptions, tuned: tuple,
-                  warnings: list[str]) -> dict:
+def recipe_record(
+    plan: Plan,
+    spec: RunSpec,
+    shape: Shape,
+    backend_name: str,
+    options: RunOptions,
+    tuned: tuple,
+    warnings: list[str],
+) -> dict:
     """``recipe.json``: the plan, plus what actually runs (``warnings`` is the list itself: what submitting
     adds to it is recorded too)."""
     record = plan.as_dict()
-    record.update({
-        "job_id": spec.job_id, "backend": backend_name, "engine": spec.engine, "proxy": spec.proxy is not None,
-        "proxy_kind": spec.proxy,
-        "proxy_differences": [d.as_dict() for d in shape.proxy.differences] if shape.proxy else None,
-        "published_recipe": {k: record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
-        "gpus": spec.ranks, "nodes": spec.nodes, "gpus_per_node": spec.ranks_per_node, "mbs": spec.mbs,
-        "ga": spec.ga, "gbs": spec.gbs, "dp": spec.ranks if spec.engine == "torch" else plan.recipe.dp,
-        "seq_len": spec.seq_len, "layers": shape.arch.layers, "steps": spec.steps, "device": spec.device,
-        "compute_dtype": spec.compute_dtype, "model_flops_per_sample": spec.flops_per_sample, "arch": spec.arch,
-        "warnings": warnings, "submitted_at": now(),
-    })
+    record.update(
+        {
+            "job_id": spec.job_id,
+            "backend": backend_name,
+            "engine": spec.engine,
+            "proxy": spec.proxy is not None,
+            "proxy_kind": spec.proxy,
+            "proxy_differences": [d.as_dict() for d in shape.proxy.differences]
+            if shape.proxy
+            else None,
+            "published_recipe": {k: record[k] for k in ("gpus", "mbs", "gbs", "ga", "dp")},
+            "gpus": spec.ranks,
+            "nodes": spec.nodes,
+            "gpus_per_node": spec.ranks_per_node,
+            "mbs": spec.mbs,
+            "ga": spec.ga,
+            "gbs": spec.gbs,
+            "dp": spec.ranks if spec.engine == "torch" else plan.recipe.dp,
+            "seq_len": spec.seq_len,
+            "layers": shape.arch.layers,
+            "steps": spec.steps,
+            "device": spec.device,
+            "compute_dtype": spec.compute_dtype,
+            "model_flops_per_sample": spec.flops_per_sample,
+            "arch": spec.arch,
+            "warnings": warnings,
+            "submitted_at": now(),
+        }
+    )
     if options.preflight:  # --exclude-from: the preflight file that chose the nodes to keep off
         record["preflight"] = options.preflight
     if tuned:  # tuned beyond the recipe's fields: results show it beside the official figure
-        record["tuned"] = [*(record.get("tuned") or []),
-                           *({"setting": path, "published": None, "run": value} for path, value in tuned)]
+        record["tuned"] = [
+            *(record.get("tuned") or []),
+            *({"setting": path, "published": None, "run": value} for path, value in tuned),
+        ]
     return record
 
 
-def _spec(plan: Plan, shape: Shape, run: Contributions, options: RunOptions, job_id: str, engine: str,
-          ranks: int, name: str, where: ExperimentDir, checkpoints: tuple, framework_config: dict | None,
-          flops_per_sample: float) -> RunSpec:
+def _spec(
+    plan: Plan,
+    shape: Shape,
+    run: Contributions,
+    options: RunOptions,
+    job_id: str,
+    engine: str,
+    ranks: int,
+    name: str,
+    where: ExperimentDir,
+    checkpoints: tuple,
+    framework_config: dict | None,
+    flops_per_sample: float,
+) -> RunSpec:
     recipe = plan.recipe
     nodes, per_node = placement(ranks, recipe.gpus_per_node)
     save_dir, load_dir, ckpt_format = checkpoints
     return RunSpec(
-        job_id=job_id, workload=recipe.workload, variant=recipe.variant, framework=recipe.framework, engine=engine,
-        size=recipe.size, arch=shape.arch.__dict__.copy(), proxy=options.proxy_label, gpu=recipe.gpu,
-        dtype=recipe.dtype, compute_dtype=shape.dtype, device=shape.device, ranks=ranks, nodes=nodes,
-        ranks_per_node=per_node, mbs=shape.mbs, ga=shape.ga, gbs=shape.gbs, layout=shape.layout,
-        seq_len=shape.seq_len, steps=run.steps, seed=options.seed, compile=options.compile,
-        flops_per_sample=flops_per_sample, experiment=name, run_dir=where.run_dir, inner_dir=where.inner,
-        log=where.log, checkpoint_save_dir=save_dir, checkpoint_load_dir=load_dir, checkpoint_format=ckpt_format,
-        profile=run.engine_profile, env=run.env, wrapper=run.wrapper, framework_config=framework_config,
+        job_id=job_id,
+        workload=recipe.workload,
+        variant=recipe.variant,
+        framework=recipe.framework,
+        engine=engine,
+        size=recipe.size,
+        arch=shape.arch.__dict__.copy(),
+        proxy=options.proxy_label,
+        gpu=recipe.gpu,
+        dtype=recipe.dtype,
+        compute_dtype=shape.dtype,
+        device=shape.device,
+        ranks=ranks,
+        nodes=nodes,
+        ranks_per_node=per_node,
+        mbs=shape.mbs,
+        ga=shape.ga,
+        gbs=shape.gbs,
+        layout=shape.layout,
+        seq_len=shape.seq_len,
+        steps=run.steps,
+        seed=options.seed,
+        compile=options.compile,
+        flops_per_sample=flops_per_sample,
+        experiment=name,
+        run_dir=where.run_dir,
+        inner_dir=where.inner,
+        log=where.log,
+        checkpoint_save_dir=save_dir,
+        checkpoint_load_dir=load_dir,
+        checkpoint_format=ckpt_format,
+        profile=run.engine_profile,
+        env=run.env,
+        wrapper=run.wrapper,
+        framework_config=framework_config,
         container=plan.workload.variant(recipe.variant).container,
     )
 
 
-def prepare(host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local") -> Prepared:
+def prepare(
+    host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local"
+) -> Prepared:
     """Resolve, plan and check ``request`` into a run ready to submit (or to describe), writing nothing."""
     host.backend(backend_name)  # an unknown backend is refused before any work
     secret_names = check_options(host, options)
@@ -356,31 +541,74 @@ def prepare(host: PluginHost, request: RecipeRequest, options: RunOptions, backe
     tuned = framework_args(options, recipe.framework, torch_engine)
     options, device = where_it_runs(host, plan, options, backend_name, engine, ranks, warnings)
     placement(ranks, recipe.gpus_per_node)  # refused before the engine's own checks
-    shape = (torch_shape(plan, options, ranks, device, warnings) if torch_engine
-             else production_shape(plan, options, ranks, engine, device, warnings))
+    shape = (
+        torch_shape(plan, options, ranks, device, warnings)
+        if torch_engine
+        else production_shape(plan, options, ranks, engine, device, warnings)
+    )
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
-    steps = 1 if load_dir else options.steps or recipe.steps  # the seeds: "1 step after checkpoint has been loaded"
+    steps = (
+        1 if load_dir else options.steps or recipe.steps
+    )  # the seeds: "1 step after checkpoint has been loaded"
     flops = host.model_flops(plan.workload, shape.arch, shape.seq_len)
 
     job_id = new_job_id(backend_name)  # claimed by submit, with the experiment directory
     name = experiment.experiment_name(shape.ran, options.proxy_label, tuned=bool(tuned))
     where = experiment.locate(recipe.workload, name)
     run = contributions(host, plan, options, shape, steps, job_id, where, torch_engine, warnings)
-    save_dir, ckpt_format = checkpoint_dirs(options, recipe.framework, where.inner, run.steps, shape.gbs)
-    config = None if torch_engine else production_config(plan, options, run, name, where, save_dir, load_dir)
+    save_dir, ckpt_format = checkpoint_dirs(
+        options, recipe.framework, where.inner, run.steps, shape.gbs
+    )
+    config = (
+        None
+        if torch_engine
+        else production_config(plan, options, run, name, where, save_dir, load_dir)
+    )
     if options.dump_env:
-        run.env[job_env.DUMP_VARIABLE] = "1"  # rank 0 writes its environment beside the log (llmb.runs.provenance)
+        run.env[job_env.DUMP_VARIABLE] = (
+            "1"  # rank 0 writes its environment beside the log (llmb.runs.provenance)
+        )
     if too_short := _window_warning(plan, run.steps, load_dir, options):
         warnings.append(too_short)
 
-    spec = _spec(plan, shape, run, options, job_id, engine, ranks, name, where, (save_dir, load_dir, ckpt_format),
-                 config, flops.per_sample if flops else 0.0)
-    job = Job(id=job_id, backend=backend_name, workload=recipe.workload, experiment=name, run_dir=where.run_dir,
-              log=where.log, ranks=ranks, submitted_at=now(), proxy=spec.proxy, retries=options.submit.retries)
-    return Prepared(spec, job, plan, tuple(warnings), recipe_record(plan, spec, shape, backend_name, options, tuned,
-                                                                    warnings),
-                    options.submit, where, plan.workload.variant(recipe.variant).container, secret_names,
-                    options.preflight)
+    spec = _spec(
+        plan,
+        shape,
+        run,
+        options,
+        job_id,
+        engine,
+        ranks,
+        name,
+        where,
+        (save_dir, load_dir, ckpt_format),
+        config,
+        flops.per_sample if flops else 0.0,
+    )
+    job = Job(
+        id=job_id,
+        backend=backend_name,
+        workload=recipe.workload,
+        experiment=name,
+        run_dir=where.run_dir,
+        log=where.log,
+        ranks=ranks,
+        submitted_at=now(),
+        proxy=spec.proxy,
+        retries=options.submit.retries,
+    )
+    return Prepared(
+        spec,
+        job,
+        plan,
+        tuple(warnings),
+        recipe_record(plan, spec, shape, backend_name, options, tuned, warnings),
+        options.submit,
+        where,
+        plan.workload.variant(recipe.variant).container,
+        secret_names,
+        options.preflight,
+    )
 
 
 def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:
@@ -397,10 +625,25 @@ def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPla
     except UsageError as exc:
         device, refusal = "cpu", str(exc)
     dtype, _ = compute_dtype(device, recipe.dtype)
-    run = proxy_run(recipe, plan.arch, arch, seq_len, flag=proxy_flag(proxy, None), label=proxy, ranks=ranks,
-                    engine="torch", device=device, compute_dtype=dtype)
-    return ProxyPlan(run=run, flops=host.model_flops(workload, arch, seq_len), params=count_params(arch).total,
-                     experiment=experiment.experiment_name(run.ran, proxy), refusal=refusal)
+    run = proxy_run(
+        recipe,
+        plan.arch,
+        arch,
+        seq_len,
+        flag=proxy_flag(proxy, None),
+        label=proxy,
+        ranks=ranks,
+        engine="torch",
+        device=device,
+        compute_dtype=dtype,
+    )
+    return ProxyPlan(
+        run=run,
+        flops=host.model_flops(workload, arch, seq_len),
+        params=count_params(arch).total,
+        experiment=experiment.experiment_name(run.ran, proxy),
+        refusal=refusal,
+    )
 
 
 def plan_with_proxy(host: PluginHost, request: RecipeRequest, proxy: str | None) -> Plan:

@@ -23,8 +23,15 @@ from llmb.runs.provenance import FILE, of_log, path_of, read, write_section  # n
 
 UNKNOWN = "unknown"
 # The distributions whose versions the job records: the torch engine's and the production frameworks'.
-FRAMEWORKS = ("torch", "megatron-core", "megatron-bridge", "nemo-toolkit", "nemo-run", "lightning",
-              "transformer-engine")
+FRAMEWORKS = (
+    "torch",
+    "megatron-core",
+    "megatron-bridge",
+    "nemo-toolkit",
+    "nemo-run",
+    "lightning",
+    "transformer-engine",
+)
 
 
 # ------------------------------------------------------------------ versions
@@ -58,7 +65,11 @@ def image_record(backend: str, submit, reference: str | None) -> dict:
     """The container image a job runs in, as the submitting side knows it."""
     if backend == "local" or submit.bare or not reference:
         where = "this machine's" if backend == "local" else "the nodes'"
-        return {"reference": None, "digest": None, "note": f"no container: the job runs in {where} Python environment"}
+        return {
+            "reference": None,
+            "digest": None,
+            "note": f"no container: the job runs in {where} Python environment",
+        }
     from llmb.install import images
 
     imported = reference if reference.endswith(".sqsh") else None
@@ -67,15 +78,24 @@ def image_record(backend: str, submit, reference: str | None) -> dict:
             imported = images.image_path(reference)
         except UsageError:
             imported = None  # not in registry#repo:tag form: the backend says so when it submits
-    record = {"reference": reference, "digest": reference.split("@", 1)[1] if "@sha256:" in reference else UNKNOWN,
-              "imported": None}
+    record = {
+        "reference": reference,
+        "digest": reference.split("@", 1)[1] if "@sha256:" in reference else UNKNOWN,
+        "imported": None,
+    }
     if imported and os.path.isfile(imported):
         stat = os.stat(imported)
-        record["imported"] = {"path": imported, "bytes": stat.st_size, "modified": int(stat.st_mtime)}
+        record["imported"] = {
+            "path": imported,
+            "bytes": stat.st_size,
+            "modified": int(stat.st_mtime),
+        }
     return record
 
 
-def submission_section(host, backend: str, spec, submit, container: str | None, secret_names) -> dict:
+def submission_section(
+    host, backend: str, spec, submit, container: str | None, secret_names
+) -> dict:
     """What ``llmb run`` knows of a run it submits."""
     from llmb.runs import job_env
 
@@ -83,8 +103,15 @@ def submission_section(host, backend: str, spec, submit, container: str | None, 
     return {
         "recorded_at": now(),
         "llmb": llmb_version(),
-        "plugins": [{"name": p.name, "distribution": p.distribution, "version": p.version, "status": p.status}
-                    for p in host.plugins()],
+        "plugins": [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "version": p.version,
+                "status": p.status,
+            }
+            for p in host.plugins()
+        ],
         "backend": backend,
         "job_id": spec.job_id,
         "engine": spec.engine,
@@ -96,8 +123,9 @@ def submission_section(host, backend: str, spec, submit, container: str | None, 
     }
 
 
-def record_submission(run_dir: str, host, backend: str, spec, submit, container: str | None,
-                      secret_names) -> str | None:
+def record_submission(
+    run_dir: str, host, backend: str, spec, submit, container: str | None, secret_names
+) -> str | None:
     """Write the ``submission`` section; a warning, or None."""
     try:
         section = submission_section(host, backend, spec, submit, container, secret_names)
@@ -113,13 +141,28 @@ def scheduler(environ) -> dict:
     """The scheduler's job and nodes: Slurm's variables, a Kubernetes pod (Run:ai), or this host."""
     base = {"llmb_job_id": environ.get("LLMB_JOB_ID")}
     if environ.get("SLURM_JOB_ID"):
-        slurm = {"job_id": "SLURM_JOB_ID", "nodes": "SLURM_JOB_NODELIST", "num_nodes": "SLURM_JOB_NUM_NODES",
-                 "partition": "SLURM_JOB_PARTITION", "cluster": "SLURM_CLUSTER_NAME"}
+        slurm = {
+            "job_id": "SLURM_JOB_ID",
+            "nodes": "SLURM_JOB_NODELIST",
+            "num_nodes": "SLURM_JOB_NUM_NODES",
+            "partition": "SLURM_JOB_PARTITION",
+            "cluster": "SLURM_CLUSTER_NAME",
+        }
         return {"kind": "slurm", **base, **{key: environ.get(name) for key, name in slurm.items()}}
     if environ.get("KUBERNETES_SERVICE_HOST"):
-        return {"kind": "kubernetes", **base, "job_id": environ.get("LLMB_JOB_ID"), "nodes": socket.gethostname(),
-                "master": environ.get("MASTER_ADDR")}
-    return {"kind": "local", **base, "job_id": environ.get("LLMB_JOB_ID"), "nodes": socket.gethostname()}
+        return {
+            "kind": "kubernetes",
+            **base,
+            "job_id": environ.get("LLMB_JOB_ID"),
+            "nodes": socket.gethostname(),
+            "master": environ.get("MASTER_ADDR"),
+        }
+    return {
+        "kind": "local",
+        **base,
+        "job_id": environ.get("LLMB_JOB_ID"),
+        "nodes": socket.gethostname(),
+    }
 
 
 def job_section(spec, world: int, gpus, check: str, environ, declared) -> dict:
@@ -168,7 +211,15 @@ def start_job(spec, rank: int, world: int, local_rank: int, environ=os.environ) 
         if spec.device == "cpu":
             check = "not checked: the run computes on CPU"
         else:
-            check = "mismatch" if mismatch else "unknown GPU" if warnings else "match" if gpus.names else "no GPU"
+            check = (
+                "mismatch"
+                if mismatch
+                else "unknown GPU"
+                if warnings
+                else "match"
+                if gpus.names
+                else "no GPU"
+            )
         for problem in _record_job(spec, world, gpus, check, environ):
             _note(f"warning: {problem}")
     if mismatch is not None:
@@ -186,13 +237,17 @@ def _record_job(spec, world, gpus, check, environ) -> list[str]:
         section = job_section(spec, world, gpus, check, environ, declared)
         if environ.get(job_env.DUMP_VARIABLE) == "1":
             path = job_env.dump_path(spec.log, spec.experiment)
-            header = (f"llmb --dump-env: the environment of rank 0 of job {spec.job_id} on {socket.gethostname()} "
-                      f"at {now()}.\nSecrets are written as ***.")
+            header = (
+                f"llmb --dump-env: the environment of rank 0 of job {spec.job_id} on {socket.gethostname()} "
+                f"at {now()}.\nSecrets are written as ***."
+            )
             try:
                 experiment.write_text(path, job_env.dump_text(environ, declared, header))
                 section["environment_file"] = path
             except OSError as exc:
-                problems.append(f"could not write the environment file {path}: {describe_os_error(exc)}")
+                problems.append(
+                    f"could not write the environment file {path}: {describe_os_error(exc)}"
+                )
         if problem := write_section(spec.run_dir, "job", section):
             problems.append(problem)
     except Exception as exc:  # noqa: BLE001 - provenance never stops a run

@@ -118,7 +118,14 @@ def _keep(job: Job, updated: Job) -> Job:
 def record_end(host: PluginHost, job: Job, ending: Ending) -> dict:
     """Record ``ending`` as the job's end: its result parsed and stored, ``exit.json`` written;
     what was written."""
-    return finish(host, job, ending.state, ending.reason, prefer_log_reason=ending.prefer_log_reason, **ending.record)
+    return finish(
+        host,
+        job,
+        ending.state,
+        ending.reason,
+        prefer_log_reason=ending.prefer_log_reason,
+        **ending.record,
+    )
 
 
 def _ended(host: PluginHost, impl, job: Job, ending: Ending) -> JobStatus:
@@ -134,7 +141,10 @@ def _ended(host: PluginHost, impl, job: Job, ending: Ending) -> JobStatus:
         if resubmit and job.attempts <= retries:
             return _retry(impl, job, ending, why)
         reason = f"{why} on {where}" + (
-            f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})" if job.attempts > 1 else "")
+            f" (after {job.attempts - 1} retr{'y' if job.attempts == 2 else 'ies'})"
+            if job.attempts > 1
+            else ""
+        )
         if cause:
             state = "INFRA_FAILED"
         else:  # still the application's failure (FAILED), named by its signature
@@ -143,7 +153,9 @@ def _ended(host: PluginHost, impl, job: Job, ending: Ending) -> JobStatus:
                 reason += " (not retried: llmb run --retries N resubmits such failures)"
     elif flaky:  # it follows the run's own NaN
         reason, prefer = f"{flaky.describe()} on {where}, not retried: {flaky.why_not}", False
-    written = record_end(host, job, replace(ending, state=state, reason=reason, prefer_log_reason=prefer))
+    written = record_end(
+        host, job, replace(ending, state=state, reason=reason, prefer_log_reason=prefer)
+    )
     return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
 
 
@@ -167,12 +179,17 @@ def _retry(impl, job: Job, ending: Ending, why: str) -> JobStatus:
     ended = f"{why} on {ending.nodes or 'unknown nodes'}; retried as attempt {job.attempts + 1}"
     attempts = job.details.get("attempts")
     if attempts:
-        job = replace(job, details={**job.details, "attempts": [*attempts[:-1], {**attempts[-1], "ended": ended}]})
+        job = replace(
+            job,
+            details={**job.details, "attempts": [*attempts[:-1], {**attempts[-1], "ended": ended}]},
+        )
     old = _spec(job)
     fresh = experiment.create(old.workload, old.experiment)
     spec = old.relocated(old.run_dir, fresh.run_dir)
     recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}
-    recipe.update({"attempt": job.attempts + 1, "retry_of": ending.cluster_id, "submitted_at": now()})
+    recipe.update(
+        {"attempt": job.attempts + 1, "retry_of": ending.cluster_id, "submitted_at": now()}
+    )
     experiment.write_json(fresh.recipe_file, recipe)
     submitted = (provenance.read(old.run_dir) or {}).get("submission")
     if submitted and (problem := provenance.write_section(fresh.run_dir, "submission", submitted)):
@@ -180,8 +197,11 @@ def _retry(impl, job: Job, ending: Ending, why: str) -> JobStatus:
     label = f"attempt {job.attempts}" + (f" ({ending.label})" if ending.label else "")
     excluded = f", excluding {','.join(exclude)}" if exclude else ""
     note(old.log, f"{label} ended: {ended}, a fresh job{excluded}: {spec.log}")
-    note(spec.log, f"retry of attempt {job.attempts} ({ending.label + ', ' if ending.label else ''}{why}); "
-                   f"its log: {old.log}")
+    note(
+        spec.log,
+        f"retry of attempt {job.attempts} ({ending.label + ', ' if ending.label else ''}{why}); "
+        f"its log: {old.log}",
+    )
     job = impl.resubmit(job, spec, exclude)
     save_job(job)
     return JobStatus(job, "QUEUED", ended)
@@ -195,7 +215,9 @@ def cancel(host: PluginHost, job: Job) -> JobStatus:
     impl = host.backend_impl(job.backend)
     asked_before = cancel_requested(job.id)
     with contextlib.suppress(OSError):  # a backend that must say so does (the local one)
-        request_cancel(job.id)  # first: an end that follows is a cancel, and a starting job starts no rank
+        request_cancel(
+            job.id
+        )  # first: an end that follows is a cancel, and a starting job starts no rank
     try:
         seen = impl.cancel(current.job)
     except BaseException:
@@ -206,8 +228,13 @@ def cancel(host: PluginHost, job: Job) -> JobStatus:
         seen = replace(seen, job=_keep(current.job, seen.job))
     if seen.ending is not None or seen.state in TERMINAL or getattr(impl, "cancel_is_final", False):
         return _cancelled(host, impl, seen)
-    wait, poll = getattr(impl, "cancel_wait_s", CANCEL_WAIT_S), getattr(impl, "cancel_poll_s", CANCEL_POLL_S)
-    return wait_until_ended(lambda: status(host, seen.job), wait, poll, getattr(impl, "cancel_after", CANCEL_AFTER))
+    wait, poll = (
+        getattr(impl, "cancel_wait_s", CANCEL_WAIT_S),
+        getattr(impl, "cancel_poll_s", CANCEL_POLL_S),
+    )
+    return wait_until_ended(
+        lambda: status(host, seen.job), wait, poll, getattr(impl, "cancel_after", CANCEL_AFTER)
+    )
 
 
 def _cancelled(host: PluginHost, impl, seen: JobStatus) -> JobStatus:
@@ -219,8 +246,13 @@ def _cancelled(host: PluginHost, impl, seen: JobStatus) -> JobStatus:
     except OSError as exc:
         from llmb.runs.jobs import describe_os_error
 
-        return JobStatus(seen.job, seen.ending.state, f"{seen.reason or seen.ending.reason}; its end could not be "
-                         f"recorded: {describe_os_error(exc)}", seen.progress)
+        return JobStatus(
+            seen.job,
+            seen.ending.state,
+            f"{seen.reason or seen.ending.reason}; its end could not be "
+            f"recorded: {describe_os_error(exc)}",
+            seen.progress,
+        )
 
 
 def note(log: str, text: str) -> None:

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from llmb.runs.runspec import RunOptions
 
 # The settings SubmitOptions holds; gpu and gpus_per_node belong to the request.
-_SUBMIT_SETTINGS = tuple(s for s in cluster_settings.SETTINGS if s.name not in ("gpu", "gpus_per_node"))
+_SUBMIT_SETTINGS = tuple(
+    s for s in cluster_settings.SETTINGS if s.name not in ("gpu", "gpus_per_node")
+)
 
 
 def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, str], ...]:
@@ -34,7 +36,9 @@ def _env_pairs(items: tuple[str, ...], flag: str = "--env") -> tuple[tuple[str, 
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            example = "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
+            example = (
+                "--env TP_COMM_OVERLAP=False" if flag == "--env" else f"{flag} project=llmb-testing"
+            )
             raise UsageError(f"malformed {flag} {item!r}: expected NAME=VALUE, e.g. {example}.")
         name = name.strip()
         if flag == "--env":
@@ -48,9 +52,13 @@ def _secret_names(names: tuple[str, ...]) -> tuple[str, ...]:
     """Secret variables: named, and set here (their values travel only in the submission environment)."""
     for name in names:
         if env_name_problem(name, "--secret"):
-            raise UsageError(f"--secret {name!r}: give the variable's name (e.g. --secret WANDB_API_KEY), not its value.")
+            raise UsageError(
+                f"--secret {name!r}: give the variable's name (e.g. --secret WANDB_API_KEY), not its value."
+            )
         if name not in os.environ:
-            raise UsageError(f"--secret {name}: the variable is not set in this shell; export it first.")
+            raise UsageError(
+                f"--secret {name}: the variable is not set in this shell; export it first."
+            )
     return tuple(dict.fromkeys(names))
 
 
@@ -59,8 +67,11 @@ def _named(setting: cluster_settings.Setting, value: object) -> str:
     import click
 
     ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.params.get(setting.name) == value and \
-            ctx.get_parameter_source(setting.name) == click.core.ParameterSource.ENVIRONMENT:
+    if (
+        ctx is not None
+        and ctx.params.get(setting.name) == value
+        and ctx.get_parameter_source(setting.name) == click.core.ParameterSource.ENVIRONMENT
+    ):
         return setting.variable
     return setting.flag
 
@@ -90,8 +101,12 @@ def cluster_config_for(backend: str) -> ClusterConfig | None:
     return load()
 
 
-def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | None = None,
-                 config: ClusterConfig | None = None) -> tuple[RunOptions, str]:
+def options_from(
+    kw: dict,
+    workload: str | None = None,
+    gpus_per_node: int | None = None,
+    config: ClusterConfig | None = None,
+) -> tuple[RunOptions, str]:
     """(RunOptions, backend name) from the run options' values, by parameter name; on a cluster
     backend, with the cluster file's values (``config``, read when not given) where none was given."""
     from llmb.recipes.proxies import PROXIES
@@ -107,35 +122,65 @@ def options_from(kw: dict, workload: str | None = None, gpus_per_node: int | Non
     env = _env_pairs(tuple(kw.get("env_items") or ()))
     cluster = _cluster_values(kw, config)
     preflight = None
-    if kw.get("exclude_from"):  # a preflight file's flagged nodes join the exclude list (llmb.preflight)
+    if kw.get(
+        "exclude_from"
+    ):  # a preflight file's flagged nodes join the exclude list (llmb.preflight)
         from llmb.runs.exclusion import merged, read
 
         preflight = read(kw["exclude_from"])
         exclude = merged(cluster.get("exclude"), preflight["exclude"])
         if exclude:
-            cluster["exclude"] = cluster_settings.BY_NAME["exclude"].check(exclude, "--exclude-from")
-    image = value_checks.image(kw["image"], "--image") if kw.get("image") else (
-        config.image(workload) if config is not None and workload else None)
-    mounts = tuple(dict.fromkeys([*(config.mounts if config else ()),
-                                  *(value_checks.mount(m, "--mount") for m in kw.get("mounts") or ())]))
+            cluster["exclude"] = cluster_settings.BY_NAME["exclude"].check(
+                exclude, "--exclude-from"
+            )
+    image = (
+        value_checks.image(kw["image"], "--image")
+        if kw.get("image")
+        else (config.image(workload) if config is not None and workload else None)
+    )
+    mounts = tuple(
+        dict.fromkeys(
+            [
+                *(config.mounts if config else ()),
+                *(value_checks.mount(m, "--mount") for m in kw.get("mounts") or ()),
+            ]
+        )
+    )
     cluster_env = tuple((k, v) for k, v in (config.env if config else ()) if k not in dict(env))
     if backend == "local":
         gpus_per_node = None  # this machine's GPUs: nothing to tell a scheduler
     elif gpus_per_node is None and config is not None:
         gpus_per_node = config.gpus_per_node
     options = RunOptions(
-        proxy=proxy, layers=kw.get("layers"), steps=kw.get("steps"), seed=kw.get("seed", 1234),
-        compile=kw.get("compile_"), profile=bool(kw.get("profile")), gpu_metrics=bool(kw.get("gpu_metrics")),
-        nccl_trace=bool(kw.get("nccl_trace")), profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
-        checkpoint_save=bool(kw.get("checkpoint_save")), checkpoint_dir=kw.get("checkpoint_dir"),
-        checkpoint_load=kw.get("checkpoint_load"), env=env, engine=kw.get("engine"), dump_env=bool(kw.get("dump_env")),
-        framework_args=tuple(kw.get("framework_args") or ()), preflight=preflight,
+        proxy=proxy,
+        layers=kw.get("layers"),
+        steps=kw.get("steps"),
+        seed=kw.get("seed", 1234),
+        compile=kw.get("compile_"),
+        profile=bool(kw.get("profile")),
+        gpu_metrics=bool(kw.get("gpu_metrics")),
+        nccl_trace=bool(kw.get("nccl_trace")),
+        profile_window=asked_window(kw.get("profile_start"), kw.get("profile_stop")),
+        checkpoint_save=bool(kw.get("checkpoint_save")),
+        checkpoint_dir=kw.get("checkpoint_dir"),
+        checkpoint_load=kw.get("checkpoint_load"),
+        env=env,
+        engine=kw.get("engine"),
+        dump_env=bool(kw.get("dump_env")),
+        framework_args=tuple(kw.get("framework_args") or ()),
+        preflight=preflight,
         submit=SubmitOptions(
-            retries=kw.get("retries") or 0, requeue=bool(kw.get("requeue")), image=image, mounts=mounts,
-            bare=bool(kw.get("bare")), secrets=_secret_names(tuple(kw.get("secrets") or ())),
+            retries=kw.get("retries") or 0,
+            requeue=bool(kw.get("requeue")),
+            image=image,
+            mounts=mounts,
+            bare=bool(kw.get("bare")),
+            secrets=_secret_names(tuple(kw.get("secrets") or ())),
             additional=kw.get("additional_slurm_params") or None,
             extra=_env_pairs(tuple(kw.get("backend_opts") or ()), "--backend-opt"),
-            gpus_per_node=gpus_per_node, cluster_env=cluster_env, **cluster,
+            gpus_per_node=gpus_per_node,
+            cluster_env=cluster_env,
+            **cluster,
         ),
     )
     return options, backend
@@ -151,9 +196,11 @@ def cluster_request(request: RecipeRequest, config: ClusterConfig | None) -> Rec
             request = replace(request, gpu=config.gpu)
         elif request.gpu.strip().lower() != config.gpu:
             named = _named(cluster_settings.BY_NAME["gpu"], request.gpu)
-            raise UsageError(f"{named} {request.gpu} disagrees with the cluster file {config.path}, which says the "
-                             f"cluster's GPUs are gpu: {config.gpu}. Ask for {config.gpu}, or for no GPU type (the file's is "
-                             f"taken), or correct gpu in the file if the cluster has changed.")
+            raise UsageError(
+                f"{named} {request.gpu} disagrees with the cluster file {config.path}, which says the "
+                f"cluster's GPUs are gpu: {config.gpu}. Ask for {config.gpu}, or for no GPU type (the file's is "
+                f"taken), or correct gpu in the file if the cluster has changed."
+            )
     if request.gpus_per_node is None and config.gpus_per_node is not None:
         request = replace(request, gpus_per_node=config.gpus_per_node)
     return request

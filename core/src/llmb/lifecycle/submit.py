@@ -43,8 +43,12 @@ class Submitted:
     spec: RunSpec
     plan: Plan | None
     warnings: tuple[str, ...]
-    description: dict | None = None  # a dry run: what the backend would do (nothing was written or sent)
-    submit: SubmitOptions | None = None  # what the backend was given: the options, with the derived time limit
+    description: dict | None = (
+        None  # a dry run: what the backend would do (nothing was written or sent)
+    )
+    submit: SubmitOptions | None = (
+        None  # what the backend was given: the options, with the derived time limit
+    )
 
 
 class Taken(LlmbError):
@@ -54,8 +58,12 @@ class Taken(LlmbError):
 
 def describe(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitted:
     """A dry run: what the backend would do with the prepared run; nothing is written or sent."""
-    description = host.backend_impl(backend_name).describe(prepared.spec, prepared.job, prepared.submit)
-    return Submitted(prepared.job, prepared.spec, prepared.plan, prepared.warnings, description, prepared.submit)
+    description = host.backend_impl(backend_name).describe(
+        prepared.spec, prepared.job, prepared.submit
+    )
+    return Submitted(
+        prepared.job, prepared.spec, prepared.plan, prepared.warnings, description, prepared.submit
+    )
 
 
 def _claim(prepared: Prepared) -> None:
@@ -71,13 +79,26 @@ def submit(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitted
     """Write the experiment and the job record, then submit to the backend."""
     _claim(prepared)
     spec, where, warnings = prepared.spec, prepared.where, list(prepared.warnings)
-    if problem := provenance.record_submission(where.run_dir, host, backend_name, spec, prepared.submit,
-                                               prepared.container, prepared.secret_names):
-        warnings.append(problem)  # before the job exists: the job's side is merged into the file later
-    if prepared.preflight and (problem := provenance.write_section(where.run_dir, "preflight", prepared.preflight)):
+    if problem := provenance.record_submission(
+        where.run_dir,
+        host,
+        backend_name,
+        spec,
+        prepared.submit,
+        prepared.container,
+        prepared.secret_names,
+    ):
+        warnings.append(
+            problem
+        )  # before the job exists: the job's side is merged into the file later
+    if prepared.preflight and (
+        problem := provenance.write_section(where.run_dir, "preflight", prepared.preflight)
+    ):
         warnings.append(problem)
     submitted_at = now()
-    experiment.write_json(where.recipe_file, {**prepared.record, "warnings": warnings, "submitted_at": submitted_at})
+    experiment.write_json(
+        where.recipe_file, {**prepared.record, "warnings": warnings, "submitted_at": submitted_at}
+    )
     with open(where.log, "a", encoding="utf-8") as handle:
         for warning in warnings:
             handle.write(f"[llmb] warning: {warning}\n")
@@ -87,7 +108,9 @@ def submit(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitted
     return Submitted(job, spec, prepared.plan, tuple(warnings), submit=prepared.submit)
 
 
-def hand_over(host: PluginHost, backend_name: str, spec: RunSpec, job: Job, options: SubmitOptions) -> Job:
+def hand_over(
+    host: PluginHost, backend_name: str, spec: RunSpec, job: Job, options: SubmitOptions
+) -> Job:
     """Give the job to its backend: its record saved first (a job llmb was stopped while submitting is
     found later), the record the backend returns saved after. A refusal (``UsageError``) or a submission
     that left nothing on the cluster (``NothingSubmitted``) removes the job; an ``Unconfirmed`` one is
@@ -105,7 +128,9 @@ def hand_over(host: PluginHost, backend_name: str, spec: RunSpec, job: Job, opti
     return job
 
 
-def submit_fresh(host: PluginHost, prepare_once: Callable[[], Prepared], backend_name: str) -> Submitted:
+def submit_fresh(
+    host: PluginHost, prepare_once: Callable[[], Prepared], backend_name: str
+) -> Submitted:
     """Submit what ``prepare_once`` prepares; prepared again (a fresh job id, the next free experiment
     directory) when another submission took its job id or directory in between."""
     for _ in range(ATTEMPTS):
@@ -113,12 +138,19 @@ def submit_fresh(host: PluginHost, prepare_once: Callable[[], Prepared], backend
             return submit(host, prepare_once(), backend_name)
         except Taken:
             continue
-    raise JobStoreError(f"could not claim a job id and an experiment directory in {ATTEMPTS} tries: other "
-                        f"submissions took each one first; try again.")
+    raise JobStoreError(
+        f"could not claim a job id and an experiment directory in {ATTEMPTS} tries: other "
+        f"submissions took each one first; try again."
+    )
 
 
-def submit_run(host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local",
-               dry_run: bool = False) -> Submitted:
+def submit_run(
+    host: PluginHost,
+    request: RecipeRequest,
+    options: RunOptions,
+    backend_name: str = "local",
+    dry_run: bool = False,
+) -> Submitted:
     """``llmb run``: prepare and submit; with ``dry_run``, prepare and ask the backend what it would do,
     writing and sending nothing."""
     if dry_run:

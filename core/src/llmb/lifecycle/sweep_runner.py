@@ -33,9 +33,17 @@ class Checked:
 
 
 def request_for(task: Task) -> RecipeRequest:
-    return RecipeRequest(workload=task.workload, size=task.size, gpu=task.gpu, dtype=task.dtype, gpus=task.gpus,
-                         variant=task.variant, strong_scaling=task.strong_scaling, gpus_per_node=task.gpus_per_node,
-                         overrides=parse_overrides(tuple(f"{k}={v}" for k, v in task.overrides.items())))
+    return RecipeRequest(
+        workload=task.workload,
+        size=task.size,
+        gpu=task.gpu,
+        dtype=task.dtype,
+        gpus=task.gpus,
+        variant=task.variant,
+        strong_scaling=task.strong_scaling,
+        gpus_per_node=task.gpus_per_node,
+        overrides=parse_overrides(tuple(f"{k}={v}" for k, v in task.overrides.items())),
+    )
 
 
 def inputs_for(task: Task, base: dict):
@@ -78,8 +86,10 @@ class Counts:
     failed: int = 0
 
     def line(self, sweep: Sweep) -> str:
-        return (f"{sweep.id}: {self.queued} queued, {self.running} running, {self.done} done, {self.failed} failed "
-                f"(of {len(sweep.tasks)})")
+        return (
+            f"{sweep.id}: {self.queued} queued, {self.running} running, {self.done} done, {self.failed} failed "
+            f"(of {len(sweep.tasks)})"
+        )
 
 
 def counts(states: list[str | None]) -> Counts:
@@ -99,13 +109,26 @@ def counts(states: list[str | None]) -> Counts:
 class SweepRun:
     """Submits and follows one sweep; ``states[i]`` is task i's last known state."""
 
-    def __init__(self, host: PluginHost, tasks: list[Task], base: dict, backend: str, max_parallel: int,
-                 progress: Callable[[str], None]):
+    def __init__(
+        self,
+        host: PluginHost,
+        tasks: list[Task],
+        base: dict,
+        backend: str,
+        max_parallel: int,
+        progress: Callable[[str], None],
+    ):
         self.host = host
         self.base = base
         self.max_parallel = max_parallel
         self.progress = progress
-        self.sweep = Sweep(id=new_sweep_id(), created_at=now(), backend=backend, tasks=tasks, jobs=[None] * len(tasks))
+        self.sweep = Sweep(
+            id=new_sweep_id(),
+            created_at=now(),
+            backend=backend,
+            tasks=tasks,
+            jobs=[None] * len(tasks),
+        )
         self.states: list[str | None] = [None] * len(tasks)
         self.finals: list[JobStatus | None] = [None] * len(tasks)
         self.errors: list[str | None] = [None] * len(tasks)
@@ -138,7 +161,9 @@ class SweepRun:
             return self.sweep
         shown = None
         while True:
-            active = [i for i, j in enumerate(self.sweep.jobs) if j and self.states[i] not in TERMINAL]
+            active = [
+                i for i, j in enumerate(self.sweep.jobs) if j and self.states[i] not in TERMINAL
+            ]
             while pending and (self.max_parallel == 0 or len(active) < self.max_parallel):
                 index = pending.pop(0)
                 self.submit(index)
@@ -163,4 +188,3 @@ def problems(checked: list[Checked]) -> str | None:
     lines = [f"{len(bad)} of {len(checked)} sweep tasks cannot run; nothing was submitted:"]
     lines += [f"  - {c.task.label} ({c.task.source}): {c.error}" for c in bad]
     return "\n".join(lines)
-

@@ -116,11 +116,14 @@ def _with_importlib(group: str) -> list[EntryPoint]:
     out = []
     for ep in entry_points(group=group):
         dist = getattr(ep, "dist", None)
-        out.append(EntryPoint(
-            ep.name, ep.value,
-            dist.metadata["Name"] if dist is not None else None,
-            dist.version if dist is not None else None,
-        ))
+        out.append(
+            EntryPoint(
+                ep.name,
+                ep.value,
+                dist.metadata["Name"] if dist is not None else None,
+                dist.version if dist is not None else None,
+            )
+        )
     return out
 
 

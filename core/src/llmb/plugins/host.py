@@ -28,8 +28,14 @@ GROUP = "llmb"
 PLUGINS_VARIABLE = "LLMB_PLUGINS"  # more plugins, by module name: ``_named_plugins``
 # The core's own plugins, one per stage that answers hooks, registered by name (as pytest loads its
 # own): the host imports no later stage, and each module imports what it needs when called.
-CORE_PLUGINS = ("llmb.recipes.defaults", "llmb.runs.profiling", "llmb.results.hooks", "llmb.lifecycle.hooks",
-                "llmb.backends.hooks", "llmb.preflight.hooks")
+CORE_PLUGINS = (
+    "llmb.recipes.defaults",
+    "llmb.runs.profiling",
+    "llmb.results.hooks",
+    "llmb.lifecycle.hooks",
+    "llmb.backends.hooks",
+    "llmb.preflight.hooks",
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,9 @@ class PluginHost:
         registered under their module name after the installed plugins. Set in a run's environment, the
         variable reaches its ranks, whose worker loads them too (tests load ``tests/fault_plugin.py`` so).
         One that fails to import is reported as an installed plugin would be."""
-        for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        for name in filter(
+            None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))
+        ):
             try:
                 self.pm.register(importlib.import_module(name), name=name)
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - as an entry point's import failure
@@ -131,16 +139,29 @@ class PluginHost:
     def add_plugin(self, name: str, plugin: object) -> None:
         """Register an in-process plugin (tests, site configuration)."""
         self.pm.register(plugin, name=name)
-        self._infos[name] = PluginInfo(name, getattr(plugin, "__name__", repr(plugin)), None, None, "loaded")
+        self._infos[name] = PluginInfo(
+            name, getattr(plugin, "__name__", repr(plugin)), None, None, "loaded"
+        )
         self._workloads = None
 
-    def _failed(self, key: str, name: str, module: str, dist: str | None, version: str | None,
-                exc: BaseException) -> None:
+    def _failed(
+        self,
+        key: str,
+        name: str,
+        module: str,
+        dist: str | None,
+        version: str | None,
+        exc: BaseException,
+    ) -> None:
         info = PluginInfo(name, module, dist, version, "failed", _describe(exc))
         self._infos[key] = info
         self._broken_workloads[name] = f"plugin {info.provider()} failed to load: {info.error}"
-        self.log.warning("plugin failed to load; its workloads are unavailable",
-                         plugin=name, provider=info.provider(), error=info.error)
+        self.log.warning(
+            "plugin failed to load; its workloads are unavailable",
+            plugin=name,
+            provider=info.provider(),
+            error=info.error,
+        )
 
     def plugins(self) -> list[PluginInfo]:
         self.workloads()  # fills in which plugin registered which workload
@@ -166,8 +187,11 @@ class PluginHost:
                 continue
             for record in records:
                 if not isinstance(record, Workload):
-                    self.log.warning("plugin returned a non-Workload record; ignored",
-                                     plugin=key, record=repr(record)[:80])
+                    self.log.warning(
+                        "plugin returned a non-Workload record; ignored",
+                        plugin=key,
+                        record=repr(record)[:80],
+                    )
                     continue
                 found.setdefault(record.name, []).append((key, record))
         result: dict[str, Workload] = {}
@@ -183,7 +207,9 @@ class PluginHost:
             self._owner[name] = key
             if key in self._infos:
                 info = self._infos[key]
-                self._infos[key] = PluginInfo(**{**info.__dict__, "workloads": info.workloads + (name,)})
+                self._infos[key] = PluginInfo(
+                    **{**info.__dict__, "workloads": info.workloads + (name,)}
+                )
         self._workloads = dict(sorted(result.items()))
         # Erratum-affected published figures, recomputed with each workload's own FLOPs formula
         # (the owners are known now, so its hook can be called).
@@ -227,27 +253,39 @@ class PluginHost:
             remove.add(key)
             if (key, hook) not in self._ignored:
                 self._ignored.add((key, hook))
-                self.log.warning("plugin implements a per-workload hook without owning a workload; "
-                                 "only wrappers (wrapper=True) are called", plugin=key, hook=hook)
+                self.log.warning(
+                    "plugin implements a per-workload hook without owning a workload; "
+                    "only wrappers (wrapper=True) are called",
+                    plugin=key,
+                    hook=hook,
+                )
         plugins = [self.pm.get_plugin(key) for key in remove]
-        return self.pm.subset_hook_caller(hook, remove_plugins=[p for p in plugins if p is not None])
+        return self.pm.subset_hook_caller(
+            hook, remove_plugins=[p for p in plugins if p is not None]
+        )
 
     def resolve(self, request: RecipeRequest) -> Recipe:
         workload = self.workload(request.workload)
-        recipe = self._for_workload("llmb_resolve_recipe", workload)(workload=workload, request=request)
+        recipe = self._for_workload("llmb_resolve_recipe", workload)(
+            workload=workload, request=request
+        )
         if not isinstance(recipe, Recipe):
             raise PluginError(f"the {workload.name} plugin resolved no recipe for {request}.")
         return without_idle_vp(recipe)  # a plugin's own resolution too: no VP without a pipeline
 
     def model_flops(self, workload: Workload, arch: ModelArch, seq_len: int) -> ModelFlops | None:
-        return self._for_workload("llmb_model_flops", workload)(workload=workload, arch=arch, seq_len=seq_len)
+        return self._for_workload("llmb_model_flops", workload)(
+            workload=workload, arch=arch, seq_len=seq_len
+        )
 
     def build_model(self, workload: Workload, arch: ModelArch) -> Any:
         """The torch module of ``workload`` at ``arch`` (imports torch)."""
         model = self._for_workload("llmb_build_model", workload)(workload=workload, arch=arch)
         if model is None:
-            raise PluginError(f"the {workload.name} plugin provides no model for the torch engine "
-                              f"(it implements no llmb_build_model).")
+            raise PluginError(
+                f"the {workload.name} plugin provides no model for the torch engine "
+                f"(it implements no llmb_build_model)."
+            )
         return model
 
     # ------------------------------------------------------------ 1:N contributions
@@ -265,16 +303,24 @@ class PluginHost:
             try:
                 records = list(impl.function() or ())
             except Exception as exc:  # noqa: BLE001
-                self.log.warning("plugin's backends failed; skipped", plugin=impl.plugin_name, error=_describe(exc))
+                self.log.warning(
+                    "plugin's backends failed; skipped",
+                    plugin=impl.plugin_name,
+                    error=_describe(exc),
+                )
                 continue
             for record in records:
                 if record.name in found:
-                    self.log.warning("duplicate backend refused", backend=record.name, plugin=impl.plugin_name)
+                    self.log.warning(
+                        "duplicate backend refused", backend=record.name, plugin=impl.plugin_name
+                    )
                     continue
                 found[record.name] = record
                 info = self._infos.get(impl.plugin_name)
                 if info is not None:
-                    self._infos[impl.plugin_name] = PluginInfo(**{**info.__dict__, "backends": info.backends + (record.name,)})
+                    self._infos[impl.plugin_name] = PluginInfo(
+                        **{**info.__dict__, "backends": info.backends + (record.name,)}
+                    )
         self._backends = found
         return found
 
@@ -288,25 +334,35 @@ class PluginHost:
     def backend(self, name: str):
         backends = self.backends()
         if name not in backends:
-            raise UsageError(f"unknown backend {name!r}; installed backends: {', '.join(backends)} "
-                             f"(cluster backends come with llmb-backend-slurm and llmb-backend-runai).")
+            raise UsageError(
+                f"unknown backend {name!r}; installed backends: {', '.join(backends)} "
+                f"(cluster backends come with llmb-backend-slurm and llmb-backend-runai)."
+            )
         return backends[name]
 
     def flaky_signatures(self) -> tuple[str, ...]:
         """Every plugin's flaky-failure signatures, the core's first, each once. A plugin whose
         hook fails, or returns something other than non-empty strings, is skipped with a warning."""
         found: dict[str, None] = {}
-        for impl in self.pm.hook.llmb_flaky_signatures.get_hookimpls():  # registration order: core first
+        for (
+            impl
+        ) in self.pm.hook.llmb_flaky_signatures.get_hookimpls():  # registration order: core first
             try:
                 signatures = list(impl.function() or ())
             except Exception as exc:  # noqa: BLE001
-                self.log.warning("plugin's flaky signatures failed; skipped", plugin=impl.plugin_name,
-                                 error=_describe(exc))
+                self.log.warning(
+                    "plugin's flaky signatures failed; skipped",
+                    plugin=impl.plugin_name,
+                    error=_describe(exc),
+                )
                 continue
             bad = [s for s in signatures if not isinstance(s, str) or not s.strip()]
             if bad:
-                self.log.warning("plugin's flaky signatures must be non-empty strings; its list is skipped",
-                                 plugin=impl.plugin_name, bad=repr(bad[0])[:80])
+                self.log.warning(
+                    "plugin's flaky signatures must be non-empty strings; its list is skipped",
+                    plugin=impl.plugin_name,
+                    bad=repr(bad[0])[:80],
+                )
                 continue
             found.update(dict.fromkeys(signatures))
         return tuple(found)
@@ -318,11 +374,17 @@ class PluginHost:
             try:
                 parsers = list(impl.function() or ())
             except Exception as exc:  # noqa: BLE001
-                self.log.warning("plugin's log parsers failed; skipped", plugin=impl.plugin_name, error=_describe(exc))
+                self.log.warning(
+                    "plugin's log parsers failed; skipped",
+                    plugin=impl.plugin_name,
+                    error=_describe(exc),
+                )
                 continue
             for parser in parsers:
                 if parser.name in found:
-                    self.log.warning("duplicate log parser refused", parser=parser.name, plugin=impl.plugin_name)
+                    self.log.warning(
+                        "duplicate log parser refused", parser=parser.name, plugin=impl.plugin_name
+                    )
                     continue
                 found[parser.name] = parser
         return list(found.values())

@@ -38,7 +38,9 @@ class Expected:
     gpu: str
     gemm: float | None = None  # dense BF16 TFLOP/s
     memory: float | None = None  # HBM GB/s
-    intra: float | None = None  # all-reduce bus bandwidth inside a node, GB/s: NVLink's one-way bandwidth
+    intra: float | None = (
+        None  # all-reduce bus bandwidth inside a node, GB/s: NVLink's one-way bandwidth
+    )
     inter: float | None = None  # all-reduce bus bandwidth across nodes, GB/s: the NIC's line rate
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -46,8 +48,13 @@ class Expected:
         return getattr(self, kind)
 
     def as_dict(self) -> dict:
-        return {"gpu": self.gpu, **{k: self.figure(k) for k in KINDS}, "sources": dict(self.sources),
-                "fraction": dict(FRACTION), "peer_margin": PEER_MARGIN}
+        return {
+            "gpu": self.gpu,
+            **{k: self.figure(k) for k in KINDS},
+            "sources": dict(self.sources),
+            "fraction": dict(FRACTION),
+            "peer_margin": PEER_MARGIN,
+        }
 
 
 @lru_cache(maxsize=1)
@@ -74,11 +81,14 @@ def expected(gpu: str, device: str = "cuda") -> Expected:
         entry = row.get(key)
         if not entry:
             return None
-        sources[kind] = docs[entry["source"]] + (f" ({entry['derived']})" if entry.get("derived") else "")
+        sources[kind] = docs[entry["source"]] + (
+            f" ({entry['derived']})" if entry.get("derived") else ""
+        )
         return float(entry["value"]) * scale
 
     return Expected(
-        gpu=gpu, gemm=peak,
+        gpu=gpu,
+        gemm=peak,
         memory=take("hbm_tb_s", "memory", 1000.0),  # TB/s -> GB/s
         intra=take("nvlink_gb_s", "intra", 0.5),  # both directions -> one way
         inter=take("nic_gbit_s", "inter", 1 / 8),  # Gb/s -> GB/s

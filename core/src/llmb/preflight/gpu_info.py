@@ -40,11 +40,13 @@ def parse(text: str) -> dict:
     """{"driver": str|None, "gpus": [{"bus_id", "name", "sm_mhz", "max_sm_mhz", "ecc_uncorrected",
     "ecc_corrected"}]}."""
     heads = list(_GPU.finditer(text))
-    driver = _element(text[:heads[0].start()] if heads else text, "driver_version")
+    driver = _element(text[: heads[0].start()] if heads else text, "driver_version")
     gpus = []
     for i, head in enumerate(heads):
-        body = text[head.end():heads[i + 1].start() if i + 1 < len(heads) else len(text)]
-        body = re.sub(r"<mig_devices>.*?</mig_devices>", "", body, flags=re.S)  # a MIG slice's own counts
+        body = text[head.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        body = re.sub(
+            r"<mig_devices>.*?</mig_devices>", "", body, flags=re.S
+        )  # a MIG slice's own counts
         volatile = _element(_element(body, "ecc_errors") or "", "volatile") or ""
         uncorrected = corrected = 0
         for name, value in re.findall(r"<(\w+)>\s*(\d+)\s*</\1>", volatile):
@@ -52,15 +54,24 @@ def parse(text: str) -> dict:
                 uncorrected += int(value)
             elif "correctable" in name:
                 corrected += int(value)
-        for kind, total in re.findall(r"<(single_bit|double_bit)>.*?<total>\s*(\d+)\s*</total>", volatile, re.S):
+        for kind, total in re.findall(
+            r"<(single_bit|double_bit)>.*?<total>\s*(\d+)\s*</total>", volatile, re.S
+        ):
             if kind == "double_bit":
                 uncorrected += int(total)
             else:
                 corrected += int(total)
         name = _element(body, "product_name")
-        gpus.append({"bus_id": head.group(1), "name": name.strip() if name else None,
-                     "sm_mhz": _mhz(_element(body, "clocks")), "max_sm_mhz": _mhz(_element(body, "max_clocks")),
-                     "ecc_uncorrected": uncorrected, "ecc_corrected": corrected})
+        gpus.append(
+            {
+                "bus_id": head.group(1),
+                "name": name.strip() if name else None,
+                "sm_mhz": _mhz(_element(body, "clocks")),
+                "max_sm_mhz": _mhz(_element(body, "max_clocks")),
+                "ecc_uncorrected": uncorrected,
+                "ecc_corrected": corrected,
+            }
+        )
     return {"driver": driver.strip() if driver else None, "gpus": gpus}
 
 
@@ -85,8 +96,13 @@ def problems(report: dict, gpu: str, expected_count: int) -> list[str]:
     bad = [str(i) for i, g in enumerate(gpus) if g.get("ecc_uncorrected")]
     if bad:
         out.append(f"uncorrectable ECC errors on GPU {', '.join(bad)}")
-    slow = [f"{i} ({g['sm_mhz']}/{g['max_sm_mhz']} MHz)" for i, g in enumerate(gpus)
-            if g.get("sm_mhz") and g.get("max_sm_mhz") and g["sm_mhz"] < LOW_CLOCK_FRACTION * g["max_sm_mhz"]]
+    slow = [
+        f"{i} ({g['sm_mhz']}/{g['max_sm_mhz']} MHz)"
+        for i, g in enumerate(gpus)
+        if g.get("sm_mhz")
+        and g.get("max_sm_mhz")
+        and g["sm_mhz"] < LOW_CLOCK_FRACTION * g["max_sm_mhz"]
+    ]
     if slow:
         out.append(f"SM clock held low on GPU {', '.join(slow)}")
     return out
@@ -102,5 +118,9 @@ def query(timeout: float = 60.0) -> dict | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"driver": None, "gpus": [], "error": f"nvidia-smi -q -x: {exc}"}
     if done.returncode != 0:
-        return {"driver": None, "gpus": [], "error": f"nvidia-smi -q -x exited {done.returncode}: {done.stderr.strip()[:200]}"}
+        return {
+            "driver": None,
+            "gpus": [],
+            "error": f"nvidia-smi -q -x exited {done.returncode}: {done.stderr.strip()[:200]}",
+        }
     return parse(done.stdout)

@@ -29,8 +29,15 @@ def root() -> str:
     return os.path.join(install_dir(), WORKLOAD)
 
 
-def prepare(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
-            sizes: dict | None = None) -> Prepared:
+def prepare(
+    host,
+    gpu: str,
+    nodes: int,
+    gpus_per_node: int,
+    options: RunOptions,
+    backend: str,
+    sizes: dict | None = None,
+) -> Prepared:
     """The preflight of ``nodes`` nodes of ``gpus_per_node`` ranks, ready to submit (``llmb.lifecycle.submit``):
     every refusal is raised here, before anything is written."""
     host.backend(backend)
@@ -41,50 +48,122 @@ def prepare(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions,
 
         machine = detect()
         if nodes != 1:
-            raise UsageError(f"--nodes {nodes}: the local backend runs on this machine, one node; use --nodes 1 or "
-                             f"a cluster backend.")
+            raise UsageError(
+                f"--nodes {nodes}: the local backend runs on this machine, one node; use --nodes 1 or "
+                f"a cluster backend."
+            )
         device = "cuda" if machine.gpus >= gpus_per_node else "cpu"
         if device == "cpu" and gpus_per_node > 2 * machine.cpus:
-            raise UsageError(f"--gpus-per-node {gpus_per_node}: more CPU ranks than this machine's {machine.cpus} cores "
-                             f"can carry; use at most {2 * machine.cpus}.")
+            raise UsageError(
+                f"--gpus-per-node {gpus_per_node}: more CPU ranks than this machine's {machine.cpus} cores "
+                f"can carry; use at most {2 * machine.cpus}."
+            )
         if submit_options.given():
-            warnings.append(f"the local backend ignores {', '.join(submit_options.given())} (cluster options).")
+            warnings.append(
+                f"the local backend ignores {', '.join(submit_options.given())} (cluster options)."
+            )
     else:
         device = "auto"
         if not submit_options.bare and not submit_options.image:
-            raise UsageError("llmb preflight on a cluster runs in a container with torch: give --image (e.g. the "
-                             "recipes' NeMo container) or --bare to run from the nodes' Python environment.")
+            raise UsageError(
+                "llmb preflight on a cluster runs in a container with torch: give --image (e.g. the "
+                "recipes' NeMo container) or --bare to run from the nodes' Python environment."
+            )
         if submit_options.time_limit is None:
             options = replace(options, submit=replace(submit_options, time_limit="20"))
     ranks = nodes * gpus_per_node
     name = f"preflight_{gpu}_nodes{nodes}_gpus{gpus_per_node}"
-    job_id = new_job_id(backend)  # claimed by submit, with the experiment directory (llmb.lifecycle.prepare)
+    job_id = new_job_id(
+        backend
+    )  # claimed by submit, with the experiment directory (llmb.lifecycle.prepare)
     where = experiment.locate(WORKLOAD, name, root())
     env = dict(options.env)
     if device != "cpu":
         env.setdefault("NCCL_DEBUG", "INFO")  # NCCL's set-up lines name each node's transport
         env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
     spec = RunSpec(
-        job_id=job_id, workload=WORKLOAD, variant=WORKLOAD, framework="torch", engine="preflight", size="-",
-        arch={}, proxy=None, gpu=gpu, dtype="bf16", compute_dtype="auto" if device == "auto" else (
-            "bfloat16" if device == "cuda" else "float32"),
-        device=device, ranks=ranks, mbs=1, ga=1, gbs=ranks, seq_len=0, steps=0, seed=options.seed, compile=False,
-        flops_per_sample=0.0, experiment=name, run_dir=where.run_dir, inner_dir=where.inner, log=where.log,
-        env=env, nodes=nodes, ranks_per_node=gpus_per_node, preflight=dict(sizes or {}),
+        job_id=job_id,
+        workload=WORKLOAD,
+        variant=WORKLOAD,
+        framework="torch",
+        engine="preflight",
+        size="-",
+        arch={},
+        proxy=None,
+        gpu=gpu,
+        dtype="bf16",
+        compute_dtype="auto"
+        if device == "auto"
+        else ("bfloat16" if device == "cuda" else "float32"),
+        device=device,
+        ranks=ranks,
+        mbs=1,
+        ga=1,
+        gbs=ranks,
+        seq_len=0,
+        steps=0,
+        seed=options.seed,
+        compile=False,
+        flops_per_sample=0.0,
+        experiment=name,
+        run_dir=where.run_dir,
+        inner_dir=where.inner,
+        log=where.log,
+        env=env,
+        nodes=nodes,
+        ranks_per_node=gpus_per_node,
+        preflight=dict(sizes or {}),
     )
-    job = Job(id=job_id, backend=backend, workload=WORKLOAD, experiment=name, run_dir=where.run_dir, log=where.log,
-              ranks=ranks, submitted_at=now(), proxy=None)
-    record = {"kind": WORKLOAD, "job_id": job_id, "backend": backend, "gpu": gpu, "nodes": nodes,
-              "gpus_per_node": gpus_per_node, "ranks": ranks, "device": device, "sizes": spec.preflight,
-              "submitted_at": now(), "warnings": warnings}
-    return Prepared(spec, job, None, tuple(warnings), record, options.submit, where, None,
-                    frozenset({*SECRET_VARIABLES, *options.submit.secrets}))
+    job = Job(
+        id=job_id,
+        backend=backend,
+        workload=WORKLOAD,
+        experiment=name,
+        run_dir=where.run_dir,
+        log=where.log,
+        ranks=ranks,
+        submitted_at=now(),
+        proxy=None,
+    )
+    record = {
+        "kind": WORKLOAD,
+        "job_id": job_id,
+        "backend": backend,
+        "gpu": gpu,
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "ranks": ranks,
+        "device": device,
+        "sizes": spec.preflight,
+        "submitted_at": now(),
+        "warnings": warnings,
+    }
+    return Prepared(
+        spec,
+        job,
+        None,
+        tuple(warnings),
+        record,
+        options.submit,
+        where,
+        None,
+        frozenset({*SECRET_VARIABLES, *options.submit.secrets}),
+    )
 
 
-def submit(host, gpu: str, nodes: int, gpus_per_node: int, options: RunOptions, backend: str,
-           dry_run: bool = False, sizes: dict | None = None) -> Submitted:
+def submit(
+    host,
+    gpu: str,
+    nodes: int,
+    gpus_per_node: int,
+    options: RunOptions,
+    backend: str,
+    dry_run: bool = False,
+    sizes: dict | None = None,
+) -> Submitted:
     """Prepare and submit the preflight job (``llmb.lifecycle.submit``, as a run); with ``dry_run``, what the
     backend would do, writing and sending nothing."""
+
     def prepare_once() -> Prepared:
         return prepare(host, gpu, nodes, gpus_per_node, options, backend, sizes)
 
@@ -129,5 +208,9 @@ def finish_summary(job: Job) -> dict:
         return {"error": f"could not write the preflight report: {type(exc).__name__}: {exc}"}
     if report is None:
         return {"error": "the ranks wrote no measurements"}
-    return {"kind": WORKLOAD, "verdict": report["verdict"], "exclude": report["exclude"],
-            "report": report_path(job.run_dir)}
+    return {
+        "kind": WORKLOAD,
+        "verdict": report["verdict"],
+        "exclude": report["exclude"],
+        "report": report_path(job.run_dir),
+    }

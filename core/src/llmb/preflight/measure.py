@@ -42,7 +42,7 @@ def gemm_tflops(device, size: int, repeats: int) -> float:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     seconds = _timed(lambda: torch.mm(a, b), device, repeats)
-    return 2 * size ** 3 / seconds / 1e12
+    return 2 * size**3 / seconds / 1e12
 
 
 def memory_gb_s(device, megabytes: int, repeats: int) -> float:

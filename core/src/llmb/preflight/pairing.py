@@ -23,8 +23,10 @@ def rounds(n: int) -> list[list[list[tuple[int, int]]]]:
         return []
     out = []
     for r in range(max(1, math.ceil(math.log2(n)))):
-        distance = 2 ** r
-        pairs = sorted({tuple(sorted((i, (i + distance) % n))) for i in range(n)} - {(i, i) for i in range(n)})
+        distance = 2**r
+        pairs = sorted(
+            {tuple(sorted((i, (i + distance) % n))) for i in range(n)} - {(i, i) for i in range(n)}
+        )
         steps: list[list[tuple[int, int]]] = []
         for pair in pairs:  # greedy: the first step this pair's nodes are both free in
             for step in steps:

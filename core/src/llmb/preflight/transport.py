@@ -29,8 +29,12 @@ def per_host(text: str) -> dict[str, dict]:
         if transport is None:
             continue
         multi_node = len(lines) > 1
-        out[host] = {"channels": transport.channels, "networks": list(transport.networks),
-                     "plugins": list(transport.plugins), "over_sockets": transport.over_sockets(2 if multi_node else 1)}
+        out[host] = {
+            "channels": transport.channels,
+            "networks": list(transport.networks),
+            "plugins": list(transport.plugins),
+            "over_sockets": transport.over_sockets(2 if multi_node else 1),
+        }
     return out
 
 

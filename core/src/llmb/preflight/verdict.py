@@ -34,7 +34,9 @@ def node_figures(data: dict) -> dict[str, dict]:
     for r in ranks:
         for key, value in (r.get("pairs") or {}).items():
             a, b = (int(x) for x in key.split("-"))
-            pair_figures[(a, b)] = min(pair_figures.get((a, b), value), value)  # the pair's slowest member's
+            pair_figures[(a, b)] = min(
+                pair_figures.get((a, b), value), value
+            )  # the pair's slowest member's
     for index, score in enumerate(pairing.node_scores(len(nodes), pair_figures)):
         out[nodes[index]]["inter"] = score
     return out
@@ -60,31 +62,56 @@ def build(data: dict, expected: Expected, log_text: str = "") -> dict:
                 continue
             want = expected.figure(kind)
             if want is not None and value < FRACTION[kind] * want:
-                reasons.append(f"{kind} {value:.3g} {UNITS[kind]} < {FRACTION[kind]:.0%} of the expected {want:g}")
+                reasons.append(
+                    f"{kind} {value:.3g} {UNITS[kind]} < {FRACTION[kind]:.0%} of the expected {want:g}"
+                )
             peers = _peer_median(figures, node, kind)
             if kind == "inter" and len(data["nodes"]) < 3:
                 peers = None  # two nodes share their one pair: it cannot say which end is slow
             if peers is not None and value < (1 - PEER_MARGIN) * peers:
-                reasons.append(f"{kind} {value:.3g} {UNITS[kind]} is {1 - value / peers:.0%} below the other nodes' "
-                               f"median {peers:.3g}")
+                reasons.append(
+                    f"{kind} {value:.3g} {UNITS[kind]} is {1 - value / peers:.0%} below the other nodes' "
+                    f"median {peers:.3g}"
+                )
         report = reports.get(node)
         if report is not None:
-            reasons += gpu_info.problems(report, data["gpu"], data["ranks_per_node"].get(node, 0)
-                                         if data.get("gpus_per_node") is None else data["gpus_per_node"])
+            reasons += gpu_info.problems(
+                report,
+                data["gpu"],
+                data["ranks_per_node"].get(node, 0)
+                if data.get("gpus_per_node") is None
+                else data["gpus_per_node"],
+            )
         host = transport.host_of(node, list(transports))
         seen = transports.get(host) if host else None
         if seen is not None and multi_node and seen["over_sockets"]:
             reasons.append("NCCL connected over TCP sockets (NET/Socket), not InfiniBand/RoCE")
-        rows.append({"node": node, **figures[node], "ranks": data["ranks_per_node"].get(node),
-                     "driver": (report or {}).get("driver"),
-                     "gpus": [g.get("name") for g in (report or {}).get("gpus", [])] or None,
-                     "transport": seen, "flagged": bool(reasons), "reasons": reasons})
+        rows.append(
+            {
+                "node": node,
+                **figures[node],
+                "ranks": data["ranks_per_node"].get(node),
+                "driver": (report or {}).get("driver"),
+                "gpus": [g.get("name") for g in (report or {}).get("gpus", [])] or None,
+                "transport": seen,
+                "flagged": bool(reasons),
+                "reasons": reasons,
+            }
+        )
     worlds = [r["world"] for r in data["ranks"] if r.get("world") is not None]
     flagged = [row["node"] for row in rows if row["flagged"]]
     return {
-        "format": FORMAT, "job_id": data.get("job_id"), "gpu": data.get("gpu"), "device": data.get("device"),
-        "backend": data.get("backend"), "nodes": data["nodes"], "sizes": data.get("sizes"),
-        "expected": expected.as_dict(), "pairs": data.get("pairs"),
+        "format": FORMAT,
+        "job_id": data.get("job_id"),
+        "gpu": data.get("gpu"),
+        "device": data.get("device"),
+        "backend": data.get("backend"),
+        "nodes": data["nodes"],
+        "sizes": data.get("sizes"),
+        "expected": expected.as_dict(),
+        "pairs": data.get("pairs"),
         "world_allreduce_gb_s": min(worlds) if worlds else None,
-        "rows": rows, "verdict": "flagged" if flagged else "pass", "exclude": flagged,
+        "rows": rows,
+        "verdict": "flagged" if flagged else "pass",
+        "exclude": flagged,
     }

@@ -23,7 +23,12 @@ MEASUREMENTS = "measurements.json"
 # Sizes: (GPU, CPU). A CPU rank's figures only compare with its peers', so its sizes are small.
 # Seconds every GPU of a node computes while nvidia-smi reads the clocks (longer if nvidia-smi takes longer).
 LOADED_S = 5.0
-DEFAULTS = {"gemm_n": (8192, 384), "memory_mb": (2048, 64), "allreduce_mb": (256, 8), "repeats": (20, 15)}
+DEFAULTS = {
+    "gemm_n": (8192, 384),
+    "memory_mb": (2048, 64),
+    "allreduce_mb": (256, 8),
+    "repeats": (20, 15),
+}
 
 
 def node_name(environ=os.environ) -> str:
@@ -45,12 +50,15 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-        torch.set_num_threads(1)  # one core per rank: a node's figure is its cores', not a shared pool's
+        torch.set_num_threads(
+            1
+        )  # one core per rank: a node's figure is its cores', not a shared pool's
     sizes = settings(spec, cuda)
     distributed = world > 1
     if distributed:
-        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
-                                timeout=timedelta(minutes=10))
+        dist.init_process_group(
+            "nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10)
+        )
     names = [node_name()]
     if distributed:
         names = [None] * world
@@ -73,7 +81,9 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
             found: dict = {}
             reader = threading.Thread(target=lambda: found.update(report=query()), daemon=True)
             reader.start()
-            measure.busy_while(device, sizes["gemm_n"], lambda: reader.is_alive() or time.monotonic() < until)
+            measure.busy_while(
+                device, sizes["gemm_n"], lambda: reader.is_alive() or time.monotonic() < until
+            )
             reader.join(timeout=60)
             gpu_report = found.get("report")
         else:
@@ -83,19 +93,32 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
     gemm = measure.gemm_tflops(device, sizes["gemm_n"], sizes["repeats"])
     barrier()
     memory = measure.memory_gb_s(device, sizes["memory_mb"], sizes["repeats"])
-    own = {"rank": rank, "node": mine, "gemm": gemm, "memory": memory, "intra": None, "world": None,
-           "pairs": {}, "gpu_report": gpu_report,
-           "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
+    own = {
+        "rank": rank,
+        "node": mine,
+        "gemm": gemm,
+        "memory": memory,
+        "intra": None,
+        "world": None,
+        "pairs": {},
+        "gpu_report": gpu_report,
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
 
     if distributed:
         # Every group is created by every rank, in the same order (torch.distributed's rule).
         node_groups = {n: dist.new_group(ranks) for n, ranks in node_ranks.items()}
         steps = pairing.schedule(len(nodes))
-        pair_groups = {pair: dist.new_group(sorted(node_ranks[nodes[pair[0]]] + node_ranks[nodes[pair[1]]]))
-                       for step in steps for pair in step}
+        pair_groups = {
+            pair: dist.new_group(sorted(node_ranks[nodes[pair[0]]] + node_ranks[nodes[pair[1]]]))
+            for step in steps
+            for pair in step
+        }
         mb, repeats = sizes["allreduce_mb"], sizes["repeats"]
         if len(node_ranks[mine]) > 1:
-            own["intra"] = measure.allreduce_busbw(device, node_groups[mine], len(node_ranks[mine]), mb, repeats)
+            own["intra"] = measure.allreduce_busbw(
+                device, node_groups[mine], len(node_ranks[mine]), mb, repeats
+            )
         barrier()
         if len(nodes) > 1:
             own["world"] = measure.allreduce_busbw(device, None, world, mb, repeats)
@@ -106,26 +129,40 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
                 if here in pair:
                     size = len(node_ranks[nodes[pair[0]]]) + len(node_ranks[nodes[pair[1]]])
                     own["pairs"][f"{pair[0]}-{pair[1]}"] = measure.allreduce_busbw(
-                        device, pair_groups[pair], size, mb, repeats)
+                        device, pair_groups[pair], size, mb, repeats
+                    )
         barrier()
     gathered = [own]
     if distributed:
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(own, gathered, dst=0)
     if rank == 0:
-        data = {"job_id": spec.job_id, "gpu": spec.gpu, "device": "cuda" if cuda else "cpu",
-                "torch": torch.__version__, "backend": "nccl" if cuda else ("gloo" if distributed else None),
-                "nodes": nodes, "ranks_per_node": {n: len(r) for n, r in node_ranks.items()},
-                "gpus_per_node": spec.ranks_per_node or spec.ranks, "sizes": sizes, "ranks": gathered,
-                "pairs": [[list(pair) for pair in step] for step in pairing.schedule(len(nodes))]}
+        data = {
+            "job_id": spec.job_id,
+            "gpu": spec.gpu,
+            "device": "cuda" if cuda else "cpu",
+            "torch": torch.__version__,
+            "backend": "nccl" if cuda else ("gloo" if distributed else None),
+            "nodes": nodes,
+            "ranks_per_node": {n: len(r) for n, r in node_ranks.items()},
+            "gpus_per_node": spec.ranks_per_node or spec.ranks,
+            "sizes": sizes,
+            "ranks": gathered,
+            "pairs": [[list(pair) for pair in step] for step in pairing.schedule(len(nodes))],
+        }
         path = os.path.join(spec.run_dir, MEASUREMENTS)
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=1)
         os.replace(path + ".tmp", path)
         for r in gathered:
-            print(f"[llmb] preflight rank {r['rank']} on {r['node']}: GEMM {r['gemm']:.3g} TFLOP/s, memory "
-                  f"{r['memory']:.4g} GB/s", flush=True)
-        print(f"[llmb] preflight: measurements of {len(nodes)} node(s) written to {path}", flush=True)
+            print(
+                f"[llmb] preflight rank {r['rank']} on {r['node']}: GEMM {r['gemm']:.3g} TFLOP/s, memory "
+                f"{r['memory']:.4g} GB/s",
+                flush=True,
+            )
+        print(
+            f"[llmb] preflight: measurements of {len(nodes)} node(s) written to {path}", flush=True
+        )
     if distributed:
         dist.barrier()
         dist.destroy_process_group()

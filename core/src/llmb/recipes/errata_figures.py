@@ -28,14 +28,19 @@ def recomputed_mfu_pct(workload: Workload, ref: ReferenceResult, flops_of: Flops
     if variant is None or not peak:
         return None
     for series in variant.series:
-        if (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling) \
-                and ref.dtype in series.dtypes and series.min_gpus <= ref.gpus <= series.max_gpus:
+        if (
+            (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling)
+            and ref.dtype in series.dtypes
+            and series.min_gpus <= ref.gpus <= series.max_gpus
+        ):
             arch = workload.architecture(series.size).with_layers(series.layers)
             flops = flops_of(workload, arch, series.seq_len)
             if flops is None:
                 return None
             gbs = int(series.gbs.at(ref.gpus))
-            return round(100 * mfu(tflops_per_gpu(flops.per_sample, gbs, ref.step_time_s, ref.gpus), peak), 2)
+            return round(
+                100 * mfu(tflops_per_gpu(flops.per_sample, gbs, ref.step_time_s, ref.gpus), peak), 2
+            )
     return None
 
 

@@ -58,13 +58,22 @@ def megatron_bridge_sample(arch: ModelArch, seq_len: int, tp: int = 1) -> ModelF
     g = 1.5 if arch.gated else 1.0
     moe_frac = arch.moe_layers / L
     dense_frac = 1 - moe_frac
-    mlp = 12 * L * h * (
-        arch.ffn * g * dense_frac
-        + arch.moe_ffn * arch.topk * g * moe_frac
-        + arch.shared_expert_ffn * g * moe_frac
+    mlp = (
+        12
+        * L
+        * h
+        * (
+            arch.ffn * g * dense_frac
+            + arch.moe_ffn * arch.topk * g * moe_frac
+            + arch.shared_expert_ffn * g * moe_frac
+        )
     )
     attention = (
-        12 * L * h * h * (1 + arch.query_groups / arch.heads + s / (2 * h))
+        12
+        * L
+        * h
+        * h
+        * (1 + arch.query_groups / arch.heads + s / (2 * h))
         * (arch.head_dim * arch.heads / h)
     )
     embedding = 6 * h * padded_vocab(arch.vocab, tp)

@@ -54,7 +54,9 @@ class PeakSource:
     def describe(self) -> str:
         text = f"{self.tflops:g} TFLOP/s dense per GPU ({self.document})"
         if self.others:
-            text += "; other sources give " + ", ".join(f"{value:g} ({title})" for title, value in self.others)
+            text += "; other sources give " + ", ".join(
+                f"{value:g} ({title})" for title, value in self.others
+            )
         return text
 
 
@@ -69,9 +71,17 @@ def peak_source(gpu: str, dtype: str) -> PeakSource | None:
     if peak is None:
         return None
     raw = _peak_sources()
-    titles = {key: re.split(r" \(|, ", doc["title"], maxsplit=1)[0] for key, doc in raw["documents"].items()}
-    entries = [e for e in (raw["gpus"].get(gpu, {}).get(dtype, {}).get("sources") or ()) if "value" in e]
-    own = next((titles[e["source"]] for e in entries if float(e["value"]) == peak), "no public source recorded")
+    titles = {
+        key: re.split(r" \(|, ", doc["title"], maxsplit=1)[0]
+        for key, doc in raw["documents"].items()
+    }
+    entries = [
+        e for e in (raw["gpus"].get(gpu, {}).get(dtype, {}).get("sources") or ()) if "value" in e
+    ]
+    own = next(
+        (titles[e["source"]] for e in entries if float(e["value"]) == peak),
+        "no public source recorded",
+    )
     others: dict[float, str] = {}
     for entry in entries:
         if abs(float(entry["value"]) - peak) >= 1:  # not the same figure rounded (989 for 989.5)

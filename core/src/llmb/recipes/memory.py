@@ -48,7 +48,13 @@ class MemoryEstimate:
 
     @property
     def total_gb(self) -> float:
-        return self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb + self.logits_gb
+        return (
+            self.weights_gb
+            + self.gradients_gb
+            + self.optimizer_gb
+            + self.activations_gb
+            + self.logits_gb
+        )
 
     @property
     def exceeds_capacity(self) -> bool:
@@ -94,9 +100,18 @@ def activation_bytes_per_token(arch: ModelArch, kind: str, dtype: str) -> float:
         d_in = mamba_d_inner(arch)
         groups_state = 2 * arch.mamba_groups * arch.mamba_state
         in_proj_out = 2 * d_in + groups_state + arch.mamba_heads
-        chunk_states = 4 * arch.mamba_heads * arch.mamba_head_dim * arch.mamba_state / max(arch.mamba_chunk, 1)
-        return (2 * h + gemm_in * h + 2 * in_proj_out + 2 * (d_in + groups_state)
-                + 2 * d_in + gemm_in * d_in + chunk_states)
+        chunk_states = (
+            4 * arch.mamba_heads * arch.mamba_head_dim * arch.mamba_state / max(arch.mamba_chunk, 1)
+        )
+        return (
+            2 * h
+            + gemm_in * h
+            + 2 * in_proj_out
+            + 2 * (d_in + groups_state)
+            + 2 * d_in
+            + gemm_in * d_in
+            + chunk_states
+        )
 
     per_kind = {
         "A": lambda: attention() + mlp(arch.ffn),
@@ -149,7 +164,7 @@ def estimate_memory(recipe: Recipe, arch: ModelArch, capacity_gb: float | None) 
         kept = [activation_bytes_per_token(arch, l.kind, recipe.dtype) for l in layers]
         recompute = min(recipe.recompute_layers, len(kept))
         offload = min(recipe.offload_layers, len(kept) - recompute)
-        kept = [2 * arch.hidden] * recompute + kept[recompute + offload:]
+        kept = [2 * arch.hidden] * recompute + kept[recompute + offload :]
         activations = tokens * sum(kept) * in_flight
         logits = 2 * tokens * arch.vocab if index == pp - 1 else 0.0
         estimate = MemoryEstimate(

@@ -41,8 +41,9 @@ def _pct(tflops_per_gpu_value: float, peak: float | None) -> float | None:
     return 100 * mfu(tflops_per_gpu_value, peak) if peak else None
 
 
-def mfu_pcts(tflops_per_gpu_value: float, peaks: Mapping[str, float],
-             dtype: str | None) -> tuple[float | None, float | None]:
+def mfu_pcts(
+    tflops_per_gpu_value: float, peaks: Mapping[str, float], dtype: str | None
+) -> tuple[float | None, float | None]:
     """MFU in percent (30.93 for 30.93%) against the dense peak of ``dtype`` and against the BF16
     dense peak (the same number for a BF16 run); ``peaks`` are the GPU type's, by dtype. Either is
     None when ``peaks`` lists no such peak."""

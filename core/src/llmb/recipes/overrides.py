@@ -75,7 +75,9 @@ def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         key = key.strip().lower().replace("-", "_")
         if not sep or not key or not value.strip():
-            raise UsageError(f"malformed --set {item!r}: expected key=value, e.g. --set mbs=1. Valid keys: {valid}.")
+            raise UsageError(
+                f"malformed --set {item!r}: expected key=value, e.g. --set mbs=1. Valid keys: {valid}."
+            )
         if key in DERIVED:
             raise UsageError(f"cannot --set {key}: {DERIVED[key]}.")
         if key not in SETTABLE:

@@ -15,7 +15,15 @@ from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
 from llmb.recipes.params import count_params
 from llmb.recipes.proxies import ProxyRun
-from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, ReferenceResult, Variant, Workload
+from llmb.recipes.records import (
+    ModelArch,
+    ModelFlops,
+    Recipe,
+    RecipeRequest,
+    ReferenceResult,
+    Variant,
+    Workload,
+)
 from llmb.recipes.references import Configuration, Figure, Throughput, others, throughput
 from llmb.recipes.time_limit import TimeLimit, estimated_step_s
 from llmb.recipes.time_limit import derive as derive_time_limit
@@ -24,11 +32,18 @@ if TYPE_CHECKING:  # the host is passed in: recipes come before plugins (docs/ar
     from llmb.plugins.host import PluginHost
 
 # The FLOPs counts a run's TFLOP/s/GPU and MFU can be on (``FlopsUse``), as users read them.
-WORKLOAD_FORMULA = "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
-MEGATRON_BRIDGE = "megatron_bridge_count"  # Megatron-Bridge's MODEL_TFLOP/s/GPU count (causal attention)
+WORKLOAD_FORMULA = (
+    "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
+)
+MEGATRON_BRIDGE = (
+    "megatron_bridge_count"  # Megatron-Bridge's MODEL_TFLOP/s/GPU count (causal attention)
+)
 NEMO2_CALLBACK = "nemo2_flops_callback"  # NeMo 2's FLOPs callback, its log's TFLOPS_per_GPU
-COUNT_WORDS = {WORKLOAD_FORMULA: "the workload's formula", MEGATRON_BRIDGE: "Megatron-Bridge's count",
-               NEMO2_CALLBACK: "NeMo 2's FLOPs callback"}
+COUNT_WORDS = {
+    WORKLOAD_FORMULA: "the workload's formula",
+    MEGATRON_BRIDGE: "Megatron-Bridge's count",
+    NEMO2_CALLBACK: "NeMo 2's FLOPs callback",
+}
 FRAMEWORK_TITLES = {"megatron_bridge": "Megatron-Bridge", "nemo2": "NeMo 2"}
 
 
@@ -45,7 +60,9 @@ class FlopsUse:
     tflops: str | None
     mfu: str
     callback: str | None = None  # NeMo 2: the model name its FLOPs callback is given
-    computed: bool = False  # the log's TFLOP/s are invalid: llmb computes them from the workload's formula
+    computed: bool = (
+        False  # the log's TFLOP/s are invalid: llmb computes them from the workload's formula
+    )
 
     def words(self, count: str | None) -> str:
         if count == NEMO2_CALLBACK and self.callback:
@@ -63,13 +80,19 @@ def flops_use(variant: Variant) -> tuple[FlopsUse, ...]:
     if production is not None:
         callback = production.flops_callback if variant.framework == "nemo2" else None
         if not variant.log_tflops_valid:
-            tflops: str | None = WORKLOAD_FORMULA  # computed from the formula: the logged figure is invalid
+            tflops: str | None = (
+                WORKLOAD_FORMULA  # computed from the formula: the logged figure is invalid
+            )
         elif variant.framework == "megatron_bridge":
             tflops = MEGATRON_BRIDGE
         else:
             tflops = NEMO2_CALLBACK if callback else None
         mfu = tflops if variant.mfu_from == "log" and tflops else WORKLOAD_FORMULA
-        uses.append(FlopsUse(variant.framework, tflops, mfu, callback, computed=not variant.log_tflops_valid))
+        uses.append(
+            FlopsUse(
+                variant.framework, tflops, mfu, callback, computed=not variant.log_tflops_valid
+            )
+        )
     return tuple(uses)
 
 
@@ -87,8 +110,14 @@ class ProxyPlan:
 
     def as_dict(self) -> dict[str, Any]:
         data = self.run.as_dict()
-        data.update({"model_flops_per_sample": self.flops.per_sample if self.flops else None,
-                     "params": self.params, "experiment": self.experiment, "refusal": self.refusal})
+        data.update(
+            {
+                "model_flops_per_sample": self.flops.per_sample if self.flops else None,
+                "params": self.params,
+                "experiment": self.experiment,
+                "refusal": self.refusal,
+            }
+        )
         return data
 
 
@@ -108,14 +137,34 @@ class TunedSetting:
 
 
 # What a --set can change that a reader compares, beside the keys given: the derived DP and GA.
-_TUNED_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "gbs", "ga", "seq_len", "layers", "fsdp",
-                 "cuda_graphs", "steps", "recompute_layers", "offload_layers")
+_TUNED_FIELDS = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "vp",
+    "dp",
+    "mbs",
+    "gbs",
+    "ga",
+    "seq_len",
+    "layers",
+    "fsdp",
+    "cuda_graphs",
+    "steps",
+    "recompute_layers",
+    "offload_layers",
+)
 
 
 def tuned_settings(official: Recipe, recipe: Recipe) -> tuple[TunedSetting, ...]:
     """The settings of ``recipe`` (with --set) that differ from ``official`` (the same request without)."""
-    return tuple(TunedSetting(name, getattr(official, name), getattr(recipe, name)) for name in _TUNED_FIELDS
-                 if getattr(official, name, None) != getattr(recipe, name, None))
+    return tuple(
+        TunedSetting(name, getattr(official, name), getattr(recipe, name))
+        for name in _TUNED_FIELDS
+        if getattr(official, name, None) != getattr(recipe, name, None)
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +176,9 @@ class Plan:
     megatron_step_flops: float | None
     memory: MemoryEstimate
     expected: ReferenceResult | None
-    other_figures: tuple[Figure, ...] = ()  # what other public documents publish for the same configuration
+    other_figures: tuple[
+        Figure, ...
+    ] = ()  # what other public documents publish for the same configuration
     proxy: ProxyPlan | None = None
     # A tuned request (--set): every setting that differs from the official configuration's, and the
     # official configuration's published figure, which a tuned run is shown beside.
@@ -154,16 +205,25 @@ class Plan:
         """The cluster job's time limit when none is given (``llmb.recipes.time_limit``): from the published
         step time, else an estimate from the model FLOPs and the GPUs' peak."""
         r = self.recipe
-        others = sorted((f for f in self.other_figures if f.step_time_ms), key=lambda f: -f.step_time_ms)
+        others = sorted(
+            (f for f in self.other_figures if f.step_time_ms), key=lambda f: -f.step_time_ms
+        )
         if self.expected is not None:
             step, source = self.expected.step_time_s, "published"
         elif self.official_expected is not None:  # a tuned run: the official configuration's
-            step, source = self.official_expected.step_time_s, "published for the official configuration"
-        elif others:  # another public document's figure for this configuration: the slowest, to err long
+            step, source = (
+                self.official_expected.step_time_s,
+                "published for the official configuration",
+            )
+        elif (
+            others
+        ):  # another public document's figure for this configuration: the slowest, to err long
             step, source = others[0].step_time_ms / 1000.0, others[0].label
         else:
             peak = gpu_type(r.gpu).peak_tflops.get(r.dtype) if r.gpu in catalogue() else None
-            step = estimated_step_s(self.flops.per_sample if self.flops else None, r.gbs, r.gpus, peak)
+            step = estimated_step_s(
+                self.flops.per_sample if self.flops else None, r.gbs, r.gpus, peak
+            )
             source = "estimate" if step else "none"
         return derive_time_limit(r.steps, step, source, count_params(self.arch).total)
 
@@ -250,8 +310,11 @@ class Plan:
             "adjustments": list(r.adjustments),
             # --set: the settings that differ from the official configuration, and its published figure
             "tuned": [t.as_dict() for t in self.tuned] if self.tuned else None,
-            "official_expected": _expected(self.official_expected, throughput(self.workload, self.official_expected))
-            if self.official_expected else None,
+            "official_expected": _expected(
+                self.official_expected, throughput(self.workload, self.official_expected)
+            )
+            if self.official_expected
+            else None,
         }
         if self.proxy is not None:
             data["proxy"] = self.proxy.as_dict()
@@ -308,7 +371,9 @@ def find_reference(workload: Workload, recipe: Recipe) -> ReferenceResult | None
     """The published figures for exactly this configuration, if the recipe document has them."""
     if recipe.overrides:
         return None
-    found = workload.published(recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus)
+    found = workload.published(
+        recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+    )
     return found[0] if found else None
 
 
@@ -317,8 +382,14 @@ def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
     the framework's performance summary): ``llmb compare --reference SOURCE`` judges against them."""
     if recipe.overrides:
         return ()
-    return tuple(others(workload, Configuration(recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.gpus,
-                                                recipe.scaling)))
+    return tuple(
+        others(
+            workload,
+            Configuration(
+                recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.gpus, recipe.scaling
+            ),
+        )
+    )
 
 
 def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
@@ -344,7 +415,9 @@ def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
     return plan
 
 
-def _official(host: PluginHost, request: RecipeRequest, recipe: Recipe, workload: Workload) -> dict[str, Any]:
+def _official(
+    host: PluginHost, request: RecipeRequest, recipe: Recipe, workload: Workload
+) -> dict[str, Any]:
     """What a tuned request changes, against the same request without its --set (none where that one does
     not resolve, e.g. a GPU count only the tuned layout fits)."""
     from llmb.errors import RecipeError
@@ -353,4 +426,7 @@ def _official(host: PluginHost, request: RecipeRequest, recipe: Recipe, workload
         official = host.resolve(replace(request, overrides={}))
     except RecipeError:
         return {"tuned": tuple(TunedSetting(k, None, v) for k, v in recipe.overrides)}
-    return {"tuned": tuned_settings(official, recipe), "official_expected": find_reference(workload, official)}
+    return {
+        "tuned": tuned_settings(official, recipe),
+        "official_expected": find_reference(workload, official),
+    }

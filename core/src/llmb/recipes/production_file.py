@@ -15,7 +15,13 @@ from typing import Any
 
 from llmb.env_names import env_name_problem
 from llmb.recipes.gpus import DTYPES, catalogue
-from llmb.recipes.records import PROFILE_WINDOW, HuggingFaceFiles, Production, ProductionRule, RecipeSeries
+from llmb.recipes.records import (
+    PROFILE_WINDOW,
+    HuggingFaceFiles,
+    Production,
+    ProductionRule,
+    RecipeSeries,
+)
 
 KEYS = ("recipes", "profile_window", "profile_ranks", "flops_callback", "rules", "huggingface")
 RULE_KEYS = ("match", "min_gpus", "precision", "env", "why")
@@ -42,10 +48,14 @@ def _size_map(raw: Any, sizes: list[str], what: str, *, complete: bool) -> dict[
     out = {str(k).lower(): str(v).strip() for k, v in raw.items()}
     unknown = [s for s in out if s not in sizes]
     if unknown:
-        raise ValueError(f"{what} names sizes {unknown} this variant does not have; its sizes: {', '.join(sizes)}")
+        raise ValueError(
+            f"{what} names sizes {unknown} this variant does not have; its sizes: {', '.join(sizes)}"
+        )
     missing = [s for s in sizes if s not in out]
     if complete and missing:
-        raise ValueError(f"{what} lacks sizes {missing}; every size of the variant needs one: {', '.join(sizes)}")
+        raise ValueError(
+            f"{what} lacks sizes {missing}; every size of the variant needs one: {', '.join(sizes)}"
+        )
     empty = [s for s, v in out.items() if not v]
     if empty:
         raise ValueError(f"{what} gives an empty name for {empty}")
@@ -63,7 +73,12 @@ def _pair(raw: Any, what: str) -> tuple[int, int]:
 
 def _match(raw: Any, sizes: list[str]) -> dict[str, tuple[str, ...]]:
     _known(raw, MATCH_KEYS, "rule match")
-    valid = {"size": sizes, "gpu": list(catalogue()), "dtype": list(DTYPES), "scaling": ["weak", "strong"]}
+    valid = {
+        "size": sizes,
+        "gpu": list(catalogue()),
+        "dtype": list(DTYPES),
+        "scaling": ["weak", "strong"],
+    }
     out: dict[str, tuple[str, ...]] = {}
     for key, value in raw.items():
         values = tuple(str(v).lower() for v in (value if isinstance(value, list) else [value]))
@@ -79,7 +94,9 @@ def _rule(raw: Any, series: Sequence[RecipeSeries]) -> ProductionRule:
     if not str(raw.get("why", "")).strip():
         raise ValueError("a rule needs 'why': where the setting comes from")
     if "precision" not in raw and "env" not in raw:
-        raise ValueError("a rule sets 'precision' (a mixed-precision preset) and/or 'env' (variables)")
+        raise ValueError(
+            "a rule sets 'precision' (a mixed-precision preset) and/or 'env' (variables)"
+        )
     env = raw.get("env") or {}
     if not isinstance(env, Mapping):
         raise ValueError("rule env must map variable names to values")
@@ -93,7 +110,9 @@ def _rule(raw: Any, series: Sequence[RecipeSeries]) -> ProductionRule:
         precision=None if raw.get("precision") is None else str(raw["precision"]).strip(),
         env={str(k): str(v) for k, v in env.items()},
     )
-    if not any(rule.applies(s.size, s.gpu, d, s.scaling, s.max_gpus) for s in series for d in s.dtypes):
+    if not any(
+        rule.applies(s.size, s.gpu, d, s.scaling, s.max_gpus) for s in series for d in s.dtypes
+    ):
         raise ValueError(f"rule ({rule.why[:60]}...) matches no recipe of the variant")
     return rule
 
@@ -102,7 +121,9 @@ def _huggingface(raw: Any, sizes: list[str]) -> HuggingFaceFiles:
     _known(raw, HF_KEYS, "huggingface")
     assets = tuple(str(a).lower() for a in raw.get("assets") or ())
     if not assets or any(a not in HF_ASSETS for a in assets):
-        raise ValueError(f"huggingface assets {list(assets)}: give one or more of {', '.join(HF_ASSETS)}")
+        raise ValueError(
+            f"huggingface assets {list(assets)}: give one or more of {', '.join(HF_ASSETS)}"
+        )
     gated = raw.get("gated", False)
     if not isinstance(gated, bool):
         raise ValueError(f"huggingface gated must be true or false, got {gated!r}")
@@ -124,5 +145,7 @@ def production_from_dict(raw: Any, series: Sequence[RecipeSeries]) -> Production
         profile_ranks=None if ranks == "all" else _pair(ranks, "profile_ranks"),
         flops_callback=None if raw.get("flops_callback") is None else str(raw["flops_callback"]),
         rules=tuple(_rule(r, series) for r in raw.get("rules") or ()),
-        huggingface=None if raw.get("huggingface") is None else _huggingface(raw["huggingface"], sizes),
+        huggingface=None
+        if raw.get("huggingface") is None
+        else _huggingface(raw["huggingface"], sizes),
     )

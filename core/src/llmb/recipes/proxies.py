@@ -55,9 +55,17 @@ ALIGNMENT = 16
 # ``llmb certify``'s loss gate checks; a 32-token sequence did not.
 PROXIES = {
     "tiny": ProxyShape(
-        name="tiny", description="a few layers, width 32-128, sequence 64: a fraction of a second per step on a 2-core CPU",
-        head_dim=8, query_groups=1, vocab=512, seq_len=64, layers=4, experts=8,
-        mamba_head_dim=8, mamba_state=16, mamba_chunk=64,
+        name="tiny",
+        description="a few layers, width 32-128, sequence 64: a fraction of a second per step on a 2-core CPU",
+        head_dim=8,
+        query_groups=1,
+        vocab=512,
+        seq_len=64,
+        layers=4,
+        experts=8,
+        mamba_head_dim=8,
+        mamba_state=16,
+        mamba_chunk=64,
     ),
 }
 
@@ -83,7 +91,9 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
     ratio = max(1, arch.heads // max(arch.query_groups, 1))  # query heads per KV group
     heads = ratio * shape.query_groups
     head_dim = shape.head_dim
-    while (heads * head_dim) % ALIGNMENT or (2 * shape.query_groups * head_dim) % ALIGNMENT:  # q, and k|v
+    while (heads * head_dim) % ALIGNMENT or (
+        2 * shape.query_groups * head_dim
+    ) % ALIGNMENT:  # q, and k|v
         head_dim *= 2
     hidden = heads * head_dim
     scale = hidden / arch.hidden
@@ -98,14 +108,21 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
     if arch.mamba_heads:
         d_inner = arch.mamba_expand * hidden
         mamba_head_dim = shape.mamba_head_dim
-        while (d_inner // mamba_head_dim) % ALIGNMENT and mamba_head_dim > 1:  # in_proj's width: 2 d_inner + B, C + heads
+        while (
+            d_inner // mamba_head_dim
+        ) % ALIGNMENT and mamba_head_dim > 1:  # in_proj's width: 2 d_inner + B, C + heads
             mamba_head_dim //= 2
         mamba_heads = max(1, d_inner // mamba_head_dim)
         groups = max(1, mamba_heads * arch.mamba_groups // arch.mamba_heads)
         while mamba_heads % groups:
             groups -= 1
-        mamba = dict(mamba_heads=mamba_heads, mamba_head_dim=mamba_head_dim, mamba_state=shape.mamba_state,
-                     mamba_groups=groups, mamba_chunk=shape.mamba_chunk)
+        mamba = dict(
+            mamba_heads=mamba_heads,
+            mamba_head_dim=mamba_head_dim,
+            mamba_state=shape.mamba_state,
+            mamba_groups=groups,
+            mamba_chunk=shape.mamba_chunk,
+        )
     return replace(
         arch,
         size=f"{arch.size}-{proxy}",
@@ -117,7 +134,9 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
         head_dim=head_dim,
         ffn=_multiple(arch.ffn * scale),
         moe_ffn=_multiple(arch.moe_ffn * scale) if arch.moe_ffn else 0,
-        shared_expert_ffn=_multiple(arch.shared_expert_ffn * scale) if arch.shared_expert_ffn else 0,
+        shared_expert_ffn=_multiple(arch.shared_expert_ffn * scale)
+        if arch.shared_expert_ffn
+        else 0,
         experts=min(arch.experts, shape.experts) if arch.experts else 0,
         vocab=shape.vocab,
         published_params=None,
@@ -144,7 +163,12 @@ class Difference:
         return f"{self.what} {_shown(self.published)} -> {_shown(self.proxy)}"
 
     def as_dict(self) -> dict:
-        return {"what": self.what, "published": self.published, "proxy": self.proxy, "text": self.text()}
+        return {
+            "what": self.what,
+            "published": self.published,
+            "proxy": self.proxy,
+            "text": self.text(),
+        }
 
 
 def _shown(value: object) -> str:
@@ -157,17 +181,40 @@ def _shown(value: object) -> str:
 
 # The model's dimensions a proxy may change, in the order users read them.
 ARCH_FIELDS = (
-    ("layers", "layers"), ("hidden", "hidden"), ("ffn", "FFN"), ("heads", "heads"), ("query_groups", "query groups"),
-    ("head_dim", "head dim"), ("vocab", "vocab"), ("experts", "experts"), ("topk", "top-k"),
-    ("moe_ffn", "expert FFN"), ("shared_expert_ffn", "shared expert FFN"), ("mamba_heads", "Mamba heads"),
-    ("mamba_head_dim", "Mamba head dim"), ("mamba_state", "Mamba state"), ("mamba_groups", "Mamba groups"),
+    ("layers", "layers"),
+    ("hidden", "hidden"),
+    ("ffn", "FFN"),
+    ("heads", "heads"),
+    ("query_groups", "query groups"),
+    ("head_dim", "head dim"),
+    ("vocab", "vocab"),
+    ("experts", "experts"),
+    ("topk", "top-k"),
+    ("moe_ffn", "expert FFN"),
+    ("shared_expert_ffn", "shared expert FFN"),
+    ("mamba_heads", "Mamba heads"),
+    ("mamba_head_dim", "Mamba head dim"),
+    ("mamba_state", "Mamba state"),
+    ("mamba_groups", "Mamba groups"),
     ("mamba_chunk", "Mamba chunk"),
 )
 # The recipe's settings a proxy may change: its layout, batch and memory options.
 RECIPE_FIELDS = (
-    ("gpus", "GPUs"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"), ("vp", "VP"), ("ep", "EP"), ("etp", "ETP"),
-    ("dp", "DP"), ("mbs", "MBS"), ("ga", "GA"), ("gbs", "GBS"), ("fsdp", "FSDP"), ("cuda_graphs", "CUDA graphs"),
-    ("recompute_layers", "recompute layers"), ("offload_layers", "offload layers"),
+    ("gpus", "GPUs"),
+    ("tp", "TP"),
+    ("pp", "PP"),
+    ("cp", "CP"),
+    ("vp", "VP"),
+    ("ep", "EP"),
+    ("etp", "ETP"),
+    ("dp", "DP"),
+    ("mbs", "MBS"),
+    ("ga", "GA"),
+    ("gbs", "GBS"),
+    ("fsdp", "FSDP"),
+    ("cuda_graphs", "CUDA graphs"),
+    ("recompute_layers", "recompute layers"),
+    ("offload_layers", "offload layers"),
 )
 
 
@@ -176,9 +223,21 @@ def proxy_recipe(recipe: Recipe, ranks: int) -> Recipe:
     and CP 1, no VP, EP 1), the recipe's MBS and GA, so GBS = MBS x GA x ranks; no FSDP, recompute, CPU
     offload or CUDA graphs (the torch engine applies none of them to a proxy)."""
     return replace(
-        recipe, gpus=ranks, nodes=1 if ranks <= recipe.gpus_per_node else ranks // recipe.gpus_per_node,
-        tp=1, pp=1, cp=1, vp=None, ep=1 if recipe.ep else None, etp=1 if recipe.etp else None, dp=ranks,
-        gbs=recipe.mbs * recipe.ga * ranks, fsdp=False, cuda_graphs=False, recompute_layers=0, offload_layers=0,
+        recipe,
+        gpus=ranks,
+        nodes=1 if ranks <= recipe.gpus_per_node else ranks // recipe.gpus_per_node,
+        tp=1,
+        pp=1,
+        cp=1,
+        vp=None,
+        ep=1 if recipe.ep else None,
+        etp=1 if recipe.etp else None,
+        dp=ranks,
+        gbs=recipe.mbs * recipe.ga * ranks,
+        fsdp=False,
+        cuda_graphs=False,
+        recompute_layers=0,
+        offload_layers=0,
     )
 
 
@@ -190,8 +249,11 @@ def precision_change(dtype: str, computed: str) -> str | None:
         return "float32 (on CPU)"
     if dtype == "bf16":
         return None
-    on_gpu = (f"Transformer Engine's {dtype} where installed and the GPU supports it, else bfloat16"
-              if dtype in ("nvfp4", "mxfp8", "fp8_mx") else "torchao float8 on GPUs of SM 8.9 or newer, else bfloat16")
+    on_gpu = (
+        f"Transformer Engine's {dtype} where installed and the GPU supports it, else bfloat16"
+        if dtype in ("nvfp4", "mxfp8", "fp8_mx")
+        else "torchao float8 on GPUs of SM 8.9 or newer, else bfloat16"
+    )
     return on_gpu + ("; float32 on CPU nodes" if computed == "auto" else "")
 
 
@@ -219,10 +281,14 @@ class ProxyRun:
 
     def warning(self) -> str:
         """What ``llmb run`` says of it, once: the recipe it takes and every difference from it."""
-        taken = f" at {self.published.gpus} GPUs" + (" (its smallest tested scale)" if self.smallest_scale else "")
+        taken = f" at {self.published.gpus} GPUs" + (
+            " (its smallest tested scale)" if self.smallest_scale else ""
+        )
         changes = ", ".join(d.text() for d in self.differences) or "nothing"
-        return (f"{self.flag} runs the published recipe{taken} with these differences: {changes}; "
-                f"its results are not compared with the published figures.")
+        return (
+            f"{self.flag} runs the published recipe{taken} with these differences: {changes}; "
+            f"its results are not compared with the published figures."
+        )
 
     def as_dict(self) -> dict:
         r = self.ran
@@ -237,32 +303,73 @@ class ProxyRun:
             "smallest_scale": self.smallest_scale,
             "arch": dict(self.arch.__dict__),
             "seq_len": self.seq_len,
-            "layout": {"tp": r.tp, "pp": r.pp, "cp": r.cp, "vp": r.vp, "ep": r.ep, "etp": r.etp, "dp": r.dp,
-                       "mbs": r.mbs, "ga": r.ga, "gbs": r.gbs, "fsdp": r.fsdp, "cuda_graphs": r.cuda_graphs,
-                       "recompute_layers": r.recompute_layers, "offload_layers": r.offload_layers},
+            "layout": {
+                "tp": r.tp,
+                "pp": r.pp,
+                "cp": r.cp,
+                "vp": r.vp,
+                "ep": r.ep,
+                "etp": r.etp,
+                "dp": r.dp,
+                "mbs": r.mbs,
+                "ga": r.ga,
+                "gbs": r.gbs,
+                "fsdp": r.fsdp,
+                "cuda_graphs": r.cuda_graphs,
+                "recompute_layers": r.recompute_layers,
+                "offload_layers": r.offload_layers,
+            },
             "differences": [d.as_dict() for d in self.differences],
             "warning": self.warning(),
         }
 
 
-def proxy_run(recipe: Recipe, full: ModelArch, arch: ModelArch, seq_len: int, *, flag: str, label: str, ranks: int,
-              engine: str, device: str, compute_dtype: str) -> ProxyRun:
+def proxy_run(
+    recipe: Recipe,
+    full: ModelArch,
+    arch: ModelArch,
+    seq_len: int,
+    *,
+    flag: str,
+    label: str,
+    ranks: int,
+    engine: str,
+    device: str,
+    compute_dtype: str,
+) -> ProxyRun:
     """The proxy of ``recipe`` (its model ``full``) that runs ``arch`` at ``seq_len`` over ``ranks``: on the
     torch engine data parallel (``proxy_recipe``) in ``compute_dtype``; on the production engine (``--layers
     N``) in the recipe's own layout and precision."""
     torch_engine = engine == "torch"
     ran = proxy_recipe(recipe, ranks) if torch_engine else recipe
-    found = [Difference(what, getattr(recipe, key), getattr(ran, key))
-             for key, what in RECIPE_FIELDS if getattr(recipe, key) != getattr(ran, key)]
-    found += [Difference(what, getattr(full, key), getattr(arch, key))
-              for key, what in ARCH_FIELDS if getattr(full, key) != getattr(arch, key)]
+    found = [
+        Difference(what, getattr(recipe, key), getattr(ran, key))
+        for key, what in RECIPE_FIELDS
+        if getattr(recipe, key) != getattr(ran, key)
+    ]
+    found += [
+        Difference(what, getattr(full, key), getattr(arch, key))
+        for key, what in ARCH_FIELDS
+        if getattr(full, key) != getattr(arch, key)
+    ]
     if seq_len != recipe.seq_len:
         found.append(Difference("sequence", recipe.seq_len, seq_len))
     precision = precision_change(recipe.dtype, compute_dtype) if torch_engine else None
     if precision:
         found.append(Difference("precision", recipe.dtype, precision))
-    return ProxyRun(flag=flag, label=label, published=recipe, ran=ran, full=full, arch=arch, seq_len=seq_len,
-                    engine=engine, device=device, compute_dtype=compute_dtype, differences=tuple(found))
+    return ProxyRun(
+        flag=flag,
+        label=label,
+        published=recipe,
+        ran=ran,
+        full=full,
+        arch=arch,
+        seq_len=seq_len,
+        engine=engine,
+        device=device,
+        compute_dtype=compute_dtype,
+        differences=tuple(found),
+    )
 
 
 def proxy_flag(proxy: str | None, layers: int | None) -> str:

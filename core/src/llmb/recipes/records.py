@@ -140,7 +140,9 @@ class Provenance:
         if self.table is None:
             return f"{self.document} (worked example)"
         rows = ", ".join(str(r + 1) for r in self.rows)
-        return f"{self.document} table {self.table + 1}, row{'s' if len(self.rows) > 1 else ''} {rows}"
+        return (
+            f"{self.document} table {self.table + 1}, row{'s' if len(self.rows) > 1 else ''} {rows}"
+        )
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -163,7 +165,9 @@ class Erratum:
         return f"[{self.id}] {self.recipe_says} — llmb uses {self.resolution}"
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)  # identity equality: cheaper to define, never compared
+@dataclass(
+    frozen=True, eq=False, kw_only=True
+)  # identity equality: cheaper to define, never compared
 class RecipeLayout:
     """What a seed table row fixes: the model size and precisions, sequence
     and layers, the parallel layout, the batch, and the options."""
@@ -240,12 +244,16 @@ class ProductionRule:
     match: Mapping[str, tuple[str, ...]]
     why: str
     min_gpus: int = 0
-    precision: str | None = None  # the framework's mixed-precision preset to use instead of its default
+    precision: str | None = (
+        None  # the framework's mixed-precision preset to use instead of its default
+    )
     env: Mapping[str, str] = field(default_factory=dict)  # production environment variables to add
 
     def applies(self, size: str, gpu: str, dtype: str, scaling: str, gpus: int) -> bool:
         have = {"size": size, "gpu": gpu, "dtype": dtype, "scaling": scaling}
-        return gpus >= self.min_gpus and all(have[key] in values for key, values in self.match.items())
+        return gpus >= self.min_gpus and all(
+            have[key] in values for key, values in self.match.items()
+        )
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -258,7 +266,10 @@ class HuggingFaceFiles:
     gated: bool  # the repositories need an access token (HF_TOKEN)
 
 
-PROFILE_WINDOW = (45, 50)  # the steps the seeds profile, [first, last]: a variant's default, and a run's
+PROFILE_WINDOW = (
+    45,
+    50,
+)  # the steps the seeds profile, [first, last]: a variant's default, and a run's
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -268,9 +279,15 @@ class Production:
     launcher's per-recipe rules and the Hugging Face files it needs."""
 
     recipes: Mapping[str, str]  # size -> the framework's recipe name, e.g. 8b -> llama3_8b
-    profile_window: tuple[int, int]  # the seed's default profiled steps (PROFILE_WINDOW unless it says)
-    profile_ranks: tuple[int, int] | None = None  # ranks [first, last) the seed profiles; None: every rank
-    flops_callback: str | None = None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
+    profile_window: tuple[
+        int, int
+    ]  # the seed's default profiled steps (PROFILE_WINDOW unless it says)
+    profile_ranks: tuple[int, int] | None = (
+        None  # ranks [first, last) the seed profiles; None: every rank
+    )
+    flops_callback: str | None = (
+        None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
+    )
     rules: tuple[ProductionRule, ...] = ()
     huggingface: HuggingFaceFiles | None = None
 
@@ -297,8 +314,18 @@ class Variant:
 
 # What a run's log can say it failed of (``llmb.results`` finds them), causes first, then the symptoms
 # that follow another failure (``llmb.results.records.SYMPTOMS``). A failure hint names one.
-FAILURE_KINDS = ("node_failure", "cuda_oom", "nan_loss_or_grad", "nccl_timeout", "python_exception", "time_limit",
-                 "preempted", "task_exit", "child_failed", "signal")
+FAILURE_KINDS = (
+    "node_failure",
+    "cuda_oom",
+    "nan_loss_or_grad",
+    "nccl_timeout",
+    "python_exception",
+    "time_limit",
+    "preempted",
+    "task_exit",
+    "child_failed",
+    "signal",
+)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -330,8 +357,12 @@ class ReferenceResult:
     scaling: str = "weak"
     note: str = ""
     erratum: str | None = None  # id of a workload note that explains a printed figure
-    printed_mfu_pct: float | None = None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
-    gbs: int | None = None  # the global batch the figure was measured with, where its document prints it
+    printed_mfu_pct: float | None = (
+        None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
+    )
+    gbs: int | None = (
+        None  # the global batch the figure was measured with, where its document prints it
+    )
     container: str | None = None  # the container it was measured with, where not the variant's
     date: str | None = None  # when its document published it, where it says
 
@@ -356,7 +387,9 @@ class Workload:
     notes: tuple[Erratum, ...] = ()  # errata outside the recipe tables
     experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
     failure_hints: tuple[FailureHint, ...] = ()
-    documents: Mapping[str, str] = field(default_factory=dict)  # recipe document file -> public title
+    documents: Mapping[str, str] = field(
+        default_factory=dict
+    )  # recipe document file -> public title
     # Figures of the framework's per-release performance summary (``--reference summary``), not a recipe's.
     summary: tuple[ReferenceResult, ...] = ()
 
@@ -386,7 +419,12 @@ class Workload:
         return self.architectures[size]
 
     def published(
-        self, variant: str | None, size: str | None, gpu: str | None, dtype: str | None, scaling: str,
+        self,
+        variant: str | None,
+        size: str | None,
+        gpu: str | None,
+        dtype: str | None,
+        scaling: str,
         gpus: int | None = None,
     ) -> tuple[ReferenceResult, ...]:
         """The published figures for one configuration: at ``gpus`` GPUs, or at
@@ -394,8 +432,13 @@ class Workload:
         first row winning where a count appears twice)."""
         by_gpus: dict[int, ReferenceResult] = {}
         for ref in self.references:
-            if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling) == (variant, size, gpu, dtype, scaling) \
-                    and (gpus is None or ref.gpus == gpus):
+            if (ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling) == (
+                variant,
+                size,
+                gpu,
+                dtype,
+                scaling,
+            ) and (gpus is None or ref.gpus == gpus):
                 by_gpus.setdefault(ref.gpus, ref)
         return tuple(by_gpus[n] for n in sorted(by_gpus))
 

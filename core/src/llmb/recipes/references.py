@@ -55,14 +55,21 @@ class Figure:
     gbs: int | None
     container: str | None  # the container release it was measured with (``25.04.01``)
     date: str | None = None
-    older_than_run: str | None = None  # the run's newer container release, when the figure's is older
+    older_than_run: str | None = (
+        None  # the run's newer container release, when the figure's is older
+    )
 
     def describe(self) -> str:
         """The document, and the container and date where the document's name does not say them."""
         shown = self.container and f"nemo:{self.container}" not in self.document
-        when = ", ".join(part for part in (shown and f"container {self.container}", self.date) if part)
-        older = (f"measured with nemo:{self.container}, older than the run's nemo:{self.older_than_run}"
-                 if self.older_than_run else "")
+        when = ", ".join(
+            part for part in (shown and f"container {self.container}", self.date) if part
+        )
+        older = (
+            f"measured with nemo:{self.container}, older than the run's nemo:{self.older_than_run}"
+            if self.older_than_run
+            else ""
+        )
         notes = "; ".join(part for part in (when, older) if part)
         return self.document + (f" ({notes})" if notes else "")
 
@@ -113,8 +120,11 @@ def all_sources(workloads) -> list[str]:
 def _series(workload: Workload, variant: str, ref: ReferenceResult) -> RecipeSeries | None:
     """The recipe series a published figure was measured with: its size, GPU type, dtype, scaling and scale."""
     for series in (s for v in workload.variants if v.name == variant for s in v.series):
-        if (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling) \
-                and ref.dtype in series.dtypes and series.min_gpus <= ref.gpus <= series.max_gpus:
+        if (
+            (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling)
+            and ref.dtype in series.dtypes
+            and series.min_gpus <= ref.gpus <= series.max_gpus
+        ):
             return series
     return None
 
@@ -156,22 +166,35 @@ def throughput(workload: Workload, ref: ReferenceResult) -> Throughput:
     return Throughput(tokens, days_to_train(tokens), ("tokens_per_s", "days_1t"))
 
 
-def _from_recipe(workload: Workload, variant_name: str, ref: ReferenceResult, source: str, label: str) -> Figure:
+def _from_recipe(
+    workload: Workload, variant_name: str, ref: ReferenceResult, source: str, label: str
+) -> Figure:
     variant = workload.variant(variant_name)
     return Figure(
-        source=source, label=label, document=ref.provenance.describe(), gpus=ref.gpus,
-        step_time_ms=ref.step_time_s * 1000.0, tokens_per_s=throughput(workload, ref).tokens_per_s,
-        tflops_per_gpu=ref.tflops_per_gpu, gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
+        source=source,
+        label=label,
+        document=ref.provenance.describe(),
+        gpus=ref.gpus,
+        step_time_ms=ref.step_time_s * 1000.0,
+        tokens_per_s=throughput(workload, ref).tokens_per_s,
+        tflops_per_gpu=ref.tflops_per_gpu,
+        gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
         container=release_text(variant.container if variant else None),
     )
 
 
 def _from_summary(ref: ReferenceResult) -> Figure:
     return Figure(
-        source=SUMMARY, label="the performance summary's figure", document=ref.note or ref.provenance.describe(),
-        gpus=ref.gpus, step_time_ms=ref.step_time_s * 1000.0 if ref.step_time_s else None,
-        tokens_per_s=ref.tokens_per_s, tflops_per_gpu=ref.tflops_per_gpu, gbs=ref.gbs,
-        container=release_text(ref.container), date=ref.date,
+        source=SUMMARY,
+        label="the performance summary's figure",
+        document=ref.note or ref.provenance.describe(),
+        gpus=ref.gpus,
+        step_time_ms=ref.step_time_s * 1000.0 if ref.step_time_s else None,
+        tokens_per_s=ref.tokens_per_s,
+        tflops_per_gpu=ref.tflops_per_gpu,
+        gbs=ref.gbs,
+        container=release_text(ref.container),
+        date=ref.date,
     )
 
 
@@ -180,26 +203,40 @@ def candidates(workload: Workload, config: Configuration) -> list[Figure]:
     own = workload.variant(config.variant) or workload.default_variant
     figures = []
     for variant in [own] + [v for v in workload.variants if v is not own]:
-        found = workload.published(variant.name, config.size, config.gpu, config.dtype, config.scaling, config.gpus)
+        found = workload.published(
+            variant.name, config.size, config.gpu, config.dtype, config.scaling, config.gpus
+        )
         if found:
             source = DEFAULT_SOURCE if variant is own else variant.name
             label = "published" if variant is own else f"the {variant.name} recipe's figure"
             figures.append(_from_recipe(workload, variant.name, found[0], source, label))
     for ref in workload.summary:
-        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == \
-                (config.size, config.gpu, config.dtype, config.gpus, config.scaling):
+        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
+            config.size,
+            config.gpu,
+            config.dtype,
+            config.gpus,
+            config.scaling,
+        ):
             figures.append(_from_summary(ref))
             break
     return figures
 
 
-def find(workload: Workload, config: Configuration, source: str = DEFAULT_SOURCE) -> Figure | Missing:
+def find(
+    workload: Workload, config: Configuration, source: str = DEFAULT_SOURCE
+) -> Figure | Missing:
     """The figure ``source`` publishes for exactly this configuration, or why there is none."""
     valid = sources(workload)
     own = (workload.variant(config.variant) or workload.default_variant).name
     if source not in valid and source != own:
-        return Missing(source, f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})")
-    wanted = DEFAULT_SOURCE if source == own else source  # the configuration's own variant: its recipe
+        return Missing(
+            source,
+            f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})",
+        )
+    wanted = (
+        DEFAULT_SOURCE if source == own else source
+    )  # the configuration's own variant: its recipe
     figures = candidates(workload, config)
     chosen = next((f for f in figures if f.source == wanted), None)
     if chosen is None:
@@ -215,14 +252,18 @@ def _none_from(workload: Workload, config: Configuration, source: str, others: l
     if not others:
         return f"no published document has a figure for {what}"
     if source == DEFAULT_SOURCE:
-        document = workload.cite((workload.variant(config.variant) or workload.default_variant).seed)
+        document = workload.cite(
+            (workload.variant(config.variant) or workload.default_variant).seed
+        )
     elif source == SUMMARY:
         document = "the performance summary"
     else:
         document = f"the {source} recipe"
     other = others[0]
-    return f"{document} publishes no figure for {what}; {other.document} does: {other.headline()} " \
-           f"(--reference {other.source})"
+    return (
+        f"{document} publishes no figure for {what}; {other.document} does: {other.headline()} "
+        f"(--reference {other.source})"
+    )
 
 
 def others(workload: Workload, config: Configuration) -> list[Figure]:

@@ -27,13 +27,22 @@ from fractions import Fraction
 
 from llmb.errors import RecipeError
 from llmb.recipes.gpus import MAX_GPUS, gpu_type
-from llmb.recipes.records import Recipe, RecipeLayout, RecipeRequest, RecipeSeries, Variant, Workload
+from llmb.recipes.records import (
+    Recipe,
+    RecipeLayout,
+    RecipeRequest,
+    RecipeSeries,
+    Variant,
+    Workload,
+)
 from llmb.recipes.scale_expr import ScaleExpr
 from llmb.recipes.validity import check_layout, derive
 
 # The recipe fields a series fixes and --set may override.
 LAYOUT_KEYS = tuple(
-    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "size", "dtypes", "provenance")
+    f.name
+    for f in fields(RecipeLayout)
+    if f.name not in ("variant", "gpu", "scaling", "size", "dtypes", "provenance")
 )
 
 
@@ -56,8 +65,13 @@ def choose_variant(workload: Workload, name: str | None) -> Variant:
 
 
 def _pick(
-    what: str, flag: str, env: str, asked: str | None, default: str | None,
-    valid: list[str], context: str,
+    what: str,
+    flag: str,
+    env: str,
+    asked: str | None,
+    default: str | None,
+    valid: list[str],
+    context: str,
 ) -> str:
     if asked is None:
         if default is not None and default in valid:
@@ -93,18 +107,39 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
     label = f"{workload.name} ({variant.name} recipes)"
     series = list(variant.series)
 
-    size = _pick("size", "--size", "MODEL_SIZE", request.size, variant.defaults.get("size"),
-                 _unique(s.size for s in series), label)
+    size = _pick(
+        "size",
+        "--size",
+        "MODEL_SIZE",
+        request.size,
+        variant.defaults.get("size"),
+        _unique(s.size for s in series),
+        label,
+    )
     series = [s for s in series if s.size == size]
     label = f"{workload.name} {size}"
 
-    gpu = _pick("GPU type", "--gpu", "GPU_TYPE", request.gpu, variant.defaults.get("gpu"),
-                _unique(s.gpu for s in series), label)
+    gpu = _pick(
+        "GPU type",
+        "--gpu",
+        "GPU_TYPE",
+        request.gpu,
+        variant.defaults.get("gpu"),
+        _unique(s.gpu for s in series),
+        label,
+    )
     series = [s for s in series if s.gpu == gpu]
     label = f"{workload.name} {size} on {gpu}"
 
-    dtype = _pick("dtype", "--dtype", "DTYPE", request.dtype, variant.defaults.get("dtype"),
-                  _unique(d for s in series for d in s.dtypes), label)
+    dtype = _pick(
+        "dtype",
+        "--dtype",
+        "DTYPE",
+        request.dtype,
+        variant.defaults.get("dtype"),
+        _unique(d for s in series for d in s.dtypes),
+        label,
+    )
     series = [s for s in series if dtype in s.dtypes]
     label = f"{workload.name} {size} {dtype} on {gpu}"
 
@@ -114,7 +149,11 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
         offered = _unique(
             f"{s.gpu}" for s in variant.series if s.size == size and s.scaling == scaling
         )
-        where = f"it has {scaling} scaling on: {_join(offered)}" if offered else f"it has no {scaling}-scaling recipes at all"
+        where = (
+            f"it has {scaling} scaling on: {_join(offered)}"
+            if offered
+            else f"it has no {scaling}-scaling recipes at all"
+        )
         raise RecipeError(f"{label} has no {scaling}-scaling recipe; {where}.")
     series = matching
 
@@ -124,8 +163,10 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
             f"{label}: no GPU count given (use --gpus or set JOB_TOTAL_GPUS); tested: {_scales(series)}."
         )
     if not 1 <= gpus <= MAX_GPUS:
-        raise RecipeError(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, not {gpus}; "
-                          f"tested: {_scales(series)}.")
+        raise RecipeError(
+            f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, not {gpus}; "
+            f"tested: {_scales(series)}."
+        )
 
     hardware = gpu_type(gpu)
     per_node = request.gpus_per_node or hardware.gpus_per_node
@@ -136,14 +177,18 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
                 f"{label}: {gpus} GPUs is not a whole number of {per_node}-GPU nodes; "
                 f"use a multiple of {per_node} ({_valid_counts(chosen, per_node)})."
             )
-        return build_recipe(workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label)
+        return build_recipe(
+            workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label
+        )
     except RecipeError:
         if not request.any_scale:
             raise
     # A proxy runs on the GPU count asked for (its ranks); the warning that says what it takes from this
     # recipe and what it changes is llmb.recipes.proxies.proxy_run's.
     smallest = min(series, key=lambda s: s.min_gpus)
-    return build_recipe(workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, [], label)
+    return build_recipe(
+        workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, [], label
+    )
 
 
 def _scales(series: list[RecipeSeries]) -> str:
@@ -164,10 +209,14 @@ def _choose_series(
     smallest = min(s.min_gpus for s in series)
     if gpus > largest.max_gpus:
         rule = f"GBS = {largest.gbs}" if largest.gbs.per_gpu else f"GBS fixed at {largest.gbs}"
-        return largest, False, [
-            f"{gpus} GPUs is above the largest scale the published recipe tests for {label} "
-            f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {rule})."
-        ]
+        return (
+            largest,
+            False,
+            [
+                f"{gpus} GPUs is above the largest scale the published recipe tests for {label} "
+                f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {rule})."
+            ],
+        )
     if gpus < smallest:
         raise RecipeError(
             f"{label} needs at least {smallest} GPUs; {gpus} is below the smallest tested scale "
@@ -181,7 +230,11 @@ def _choose_series(
 
 def _valid_counts(series: RecipeSeries, per_node: int, limit: int = 8) -> str:
     top = series.max_gpus
-    counts = [n for n in range(per_node, top + 1, per_node) if n >= series.min_gpus and not check_layout(series, n)]
+    counts = [
+        n
+        for n in range(per_node, top + 1, per_node)
+        if n >= series.min_gpus and not check_layout(series, n)
+    ]
     if not counts:
         return f"no GPU count from {series.min_gpus} to {top} works with these settings"
     if len(counts) <= limit:
@@ -210,57 +263,67 @@ def build_recipe(
             raise RecipeError(f"cannot override {key!r}; settable: {_join(LAYOUT_KEYS)}.")
         if value != layout[key]:
             before = layout[key]
-            warnings.append(f"--set {key}={value} overrides the published recipe's {key.upper()} {_show(before)}.")
+            warnings.append(
+                f"--set {key}={value} overrides the published recipe's {key.upper()} {_show(before)}."
+            )
         layout[key] = value
-    gbs_expr = layout["gbs"] if isinstance(layout["gbs"], ScaleExpr) else ScaleExpr.constant(int(layout["gbs"]))
+    gbs_expr = (
+        layout["gbs"]
+        if isinstance(layout["gbs"], ScaleExpr)
+        else ScaleExpr.constant(int(layout["gbs"]))
+    )
     probe = replace(series, **{k: v for k, v in layout.items() if k != "gbs"}, gbs=gbs_expr)
     problem = check_layout(probe, gpus)
     if problem:
         where = "" if not overrides else " with your --set overrides"
         hint = _valid_counts(probe, per_node)
-        raise RecipeError(f"{label} at {gpus} GPUs{where} is impossible: {problem}. {hint[0].upper()}{hint[1:]}.")
+        raise RecipeError(
+            f"{label} at {gpus} GPUs{where} is impossible: {problem}. {hint[0].upper()}{hint[1:]}."
+        )
     if layout["layers"] > workload.architecture(series.size).layers:
         raise RecipeError(
             f"{label}: --set layers={layout['layers']} exceeds the model's "
             f"{workload.architecture(series.size).layers} layers."
         )
     dp, gbs, ga = derive(probe, gpus)
-    return without_idle_vp(Recipe(
-        workload=workload.name,
-        variant=variant.name,
-        framework=variant.framework,
-        size=series.size,
-        gpu=series.gpu,
-        dtype=dtype,
-        gpus=gpus,
-        nodes=gpus // per_node,
-        gpus_per_node=per_node,
-        tp=layout["tp"],
-        pp=layout["pp"],
-        cp=layout["cp"],
-        ep=layout["ep"],
-        etp=layout["etp"],
-        vp=layout["vp"],
-        dp=_whole(dp),
-        mbs=layout["mbs"],
-        gbs=_whole(gbs),
-        ga=_whole(ga),
-        fsdp=bool(layout["fsdp"]),
-        cuda_graphs=bool(layout["cuda_graphs"]),
-        seq_len=layout["seq_len"],
-        layers=layout["layers"],
-        scaling=series.scaling,
-        validated=validated,
-        steps=steps,
-        recompute_layers=layout["recompute_layers"],
-        offload_layers=layout["offload_layers"],
-        warnings=tuple(warnings),
-        errata=series.errata,
-        adjustments=series.adjustments,
-        overrides=tuple(sorted(request.overrides.items())),
-        provenance=series.provenance,
-        gbs_rule=str(gbs_expr),
-    ))
+    return without_idle_vp(
+        Recipe(
+            workload=workload.name,
+            variant=variant.name,
+            framework=variant.framework,
+            size=series.size,
+            gpu=series.gpu,
+            dtype=dtype,
+            gpus=gpus,
+            nodes=gpus // per_node,
+            gpus_per_node=per_node,
+            tp=layout["tp"],
+            pp=layout["pp"],
+            cp=layout["cp"],
+            ep=layout["ep"],
+            etp=layout["etp"],
+            vp=layout["vp"],
+            dp=_whole(dp),
+            mbs=layout["mbs"],
+            gbs=_whole(gbs),
+            ga=_whole(ga),
+            fsdp=bool(layout["fsdp"]),
+            cuda_graphs=bool(layout["cuda_graphs"]),
+            seq_len=layout["seq_len"],
+            layers=layout["layers"],
+            scaling=series.scaling,
+            validated=validated,
+            steps=steps,
+            recompute_layers=layout["recompute_layers"],
+            offload_layers=layout["offload_layers"],
+            warnings=tuple(warnings),
+            errata=series.errata,
+            adjustments=series.adjustments,
+            overrides=tuple(sorted(request.overrides.items())),
+            provenance=series.provenance,
+            gbs_rule=str(gbs_expr),
+        )
+    )
 
 
 def without_idle_vp(recipe: Recipe) -> Recipe:
@@ -269,8 +332,10 @@ def without_idle_vp(recipe: Recipe) -> Recipe:
     the run and the experiment name say the same: Megatron-Core refuses a virtual pipeline with PP 1."""
     if recipe.vp is None or recipe.pp > 1:
         return recipe
-    note = (f"VP {recipe.vp} dropped: with PP 1 there is no pipeline to interleave (Megatron-Core refuses a "
-            f"virtual pipeline without one), so it runs with no virtual pipeline")
+    note = (
+        f"VP {recipe.vp} dropped: with PP 1 there is no pipeline to interleave (Megatron-Core refuses a "
+        f"virtual pipeline without one), so it runs with no virtual pipeline"
+    )
     return replace(recipe, vp=None, adjustments=recipe.adjustments + (note,))
 
 

@@ -37,7 +37,9 @@ class ScaleExpr:
             return cls(coeff, True, raw)
         if m := _NUMBER.match(raw):
             return cls(Fraction(int(m.group(1))), False, raw)
-        raise ValueError(f"not a scale formula: {raw!r} (expected GPUs, GPUs*N, GPUs/N or a number)")
+        raise ValueError(
+            f"not a scale formula: {raw!r} (expected GPUs, GPUs*N, GPUs/N or a number)"
+        )
 
     @classmethod
     def per_gpu_of(cls, coefficient: Fraction) -> ScaleExpr:

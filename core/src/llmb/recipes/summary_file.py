@@ -25,7 +25,13 @@ from llmb.recipes.records import Provenance, ReferenceResult
 
 _SYSTEM = re.compile(r"^DGX-([A-Z0-9]+)$")
 _FIRST_NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)")
-_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-CS (FP8-MX)": "fp8", "NVFP4": "nvfp4"}
+_PRECISIONS = {
+    "BF16": "bf16",
+    "FP8": "fp8",
+    "FP8-CS": "fp8",
+    "FP8-CS (FP8-MX)": "fp8",
+    "NVFP4": "nvfp4",
+}
 
 
 def _number(cell: Any) -> float | None:
@@ -63,24 +69,43 @@ def _rows(table: dict[str, Any], document: str, gpu_types: set[str]) -> list[Ref
         gpu = system.group(1).lower() if system else None
         dtype = _PRECISIONS.get(str(row["Precision"]))
         gpus, gbs, seq = (_number(row.get(k)) for k in ("#-GPUs", "GBS", "Sequence Length"))
-        per_gpu, tflops = _number(row.get("Tokens / sec / GPU")), _number(row.get("Model TFLOP / sec / GPU"))
+        per_gpu, tflops = (
+            _number(row.get("Tokens / sec / GPU")),
+            _number(row.get("Model TFLOP / sec / GPU")),
+        )
         if gpu not in gpu_types or dtype is None or not (gpus and gbs and seq and per_gpu):
             continue
         where = f"{document}, {table['section']}, row {index + 1}"
-        out.append(ReferenceResult(
-            variant="", size=str(table["size"]), gpu=gpu, dtype=dtype, gpus=int(gpus),
-            step_time_s=gbs * seq / (per_gpu * gpus), tokens_per_s=per_gpu * gpus, mfu_pct=None, days_1t=None,
-            provenance=Provenance(seed=table.get("path", ""), table=None, rows=(index,), title=document),
-            tflops_per_gpu=tflops, note=where, gbs=int(gbs), container=str(table.get("container") or ""),
-            date=_date(table),
-        ))
+        out.append(
+            ReferenceResult(
+                variant="",
+                size=str(table["size"]),
+                gpu=gpu,
+                dtype=dtype,
+                gpus=int(gpus),
+                step_time_s=gbs * seq / (per_gpu * gpus),
+                tokens_per_s=per_gpu * gpus,
+                mfu_pct=None,
+                days_1t=None,
+                provenance=Provenance(
+                    seed=table.get("path", ""), table=None, rows=(index,), title=document
+                ),
+                tflops_per_gpu=tflops,
+                note=where,
+                gbs=int(gbs),
+                container=str(table.get("container") or ""),
+                date=_date(table),
+            )
+        )
     return out
 
 
 def summary_from_dict(raw: dict[str, Any], gpu_types: set[str]) -> tuple[ReferenceResult, ...]:
     """The figures of a performance-summary data file, newest release first for each configuration."""
     document = str(raw["source"]["document"])
-    tables = sorted(raw.get("tables") or (), key=lambda t: _release_key(str(t["release"])), reverse=True)
+    tables = sorted(
+        raw.get("tables") or (), key=lambda t: _release_key(str(t["release"])), reverse=True
+    )
     chosen: dict[tuple, ReferenceResult] = {}
     for table in tables:
         for ref in _rows(table, document, gpu_types):

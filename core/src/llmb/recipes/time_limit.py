@@ -48,18 +48,33 @@ class TimeLimit:
         if self.step_s is None:
             how = f"no step time is published or estimable: {FLOOR_MINUTES} min, the least"
         else:
-            what = self.step_source if self.step_source != "estimate" else f"estimated at {ASSUMED_MFU_PCT:g}% MFU"
-            how = (f"{self.startup_minutes:.0f} min start-up + {MARGIN:g} x {self.steps} steps x {self.step_s:.3g} s "
-                   f"({what}), at least {FLOOR_MINUTES} min")
+            what = (
+                self.step_source
+                if self.step_source != "estimate"
+                else f"estimated at {ASSUMED_MFU_PCT:g}% MFU"
+            )
+            how = (
+                f"{self.startup_minutes:.0f} min start-up + {MARGIN:g} x {self.steps} steps x {self.step_s:.3g} s "
+                f"({what}), at least {FLOOR_MINUTES} min"
+            )
         return f"{self.slurm} on a cluster ({how}; --time-limit or slurm.time replaces it)"
 
     def as_dict(self) -> dict:
-        return {"slurm": self.slurm, "minutes": self.minutes, "steps": self.steps, "step_s": self.step_s,
-                "step_source": self.step_source, "startup_minutes": round(self.startup_minutes, 1),
-                "margin": MARGIN, "floor_minutes": FLOOR_MINUTES}
+        return {
+            "slurm": self.slurm,
+            "minutes": self.minutes,
+            "steps": self.steps,
+            "step_s": self.step_s,
+            "step_source": self.step_source,
+            "startup_minutes": round(self.startup_minutes, 1),
+            "margin": MARGIN,
+            "floor_minutes": FLOOR_MINUTES,
+        }
 
 
-def estimated_step_s(flops_per_sample: float | None, gbs: int, gpus: int, peak_tflops: float | None) -> float | None:
+def estimated_step_s(
+    flops_per_sample: float | None, gbs: int, gpus: int, peak_tflops: float | None
+) -> float | None:
     """A step's time at ASSUMED_MFU_PCT of the GPUs' dense peak; None without FLOPs or a peak."""
     if not flops_per_sample or not peak_tflops or gpus <= 0:
         return None

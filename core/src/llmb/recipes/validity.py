@@ -28,7 +28,9 @@ def _gbs_at(layout: object, gpus: int) -> Fraction:
     return gbs.at(gpus) if hasattr(gbs, "at") else Fraction(gbs)
 
 
-def derive(layout: LayoutLike, gpus: int, gbs: Fraction | None = None) -> tuple[Fraction, Fraction, Fraction]:
+def derive(
+    layout: LayoutLike, gpus: int, gbs: Fraction | None = None
+) -> tuple[Fraction, Fraction, Fraction]:
     """(DP, GBS, GA) at ``gpus``, exact, possibly fractional."""
     gbs = _gbs_at(layout, gpus) if gbs is None else Fraction(gbs)
     dp = Fraction(gpus, layout.tp * layout.pp * layout.cp)

@@ -61,18 +61,43 @@ COLUMN_NAMES = {
     "cg": "cuda_graphs",
 }
 REQUIRED_COLUMNS = ("size", "gpus", "dtype", "seq_len", "layers", "tp", "pp", "cp", "mbs", "gbs")
-SETTABLE = ("tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "cuda_graphs", "seq_len", "layers",
-            "recompute_layers", "offload_layers")
+SETTABLE = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "vp",
+    "mbs",
+    "gbs",
+    "fsdp",
+    "cuda_graphs",
+    "seq_len",
+    "layers",
+    "recompute_layers",
+    "offload_layers",
+)
 # The fields that tell one series from another within a table (the rest are
 # the table's, the scale's or the provenance).
 LAYOUT = tuple(
-    f.name for f in fields(RecipeLayout) if f.name not in ("variant", "gpu", "scaling", "dtypes", "gbs", "provenance")
+    f.name
+    for f in fields(RecipeLayout)
+    if f.name not in ("variant", "gpu", "scaling", "dtypes", "gbs", "provenance")
 )
 ARCH_FIELDS = {f.name for f in fields(ModelArch)}
 FRAMEWORKS = ("megatron_bridge", "nemo2")
 MFU_METHODS = ("formula", "log")
 SCALINGS = ("weak", "strong")
-REFERENCE_COLUMNS = ("gpus", "size", "step_time_s", "tokens_per_s", "mfu_pct", "days_1t", "tflops_per_gpu", "erratum")
+REFERENCE_COLUMNS = (
+    "gpus",
+    "size",
+    "step_time_s",
+    "tokens_per_s",
+    "mfu_pct",
+    "days_1t",
+    "tflops_per_gpu",
+    "erratum",
+)
 
 
 @contextmanager
@@ -108,7 +133,9 @@ def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
         from llmb.recipes.summary_file import summary_from_dict
 
         try:
-            workload = replace(workload, summary=summary_from_dict(_read(package, str(summary)), set(catalogue())))
+            workload = replace(
+                workload, summary=summary_from_dict(_read(package, str(summary)), set(catalogue()))
+            )
         except Exception as exc:  # malformed YAML, a missing file or column
             raise DataError(f"{package}/{summary}: {exc}") from exc
     return workload
@@ -152,8 +179,12 @@ def _with_current_keys(raw: dict[str, Any]) -> dict[str, Any]:
     if renamed:
         import warnings
 
-        warnings.warn(f"workload {raw.get('name')!r}: {', '.join(sorted(renamed))} are the old names of document, "
-                      f"table and recipe_says; rename them", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"workload {raw.get('name')!r}: {', '.join(sorted(renamed))} are the old names of document, "
+            f"table and recipe_says; rename them",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     return out
 
 
@@ -167,7 +198,9 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         titles = _documents(raw.get("documents") or {})
     variants = []
     for index, variant in enumerate(raw["variants"]):
-        with _context(f"variant {variant.get('name', index + 1) if isinstance(variant, dict) else index + 1}"):
+        with _context(
+            f"variant {variant.get('name', index + 1) if isinstance(variant, dict) else index + 1}"
+        ):
             variants.append(_variant(variant, titles))
     for variant in variants:
         for series in variant.series:
@@ -180,17 +213,23 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         with _context(f"references entry {index + 1}"):
             references.extend(_references(ref, titles))
     with _context("notes"):
-        notes = tuple(_erratum(e, _title(titles, str(e.get("document", "")))) for e in raw.get("notes") or ())
+        notes = tuple(
+            _erratum(e, _title(titles, str(e.get("document", "")))) for e in raw.get("notes") or ()
+        )
     known = {n.id for n in notes}
     for ref in references:
         if ref.erratum and ref.erratum not in known:
-            raise ValueError(f"reference {ref.provenance.describe()} cites unknown erratum {ref.erratum!r}")
+            raise ValueError(
+                f"reference {ref.provenance.describe()} cites unknown erratum {ref.erratum!r}"
+            )
     with _context("failure_hints"):
         hints = tuple(
             FailureHint(
                 failure=_one_of(h["failure"], FAILURE_KINDS, "failure kind"),
                 hint=str(h["hint"]).strip(),
-                gpu=None if h.get("gpu") is None else _one_of(h["gpu"], list(catalogue()), "GPU type"),
+                gpu=None
+                if h.get("gpu") is None
+                else _one_of(h["gpu"], list(catalogue()), "GPU type"),
                 source=str(h.get("source", "")),
             )
             for h in raw.get("failure_hints") or ()
@@ -222,9 +261,13 @@ def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
             base = spec.pop("base", None)
             unknown = set(spec) - ARCH_FIELDS
             if unknown:
-                raise ValueError(f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(ARCH_FIELDS))}")
+                raise ValueError(
+                    f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(ARCH_FIELDS))}"
+                )
             if spec.get("published_params") is not None:
-                spec["published_params"] = float(spec["published_params"])  # YAML reads 56e9 as a string
+                spec["published_params"] = float(
+                    spec["published_params"]
+                )  # YAML reads 56e9 as a string
             if base is not None:
                 if str(base) not in out:
                     raise ValueError(f"base {base!r} is not defined above it")
@@ -261,7 +304,9 @@ def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
     seed_rows = []
     for table in raw["tables"]:
         with _context(f"table {table.get('table', '?')}"):
-            seed_rows.extend(_seed_rows(name, Provenance(seed=seed, title=title, table=None, rows=()), table))
+            seed_rows.extend(
+                _seed_rows(name, Provenance(seed=seed, title=title, table=None, rows=()), table)
+            )
     seed_rows = tuple(seed_rows)
     errata = tuple(_erratum(e, title) for e in raw.get("errata") or ())
     amendments = [(e, erratum) for e, erratum in zip(raw.get("errata") or (), errata, strict=True)]
@@ -319,7 +364,9 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
     columns = [COLUMN_NAMES.get(str(c).lower(), str(c).lower()) for c in table["columns"]]
     unknown = [c for c in columns if c not in COLUMN_NAMES.values()]
     if unknown:
-        raise ValueError(f"unknown columns {unknown}; known: {', '.join(sorted(set(COLUMN_NAMES.values())))}")
+        raise ValueError(
+            f"unknown columns {unknown}; known: {', '.join(sorted(set(COLUMN_NAMES.values())))}"
+        )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"missing columns {missing}")
@@ -428,7 +475,9 @@ def _series(
                 row.gpus if row.is_range else None,
                 *(getattr(amended, f) for f in LAYOUT),
             )
-            groups.setdefault(key, []).append((replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes)))
+            groups.setdefault(key, []).append(
+                (replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes))
+            )
     for (raw, _), was_used in zip(amendments, used, strict=True):
         if not was_used:
             raise ValueError(f"amendment {raw.get('id', raw.get('why'))!r} matches no row")

@@ -37,12 +37,15 @@ Block = Heading | Paragraph | Bullets | Figure | Table
 
 def _summary(data: ReportData) -> str:
     plotted = data.runs - len(data.unplotted)
-    return (f"{data.runs} run{'s' if data.runs != 1 else ''}: {plotted} plotted in {len(data.series)} "
-            f"series, {len(data.unplotted)} without a result.")
+    return (
+        f"{data.runs} run{'s' if data.runs != 1 else ''}: {plotted} plotted in {len(data.series)} "
+        f"series, {len(data.unplotted)} without a result."
+    )
 
 
-def build_document(data: ReportData, plots: list[Plot], omitted: list[str], source: str, generated_at: str) -> \
-        list[Block]:
+def build_document(
+    data: ReportData, plots: list[Plot], omitted: list[str], source: str, generated_at: str
+) -> list[Block]:
     """Title and summary, the plots (and why any is missing), each series' points, the runs left out."""
     blocks: list[Block] = [
         Heading(TITLE, 1),
@@ -58,9 +61,14 @@ def build_document(data: ReportData, plots: list[Plot], omitted: list[str], sour
     if omitted:
         blocks += [Paragraph("Not drawn:"), Bullets(tuple(omitted))]
     if data.series:
-        blocks += [Heading("Series", 2), Paragraph(
-            "Each point is the mean over the runs at that GPU count, ± the sample standard deviation across "
-            "repeats; the published step time is the recipe's for the same configuration. " + EFFICIENCY_FORMULAS)]
+        blocks += [
+            Heading("Series", 2),
+            Paragraph(
+                "Each point is the mean over the runs at that GPU count, ± the sample standard deviation across "
+                "repeats; the published step time is the recipe's for the same configuration. "
+                + EFFICIENCY_FORMULAS
+            ),
+        ]
     for series in data.series:
         blocks.append(Heading(series.label, 3))
         if series.notes:

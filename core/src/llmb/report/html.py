@@ -15,8 +15,10 @@ from html import escape
 from llmb.report.document import TITLE, Block, Bullets, Figure, Heading, Paragraph
 from llmb.report.tables import Table
 
-MARK_LOADED = ('addEventListener("load",function(){for(var i of document.images)'
-               'i.setAttribute("data-loaded",i.naturalWidth>0?"yes":"no")})')
+MARK_LOADED = (
+    'addEventListener("load",function(){for(var i of document.images)'
+    'i.setAttribute("data-loaded",i.naturalWidth>0?"yes":"no")})'
+)
 STYLE = (
     "body{font-family:system-ui,sans-serif;color:#222;max-width:80em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:.5em 0 1.5em;font-variant-numeric:tabular-nums}"
@@ -29,13 +31,17 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
-CONTENT_SECURITY_POLICY = (f"default-src 'none'; img-src data:; style-src '{_sha256(STYLE)}'; "
-                           f"script-src '{_sha256(MARK_LOADED)}'")
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; img-src data:; style-src '{_sha256(STYLE)}'; "
+    f"script-src '{_sha256(MARK_LOADED)}'"
+)
 
 
 def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>\n" for row in table.rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>\n" for row in table.rows
+    )
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
 
 
@@ -48,15 +54,17 @@ def _block(block: Block) -> str:
         return "<ul>" + "".join(f"<li>{escape(item)}</li>" for item in block.items) + "</ul>"
     if isinstance(block, Figure):
         data = base64.b64encode(block.plot.png).decode("ascii")
-        return (f'<figure id="{escape(block.plot.name)}"><img src="data:image/png;base64,{data}" '
-                f'alt="{escape(block.plot.title)}"></figure>')
+        return (
+            f'<figure id="{escape(block.plot.name)}"><img src="data:image/png;base64,{data}" '
+            f'alt="{escape(block.plot.title)}"></figure>'
+        )
     return _table(block)
 
 
 def render_html(blocks: list[Block]) -> str:
     body = "\n".join(_block(b) for b in blocks)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{escape(CONTENT_SECURITY_POLICY)}">\n'
         f"<title>{escape(TITLE)}</title>\n<style>{STYLE}</style>\n<script>{MARK_LOADED}</script>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"

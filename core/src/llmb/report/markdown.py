@@ -16,8 +16,10 @@ def _text(text: str) -> str:
 
 
 def _table(table: Table) -> str:
-    lines = ["| " + " | ".join(_text(h) for h in table.headers) + " |",
-             "|" + "---|" * len(table.headers)]
+    lines = [
+        "| " + " | ".join(_text(h) for h in table.headers) + " |",
+        "|" + "---|" * len(table.headers),
+    ]
     lines += ["| " + " | ".join(_text(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 

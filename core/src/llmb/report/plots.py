@@ -17,7 +17,9 @@ from llmb.report.series import EFFICIENCY_FORMULAS, Point, ReportData, Spread
 
 INSTALL_HINT = "pip install 'llmb[report]'"
 EFFICIENCY_TITLE = "Scaling efficiency vs GPU count"
-EFFICIENCY_SUBTITLE = "weak scaling: T(n0) / T(n)    strong scaling: T(n0)·n0 / (T(n)·n)    n0: smallest GPU count"
+EFFICIENCY_SUBTITLE = (
+    "weak scaling: T(n0) / T(n)    strong scaling: T(n0)·n0 / (T(n)·n)    n0: smallest GPU count"
+)
 
 
 @dataclass(frozen=True)
@@ -43,31 +45,55 @@ class MetricPlot:
     published: Callable[[ReferenceResult], float | None]
     missing: str  # why no run has this metric
     log_y: bool = False
-    printed: Callable[[ReferenceResult], float | None] = lambda r: None  # the seed's figure, where llmb corrects it
+    printed: Callable[[ReferenceResult], float | None] = lambda r: (
+        None
+    )  # the seed's figure, where llmb corrects it
 
 
-STEP_TIME = MetricPlot("step_time", "Step time vs GPU count", "step time (ms)", lambda p: p.step_time_ms,
-                       lambda r: r.step_time_s * 1000.0, "no run has a step time")
-TOKENS_PER_S = MetricPlot("tokens_per_s", "Tokens/s vs GPU count", "tokens/s", lambda p: p.tokens_per_s,
-                          lambda r: r.tokens_per_s, "no run has tokens/s (it needs the sequence length and GBS)",
-                          log_y=True)
-MFU = MetricPlot("mfu", "MFU vs GPU count", "MFU (%)", lambda p: p.mfu_pct, lambda r: r.mfu_pct,
-                 "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)",
-                 printed=lambda r: r.printed_mfu_pct)
+STEP_TIME = MetricPlot(
+    "step_time",
+    "Step time vs GPU count",
+    "step time (ms)",
+    lambda p: p.step_time_ms,
+    lambda r: r.step_time_s * 1000.0,
+    "no run has a step time",
+)
+TOKENS_PER_S = MetricPlot(
+    "tokens_per_s",
+    "Tokens/s vs GPU count",
+    "tokens/s",
+    lambda p: p.tokens_per_s,
+    lambda r: r.tokens_per_s,
+    "no run has tokens/s (it needs the sequence length and GBS)",
+    log_y=True,
+)
+MFU = MetricPlot(
+    "mfu",
+    "MFU vs GPU count",
+    "MFU (%)",
+    lambda p: p.mfu_pct,
+    lambda r: r.mfu_pct,
+    "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)",
+    printed=lambda r: r.printed_mfu_pct,
+)
 EFFICIENCY = "scaling_efficiency"
 PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, EFFICIENCY, MFU.name)  # in the report's order
 NO_EFFICIENCY = "every series has one GPU count only, so there is no efficiency curve"
-MEASURED_HOW = ("Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
-                "dashed with open markers: the published recipes' figures; a figure a recipe erratum corrects is "
-                "plotted corrected and marked with the printed value.")
+MEASURED_HOW = (
+    "Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
+    "dashed with open markers: the published recipes' figures; a figure a recipe erratum corrects is "
+    "plotted corrected and marked with the printed value."
+)
 
 
 def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError(f"llmb report draws its plots with matplotlib, which is not installed here: "
-                         f"{INSTALL_HINT}.") from None
+        raise UsageError(
+            f"llmb report draws its plots with matplotlib, which is not installed here: "
+            f"{INSTALL_HINT}."
+        ) from None
 
 
 def _axes():
@@ -104,20 +130,39 @@ def _style(index: int) -> dict:
     return {"color": f"C{index % 10}", "marker": "osD^v<>ph*"[index // 10 % 10]}
 
 
-def _published_line(axes, points: list[tuple[int, float | None]], label: str, style: dict, counts: set[int],
-                    printed: dict[int, float] | None = None) -> None:
+def _published_line(
+    axes,
+    points: list[tuple[int, float | None]],
+    label: str,
+    style: dict,
+    counts: set[int],
+    printed: dict[int, float] | None = None,
+) -> None:
     """The published curve; ``printed`` holds the seed's own figure at GPU counts where an erratum corrects it."""
     points = [(n, v) for n, v in points if v is not None]
     printed = printed or {}
     if points:
         counts.update(n for n, _ in points)
         mark = ", * corrected per erratum" if printed else ""
-        axes.plot([n for n, _ in points], [v for _, v in points], linestyle="--", marker="s", markerfacecolor="none",
-                  color=style["color"], label=f"{label} (published{mark})")
+        axes.plot(
+            [n for n, _ in points],
+            [v for _, v in points],
+            linestyle="--",
+            marker="s",
+            markerfacecolor="none",
+            color=style["color"],
+            label=f"{label} (published{mark})",
+        )
         for n, value in points:
             if n in printed:
-                axes.annotate(f"* corrected (printed {printed[n]:g})", (n, value), textcoords="offset points",
-                              xytext=(4, 6), fontsize=7, color=style["color"])
+                axes.annotate(
+                    f"* corrected (printed {printed[n]:g})",
+                    (n, value),
+                    textcoords="offset points",
+                    xytext=(4, 6),
+                    fontsize=7,
+                    color=style["color"],
+                )
 
 
 def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
@@ -126,24 +171,43 @@ def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
     drawn = False
     corrections = []
     for index, series in enumerate(data.series):
-        measured = [(p.gpus, spec.measured(p)) for p in series.points if spec.measured(p).mean is not None]
+        measured = [
+            (p.gpus, spec.measured(p)) for p in series.points if spec.measured(p).mean is not None
+        ]
         if not measured:
             continue
         drawn = True
-        corrections += [f"{series.label} at {r.gpus} GPUs: {r.mfu_label()}" for r in series.published
-                        if spec.printed(r) is not None]
+        corrections += [
+            f"{series.label} at {r.gpus} GPUs: {r.mfu_label()}"
+            for r in series.published
+            if spec.printed(r) is not None
+        ]
         style = _style(index)
         counts.update(n for n, _ in measured)
-        axes.errorbar([n for n, _ in measured], [s.mean for _, s in measured],
-                      yerr=[s.std or 0.0 for _, s in measured], capsize=3, label=series.label, **style)
-        _published_line(axes, [(r.gpus, spec.published(r)) for r in series.published], series.label, style, counts,
-                        {r.gpus: v for r in series.published if (v := spec.printed(r)) is not None})
+        axes.errorbar(
+            [n for n, _ in measured],
+            [s.mean for _, s in measured],
+            yerr=[s.std or 0.0 for _, s in measured],
+            capsize=3,
+            label=series.label,
+            **style,
+        )
+        _published_line(
+            axes,
+            [(r.gpus, spec.published(r)) for r in series.published],
+            series.label,
+            style,
+            counts,
+            {r.gpus: v for r in series.published if (v := spec.printed(r)) is not None},
+        )
     if not drawn:
         return None
     _gpu_axis(axes, counts)
     if spec.log_y:
         axes.set_yscale("log")
-    description = MEASURED_HOW + "".join(f" Published {spec.title.split(' vs ')[0]}, {c}." for c in corrections)
+    description = MEASURED_HOW + "".join(
+        f" Published {spec.title.split(' vs ')[0]}, {c}." for c in corrections
+    )
     return Plot(spec.name, spec.title, description, _finish(figure, axes, spec.title, spec.y_label))
 
 
@@ -166,10 +230,20 @@ def _efficiency_plot(data: ReportData) -> Plot | None:
     _gpu_axis(axes, counts)
     single = [s.label for s in data.series if not s.has_efficiency]
     if single:
-        figure.text(0.01, -0.02, "Not drawn (one GPU count only): " + "; ".join(single), fontsize="small",
-                    va="top", wrap=True)
-    return Plot(EFFICIENCY, EFFICIENCY_TITLE, EFFICIENCY_FORMULAS,
-                _finish(figure, axes, EFFICIENCY_TITLE, "scaling efficiency", EFFICIENCY_SUBTITLE))
+        figure.text(
+            0.01,
+            -0.02,
+            "Not drawn (one GPU count only): " + "; ".join(single),
+            fontsize="small",
+            va="top",
+            wrap=True,
+        )
+    return Plot(
+        EFFICIENCY,
+        EFFICIENCY_TITLE,
+        EFFICIENCY_FORMULAS,
+        _finish(figure, axes, EFFICIENCY_TITLE, "scaling efficiency", EFFICIENCY_SUBTITLE),
+    )
 
 
 def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
@@ -184,4 +258,6 @@ def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
             (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
             (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
         )
-    return [plot for plot, _ in candidates if plot], [why for plot, why in candidates if plot is None]
+    return [plot for plot, _ in candidates if plot], [
+        why for plot, why in candidates if plot is None
+    ]

@@ -26,9 +26,11 @@ from llmb.recipes.records import ReferenceResult, Workload
 from llmb.results.analyze import delta_pct, mean_std
 
 STRONG = "strong"
-EFFICIENCY_FORMULAS = ("Scaling efficiency is relative to the series' smallest GPU count n0 (for the published curve, "
-                       "the smallest published count): weak scaling T(n0) / T(n), strong scaling "
-                       "T(n0)·n0 / (T(n)·n), where T is the mean step time.")
+EFFICIENCY_FORMULAS = (
+    "Scaling efficiency is relative to the series' smallest GPU count n0 (for the published curve, "
+    "the smallest published count): weak scaling T(n0) / T(n), strong scaling "
+    "T(n0)·n0 / (T(n)·n), where T is the mean step time."
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ class Run:
 
     @property
     def series_key(self) -> SeriesKey:
-        return SeriesKey(self.workload, self.variant, self.size, self.gpu, self.dtype, self.scaling, self.proxy)
+        return SeriesKey(
+            self.workload, self.variant, self.size, self.gpu, self.dtype, self.scaling, self.proxy
+        )
 
 
 def _count(value: Any) -> int | None:
@@ -97,12 +101,21 @@ class SeriesKey:
     def label(self) -> str:
         """``llama31 nemo2 8b h100 bf16, weak scaling``; each part at most ``MAX_PART`` characters (they come
         from results files and logs: a 20,000-character name must not make a 760 MB plot)."""
-        parts = [_bounded(p or "?") for p in (self.workload, self.variant, self.size, self.gpu, self.dtype)]
-        return " ".join(parts) + f", {_bounded(self.scaling)} scaling" + (", proxy" if self.proxy else "")
+        parts = [
+            _bounded(p or "?")
+            for p in (self.workload, self.variant, self.size, self.gpu, self.dtype)
+        ]
+        return (
+            " ".join(parts)
+            + f", {_bounded(self.scaling)} scaling"
+            + (", proxy" if self.proxy else "")
+        )
 
     def sort_key(self) -> tuple:
-        return tuple("" if v is None else v for v in (self.workload, self.variant, self.size, self.gpu, self.dtype)) \
-            + (self.scaling, self.proxy)
+        return tuple(
+            "" if v is None else v
+            for v in (self.workload, self.variant, self.size, self.gpu, self.dtype)
+        ) + (self.scaling, self.proxy)
 
 
 @dataclass(frozen=True)
@@ -172,7 +185,9 @@ class ReportData:
     runs: int
 
 
-def scaling_efficiency(scaling: str, base_gpus: int, base_step_ms: float, gpus: int, step_ms: float) -> float:
+def scaling_efficiency(
+    scaling: str, base_gpus: int, base_step_ms: float, gpus: int, step_ms: float
+) -> float:
     """Efficiency at ``gpus`` relative to ``base_gpus`` (see the module's formulas)."""
     if scaling == STRONG:
         return (base_step_ms * base_gpus) / (step_ms * gpus)
@@ -183,10 +198,12 @@ MAX_PART = 40  # characters of one part of a series label
 
 
 def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_PART else text[:MAX_PART - 1] + "…"
+    return text if len(text) <= MAX_PART else text[: MAX_PART - 1] + "…"
 
 
-def efficiency_curve(scaling: str, step_times: list[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+def efficiency_curve(
+    scaling: str, step_times: list[tuple[int, float]]
+) -> tuple[tuple[int, float], ...]:
     """(GPUs, efficiency) relative to the smallest GPU count; empty for fewer than two counts."""
     if len(step_times) < 2:
         return ()
@@ -215,15 +232,28 @@ def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[Refer
 def _unpublished_note(key: SeriesKey, workloads: Mapping[str, Workload]) -> str:
     """Why the series has no published curve, naming the other variants' recipes that publish one."""
     workload = workloads.get(key.workload) if key.workload else None
-    others = [] if workload is None else [
-        (variant.name, found) for variant in workload.variants if variant.name != key.variant
-        and (found := workload.published(variant.name, key.size, key.gpu, key.dtype, key.scaling))]
+    others = (
+        []
+        if workload is None
+        else [
+            (variant.name, found)
+            for variant in workload.variants
+            if variant.name != key.variant
+            and (
+                found := workload.published(variant.name, key.size, key.gpu, key.dtype, key.scaling)
+            )
+        ]
+    )
     if not others:
         return "no published document has figures for this configuration"
-    listed = "; ".join(f"the {name} recipe at " + ", ".join(f"{r.gpus} GPUs {r.step_time_s:g} s" for r in refs)
-                       for name, refs in others)
-    return (f"its own recipe publishes no figures for this configuration; {listed} "
-            f"(llmb compare --reference {others[0][0]})")
+    listed = "; ".join(
+        f"the {name} recipe at " + ", ".join(f"{r.gpus} GPUs {r.step_time_s:g} s" for r in refs)
+        for name, refs in others
+    )
+    return (
+        f"its own recipe publishes no figures for this configuration; {listed} "
+        f"(llmb compare --reference {others[0][0]})"
+    )
 
 
 def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) -> Series:
@@ -232,7 +262,9 @@ def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) 
     by_gpus: dict[int, list[Run]] = {}
     for run in runs:
         by_gpus.setdefault(run.gpus, []).append(run)
-    step_means = {n: Spread.of([r.step_time_ms for r in group]).mean for n, group in by_gpus.items()}
+    step_means = {
+        n: Spread.of([r.step_time_ms for r in group]).mean for n, group in by_gpus.items()
+    }
     efficiency = dict(efficiency_curve(key.scaling, list(step_means.items())))
     points = tuple(
         Point(
@@ -254,7 +286,9 @@ def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) 
         notes.append(_unpublished_note(key, workloads))
     if len(points) == 1:
         notes.append(f"one GPU count only ({points[0].gpus}): no scaling-efficiency curve")
-    published_efficiency = efficiency_curve(key.scaling, [(r.gpus, r.step_time_s * 1000.0) for r in published])
+    published_efficiency = efficiency_curve(
+        key.scaling, [(r.gpus, r.step_time_s * 1000.0) for r in published]
+    )
     return Series(key, points, published, published_efficiency, tuple(notes))
 
 
@@ -268,5 +302,7 @@ def build_report(rows: list[Mapping[str, Any]], workloads: Mapping[str, Workload
             grouped.setdefault(run.series_key, []).append(run)
         else:
             unplotted.append(Unplotted(run, why))
-    series = tuple(_series(key, grouped[key], workloads) for key in sorted(grouped, key=SeriesKey.sort_key))
+    series = tuple(
+        _series(key, grouped[key], workloads) for key in sorted(grouped, key=SeriesKey.sort_key)
+    )
     return ReportData(series, tuple(unplotted), len(rows))

@@ -34,21 +34,44 @@ def series_table(series: Series) -> Table:
     """One row per point: its runs' means (± sample std) and the published step time."""
     rows = tuple(
         (
-            str(p.gpus), str(len(p.runs)), _spread(p.step_time_ms, 1), _spread(p.tokens_per_s, 0),
-            _spread(p.tflops_per_gpu, 1), _spread(p.mfu_pct, 2),
+            str(p.gpus),
+            str(len(p.runs)),
+            _spread(p.step_time_ms, 1),
+            _spread(p.tokens_per_s, 0),
+            _spread(p.tflops_per_gpu, 1),
+            _spread(p.mfu_pct, 2),
             "-" if p.efficiency is None else f"{p.efficiency:.1%}",
-            _number(p.published_step_time_ms, 1), _signed_pct(p.published_delta_pct),
+            _number(p.published_step_time_ms, 1),
+            _signed_pct(p.published_delta_pct),
         )
         for p in series.points
     )
-    return Table(("GPUs", "runs", "step time (ms)", "tokens/s", "TFLOP/s/GPU", "MFU %", "efficiency",
-                  "published step time (ms)", "vs published"), rows)
+    return Table(
+        (
+            "GPUs",
+            "runs",
+            "step time (ms)",
+            "tokens/s",
+            "TFLOP/s/GPU",
+            "MFU %",
+            "efficiency",
+            "published step time (ms)",
+            "vs published",
+        ),
+        rows,
+    )
 
 
 def unplotted_table(unplotted: tuple[Unplotted, ...]) -> Table:
     """The runs that are in no series: status and reason."""
     rows = tuple(
-        (u.run.name, u.run.status, "-" if u.run.gpus is None else str(u.run.gpus), u.run.series_key.label, u.why)
+        (
+            u.run.name,
+            u.run.status,
+            "-" if u.run.gpus is None else str(u.run.gpus),
+            u.run.series_key.label,
+            u.why,
+        )
         for u in unplotted
     )
     return Table(("run", "status", "GPUs", "configuration", "reason"), rows)

@@ -54,7 +54,15 @@ def write_report(data: ReportData, out_dir: str, source: str) -> WrittenReport:
         _write(html, render_html(blocks).encode("utf-8"))
         _write(markdown, render_markdown(blocks).encode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"cannot write the report into {out}: {exc.strerror} ({exc.filename}); "
-                         f"give --out a directory you can write to.") from None
-    return WrittenReport(out, html, markdown, [os.path.join(out, p.filename) for p in plots], len(data.series),
-                         data.runs)
+        raise UsageError(
+            f"cannot write the report into {out}: {exc.strerror} ({exc.filename}); "
+            f"give --out a directory you can write to."
+        ) from None
+    return WrittenReport(
+        out,
+        html,
+        markdown,
+        [os.path.join(out, p.filename) for p in plots],
+        len(data.series),
+        data.runs,
+    )

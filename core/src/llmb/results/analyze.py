@@ -137,7 +137,8 @@ def choose_iterations(findings: dict) -> tuple[IterationLog | None, list[str]]:
     notes = []
     if len(logs) > 1:
         notes.append(
-            "mixed log formats: " + ", ".join(f"{len(l.samples)} {l.format} iterations" for l in logs)
+            "mixed log formats: "
+            + ", ".join(f"{len(l.samples)} {l.format} iterations" for l in logs)
             + f"; using {logs[0].format}"
         )
     return logs[0], notes
@@ -153,10 +154,14 @@ def variant_for(workload: Workload | None, context: RunContext, fmt: str | None)
     return matching[0] if matching else workload.default_variant
 
 
-def find_reference(workload: Workload | None, context: RunContext, variant: Variant | None) -> ReferenceResult | None:
+def find_reference(
+    workload: Workload | None, context: RunContext, variant: Variant | None
+) -> ReferenceResult | None:
     if workload is None or variant is None or context.proxy or context.gpus is None:
         return None
-    found = workload.published(variant.name, context.size, context.gpu, context.dtype, context.scaling, context.gpus)
+    found = workload.published(
+        variant.name, context.size, context.gpu, context.dtype, context.scaling, context.gpus
+    )
     return found[0] if found else None
 
 
@@ -194,7 +199,11 @@ def analyze(
     inside = [s for s in samples if _in_window(s, window, every)]
     stats = _window_stats(inside, window, compute_tflops, gbs, context.gpus, flops_per_sample)
 
-    notes += _scan_notes(report, iterations) + ([gbs_note] if gbs_note else []) + _titan_notes(iterations, inside)
+    notes += (
+        _scan_notes(report, iterations)
+        + ([gbs_note] if gbs_note else [])
+        + _titan_notes(iterations, inside)
+    )
     status, reason = _status(iterations, samples, window, failure, report, context.job_state, every)
     stopped = samples[-1].iteration if samples else None
     if status in ("failed", "cancelled") and (short := _unreachable(iterations, window, stopped)):
@@ -203,14 +212,18 @@ def analyze(
     tokens = days = mfu_pct = mfu_bf16_pct = None
     if stats and stats.time_mean_ms and context.seq_len and gbs:
         tokens = tokens_per_second(context.seq_len, gbs, stats.time_mean_ms / 1000.0)
-        days = None if context.proxy else days_to_train(tokens)  # a proxy model's time to train means nothing
+        days = (
+            None if context.proxy else days_to_train(tokens)
+        )  # a proxy model's time to train means nothing
     if stats and stats.time_mean_ms and peaks:
         use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
         model_tflops = None
         if use_log and stats.tflops_mean is not None:
             model_tflops = stats.tflops_mean
         elif flops_per_sample and gbs and context.gpus:
-            model_tflops = gbs * flops_per_sample / (stats.time_mean_ms / 1000.0) / context.gpus / 1e12
+            model_tflops = (
+                gbs * flops_per_sample / (stats.time_mean_ms / 1000.0) / context.gpus / 1e12
+            )
         if model_tflops is not None:
             mfu_pct, mfu_bf16_pct = mfu_pcts(model_tflops, peaks, context.dtype)
 
@@ -225,7 +238,9 @@ def analyze(
         if stats and stats.time_mean_ms:
             delta = delta_pct(stats.time_mean_ms, ref_ms)
         if reference.gpu in catalogue():
-            ref_mfu_bf16 = mfu_at_bf16_pct(reference.mfu_pct, catalogue()[reference.gpu].peak_tflops, reference.dtype)
+            ref_mfu_bf16 = mfu_at_bf16_pct(
+                reference.mfu_pct, catalogue()[reference.gpu].peak_tflops, reference.dtype
+            )
     if context.proxy:
         notes.append("proxy run: not compared with the published figures")
 
@@ -260,18 +275,38 @@ def analyze(
     )
 
 
-def unreadable(log: str, context: RunContext, reason: str, *, workload: Workload | None = None,
-               window: tuple[int, int] | None = None) -> RunResult:
+def unreadable(
+    log: str,
+    context: RunContext,
+    reason: str,
+    *,
+    workload: Workload | None = None,
+    window: tuple[int, int] | None = None,
+) -> RunResult:
     """The result of a run whose log could not be read (``reason`` says why)."""
     return _without_log(log, context, "unreadable", reason, workload, window)
 
 
-def _without_log(log: str | None, context: RunContext, status: str, reason: str, workload: Workload | None,
-                 window: tuple[int, int] | None) -> RunResult:
+def _without_log(
+    log: str | None,
+    context: RunContext,
+    status: str,
+    reason: str,
+    workload: Workload | None,
+    window: tuple[int, int] | None,
+) -> RunResult:
     variant = variant_for(workload, context, None)
-    return RunResult(log=log, context=context, status=status, reason=reason, format=None,
-                     window=window or (variant.window if variant else DEFAULT_WINDOW),
-                     stats=None, max_iteration=None, last_iteration=None)
+    return RunResult(
+        log=log,
+        context=context,
+        status=status,
+        reason=reason,
+        format=None,
+        window=window or (variant.window if variant else DEFAULT_WINDOW),
+        stats=None,
+        max_iteration=None,
+        last_iteration=None,
+    )
 
 
 _CORE_FINDINGS = {*ITERATION_FORMATS, "checkpoint", "nccl", "nccl_transport", "failures"}
@@ -279,11 +314,16 @@ _CORE_FINDINGS = {*ITERATION_FORMATS, "checkpoint", "nccl", "nccl_transport", "f
 
 def socket_warning(transport: NcclTransport) -> str:
     """The note of a run whose ranks talked across nodes over TCP sockets."""
-    used = ", ".join(f"{name} ({count})" for name, count in transport.channels.items()) or "no channel lines"
-    return (f"warning: NCCL connected this run's nodes over TCP sockets (NET/Socket), not InfiniBand/RoCE or a "
-            f"network plugin (channels: {used}; network: {', '.join(transport.networks) or '-'}): its step "
-            f"times do not represent the cluster. Check that the job sees the HCAs and NCCL's net plugin "
-            f"(NCCL_IB_HCA, NCCL_NET_PLUGIN, the container's mounts).")
+    used = (
+        ", ".join(f"{name} ({count})" for name, count in transport.channels.items())
+        or "no channel lines"
+    )
+    return (
+        f"warning: NCCL connected this run's nodes over TCP sockets (NET/Socket), not InfiniBand/RoCE or a "
+        f"network plugin (channels: {used}; network: {', '.join(transport.networks) or '-'}): its step "
+        f"times do not represent the cluster. Check that the job sees the HCAs and NCCL's net plugin "
+        f"(NCCL_IB_HCA, NCCL_NET_PLUGIN, the container's mounts)."
+    )
 
 
 def _with_hint(failure: Failure, workload: Workload | None, context: RunContext) -> Failure:
@@ -299,10 +339,16 @@ def first_cause(failures: list[Failure]) -> Failure | None:
     """The failure that is the reason (the module's docstring says how it is chosen)."""
     if not failures:
         return None
-    causes = ([f for f in failures if f.kind == "node_failure"]
-              or [f for f in failures if f.kind not in SYMPTOMS] or failures)
+    causes = (
+        [f for f in failures if f.kind == "node_failure"]
+        or [f for f in failures if f.kind not in SYMPTOMS]
+        or failures
+    )
     order = {kind: i for i, kind in enumerate(FAILURE_KINDS)}
-    return min(causes, key=lambda f: (math.inf if f.offset is None else f.offset, order.get(f.kind, len(order))))
+    return min(
+        causes,
+        key=lambda f: (math.inf if f.offset is None else f.offset, order.get(f.kind, len(order))),
+    )
 
 
 def log_every(samples: list[Sample]) -> int:
@@ -328,27 +374,41 @@ def _gbs(samples: list[Sample], context: RunContext) -> tuple[int | None, str | 
     gbs = logged.most_common(1)[0][0]
     if context.gbs is None or context.gbs == gbs:
         return gbs, None
-    whence = {"recipe": "the run's recipe", "name": "the experiment's name"}.get(context.source, "the run's context")
-    return gbs, (f"the log's global batch size is {gbs} but {whence} says {context.gbs}: the logged {gbs} is "
-                 f"used (tokens/s, MFU, days to train)")
+    whence = {"recipe": "the run's recipe", "name": "the experiment's name"}.get(
+        context.source, "the run's context"
+    )
+    return gbs, (
+        f"the log's global batch size is {gbs} but {whence} says {context.gbs}: the logged {gbs} is "
+        f"used (tokens/s, MFU, days to train)"
+    )
 
 
 def _titan_notes(iterations: IterationLog | None, inside: list[Sample]) -> list[str]:
     """torchtitan's own figures over the window, which no other column holds."""
     if iterations is None or iterations.format != "torchtitan" or not inside:
         return []
-    tps, mfu, memory = (mean_std([getattr(s, name) for s in inside])[0]
-                        for name in ("tokens_per_s_per_gpu", "mfu_pct", "memory_gib"))
-    parts = [f"{tps:,.0f} tokens/s per GPU" if tps is not None else None,
-             f"MFU {mfu:.2f}% (of the peak torchtitan assumes)" if mfu is not None else None,
-             f"peak reserved memory {memory:.2f} GiB" if memory is not None else None]
+    tps, mfu, memory = (
+        mean_std([getattr(s, name) for s in inside])[0]
+        for name in ("tokens_per_s_per_gpu", "mfu_pct", "memory_gib")
+    )
+    parts = [
+        f"{tps:,.0f} tokens/s per GPU" if tps is not None else None,
+        f"MFU {mfu:.2f}% (of the peak torchtitan assumes)" if mfu is not None else None,
+        f"peak reserved memory {memory:.2f} GiB" if memory is not None else None,
+    ]
     shown = [p for p in parts if p]
-    return [f"torchtitan's own figures over the window (means): {', '.join(shown)}"] if shown else []
+    return (
+        [f"torchtitan's own figures over the window (means): {', '.join(shown)}"] if shown else []
+    )
 
 
 def _window_stats(
-    inside: list[Sample], window: tuple[int, int], compute_tflops: bool,
-    gbs: int | None, gpus: int | None, flops: float | None,
+    inside: list[Sample],
+    window: tuple[int, int],
+    compute_tflops: bool,
+    gbs: int | None,
+    gpus: int | None,
+    flops: float | None,
 ) -> WindowStats | None:
     first, last = window
     if not inside:
@@ -358,24 +418,37 @@ def _window_stats(
     tflops: list[float] = []
     if compute_tflops:
         if flops and gbs and gpus:
-            tflops = [gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12 for s in inside
-                      if s.step_time_ms and _usable(s.step_time_ms)]
+            tflops = [
+                gbs * flops / (s.step_time_ms / 1000.0) / gpus / 1e12
+                for s in inside
+                if s.step_time_ms and _usable(s.step_time_ms)
+            ]
             source = "computed"
     else:
         tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
         source = "log" if tflops else None
     tf_mean, tf_std = mean_std(tflops)
-    return WindowStats(first, last, len(inside), time_mean, time_std, tf_mean, tf_std, source if tflops else None)
+    return WindowStats(
+        first, last, len(inside), time_mean, time_std, tf_mean, tf_std, source if tflops else None
+    )
 
 
 def _status(
-    iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
-    failure: Failure | None, report: ScanReport, job_state: str | None = None, every: int = 1,
+    iterations: IterationLog | None,
+    samples: list[Sample],
+    window: tuple[int, int],
+    failure: Failure | None,
+    report: ScanReport,
+    job_state: str | None = None,
+    every: int = 1,
 ) -> tuple[str, str | None]:
     if invalid := _invalid(iterations, samples, window, every):
         return invalid
-    covered = {i for s in samples for i in range(max(window[0], s.iteration - every + 1),
-                                                  min(window[1], s.iteration) + 1)}
+    covered = {
+        i
+        for s in samples
+        for i in range(max(window[0], s.iteration - every + 1), min(window[1], s.iteration) + 1)
+    }
     missing = [i for i in range(window[0], window[1] + 1) if i not in covered]
     present = {s.iteration for s in samples}
     final = iterations.last if iterations else None
@@ -388,23 +461,31 @@ def _status(
         reason = f"{failure.kind.replace('_', ' ')}: {failure.message}"
         return "failed", reason + (f" (hint: {failure.hint})" if failure.hint else "")
     if samples and final in present and (steps := _steps_needed(iterations, window)):
-        return "too_short", (f"the run ended normally at iteration {final}, before the end of the statistics "
-                             f"window {window[0]}-{window[1]}, which it can never reach; run at least {steps} steps")
+        return "too_short", (
+            f"the run ended normally at iteration {final}, before the end of the statistics "
+            f"window {window[0]}-{window[1]}, which it can never reach; run at least {steps} steps"
+        )
     if samples and (short := _unreachable(iterations, window, samples[-1].iteration)):
         return "too_short", short
     if samples:
         return "incomplete", _incomplete(final, present, samples[-1].iteration, missing)
     if report.binary:
         return "no_data", f"not a text log (binary data), {report.bytes_read} bytes read"
-    what = "an empty log" if report.bytes_read == 0 else f"no iteration lines in {report.bytes_read} bytes"
+    what = (
+        "an empty log"
+        if report.bytes_read == 0
+        else f"no iteration lines in {report.bytes_read} bytes"
+    )
     return "no_data", what
 
 
 def _incomplete(final: int | None, present: set[int], last: int, missing: list[int]) -> str:
     parts = []
     if final is None:
-        parts.append(f"the log does not say which iteration is final (no total steps, no end of training); "
-                     f"the last logged is {last}")
+        parts.append(
+            f"the log does not say which iteration is final (no total steps, no end of training); "
+            f"the last logged is {last}"
+        )
     elif final not in present:
         parts.append(f"the final iteration ({final}) was not reached; the last logged is {last}")
     if missing:
@@ -412,20 +493,34 @@ def _incomplete(final: int | None, present: set[int], last: int, missing: list[i
     return "; ".join(parts)
 
 
-def _invalid(iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int],
-             every: int) -> tuple[str, str] | None:
+def _invalid(
+    iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int], every: int
+) -> tuple[str, str] | None:
     """``invalid_grad_norm`` or ``invalid_step_time`` with its reason, or None."""
     if iterations and iterations.nan_grad_norm:
-        return "invalid_grad_norm", f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}"
-    bad = [s for s in samples if _in_window(s, window, every) and s.step_time_ms is not None
-           and not _usable(s.step_time_ms)]
+        return (
+            "invalid_grad_norm",
+            f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}",
+        )
+    bad = [
+        s
+        for s in samples
+        if _in_window(s, window, every)
+        and s.step_time_ms is not None
+        and not _usable(s.step_time_ms)
+    ]
     if not bad:
         return None
     values = ", ".join(sorted({repr(s.step_time_ms) for s in bad}))
-    what = ("not a finite number" if not any(math.isfinite(s.step_time_ms) for s in bad)
-            else f"not a finite number of ms below {MAX_STEP_MS:.0e}")
-    return "invalid_step_time", (f"step time is {what} ({values}) at iteration {_ranges([s.iteration for s in bad])}"
-                                 f", inside the window {window[0]}-{window[1]}")
+    what = (
+        "not a finite number"
+        if not any(math.isfinite(s.step_time_ms) for s in bad)
+        else f"not a finite number of ms below {MAX_STEP_MS:.0e}"
+    )
+    return "invalid_step_time", (
+        f"step time is {what} ({values}) at iteration {_ranges([s.iteration for s in bad])}"
+        f", inside the window {window[0]}-{window[1]}"
+    )
 
 
 def _usable(step_time_ms: float | None) -> bool:
@@ -439,21 +534,31 @@ def _steps_needed(iterations: IterationLog | None, window: tuple[int, int]) -> i
     return window[1] + (1 if iterations.format in ZERO_BASED else 0)
 
 
-def _unreachable(iterations: IterationLog | None, window: tuple[int, int], stopped: int | None = None) -> str | None:
+def _unreachable(
+    iterations: IterationLog | None, window: tuple[int, int], stopped: int | None = None
+) -> str | None:
     """What to say of a run whose final iteration (reached or not) is before the window's end."""
     if (steps := _steps_needed(iterations, window)) is None:
         return None
-    where = f" (it stopped at {stopped})" if stopped is not None and stopped != iterations.last else ""
-    return (f"the run's final iteration is {iterations.last}{where}: the statistics window {window[0]}-{window[1]} "
-            f"can never be reached; run at least {steps} steps")
+    where = (
+        f" (it stopped at {stopped})" if stopped is not None and stopped != iterations.last else ""
+    )
+    return (
+        f"the run's final iteration is {iterations.last}{where}: the statistics window {window[0]}-{window[1]} "
+        f"can never be reached; run at least {steps} steps"
+    )
 
 
 def _scan_notes(report: ScanReport, iterations: IterationLog | None) -> list[str]:
     notes = []
     if iterations and iterations.duplicates:
-        notes.append(f"{iterations.duplicates} repeated iteration lines (the last of each was kept)")
+        notes.append(
+            f"{iterations.duplicates} repeated iteration lines (the last of each was kept)"
+        )
     if iterations and iterations.dropped:
-        notes.append(f"{iterations.dropped} iteration lines beyond {len(iterations.samples)} distinct ones ignored")
+        notes.append(
+            f"{iterations.dropped} iteration lines beyond {len(iterations.samples)} distinct ones ignored"
+        )
     if report.long_lines:
         notes.append(f"{report.long_lines} lines longer than 1 MiB skipped")
     for name, error in sorted(report.errors.items()):

@@ -31,9 +31,14 @@ from dataclasses import dataclass
 
 EXCLUDED_FILES = ("*.nsys-rep", "*_trace.json", "*.pt.trace.json", "*.tar.*")
 EXCLUDED_DIRS = ("code", "checkpoints", "nsys_profile", "torch_profile", "pytorch_profile")
-SUFFIXES = {"gz": (".tar.gz", ".tgz"), "zst": (".tar.zst", ".tzst")}  # format -> file names it writes
+SUFFIXES = {
+    "gz": (".tar.gz", ".tgz"),
+    "zst": (".tar.zst", ".tzst"),
+}  # format -> file names it writes
 GZIP_LEVEL = 6
-ZSTD_LEVEL = 10  # of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
+ZSTD_LEVEL = (
+    10  # of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
+)
 
 
 @dataclass
@@ -97,24 +102,39 @@ def _writer(path: str, fmt: str) -> Iterator[tarfile.TarFile]:
     import zstandard  # only for .tar.zst
 
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=-1)  # -1: one thread per CPU
-    with open(path, "wb") as raw, compressor.stream_writer(raw, closefd=False) as stream, \
-            tarfile.open(fileobj=stream, mode="w|") as tar:
+    with (
+        open(path, "wb") as raw,
+        compressor.stream_writer(raw, closefd=False) as stream,
+        tarfile.open(fileobj=stream, mode="w|") as tar,
+    ):
         yield tar
 
 
-def pack(roots: list[tuple[str, str]], output: str, progress: Callable[[int, int], None] | None = None,
-         fmt: str = "gz") -> Packed:
+def pack(
+    roots: list[tuple[str, str]],
+    output: str,
+    progress: Callable[[int, int], None] | None = None,
+    fmt: str = "gz",
+) -> Packed:
     """Write ``output`` (``fmt``: gz or zst) from ``roots``: (directory, name it has in the archive).
     Written to a temporary file first: an interrupted archive never looks complete."""
     packed = Packed(output=os.path.abspath(output))
-    directory = os.path.dirname(packed.output) or "."  # must exist: the command refuses to invent directories
-    handle, temporary = tempfile.mkstemp(prefix=".llmb-archive-", suffix=SUFFIXES[fmt][0], dir=directory)
+    directory = (
+        os.path.dirname(packed.output) or "."
+    )  # must exist: the command refuses to invent directories
+    handle, temporary = tempfile.mkstemp(
+        prefix=".llmb-archive-", suffix=SUFFIXES[fmt][0], dir=directory
+    )
     os.close(handle)
     try:
         with _writer(temporary, fmt) as tar:
             for root, arcroot in roots:
                 for path, size in walk(root, packed):
-                    tar.add(path, arcname=os.path.join(arcroot, os.path.relpath(path, root)), recursive=False)
+                    tar.add(
+                        path,
+                        arcname=os.path.join(arcroot, os.path.relpath(path, root)),
+                        recursive=False,
+                    )
                     packed.files += 1
                     packed.bytes_in += size
                     if progress:

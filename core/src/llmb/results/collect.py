@@ -55,7 +55,10 @@ def same_assumption(stored: RunContext, assume_gpu: str | None, gpu_source: str)
         return True
     if stored.gpu is None:
         return assume_gpu is None
-    return assume_gpu is not None and (stored.gpu, stored.gpu_source) == (assume_gpu.lower(), gpu_source)
+    return assume_gpu is not None and (stored.gpu, stored.gpu_source) == (
+        assume_gpu.lower(),
+        gpu_source,
+    )
 
 
 class Collector:
@@ -64,8 +67,12 @@ class Collector:
     only once there is a run to look up. ``warn`` is told when the store
     fails (default: the log); the collector then stops using it."""
 
-    def __init__(self, host: PluginHost, store: ResultStore | Callable[[], ResultStore | None] | None = None,
-                 warn: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        host: PluginHost,
+        store: ResultStore | Callable[[], ResultStore | None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.host = host
         self._store = store
         self._parsers = None
@@ -98,8 +105,13 @@ class Collector:
         return self._parsers
 
     def result_for(
-        self, location: RunLocation, *, window: tuple[int, int] | None = None,
-        assume_gpu: str | None = None, context: RunContext | None = None, gpu_source: str = "--gpu",
+        self,
+        location: RunLocation,
+        *,
+        window: tuple[int, int] | None = None,
+        assume_gpu: str | None = None,
+        context: RunContext | None = None,
+        gpu_source: str = "--gpu",
     ) -> RunResult:
         """``assume_gpu``: the GPU type to take for a run that records none (``gpu_source`` says who
         said so: ``--gpu`` or the cluster file); what the run recorded always wins."""
@@ -107,11 +119,17 @@ class Collector:
         context = context or context_for(location, workloads)
         workload = workloads.get(context.workload) if context.workload else None
         if context.gpu is None and assume_gpu:
-            context = complete_from_recipes(replace(context, gpu=assume_gpu.lower(), gpu_source=gpu_source),
-                                            workload)
+            context = complete_from_recipes(
+                replace(context, gpu=assume_gpu.lower(), gpu_source=gpu_source), workload
+            )
         flops = context.flops_per_sample
         peaks = None
-        if flops is None and workload is not None and context.size in workload.architectures and context.seq_len:
+        if (
+            flops is None
+            and workload is not None
+            and context.size in workload.architectures
+            and context.seq_len
+        ):
             arch = workload.architecture(context.size)
             if context.layers:
                 arch = arch.with_layers(min(context.layers, arch.layers))
@@ -122,25 +140,55 @@ class Collector:
         try:
             report = scan(location.log, self.parsers) if location.log else None
         except OSError as exc:
-            return unreadable(location.log, context, why_unreadable(location.log, exc), workload=workload,
-                              window=window)
+            return unreadable(
+                location.log,
+                context,
+                why_unreadable(location.log, exc),
+                workload=workload,
+                window=window,
+            )
         return analyze(
-            report, context, workload=workload, window=window, flops_per_sample=flops, peaks=peaks,
+            report,
+            context,
+            workload=workload,
+            window=window,
+            flops_per_sample=flops,
+            peaks=peaks,
             missing_log_reason=f"no log-*.out file in {location.run_dir}",
         )
 
     def collect(
-        self, paths: list[str], *, window: tuple[int, int] | None = None, rescan: bool = False,
-        assume_gpu: str | None = None, progress: Callable[[int, int, RunLocation], None] | None = None,
+        self,
+        paths: list[str],
+        *,
+        window: tuple[int, int] | None = None,
+        rescan: bool = False,
+        assume_gpu: str | None = None,
+        progress: Callable[[int, int, RunLocation], None] | None = None,
         gpu_source: str = "--gpu",
     ) -> list[Collected]:
         locations = find_runs(paths)
         stamps = [_stamp(location.log) for location in locations]
-        out = [self._cached(location, size, mtime, window=window, rescan=rescan, assume_gpu=assume_gpu,
-                            gpu_source=gpu_source) for location, (size, mtime) in zip(locations, stamps, strict=True)]
-        todo = [(index, locations[index], stamps[index][0] or 0) for index, hit in enumerate(out) if hit is None]
-        parsed = self._parse_in_parallel(todo, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source,
-                                         progress=progress)
+        out = [
+            self._cached(
+                location,
+                size,
+                mtime,
+                window=window,
+                rescan=rescan,
+                assume_gpu=assume_gpu,
+                gpu_source=gpu_source,
+            )
+            for location, (size, mtime) in zip(locations, stamps, strict=True)
+        ]
+        todo = [
+            (index, locations[index], stamps[index][0] or 0)
+            for index, hit in enumerate(out)
+            if hit is None
+        ]
+        parsed = self._parse_in_parallel(
+            todo, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source, progress=progress
+        )
         for index, location in enumerate(locations):
             if parsed is None and progress:
                 progress(index, len(locations), location)
@@ -148,14 +196,25 @@ class Collector:
                 continue
             # A run no worker parsed (one process, or the pool failed it) is parsed here; results are
             # stored in the order found, by this process only: the run ids one process would give.
-            result, encoded = (parsed or {}).pop(index, None) or (self.result_for(
-                location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source), None)
-            out[index] = self._stored(location, result, *stamps[index], window=window, encoded=encoded)
+            result, encoded = (parsed or {}).pop(index, None) or (
+                self.result_for(
+                    location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
+                ),
+                None,
+            )
+            out[index] = self._stored(
+                location, result, *stamps[index], window=window, encoded=encoded
+            )
         return out
 
     def _parse_in_parallel(
-        self, todo: list[tuple[int, RunLocation, int]], *, window: tuple[int, int] | None,
-        assume_gpu: str | None, gpu_source: str, progress: Callable[[int, int, RunLocation], None] | None,
+        self,
+        todo: list[tuple[int, RunLocation, int]],
+        *,
+        window: tuple[int, int] | None,
+        assume_gpu: str | None,
+        gpu_source: str,
+        progress: Callable[[int, int, RunLocation], None] | None,
     ) -> dict[int, tuple[RunResult, str | None]] | None:
         """{index: (result, its JSON for the store)} of the runs in ``todo``
         (index, location, log size) that worker processes parsed, largest
@@ -167,20 +226,32 @@ class Collector:
         would raise. This process encodes each result as it arrives, while
         the workers parse the rest."""
         jobs = min(parallel_jobs(), len(todo))
-        if jobs < 2 or sum(size for _, _, size in todo) < PARALLEL_MIN_BYTES or threading.active_count() > 1:
+        if (
+            jobs < 2
+            or sum(size for _, _, size in todo) < PARALLEL_MIN_BYTES
+            or threading.active_count() > 1
+        ):
             return None
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         global _WORKER_COLLECTOR
-        _ = self.parsers, self.host.workloads()  # loaded here, once: the forked workers inherit them
+        _ = (
+            self.parsers,
+            self.host.workloads(),
+        )  # loaded here, once: the forked workers inherit them
         _WORKER_COLLECTOR = self
         parsed: dict[int, tuple[RunResult, str | None]] = {}
         storing = window is None and self._store is not None
         pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
         try:
-            futures = {pool.submit(_parse_in_worker, location, window, assume_gpu, gpu_source): (index, location)
-                       for index, location, _ in sorted(todo, key=lambda item: -item[2])}
+            futures = {
+                pool.submit(_parse_in_worker, location, window, assume_gpu, gpu_source): (
+                    index,
+                    location,
+                )
+                for index, location, _ in sorted(todo, key=lambda item: -item[2])
+            }
             for done, future in enumerate(as_completed(futures)):
                 index, location = futures[future]
                 if progress:
@@ -189,26 +260,44 @@ class Collector:
                     result = future.result()
                 except Exception:  # noqa: BLE001, S112 - parsed again in this process, which reports any error
                     continue
-                parsed[index] = (result, _encoded(result) if storing and result.status != "unreadable" else None)
+                parsed[index] = (
+                    result,
+                    _encoded(result) if storing and result.status != "unreadable" else None,
+                )
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             _WORKER_COLLECTOR = None
         return parsed
 
     def _cached(
-        self, location: RunLocation, size: int | None, mtime: int | None, *, window: tuple[int, int] | None,
-        rescan: bool, assume_gpu: str | None, gpu_source: str,
+        self,
+        location: RunLocation,
+        size: int | None,
+        mtime: int | None,
+        *,
+        window: tuple[int, int] | None,
+        rescan: bool,
+        assume_gpu: str | None,
+        gpu_source: str,
     ) -> Collected | None:
         if window is not None or rescan:
             return None
-        hit = self._with_store(lambda store: store.cached(location.log or location.run_dir, size, mtime))
+        hit = self._with_store(
+            lambda store: store.cached(location.log or location.run_dir, size, mtime)
+        )
         if hit is None or not same_assumption(hit.result.context, assume_gpu, gpu_source):
             return None
         return Collected(location, hit.result, hit.id, True)
 
     def _stored(
-        self, location: RunLocation, result: RunResult, size: int | None, mtime: int | None, *,
-        window: tuple[int, int] | None, encoded: str | None = None,
+        self,
+        location: RunLocation,
+        result: RunResult,
+        size: int | None,
+        mtime: int | None,
+        *,
+        window: tuple[int, int] | None,
+        encoded: str | None = None,
     ) -> Collected:
         run_id = None
         if window is None and result.status != "unreadable":
@@ -217,16 +306,30 @@ class Collector:
         return Collected(location, result, run_id, False)
 
     def collect_one(
-        self, location: RunLocation, *, window: tuple[int, int] | None = None, rescan: bool = False,
-        assume_gpu: str | None = None, context: RunContext | None = None, gpu_source: str = "--gpu",
+        self,
+        location: RunLocation,
+        *,
+        window: tuple[int, int] | None = None,
+        rescan: bool = False,
+        assume_gpu: str | None = None,
+        context: RunContext | None = None,
+        gpu_source: str = "--gpu",
     ) -> Collected:
         size, mtime = _stamp(location.log)
-        hit = self._cached(location, size, mtime, window=window, rescan=rescan, assume_gpu=assume_gpu,
-                           gpu_source=gpu_source)
+        hit = self._cached(
+            location,
+            size,
+            mtime,
+            window=window,
+            rescan=rescan,
+            assume_gpu=assume_gpu,
+            gpu_source=gpu_source,
+        )
         if hit is not None:
             return hit
-        result = self.result_for(location, window=window, assume_gpu=assume_gpu, context=context,
-                                 gpu_source=gpu_source)
+        result = self.result_for(
+            location, window=window, assume_gpu=assume_gpu, context=context, gpu_source=gpu_source
+        )
         return self._stored(location, result, size, mtime, window=window)
 
 
@@ -252,8 +355,10 @@ def parallel_jobs() -> int:
         except ValueError:
             from llmb.errors import UsageError
 
-            raise UsageError(f"{JOBS_VARIABLE}={text!r} is not a number of processes: give one such as 2 "
-                             f"(1: parse in one process), or unset it.") from None
+            raise UsageError(
+                f"{JOBS_VARIABLE}={text!r} is not a number of processes: give one such as 2 "
+                f"(1: parse in one process), or unset it."
+            ) from None
     return max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
 
 
@@ -264,6 +369,9 @@ def _encoded(result: RunResult) -> str | None:
         return None
 
 
-def _parse_in_worker(location: RunLocation, window: tuple[int, int] | None, assume_gpu: str | None,
-                     gpu_source: str) -> RunResult:
-    return _WORKER_COLLECTOR.result_for(location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source)
+def _parse_in_worker(
+    location: RunLocation, window: tuple[int, int] | None, assume_gpu: str | None, gpu_source: str
+) -> RunResult:
+    return _WORKER_COLLECTOR.result_for(
+        location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
+    )

@@ -46,18 +46,27 @@ class Baseline:
     run_id: int | None = None
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "given_as": self.form, "log": self.log, "run_id": self.run_id}
+        return {
+            "source": self.source,
+            "given_as": self.form,
+            "log": self.log,
+            "run_id": self.run_id,
+        }
 
 
 @dataclass(frozen=True)
 class Verdict:
     against: str  # "published" | "baseline" | "run" (the run has no result to compare)
     outcome: str  # pass | regress | not_compared, or (against "run") the run's results status: failed, ...
-    ratio: float | None  # the run's throughput / the reference's (reference step time / run step time)
+    ratio: (
+        float | None
+    )  # the run's throughput / the reference's (reference step time / run step time)
     reference_ms: float | None
     detail: str
     baseline: Baseline | None = None  # against "baseline": the baseline run it was compared with
-    matched: str | None = None  # against "baseline": "configuration", or "direct" (the one run given)
+    matched: str | None = (
+        None  # against "baseline": "configuration", or "direct" (the one run given)
+    )
 
 
 def key_of(result: RunResult) -> tuple:
@@ -66,7 +75,9 @@ def key_of(result: RunResult) -> tuple:
 
 
 def _key_from_row(row: dict[str, Any]) -> tuple:
-    return tuple(row.get(k) if k != "gpus" or row.get(k) is None else int(row[k]) for k in KEY_FIELDS)
+    return tuple(
+        row.get(k) if k != "gpus" or row.get(k) is None else int(row[k]) for k in KEY_FIELDS
+    )
 
 
 def load_baselines(path: str) -> list[Baseline]:
@@ -75,16 +86,26 @@ def load_baselines(path: str) -> list[Baseline]:
     ``log`` names its run (its ``run_id`` is of the database that wrote the
     file, maybe another's, so it does not)."""
     return [
-        Baseline(_key_from_row(item), float(item["time_mean_ms"]), f"file {path}: {item.get('filename')}",
-                 "file", f"file {path}", item.get("log") if isinstance(item.get("log"), str) else None)
+        Baseline(
+            _key_from_row(item),
+            float(item["time_mean_ms"]),
+            f"file {path}: {item.get('filename')}",
+            "file",
+            f"file {path}",
+            item.get("log") if isinstance(item.get("log"), str) else None,
+        )
         for item in read_rows(path, "the baseline")
         if item.get("status") == "success" and item.get("time_mean_ms")
     ]
 
 
-def baseline_of(result: RunResult, source: str, form: str, given: str, run_id: int | None = None) -> Baseline:
+def baseline_of(
+    result: RunResult, source: str, form: str, given: str, run_id: int | None = None
+) -> Baseline:
     """A successful run's result as a baseline."""
-    return Baseline(key_of(result), result.stats.time_mean_ms, source, form, given, result.log, run_id)
+    return Baseline(
+        key_of(result), result.stats.time_mean_ms, source, form, given, result.log, run_id
+    )
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -97,11 +118,18 @@ def is_itself(baseline: Baseline, result: RunResult, run_id: int | None) -> bool
     """The baseline is the run: the same log, or the same database id."""
     if run_id is not None and baseline.run_id == run_id:
         return True
-    return baseline.log is not None and result.log is not None and _same_file(baseline.log, result.log)
+    return (
+        baseline.log is not None and result.log is not None and _same_file(baseline.log, result.log)
+    )
 
 
-def judge_baseline(result: RunResult, baselines: list[Baseline], threshold: float, run_id: int | None = None,
-                   direct: bool = False) -> Verdict:
+def judge_baseline(
+    result: RunResult,
+    baselines: list[Baseline],
+    threshold: float,
+    run_id: int | None = None,
+    direct: bool = False,
+) -> Verdict:
     """The run against the baseline of its configuration (the first one that is not the run itself).
     ``direct`` (one baseline run given for one run): where the configurations do not match (a log that
     names none, as torchtitan's, or two different ones), the two are compared anyway, labelled so."""
@@ -119,41 +147,72 @@ def judge_baseline(result: RunResult, baselines: list[Baseline], threshold: floa
         return _baseline_verdict(result, others[0], "direct", threshold)
     given = ", ".join(dict.fromkeys(b.given for b in baselines if b.given)) or "the baseline"
     if result.context.workload is None:
-        why = (f"this run's log does not say which configuration it ran, so no baseline run in {given} matches "
-               f"it; one baseline run given for one run is compared directly")
+        why = (
+            f"this run's log does not say which configuration it ran, so no baseline run in {given} matches "
+            f"it; one baseline run given for one run is compared directly"
+        )
     else:
         why = f"no baseline run of this configuration in {given}"
     return Verdict("baseline", NOT_COMPARED, None, None, why)
 
 
-def _baseline_verdict(result: RunResult, baseline: Baseline, matched: str, threshold: float) -> Verdict:
+def _baseline_verdict(
+    result: RunResult, baseline: Baseline, matched: str, threshold: float
+) -> Verdict:
     source = baseline.source if matched == "configuration" else f"{baseline.source}: {DIRECT}"
     verdict = _judge(result, "baseline", baseline.time_mean_ms, source, threshold)
-    return Verdict(verdict.against, verdict.outcome, verdict.ratio, verdict.reference_ms, verdict.detail, baseline,
-                   matched)
+    return Verdict(
+        verdict.against,
+        verdict.outcome,
+        verdict.ratio,
+        verdict.reference_ms,
+        verdict.detail,
+        baseline,
+        matched,
+    )
 
 
 def _outcome(ratio: float, threshold: float) -> str:
     return "pass" if ratio >= threshold or math.isclose(ratio, threshold) else "regress"
 
 
-def _judge(result: RunResult, against: str, reference_ms: float | None, source: str, threshold: float) -> Verdict:
+def _judge(
+    result: RunResult, against: str, reference_ms: float | None, source: str, threshold: float
+) -> Verdict:
     if reference_ms is None:
-        return Verdict(against, NOT_COMPARED, None, None, f"no {against} figure for this configuration")
+        return Verdict(
+            against, NOT_COMPARED, None, None, f"no {against} figure for this configuration"
+        )
     ratio = reference_ms / result.stats.time_mean_ms
-    return Verdict(against, _outcome(ratio, threshold), ratio, reference_ms,
-                   f"{ratio:.1%} of {against} throughput ({source}; pass at {threshold:.0%})")
+    return Verdict(
+        against,
+        _outcome(ratio, threshold),
+        ratio,
+        reference_ms,
+        f"{ratio:.1%} of {against} throughput ({source}; pass at {threshold:.0%})",
+    )
 
 
 def stored_figure(result: RunResult) -> Figure | Missing:
     """The run's own recipe figure as its analysis found it (what ``llmb results`` shows)."""
     if result.context.proxy:
-        return Missing(DEFAULT_SOURCE, "proxy run: a scaled-down model is never compared with published figures")
+        return Missing(
+            DEFAULT_SOURCE,
+            "proxy run: a scaled-down model is never compared with published figures",
+        )
     if result.reference_step_time_ms is None:
         return Missing(DEFAULT_SOURCE, "no published figure for this configuration")
-    return Figure(DEFAULT_SOURCE, "published", result.reference_source or "the published recipe",
-                  result.context.gpus or 0, result.reference_step_time_ms, result.reference_tokens_per_s, None,
-                  None, None)
+    return Figure(
+        DEFAULT_SOURCE,
+        "published",
+        result.reference_source or "the published recipe",
+        result.context.gpus or 0,
+        result.reference_step_time_ms,
+        result.reference_tokens_per_s,
+        None,
+        None,
+        None,
+    )
 
 
 def against_name(figure: Figure | Missing) -> str:
@@ -168,8 +227,9 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
     if isinstance(figure, Missing):
         return Verdict(against, NOT_COMPARED, None, None, figure.reason)
     stats, context = result.stats, result.context
-    same_batch = figure.gpus == context.gpus and (figure.gbs is None or context.gbs is None
-                                                  or figure.gbs == context.gbs)
+    same_batch = figure.gpus == context.gpus and (
+        figure.gbs is None or context.gbs is None or figure.gbs == context.gbs
+    )
     if figure.step_time_ms is not None and same_batch:
         ratio, measure = figure.step_time_ms / stats.time_mean_ms, "step time"
     elif figure.tokens_per_s and result.tokens_per_s and figure.gpus and context.gpus:
@@ -178,16 +238,32 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
     elif figure.tflops_per_gpu and stats.tflops_mean:
         ratio, measure = stats.tflops_mean / figure.tflops_per_gpu, "TFLOP/s per GPU"
     else:
-        return Verdict(against, NOT_COMPARED, None, figure.step_time_ms,
-                       f"{figure.describe()} gives no measure this run has")
+        return Verdict(
+            against,
+            NOT_COMPARED,
+            None,
+            figure.step_time_ms,
+            f"{figure.describe()} gives no measure this run has",
+        )
     label = "" if figure.source == DEFAULT_SOURCE else f"{figure.label}: "
-    return Verdict(against, _outcome(ratio, threshold), ratio, figure.step_time_ms,
-                   f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})")
+    return Verdict(
+        against,
+        _outcome(ratio, threshold),
+        ratio,
+        figure.step_time_ms,
+        f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})",
+    )
 
 
-def compare(result: RunResult, baselines: list[Baseline] | None, threshold: float,
-            figure: Figure | Missing | None = None, *, run_id: int | None = None,
-            direct: bool = False) -> list[Verdict]:
+def compare(
+    result: RunResult,
+    baselines: list[Baseline] | None,
+    threshold: float,
+    figure: Figure | Missing | None = None,
+    *,
+    run_id: int | None = None,
+    direct: bool = False,
+) -> list[Verdict]:
     """One verdict per reference; a run without a result is judged by its status, in the words
     ``llmb results`` uses (a cancelled run is ``cancelled``, one too short for the window ``too_short``).
     ``figure``: the published figure to judge against (``references.lookup``); None: the run's own
@@ -195,8 +271,14 @@ def compare(result: RunResult, baselines: list[Baseline] | None, threshold: floa
     baseline run given for this one run (``judge_baseline``)."""
     if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
         outcome = result.status if result.status != "success" else "no_data"
-        return [Verdict("run", outcome, None, None, f"{result.status}: {result.reason or 'no step time'}")]
-    verdicts = [judge_published(result, figure if figure is not None else stored_figure(result), threshold)]
+        return [
+            Verdict(
+                "run", outcome, None, None, f"{result.status}: {result.reason or 'no step time'}"
+            )
+        ]
+    verdicts = [
+        judge_published(result, figure if figure is not None else stored_figure(result), threshold)
+    ]
     if baselines is not None:
         verdicts.append(judge_baseline(result, baselines, threshold, run_id, direct))
     return verdicts

@@ -51,8 +51,11 @@ def _is_run_dir(path: str) -> bool:
 
 def _location(log: str) -> RunLocation:
     directory = os.path.dirname(os.path.abspath(log))
-    experiment = os.path.basename(log)[len("log-"):-len(".out")] if _LOG.match(os.path.basename(log)) \
+    experiment = (
+        os.path.basename(log)[len("log-") : -len(".out")]
+        if _LOG.match(os.path.basename(log))
         else os.path.splitext(os.path.basename(log))[0]
+    )
     run_dir = directory
     for candidate in (directory, os.path.dirname(directory)):
         if _is_run_dir(candidate):
@@ -113,18 +116,26 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
     job = _JOB_ID.search(location.log) if location.log else None
     # A log named for its experiment alone (``log-<exp>.out``) names no job: a number ending it belongs to
     # the experiment's name (``pretrain_llama3.1_8b_fp8_8``: 8 GPUs), not to a scheduler.
-    named_alone = location.log is not None and os.path.basename(location.log) == f"log-{location.experiment}.out"
+    named_alone = (
+        location.log is not None
+        and os.path.basename(location.log) == f"log-{location.experiment}.out"
+    )
     job_id = job.group(1) if job and not named_alone else None
     recipe = read_recipe(location)
-    context = _from_recipe(location, recipe, job_id) if recipe is not None else \
-        infer_from_name(location.experiment, workloads, job_id)
+    context = (
+        _from_recipe(location, recipe, job_id)
+        if recipe is not None
+        else infer_from_name(location.experiment, workloads, job_id)
+    )
     return with_provenance(context, location, workloads)
 
 
 _CONTAINER = re.compile(r"[:#/]nemo:(\d{2}\.\d{2}(?:\.\d+)?)")
 
 
-def with_provenance(context: RunContext, location: RunLocation, workloads: dict[str, Workload]) -> RunContext:
+def with_provenance(
+    context: RunContext, location: RunLocation, workloads: dict[str, Workload]
+) -> RunContext:
     """The GPU type the run's provenance recorded (the type the job saw, else the one it was submitted
     for) where the context has none, and the NeMo container release it ran in."""
     from llmb.runs import provenance
@@ -138,13 +149,25 @@ def with_provenance(context: RunContext, location: RunLocation, workloads: dict[
     submission = record.get("submission") if isinstance(record.get("submission"), dict) else {}
     job = record.get("job") if isinstance(record.get("job"), dict) else {}
     seen = job.get("gpu", {}).get("type") if isinstance(job.get("gpu"), dict) else None
-    gpu = next((g.lower() for g in (seen, submission.get("gpu")) if isinstance(g, str) and g.lower() in catalogue()),
-               None)
+    gpu = next(
+        (
+            g.lower()
+            for g in (seen, submission.get("gpu"))
+            if isinstance(g, str) and g.lower() in catalogue()
+        ),
+        None,
+    )
     image = submission.get("image") if isinstance(submission.get("image"), dict) else {}
-    container = _CONTAINER.search(image.get("reference") or "") if isinstance(image.get("reference"), str) else None
+    container = (
+        _CONTAINER.search(image.get("reference") or "")
+        if isinstance(image.get("reference"), str)
+        else None
+    )
     if context.gpu is None and gpu is not None:
-        context = complete_from_recipes(replace(context, gpu=gpu, gpu_source="provenance"),
-                                        workloads.get(context.workload or ""))
+        context = complete_from_recipes(
+            replace(context, gpu=gpu, gpu_source="provenance"),
+            workloads.get(context.workload or ""),
+        )
     if container is not None and context.container is None:
         context = replace(context, container=container.group(1))
     return context
@@ -181,8 +204,11 @@ def _tuned(settings) -> str | None:
 
     if not isinstance(settings, list) or not settings:
         return None
-    parts = [TunedSetting(s.get("setting"), s.get("published"), s.get("run")).text()
-             for s in settings if isinstance(s, dict)]
+    parts = [
+        TunedSetting(s.get("setting"), s.get("published"), s.get("run")).text()
+        for s in settings
+        if isinstance(s, dict)
+    ]
     return ", ".join(parts)[:500] or None
 
 
@@ -232,7 +258,9 @@ _TRAILING = re.compile(r"_(\d+)$")
 _GBS = re.compile(r"(?:^|_)(?:gbs(\d+)|(\d+)gbs)(?:_|$)")
 
 
-def infer_from_name(name: str, workloads: dict[str, Workload], job_id: str | None = None) -> RunContext:
+def infer_from_name(
+    name: str, workloads: dict[str, Workload], job_id: str | None = None
+) -> RunContext:
     """What the seeds' experiment names say: workload (by prefix), size,
     dtype, GPU count and GBS where present. Unknown parts stay None."""
     lowered = name.lower()
@@ -247,7 +275,10 @@ def infer_from_name(name: str, workloads: dict[str, Workload], job_id: str | Non
     prefix_len, workload = max(matches, key=lambda m: m[0])
     rest = lowered[prefix_len:]
     sizes = workload.sizes()
-    size = next((s for s in sorted(sizes, key=len, reverse=True) if rest.startswith(s + "_") or rest == s), None)
+    size = next(
+        (s for s in sorted(sizes, key=len, reverse=True) if rest.startswith(s + "_") or rest == s),
+        None,
+    )
     if size is None and len(sizes) == 1:
         size = sizes[0]  # e.g. Llama 4's e128 names one size only
     dtype = _DTYPE.search(lowered)
@@ -279,19 +310,32 @@ def complete_from_recipes(context: RunContext, workload: Workload | None) -> Run
       weak-scaling recipe has it (Nemotron-4's ..._gpus128_..._gbs512 is its strong series)."""
     if context.source != "name" or workload is None:
         return context
-    series = [s for v in workload.variants if context.variant in (None, v.name) for s in v.series
-              if s.size == context.size and (context.dtype is None or context.dtype in s.dtypes)
-              and (context.gpu is None or s.gpu == context.gpu)]
+    series = [
+        s
+        for v in workload.variants
+        if context.variant in (None, v.name)
+        for s in v.series
+        if s.size == context.size
+        and (context.dtype is None or context.dtype in s.dtypes)
+        and (context.gpu is None or s.gpu == context.gpu)
+    ]
     gpus = context.gpus
     if gpus is None and context.nodes:
-        per_node = {catalogue()[g].gpus_per_node for g in ([context.gpu] if context.gpu in catalogue() else
-                                                          [s.gpu for s in series])}
+        per_node = {
+            catalogue()[g].gpus_per_node
+            for g in ([context.gpu] if context.gpu in catalogue() else [s.gpu for s in series])
+        }
         if len(per_node) == 1:
             gpus = context.nodes * per_node.pop()
     scaling = context.scaling
     if gpus and context.gbs:
-        kinds = {s.scaling for s in series if s.min_gpus <= gpus <= s.max_gpus
-                 and (s.is_range or gpus in s.listed_gpus) and s.gbs.at(gpus) == context.gbs}
+        kinds = {
+            s.scaling
+            for s in series
+            if s.min_gpus <= gpus <= s.max_gpus
+            and (s.is_range or gpus in s.listed_gpus)
+            and s.gbs.at(gpus) == context.gbs
+        }
         if kinds == {"strong"}:
             scaling = "strong"
     return replace(context, gpus=gpus, scaling=scaling)

@@ -17,15 +17,43 @@ from typing import Any
 from llmb.results.records import RunResult
 
 LEGACY_COLUMNS = (
-    "filename", "status", "time_mean_ms", "time_std_dev_ms", "tflops_per_gpu_mean", "tflops_per_gpu_std_dev",
+    "filename",
+    "status",
+    "time_mean_ms",
+    "time_std_dev_ms",
+    "tflops_per_gpu_mean",
+    "tflops_per_gpu_std_dev",
     "max_iteration",
 )
 COLUMNS = LEGACY_COLUMNS + (
-    "workload", "variant", "size", "gpu", "gpu_source", "dtype", "gpus", "scaling", "proxy", "window", "samples_in_window",
-    "tflops_source", "tokens_per_s", "mfu_pct", "mfu_bf16_pct", "days_to_train_1t", "checkpoint_save_s",
-    "checkpoint_load_s", "reference_step_time_ms", "reference_tokens_per_s", "reference_mfu_pct",
-    "reference_mfu_bf16_pct", "reference_delta_pct",
-    "failure_reason", "failure_hint", "tuned", "run_id", "log",
+    "workload",
+    "variant",
+    "size",
+    "gpu",
+    "gpu_source",
+    "dtype",
+    "gpus",
+    "scaling",
+    "proxy",
+    "window",
+    "samples_in_window",
+    "tflops_source",
+    "tokens_per_s",
+    "mfu_pct",
+    "mfu_bf16_pct",
+    "days_to_train_1t",
+    "checkpoint_save_s",
+    "checkpoint_load_s",
+    "reference_step_time_ms",
+    "reference_tokens_per_s",
+    "reference_mfu_pct",
+    "reference_mfu_bf16_pct",
+    "reference_delta_pct",
+    "failure_reason",
+    "failure_hint",
+    "tuned",
+    "run_id",
+    "log",
 )
 
 
@@ -108,13 +136,17 @@ def read_rows(path: str, what: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}.") from None
     except ValueError as exc:  # also a file cut at the bound, and bytes that are not UTF-8
-        raise UsageError(f"{what} {path} is not a results file (not valid JSON: {exc}); write one with "
-                         f"llmb results --format json > results.json, a new file.") from None
+        raise UsageError(
+            f"{what} {path} is not a results file (not valid JSON: {exc}); write one with "
+            f"llmb results --format json > results.json, a new file."
+        ) from None
     rows = data if isinstance(data, list) else [data]
     for index, item in enumerate(rows):
         if not isinstance(item, dict) or "time_mean_ms" not in item:
-            raise UsageError(f"{what} {path} entry {index + 1} is not a result row "
-                             f"(expected the output of llmb results --format json).")
+            raise UsageError(
+                f"{what} {path} entry {index + 1} is not a result row "
+                f"(expected the output of llmb results --format json)."
+            )
     return rows
 
 
@@ -138,5 +170,10 @@ def nccl_transport_row(result: RunResult) -> dict[str, Any] | None:
     t = result.nccl_transport
     if t is None:
         return None
-    return {"channels": dict(t.channels), "networks": list(t.networks), "plugins": list(t.plugins),
-            "hosts": t.hosts, "over_sockets": t.over_sockets(result.context.nodes)}
+    return {
+        "channels": dict(t.channels),
+        "networks": list(t.networks),
+        "plugins": list(t.plugins),
+        "hosts": t.hosts,
+        "over_sockets": t.over_sockets(result.context.nodes),
+    }

@@ -95,14 +95,20 @@ class _Iterations:
             log.dropped += 1
             return
         log.samples[iteration] = sample
-        if sample.grad_norm is not None and math.isnan(sample.grad_norm) and iteration not in log.nan_grad_norm:
+        if (
+            sample.grad_norm is not None
+            and math.isnan(sample.grad_norm)
+            and iteration not in log.nan_grad_norm
+        ):
             log.nan_grad_norm.append(iteration)
 
     def finish(self) -> IterationLog | None:
         return self.log if self.log.samples else None
 
 
-_STEP_TIME = re.compile(rb"Step Time : ([0-9.eE+-]+)s GPU utilization: ?([0-9.eE+-]+) ?MODEL_TFLOP/s/GPU")
+_STEP_TIME = re.compile(
+    rb"Step Time : ([0-9.eE+-]+)s GPU utilization: ?([0-9.eE+-]+) ?MODEL_TFLOP/s/GPU"
+)
 _MB_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*)")
 _BEFORE_STEP_TIME = re.compile(rb"(?=Step Time : )")
 _TFLOPS_FIELD = re.compile(rb"([0-9.eE+-]+)\s*MODEL_TFLOP/s/GPU")
@@ -130,7 +136,9 @@ class MegatronBridgeReader(_Iterations):
             rank = _line_prefix(line, len(line))
             # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.
             for part in _BEFORE_STEP_TIME.split(line) if b"Step Time : " in line else (line,):
-                if (m := _STEP_TIME.match(part)) is not None and (tflops := _float(m.group(2))) is not None:
+                if (m := _STEP_TIME.match(part)) is not None and (
+                    tflops := _float(m.group(2))
+                ) is not None:
                     self.pending[rank] = tflops
                 if (m := _MB_ITERATION.search(part)) is not None:
                     self._iteration(rank, m)
@@ -140,19 +148,26 @@ class MegatronBridgeReader(_Iterations):
         elapsed = fields.get(b"elapsed time per iteration (ms)")
         if elapsed is None:
             return  # another format's iteration line
-        tflops = _float(fields[b"throughput per gpu (tflop/s/gpu)"]) if (
-            b"throughput per gpu (tflop/s/gpu)" in fields) else None
+        tflops = (
+            _float(fields[b"throughput per gpu (tflop/s/gpu)"])
+            if (b"throughput per gpu (tflop/s/gpu)" in fields)
+            else None
+        )
         if tflops is None and (inline := _TFLOPS_FIELD.search(m.group(3))):
             tflops = _float(inline.group(1))
         pending = self.pending.pop(rank, None)
-        self.add(int(m.group(1)), int(m.group(2)), Sample(
-            iteration=int(m.group(1)),
-            step_time_ms=_float(elapsed),
-            tflops_per_gpu=tflops if tflops is not None else pending,
-            loss=_float(fields.get(b"lm loss", b"")),
-            grad_norm=_float(fields.get(b"grad norm", b"")),
-            global_batch_size=_int(fields.get(b"global batch size", b"")),
-        ))
+        self.add(
+            int(m.group(1)),
+            int(m.group(2)),
+            Sample(
+                iteration=int(m.group(1)),
+                step_time_ms=_float(elapsed),
+                tflops_per_gpu=tflops if tflops is not None else pending,
+                loss=_float(fields.get(b"lm loss", b"")),
+                grad_norm=_float(fields.get(b"grad norm", b"")),
+                global_batch_size=_int(fields.get(b"global batch size", b"")),
+            ),
+        )
 
 
 _NEMO = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*train_step_timing[^\n]*)")
@@ -175,14 +190,18 @@ class NeMo2Reader(_Iterations):
             fields = _fields(m.group(3))
             seconds = _float(fields.get(b"train_step_timing in s", b""))
             iteration = int(m.group(1))
-            self.add(iteration, int(m.group(2)), Sample(
-                iteration=iteration,
-                step_time_ms=None if seconds is None else seconds * 1000.0,
-                tflops_per_gpu=_float(fields.get(b"tflops_per_gpu", b"")),
-                loss=_float(fields.get(b"reduced_train_loss", b"")),
-                grad_norm=_float(fields.get(b"grad_norm", b"")),
-                global_batch_size=_int(fields.get(b"global_batch_size", b"")),
-            ))
+            self.add(
+                iteration,
+                int(m.group(2)),
+                Sample(
+                    iteration=iteration,
+                    step_time_ms=None if seconds is None else seconds * 1000.0,
+                    tflops_per_gpu=_float(fields.get(b"tflops_per_gpu", b"")),
+                    loss=_float(fields.get(b"reduced_train_loss", b"")),
+                    grad_norm=_float(fields.get(b"grad_norm", b"")),
+                    global_batch_size=_int(fields.get(b"global_batch_size", b"")),
+                ),
+            )
 
 
 _ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
@@ -227,17 +246,26 @@ class TorchTitanReader(_Iterations):
         self.total: int | None = None
         self.gbs: int | None = None
         self.completed = False
-        self.previous: dict[bytes, tuple[int, float]] = {}  # rank prefix -> (step, seconds) of its last line
+        self.previous: dict[
+            bytes, tuple[int, float]
+        ] = {}  # rank prefix -> (step, seconds) of its last line
 
     def feed(self, chunk: bytes) -> None:
-        if b"[titan] 20" not in chunk:  # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
+        if (
+            b"[titan] 20" not in chunk
+        ):  # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
             return
-        for _, line in lines_containing(chunk, b"step: ", b"Trainer is initialized", b"Training starts at step",
-                                        b"Training completed"):
+        for _, line in lines_containing(
+            chunk,
+            b"step: ",
+            b"Trainer is initialized",
+            b"Training starts at step",
+            b"Training completed",
+        ):
             line = _ANSI.sub(b"", line) if b"\x1b" in line else line
             if (stamp := _TITAN.search(line)) is None:
                 continue
-            rank = line[:stamp.start()].strip()
+            rank = line[: stamp.start()].strip()
             seconds = _seconds(stamp)
             if (m := _TITAN_STEP.search(line, stamp.end())) is not None:
                 self._step(rank, seconds, int(m.group(1)), dict(_TITAN_FIELD.findall(m.group(2))))
@@ -245,28 +273,52 @@ class TorchTitanReader(_Iterations):
                 self.previous[rank] = (int(m.group(1)) - 1, seconds)
             elif b" - INFO - Training completed" in line:
                 self.completed = True
-            if (total := _TITAN_TOTAL.search(line, stamp.end())) is not None:  # "Trainer is initialized with"
+            if (
+                total := _TITAN_TOTAL.search(line, stamp.end())
+            ) is not None:  # "Trainer is initialized with"
                 self.total = int(total.group(1))
                 gbs = _TITAN_GBS.search(line, stamp.end())
                 self.gbs = int(gbs.group(1)) if gbs else self.gbs
 
-    def _step(self, rank: bytes, seconds: float | None, step: int, fields: dict[bytes, bytes]) -> None:
+    def _step(
+        self, rank: bytes, seconds: float | None, step: int, fields: dict[bytes, bytes]
+    ) -> None:
         before = self.previous.get(rank)
         if before is not None and before[0] == step:
             return  # the same step again: another rank's print
         step_ms = None
-        if seconds is not None and before is not None and before[1] is not None and step > before[0]:
-            step_ms = (seconds - before[1]) * 1000.0 / (step - before[0]) if seconds >= before[1] else None
+        if (
+            seconds is not None
+            and before is not None
+            and before[1] is not None
+            and step > before[0]
+        ):
+            step_ms = (
+                (seconds - before[1]) * 1000.0 / (step - before[0])
+                if seconds >= before[1]
+                else None
+            )
         self.previous[rank] = (step, seconds)
-        self.add(step, self.total or step, Sample(
-            iteration=step, step_time_ms=step_ms, tflops_per_gpu=_number(fields.get(b"tflops")),
-            loss=_number(fields.get(b"loss")), grad_norm=_number(fields.get(b"grad_norm")),
-            global_batch_size=self.gbs, tokens_per_s_per_gpu=_number(fields.get(b"tps", fields.get(b"wps"))),
-            mfu_pct=_number(fields.get(b"mfu")), memory_gib=_number(fields.get(b"memory")),
-        ))
+        self.add(
+            step,
+            self.total or step,
+            Sample(
+                iteration=step,
+                step_time_ms=step_ms,
+                tflops_per_gpu=_number(fields.get(b"tflops")),
+                loss=_number(fields.get(b"loss")),
+                grad_norm=_number(fields.get(b"grad_norm")),
+                global_batch_size=self.gbs,
+                tokens_per_s_per_gpu=_number(fields.get(b"tps", fields.get(b"wps"))),
+                mfu_pct=_number(fields.get(b"mfu")),
+                memory_gib=_number(fields.get(b"memory")),
+            ),
+        )
 
     def finish(self) -> IterationLog | None:
-        if self.log.samples and self.total is None:  # no "total steps": the last step seen, if training completed
+        if (
+            self.log.samples and self.total is None
+        ):  # no "total steps": the last step seen, if training completed
             self.log.last = max(self.log.samples) if self.completed else None
         return super().finish()
 
@@ -285,10 +337,14 @@ _EPOCH = datetime(1970, 1, 1)
 
 _CKPT_TIMER = re.compile(rb"(save|load)-checkpoint\s*\.*:\s*\(\s*([0-9.]+)\s*,\s*([0-9.]+)\s*\)")
 _CKPT_SAVED = re.compile(rb"successfully saved checkpoint from iteration\s+(\d+)")
-_NEMO_SAVE = re.compile(rb"Global Checkpoint Save\s*:\s*Rank\s*:\s*\d+\s*:\s*Iteration\s*:\s*(\d+)\s*:[^\n]*?"
-                        rb"Save duration\s*:\s*([0-9.]+)s")
-_NEMO_LOAD = re.compile(rb"Global Checkpoint Load\s*:\s*Rank\s*:\s*\d+\s*:[^\n]*?"
-                        rb"Time spent in load_checkpoint\s*:\s*([0-9.]+)s")
+_NEMO_SAVE = re.compile(
+    rb"Global Checkpoint Save\s*:\s*Rank\s*:\s*\d+\s*:\s*Iteration\s*:\s*(\d+)\s*:[^\n]*?"
+    rb"Save duration\s*:\s*([0-9.]+)s"
+)
+_NEMO_LOAD = re.compile(
+    rb"Global Checkpoint Load\s*:\s*Rank\s*:\s*\d+\s*:[^\n]*?"
+    rb"Time spent in load_checkpoint\s*:\s*([0-9.]+)s"
+)
 
 
 class CheckpointReader:
@@ -371,7 +427,9 @@ class NcclReader:
     def finish(self) -> tuple[Collective, ...]:
         totals: dict[bytes, dict] = {}
         for (name, count, dtype, nranks), calls in self.counter.items():
-            entry = totals.setdefault(name, {"calls": 0, "elements": 0, "bytes": 0, "sizes": Counter(), "unknown": 0})
+            entry = totals.setdefault(
+                name, {"calls": 0, "elements": 0, "bytes": 0, "sizes": Counter(), "unknown": 0}
+            )
             elements = int(count) * calls
             entry["calls"] += calls
             entry["elements"] += elements
@@ -396,8 +454,12 @@ class NcclReader:
 
 # NCCL's set-up lines (NCCL_DEBUG=INFO; subsystems INIT, NET, P2P, SHM), after NCCL's prefix
 # "host:pid:tid [dev] NCCL INFO ": transport/net.cc, p2p.cc, shm.cc, coll_net.cc, init.cc, plugin/net.
-_SETUP = re.compile(rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)")  # a literal prefix: found in C
-_VIA = re.compile(rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)")
+_SETUP = re.compile(
+    rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)"
+)  # a literal prefix: found in C
+_VIA = re.compile(
+    rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)"
+)
 _NETWORK = re.compile(rb"NCCL INFO Using network ([^\n]+?)\s*$")
 _PLUGIN = re.compile(rb"NCCL INFO NET/Plugin ?: Loaded net plugin ([^\n]+?)(?: \(v\d+\))?\s*$")
 _HOST = re.compile(rb"(?:^|\s)([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO ")
@@ -429,7 +491,7 @@ class NcclTransportReader:
                 continue  # each line once, however many set-up lines ran into it
             previous = start
             end = chunk.find(b"\n", found.end())
-            line = chunk[start:end if end >= 0 else len(chunk)]
+            line = chunk[start : end if end >= 0 else len(chunk)]
             if (m := _VIA.search(line)) is not None:
                 kind, name, p2p, shm = m.groups()
                 label = shm or (b"P2P/" + p2p if p2p else kind + b"/" + name)
@@ -446,8 +508,12 @@ class NcclTransportReader:
     def finish(self) -> NcclTransport | None:
         if not (self.channels or self.networks or self.plugins):
             return None
-        return NcclTransport(channels=dict(self.channels.most_common()), networks=tuple(self.networks),
-                             plugins=tuple(self.plugins), hosts=len(self.hosts))
+        return NcclTransport(
+            channels=dict(self.channels.most_common()),
+            networks=tuple(self.networks),
+            plugins=tuple(self.plugins),
+            hosts=len(self.hosts),
+        )
 
 
 # The words of each failure kind (records.FAILURE_KINDS). Real wording: PyTorch's "torch.OutOfMemoryError:
@@ -455,10 +521,20 @@ class NcclTransportReader:
 # memory'"); Megatron-Core's NaN checks (megatron/core/rerun_state_machine.py: "Unexpected result nan ...
 # (message='found NaN in local grad norm ...')"); Slurm's "*** JOB 123 ON node CANCELLED AT ... DUE TO TIME
 # LIMIT ***" and "srun: error: node: task 3: Exited with exit code 1"; torchrun's "closing signal SIGTERM".
-_OOM = (b"CUDA out of memory", b"CUDA error: out of memory", b"Cuda failure 'out of memory'",
-        b"Cuda failure 2 'out of memory'")
-_NAN = (b"Unexpected result nan", b"Unexpected result inf", b"Unexpected result tensor(nan",
-        b"Unexpected result tensor(inf", b"found NaN in", b"found Inf in")
+_OOM = (
+    b"CUDA out of memory",
+    b"CUDA error: out of memory",
+    b"Cuda failure 'out of memory'",
+    b"Cuda failure 2 'out of memory'",
+)
+_NAN = (
+    b"Unexpected result nan",
+    b"Unexpected result inf",
+    b"Unexpected result tensor(nan",
+    b"Unexpected result tensor(inf",
+    b"found NaN in",
+    b"found Inf in",
+)
 _WATCHDOG = (b"Watchdog caught collective operation timeout",)
 # kind -> (literals one of which every such line holds, the literals that mark the line). Each literal is a
 # pass over every chunk: kinds share them (found once per chunk), the rarest words stand for the rest.
@@ -466,7 +542,10 @@ _FAILURE_NEEDLES = {
     "cuda_oom": ((b"out of memory",), _OOM),
     "nccl_timeout": ((b"Watchdog caught",), _WATCHDOG),
     "nan_loss_or_grad": ((b"Unexpected result",), _NAN[:4]),
-    "node_failure": ((b"CANCELLED AT", b"srun: error:"), (b"DUE TO NODE FAILURE", b"Node failure on")),
+    "node_failure": (
+        (b"CANCELLED AT", b"srun: error:"),
+        (b"DUE TO NODE FAILURE", b"Node failure on"),
+    ),
     "time_limit": ((b"CANCELLED AT",), (b"DUE TO TIME LIMIT",)),
     "preempted": ((b"CANCELLED AT",), (b"DUE TO PREEMPTION",)),
     "task_exit": ((b"srun: error:",), (b": Exited with exit code", b": Terminated")),
@@ -485,15 +564,22 @@ _EXCEPTION_KINDS = (
     ("nan_loss_or_grad", _NAN),
     ("nccl_timeout", _WATCHDOG),
     ("child_failed", (b"ChildFailedError",)),  # torchrun's summary of a worker that failed
-    ("signal", (b"SignalException", b"got signal: ")),  # torchrun, signalled (Slurm's kill, a time limit)
+    (
+        "signal",
+        (b"SignalException", b"got signal: "),
+    ),  # torchrun, signalled (Slurm's kill, a time limit)
 )
 _TRACEBACK = b"Traceback (most recent call last):"
 _EXCEPTION = re.compile(rb"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)\b")
 # tqdm's bar, "Training:  12%|█▏   | 6/50 [00:30<03:40, 1.23it/s]", and what ranks put before a line.
 _BAR = re.compile(rb"\d{1,3}%\|[^|\n]{0,2048}\|[^|\[\n]{0,256}\[[^\]\n]{0,256}\]")
 _BAR_SPAN = 8192  # a bar is looked for in this much text before the error, however long the line
-_RANK_PREFIX = re.compile(rb"(?:\s*(?:\[rank\d+\]:|\[default\d+\]:|\d+:(?=\s)|[\w.-]+/\d+(?=\s)))+\s*")
-_CONTINUATION = 4  # lines after an exception's that may carry its message on (torch's NCCL errors do)
+_RANK_PREFIX = re.compile(
+    rb"(?:\s*(?:\[rank\d+\]:|\[default\d+\]:|\d+:(?=\s)|[\w.-]+/\d+(?=\s)))+\s*"
+)
+_CONTINUATION = (
+    4  # lines after an exception's that may carry its message on (torch's NCCL errors do)
+)
 
 
 def _clean(line: bytes, at: int | None = None) -> bytes:
@@ -507,31 +593,34 @@ def _clean(line: bytes, at: int | None = None) -> bytes:
     else:
         start = line.rfind(b"\r", 0, at) + 1
         end = line.find(b"\r", at)
-        text = line[start:end if end >= 0 else len(line)]
+        text = line[start : end if end >= 0 else len(line)]
         low, high = max(0, at - start - _BAR_SPAN), at - start
     bars = list(_BAR.finditer(text, low, high))
     if bars:
-        text = text[bars[-1].end():]
+        text = text[bars[-1].end() :]
     rank = _RANK_PREFIX.match(text)
-    return text[rank.end():] if rank else text
+    return text[rank.end() :] if rank else text
 
 
 def _message(text: bytes, detail: bytes = b"") -> str:
     message = text.decode("utf-8", "replace").strip()
     if detail:
         more = f" ({detail.decode('utf-8', 'replace').strip()})"
-        return message[:max(0, MAX_MESSAGE - len(more))] + more
+        return message[: max(0, MAX_MESSAGE - len(more))] + more
     return message[:MAX_MESSAGE]
 
 
 def _kind_of(text: bytes) -> str:
-    return next((kind for kind, words in _EXCEPTION_KINDS if any(w in text for w in words)), "python_exception")
+    return next(
+        (kind for kind, words in _EXCEPTION_KINDS if any(w in text for w in words)),
+        "python_exception",
+    )
 
 
 def _traceback_prefix(head: bytes) -> bytes:
     """What each line of a traceback starts with: the text before ``Traceback``
     on its first line, or only its rank prefix where a progress bar shares that line."""
-    segment = head[head.rfind(b"\r") + 1:]
+    segment = head[head.rfind(b"\r") + 1 :]
     if _BAR.search(segment, max(0, len(segment) - _BAR_SPAN)) is None:
         return segment
     rank = _RANK_PREFIX.match(segment)
@@ -542,7 +631,7 @@ def _line_at(chunk: bytes, position: int) -> tuple[int, bytes]:
     """(start, text) of the line that holds ``position``."""
     start = chunk.rfind(b"\n", 0, position) + 1
     end = chunk.find(b"\n", position)
-    return start, chunk[start:end if end >= 0 else len(chunk)]
+    return start, chunk[start : end if end >= 0 else len(chunk)]
 
 
 def _lines_from(chunk: bytes, position: int, count: int) -> list[bytes]:
@@ -556,7 +645,9 @@ def _lines_from(chunk: bytes, position: int, count: int) -> list[bytes]:
     return lines
 
 
-def _first_line(chunk: bytes, marks: tuple[bytes, ...], words: tuple[bytes, ...]) -> tuple[int, int] | None:
+def _first_line(
+    chunk: bytes, marks: tuple[bytes, ...], words: tuple[bytes, ...]
+) -> tuple[int, int] | None:
     """(line start, mark position) of the first line of ``chunk`` that holds one of
     ``marks`` and one of ``words``, or None."""
     first = None
@@ -587,8 +678,12 @@ class FailureReader:
         self.found: dict[str, tuple[int, str]] = {}  # kind -> (offset, message) of its first
         self.offset = 0  # of the chunk being read, in the text this parser reads
         self.cause = False  # a traceback ended in a cause: later tracebacks follow from it
-        self.open: tuple[bytes, int] | None = None  # (prefix, offset) of a traceback that crossed a chunk end
-        self.tail: list[bytes] = []  # the last chunks, holding the last TAIL bytes (joined once, at the end)
+        self.open: tuple[bytes, int] | None = (
+            None  # (prefix, offset) of a traceback that crossed a chunk end
+        )
+        self.tail: list[
+            bytes
+        ] = []  # the last chunks, holding the last TAIL bytes (joined once, at the end)
 
     def _record(self, kind: str, offset: int, message: str) -> None:
         if kind not in self.found or offset < self.found[kind][0]:
@@ -600,12 +695,18 @@ class FailureReader:
         if self.open is not None:
             prefix, at = self.open
             position = self._follow(chunk, 0, prefix, at)
-        while not self.cause and self.open is None and (at := chunk.find(_TRACEBACK, position)) >= 0:
+        while (
+            not self.cause and self.open is None and (at := chunk.find(_TRACEBACK, position)) >= 0
+        ):
             line_start = chunk.rfind(b"\n", 0, at) + 1
             line_end = chunk.find(b"\n", at)
             prefix = _traceback_prefix(chunk[line_start:at])
-            position = self._follow(chunk, len(chunk) if line_end < 0 else line_end + 1, prefix,
-                                    self.offset + line_start)
+            position = self._follow(
+                chunk,
+                len(chunk) if line_end < 0 else line_end + 1,
+                prefix,
+                self.offset + line_start,
+            )
         self.tail.append(chunk)
         while len(self.tail) > 1 and sum(map(len, self.tail[1:])) >= TAIL:
             del self.tail[0]
@@ -624,7 +725,9 @@ class FailureReader:
                 continue
             if found := _first_line(chunk, marks, cheap):
                 start, at = found
-                self._record(kind, self.offset + start, _message(_clean(_line_at(chunk, at)[1], at - start)))
+                self._record(
+                    kind, self.offset + start, _message(_clean(_line_at(chunk, at)[1], at - start))
+                )
 
     def _follow(self, chunk: bytes, position: int, prefix: bytes, at: int) -> int:
         """Walk the traceback's lines (those with its prefix) to the exception;
@@ -637,7 +740,7 @@ class FailureReader:
             position = end + 1
             if prefix and not line.startswith(prefix):
                 continue  # another rank's line, interleaved
-            body = line[len(prefix):]
+            body = line[len(prefix) :]
             if not body.strip() or body[:1] in (b" ", b"\t") or body.startswith(_TRACEBACK):
                 continue
             if body.startswith((b"During handling", b"The above exception")):
@@ -658,7 +761,7 @@ class FailureReader:
                 if not line.strip() or (prefix and not line.startswith(prefix)):
                     break
                 if (found := _kind_of(line)) != "python_exception":
-                    kind, detail = found, _clean(line[len(prefix):])
+                    kind, detail = found, _clean(line[len(prefix) :])
                     break
         self._record(kind, at, _message(text, detail))
         self.cause = kind not in SYMPTOMS
@@ -669,19 +772,40 @@ class FailureReader:
         for kind, marks in _TAIL_NEEDLES.items():
             if found := _first_line(tail, marks, marks):
                 line_start, at = found
-                self._record(kind, start + line_start, _message(_clean(_line_at(tail, at)[1], at - line_start)))
-        return [Failure(kind=kind, message=message, offset=offset)
-                for kind, (offset, message) in sorted(self.found.items(), key=lambda item: item[1][0])]
+                self._record(
+                    kind,
+                    start + line_start,
+                    _message(_clean(_line_at(tail, at)[1], at - line_start)),
+                )
+        return [
+            Failure(kind=kind, message=message, offset=offset)
+            for kind, (offset, message) in sorted(self.found.items(), key=lambda item: item[1][0])
+        ]
 
 
 BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the others read
     LogParser("nccl", "NCCL collective trace (NCCL_DEBUG_SUBSYS=COLL)", NcclReader),
-    LogParser("nccl_transport", "NCCL transports: channels, network, net plugin (NCCL_DEBUG=INFO)",
-              NcclTransportReader),
-    LogParser("megatron_bridge", "Megatron-Bridge iteration and Step Time lines", MegatronBridgeReader),
+    LogParser(
+        "nccl_transport",
+        "NCCL transports: channels, network, net plugin (NCCL_DEBUG=INFO)",
+        NcclTransportReader,
+    ),
+    LogParser(
+        "megatron_bridge", "Megatron-Bridge iteration and Step Time lines", MegatronBridgeReader
+    ),
     LogParser("nemo2", "NeMo 2 (Lightning) iteration lines", NeMo2Reader),
-    LogParser("torchtitan", "torchtitan metrics lines (step, loss, tps, tflops, mfu, memory)", TorchTitanReader),
-    LogParser("checkpoint", "checkpoint save and load timings (Megatron and NeMo)", CheckpointReader),
-    LogParser("failures", "why a run stopped: CUDA OOM, NaN check, NCCL watchdog timeout, node failure, Slurm time "
-              "limit or preemption, Python exception, and the symptoms that follow them", FailureReader),
+    LogParser(
+        "torchtitan",
+        "torchtitan metrics lines (step, loss, tps, tflops, mfu, memory)",
+        TorchTitanReader,
+    ),
+    LogParser(
+        "checkpoint", "checkpoint save and load timings (Megatron and NeMo)", CheckpointReader
+    ),
+    LogParser(
+        "failures",
+        "why a run stopped: CUDA OOM, NaN check, NCCL watchdog timeout, node failure, Slurm time "
+        "limit or preemption, Python exception, and the symptoms that follow them",
+        FailureReader,
+    ),
 )

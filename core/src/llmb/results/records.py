@@ -19,8 +19,18 @@ from llmb.recipes.records import FAILURE_KINDS  # noqa: F401 - part of the resul
 # ``too_short`` (the run's final iteration is before the statistics window's end) and
 # ``cancelled`` (its job was cancelled). One vocabulary: llmb run's summary,
 # status, results, compare and report all say these words for a run's result.
-STATUSES = ("success", "incomplete", "invalid_grad_norm", "no_data", "no_log", "failed", "invalid_step_time",
-            "unreadable", "too_short", "cancelled")
+STATUSES = (
+    "success",
+    "incomplete",
+    "invalid_grad_norm",
+    "no_data",
+    "no_log",
+    "failed",
+    "invalid_step_time",
+    "unreadable",
+    "too_short",
+    "cancelled",
+)
 
 
 # The version of what llmb derives from a log; bump it when a change adds or alters a result's
@@ -110,7 +120,9 @@ class NcclTransport:
     set-up lines: ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA``,
     ``Using network IB``, ``NET/Plugin: Loaded net plugin ...``."""
 
-    channels: dict[str, int]  # transport (NET/IB, NET/Socket, P2P/IPC, SHM, COLLNET/...) -> connections logged
+    channels: dict[
+        str, int
+    ]  # transport (NET/IB, NET/Socket, P2P/IPC, SHM, COLLNET/...) -> connections logged
     networks: tuple[str, ...] = ()  # "Using network X": IB, Socket, or a net plugin's name
     plugins: tuple[str, ...] = ()  # net plugins NCCL loaded
     hosts: int = 0  # distinct hosts that wrote NCCL INFO lines
@@ -155,7 +167,9 @@ class RunContext:
     gpu: str | None = None
     dtype: str | None = None
     gpus: int | None = None
-    nodes: int | None = None  # a name that counts nodes (``..._64nodes_...``); gpus follows from the GPU type
+    nodes: int | None = (
+        None  # a name that counts nodes (``..._64nodes_...``); gpus follows from the GPU type
+    )
     gbs: int | None = None
     seq_len: int | None = None
     layers: int | None = None  # fewer than the model's for a proxy run
@@ -163,11 +177,17 @@ class RunContext:
     proxy: bool = False
     job_id: str | None = None
     job_state: str | None = None  # the llmb job's end state (CANCELLED, ...), when llmb ran it
-    device: str | None = None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
-    flops_per_sample: float | None = None  # of the model that ran (proxies differ from the full size)
+    device: str | None = (
+        None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
+    )
+    flops_per_sample: float | None = (
+        None  # of the model that ran (proxies differ from the full size)
+    )
     # Where ``gpu`` came from (GPU_SOURCES): what the run recorded, or what this command assumed for it.
     gpu_source: str | None = None
-    container: str | None = None  # the NeMo container release the run used (``26.04.01``), when recorded
+    container: str | None = (
+        None  # the NeMo container release the run used (``26.04.01``), when recorded
+    )
     # A run tuned with --set: the settings that differ from the official configuration (``tp 4 -> 8, mbs
     # 1 -> 2``), from its recipe.json; its published figure is the official configuration's.
     tuned: str | None = None
@@ -247,14 +267,22 @@ class RunResult:
         values["checkpoint"] = CheckpointTimings(**values.get("checkpoint") or {})
         values["failure"] = Failure(**values["failure"]) if values.get("failure") else None
         values["nccl"] = tuple(
-            Collective(**{**c, "communicator_sizes": {int(k): v for k, v in c["communicator_sizes"].items()}})
+            Collective(
+                **{
+                    **c,
+                    "communicator_sizes": {int(k): v for k, v in c["communicator_sizes"].items()},
+                }
+            )
             for c in values.get("nccl", ())
         )
         if values.get("nccl_transport"):
             transport = values["nccl_transport"]
             values["nccl_transport"] = NcclTransport(
-                channels=dict(transport["channels"]), networks=tuple(transport.get("networks", ())),
-                plugins=tuple(transport.get("plugins", ())), hosts=transport.get("hosts", 0))
+                channels=dict(transport["channels"]),
+                networks=tuple(transport.get("networks", ())),
+                plugins=tuple(transport.get("plugins", ())),
+                hosts=transport.get("hosts", 0),
+            )
         values["notes"] = tuple(values.get("notes", ()))
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})

@@ -22,16 +22,29 @@ def unknown(context: RunContext) -> str | None:
     if context.workload is None:
         return "workload unknown: the log's name matches no installed workload"
     if context.gpu is None:
-        where = "the log name does not record it" if context.source != "recipe" else "the run does not record it"
+        where = (
+            "the log name does not record it"
+            if context.source != "recipe"
+            else "the run does not record it"
+        )
         return f"GPU type unknown: {where}; pass --gpu (or set gpu in the cluster file)"
-    missing = [what for what, value in (("size", context.size), ("precision", context.dtype),
-                                        ("GPU count", context.gpus)) if value is None]
+    missing = [
+        what
+        for what, value in (
+            ("size", context.size),
+            ("precision", context.dtype),
+            ("GPU count", context.gpus),
+        )
+        if value is None
+    ]
     if missing:
         return f"{' and '.join(missing)} unknown: the run does not record {'it' if len(missing) == 1 else 'them'}"
     return None
 
 
-def lookup(workload: Workload | None, context: RunContext, source: str = DEFAULT_SOURCE) -> Figure | Missing:
+def lookup(
+    workload: Workload | None, context: RunContext, source: str = DEFAULT_SOURCE
+) -> Figure | Missing:
     """The figure ``source`` publishes for the run's exact configuration, or why there is none."""
     if (reason := unknown(context)) is not None:
         return Missing(source, reason)
@@ -42,8 +55,15 @@ def lookup(workload: Workload | None, context: RunContext, source: str = DEFAULT
 
 def configuration_of(context: RunContext) -> Configuration:
     """What a published figure is looked up by, as the run recorded it."""
-    return Configuration(context.variant, context.size, context.gpu, context.dtype, context.gpus, context.scaling,
-                         context.container)
+    return Configuration(
+        context.variant,
+        context.size,
+        context.gpu,
+        context.dtype,
+        context.gpus,
+        context.scaling,
+        context.container,
+    )
 
 
 def best(workload: Workload | None, context: RunContext) -> Figure | Missing:

@@ -35,8 +35,21 @@ from typing import Any, Protocol
 
 from llmb.files import NotRegularFile, open_regular, read_regular, read_tail, why_unreadable
 
-__all__ = ["CHUNK", "MAX_LINE", "Chunk", "LogParser", "LogReader", "NotRegularFile", "ScanReport", "as_chunk",
-           "open_regular", "read_regular", "read_tail", "scan", "why_unreadable"]
+__all__ = [
+    "CHUNK",
+    "MAX_LINE",
+    "Chunk",
+    "LogParser",
+    "LogReader",
+    "NotRegularFile",
+    "ScanReport",
+    "as_chunk",
+    "open_regular",
+    "read_regular",
+    "read_tail",
+    "scan",
+    "why_unreadable",
+]
 
 CHUNK = 1 << 20  # bytes read at once: fits in a CPU cache, so each parser's pass over it is cheap
 MAX_LINE = 1 << 20
@@ -124,7 +137,9 @@ class ScanReport:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line: int = MAX_LINE) -> ScanReport:
+def scan(
+    path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line: int = MAX_LINE
+) -> ScanReport:
     report = ScanReport(path=str(path))
     readers: dict[str, LogReader] = {}
     for parser in parsers:
@@ -162,7 +177,7 @@ def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line:
                 end = block.find(b"\n")
                 if end < 0:
                     continue
-                block, skipping = block[end + 1:], False
+                block, skipping = block[end + 1 :], False
             cut = block.rfind(b"\n") + 1
             if cut == 0:  # no line ends in this block
                 carry += block
@@ -171,7 +186,9 @@ def scan(path: str, parsers: list[LogParser], chunk_size: int = CHUNK, max_line:
                     carry, skipping = b"", True
                 continue
             # The partial line before, and the block up to its last line end (then a copy into a Chunk).
-            chunk = as_chunk(b"".join((carry, memoryview(block)[:cut])) if carry or cut < len(block) else block)
+            chunk = as_chunk(
+                b"".join((carry, memoryview(block)[:cut])) if carry or cut < len(block) else block
+            )
             carry = block[cut:]
             if len(carry) > max_line:  # the block ends inside an over-long line
                 report.long_lines += 1

@@ -91,16 +91,20 @@ def lock_timeout_s() -> float:
     if not (math.isfinite(value) and value >= 0):
         from llmb.errors import UsageError
 
-        raise UsageError(f"{TIMEOUT_VARIABLE}={text!r} is not a number of seconds to wait for the results "
-                         f"database's lock: give one such as 60 (0: do not wait), or unset it.")
+        raise UsageError(
+            f"{TIMEOUT_VARIABLE}={text!r} is not a number of seconds to wait for the results "
+            f"database's lock: give one such as 60 (0: do not wait), or unset it."
+        )
     return value
 
 
 def _hint(exc: sqlite3.Error, timeout_s: float) -> str:
     text = str(exc)
     if "locked" in text or "busy" in text:
-        return (f"{text}: another process held it for more than {timeout_s:g} s "
-                f"({TIMEOUT_VARIABLE} sets how long to wait)")
+        return (
+            f"{text}: another process held it for more than {timeout_s:g} s "
+            f"({TIMEOUT_VARIABLE} sets how long to wait)"
+        )
     if "malformed" in text or "not a database" in text or "corrupt" in text:
         return f"{text}: the file is damaged; move it aside, and llmb results rebuilds it from the logs"
     if "readonly" in text or "read-only" in text:
@@ -132,9 +136,13 @@ class ResultStore:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError(f"the results database {self.path} {doing}: {_hint(exc, self.timeout_s)}") from exc
+            raise StoreError(
+                f"the results database {self.path} {doing}: {_hint(exc, self.timeout_s)}"
+            ) from exc
         except OSError as exc:
-            raise StoreError(f"the results database {self.path} {doing}: {exc.strerror or exc}") from exc
+            raise StoreError(
+                f"the results database {self.path} {doing}: {exc.strerror or exc}"
+            ) from exc
 
     def close(self) -> None:
         self.db.close()
@@ -155,7 +163,8 @@ class ResultStore:
             raise StoreError(
                 f"the results database {self.path} has schema version {version}, from a newer llmb; this llmb "
                 f"supports version {supported} and has not changed the file: use the newer llmb, or give another "
-                f"database with --db (llmb results fills a new one from the logs)")
+                f"database with --db (llmb results fills a new one from the logs)"
+            )
 
     def _migrate(self) -> None:
         if self.version >= len(MIGRATIONS):
@@ -176,22 +185,47 @@ class ResultStore:
         try:
             return RunResult.from_dict(json.loads(text))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise StoreError(f"the results database {self.path}: run {row_id} is damaged ({type(exc).__name__}: "
-                             f"{exc}); llmb results --rescan stores it again from its log") from None
+            raise StoreError(
+                f"the results database {self.path}: run {row_id} is damaged ({type(exc).__name__}: "
+                f"{exc}); llmb results --rescan stores it again from its log"
+            ) from None
 
     # ---------------------------------------------------------------- writing
 
-    def save(self, key: str, result: RunResult, log_size: int | None = None, log_mtime_ns: int | None = None,
-             encoded: str | None = None) -> int:
+    def save(
+        self,
+        key: str,
+        result: RunResult,
+        log_size: int | None = None,
+        log_mtime_ns: int | None = None,
+        encoded: str | None = None,
+    ) -> int:
         """Insert or replace the run stored under ``key``; returns its id.
         ``encoded``: ``encode(result)``, when the caller made it already."""
         c = result.context
         stats = result.stats
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         with self._guard("cannot be written"):
-            return self._save(key, (key, log_size, log_mtime_ns, now, c.experiment, c.workload, c.variant, c.size,
-                                    c.gpu, c.dtype, c.gpus, result.status, stats.time_mean_ms if stats else None,
-                                    stats.tflops_mean if stats else None, encoded or encode(result)))
+            return self._save(
+                key,
+                (
+                    key,
+                    log_size,
+                    log_mtime_ns,
+                    now,
+                    c.experiment,
+                    c.workload,
+                    c.variant,
+                    c.size,
+                    c.gpu,
+                    c.dtype,
+                    c.gpus,
+                    result.status,
+                    stats.time_mean_ms if stats else None,
+                    stats.tflops_mean if stats else None,
+                    encoded or encode(result),
+                ),
+            )
 
     def _save(self, key: str, row: tuple) -> int:
         self.db.execute(
@@ -217,7 +251,8 @@ class ResultStore:
         """The stored run for ``key`` if its log has not changed since."""
         with self._guard("cannot be read"):
             row = self.db.execute(
-                "SELECT id, recorded_at, result, log_size, log_mtime_ns FROM runs WHERE key = ?", (key,)
+                "SELECT id, recorded_at, result, log_size, log_mtime_ns FROM runs WHERE key = ?",
+                (key,),
             ).fetchone()
         if row is None or (row[3], row[4]) != (log_size, log_mtime_ns):
             return None
@@ -228,11 +263,16 @@ class ResultStore:
 
     def get(self, run_id: int) -> StoredRun | None:
         with self._guard("cannot be read"):
-            row = self.db.execute("SELECT id, recorded_at, result FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = self.db.execute(
+                "SELECT id, recorded_at, result FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
         return None if row is None else StoredRun(row[0], row[1], self._result(row[0], row[2]))
 
     def query(
-        self, workload: str | None = None, gpu: str | None = None, dtype: str | None = None,
+        self,
+        workload: str | None = None,
+        gpu: str | None = None,
+        dtype: str | None = None,
         since: str | None = None,
     ) -> list[StoredRun]:
         clauses, values = [], []
@@ -245,7 +285,9 @@ class ResultStore:
             values.append(since)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._guard("cannot be read"):
-            rows = self.db.execute(f"SELECT id, recorded_at, result FROM runs {where} ORDER BY id", values).fetchall()
+            rows = self.db.execute(
+                f"SELECT id, recorded_at, result FROM runs {where} ORDER BY id", values
+            ).fetchall()
         return [StoredRun(r[0], r[1], self._result(r[0], r[2])) for r in rows]
 
     def count(self) -> int:

@@ -52,7 +52,11 @@ def _gpu_names() -> tuple[str, ...]:
             out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError):
             return ()
-        return tuple(line.split(":", 1)[1].split("(")[0].strip() for line in out.splitlines() if line.startswith("GPU"))
+        return tuple(
+            line.split(":", 1)[1].split("(")[0].strip()
+            for line in out.splitlines()
+            if line.startswith("GPU")
+        )
     return ()
 
 

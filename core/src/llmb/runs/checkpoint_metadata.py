@@ -31,33 +31,50 @@ from typing import Any
 from llmb.errors import UsageError
 
 METADATA_FILE = ".metadata"
-_MAX_METADATA_BYTES = 256 * 1024 * 1024  # an index is kilobytes to a few megabytes; refuse to read a disk's worth
+_MAX_METADATA_BYTES = (
+    256 * 1024 * 1024
+)  # an index is kilobytes to a few megabytes; refuse to read a disk's worth
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
-ALLOWED_GLOBALS = frozenset({
-    (_DCP_METADATA, name) for name in (
-        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
-} | {
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("collections", "OrderedDict"),
-})
+ALLOWED_GLOBALS = frozenset(
+    {
+        (_DCP_METADATA, name)
+        for name in (
+            "Metadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "TensorProperties",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "_MEM_FORMAT_ENCODING",
+        )
+    }
+    | {
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("collections", "OrderedDict"),
+    }
+)
 
 
 class UnsafeCheckpoint(UsageError):
     """A checkpoint index that names something other than a checkpoint index's types."""
 
 
-_DTYPE_NAME = re.compile(r"(b?float|u?int|complex|q?u?int|bits)\d\w*|float|double|half|long|short|int|bool|cfloat|cdouble|chalf")
+_DTYPE_NAME = re.compile(
+    r"(b?float|u?int|complex|q?u?int|bits)\d\w*|float|double|half|long|short|int|bool|cfloat|cdouble|chalf"
+)
 
 
 def allowed(module: str, name: str) -> bool:
     """An allowed type, or a dtype (``torch.float32`` pickles as the torch module's attribute)."""
-    return (module, name) in ALLOWED_GLOBALS or (module == "torch" and _DTYPE_NAME.fullmatch(name) is not None)
+    return (module, name) in ALLOWED_GLOBALS or (
+        module == "torch" and _DTYPE_NAME.fullmatch(name) is not None
+    )
 
 
 class _StandIn:
@@ -84,7 +101,8 @@ class _CheckingUnpickler(pickle.Unpickler):
             raise UnsafeCheckpoint(
                 f"{self.where} refers to {module}.{name}, which a checkpoint index never contains; llmb does not "
                 f"load it (unpickling it could run code). Load a checkpoint written by llmb or by the recipe's "
-                f"framework.")
+                f"framework."
+            )
         if not self.real:
             return _StandIn
         found = super().find_class(module, name)
@@ -92,19 +110,27 @@ class _CheckingUnpickler(pickle.Unpickler):
             import torch
 
             if not isinstance(found, torch.dtype):
-                raise UnsafeCheckpoint(f"{self.where} refers to torch.{name}, which is not a dtype.")
+                raise UnsafeCheckpoint(
+                    f"{self.where} refers to torch.{name}, which is not a dtype."
+                )
         return found
 
     def persistent_load(self, pid: Any) -> Any:
-        raise UnsafeCheckpoint(f"{self.where} holds persistent references, which a checkpoint index never has.")
+        raise UnsafeCheckpoint(
+            f"{self.where} holds persistent references, which a checkpoint index never has."
+        )
 
 
 def _read(path: str) -> bytes:
     try:
         if not os.path.isfile(path):
-            raise UsageError(f"{path}: missing or not a regular file; a distributed checkpoint has one.")
+            raise UsageError(
+                f"{path}: missing or not a regular file; a distributed checkpoint has one."
+            )
         if os.path.getsize(path) > _MAX_METADATA_BYTES:
-            raise UnsafeCheckpoint(f"{path} is larger than any checkpoint index ({_MAX_METADATA_BYTES >> 20} MiB).")
+            raise UnsafeCheckpoint(
+                f"{path} is larger than any checkpoint index ({_MAX_METADATA_BYTES >> 20} MiB)."
+            )
         with open(path, "rb") as handle:
             return handle.read(_MAX_METADATA_BYTES + 1)
     except OSError as exc:
@@ -119,7 +145,9 @@ def check_metadata(directory: str) -> None:
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - any malformed pickle
-        raise UnsafeCheckpoint(f"{path} is not a readable checkpoint index ({type(exc).__name__}: {exc}).") from None
+        raise UnsafeCheckpoint(
+            f"{path} is not a readable checkpoint index ({type(exc).__name__}: {exc})."
+        ) from None
 
 
 def load_metadata(stream) -> Any:

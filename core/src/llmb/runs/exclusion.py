@@ -24,14 +24,23 @@ def read(path: str) -> dict:
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise UsageError(f"--exclude-from {path}: not JSON ({exc}); give the preflight.json llmb preflight "
-                         f"wrote.") from None
+        raise UsageError(
+            f"--exclude-from {path}: not JSON ({exc}); give the preflight.json llmb preflight "
+            f"wrote."
+        ) from None
     exclude = data.get("exclude") if isinstance(data, dict) else None
     if not isinstance(exclude, list) or not all(isinstance(n, str) and n for n in exclude):
-        raise UsageError(f"--exclude-from {path}: no list of node names under 'exclude'; give the preflight.json "
-                         f"llmb preflight wrote.")
-    return {"path": os.path.abspath(path), "sha256": hashlib.sha256(raw).hexdigest(), "job_id": data.get("job_id"),
-            "verdict": data.get("verdict"), "exclude": list(exclude)}
+        raise UsageError(
+            f"--exclude-from {path}: no list of node names under 'exclude'; give the preflight.json "
+            f"llmb preflight wrote."
+        )
+    return {
+        "path": os.path.abspath(path),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "job_id": data.get("job_id"),
+        "verdict": data.get("verdict"),
+        "exclude": list(exclude),
+    }
 
 
 def merged(exclude: str | None, nodes: list[str]) -> str | None:

@@ -38,7 +38,9 @@ def experiment_name(recipe: Recipe, proxy: str | None = None, tuned: bool = Fals
         f"pretrain_{recipe.workload}_{recipe.size}_{recipe.dtype}_gpus{recipe.gpus}_tp{recipe.tp}_pp{recipe.pp}"
         f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
     )
-    if recipe.overrides or tuned:  # tuned (--set, --framework-arg): never taken for the official configuration's
+    if (
+        recipe.overrides or tuned
+    ):  # tuned (--set, --framework-arg): never taken for the official configuration's
         name += "_tuned"
     return f"{name}_proxy-{proxy}" if proxy else name
 
@@ -130,8 +132,15 @@ def write_text(path: str, text: str) -> None:
 # and reading it would take memory by the gigabyte (JSON's objects are ten times its text) for nothing.
 MAX_STATE_FILE = 64 << 20
 
-_JSON_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
-               dict: "an object", type(None): "null"}
+_JSON_KINDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
 
 
 def json_kind(value: object) -> str:
@@ -178,8 +187,10 @@ def _os_problem(path: str, exc: OSError) -> str:
     except OSError:
         target = None
     if isinstance(exc, NotRegularFile):
-        return f"is {f'a symbolic link to {target}, which is ' if target is not None else ''}{exc.kind}, " \
-               f"not a regular file"
+        return (
+            f"is {f'a symbolic link to {target}, which is ' if target is not None else ''}{exc.kind}, "
+            f"not a regular file"
+        )
     if exc.errno == errno.ELOOP:
         return f"is a symbolic link to {target} that cannot be followed: the links loop"
     if isinstance(exc, FileNotFoundError) and target is not None:
@@ -202,12 +213,15 @@ def load_json_state(path: str) -> dict | None:
     except OSError as exc:
         raise StateFileError(path, _os_problem(path, exc)) from None
     if len(raw) > MAX_STATE_FILE:
-        raise StateFileError(path, f"is larger than {MAX_STATE_FILE >> 20} MiB, more than any record llmb writes")
+        raise StateFileError(
+            path, f"is larger than {MAX_STATE_FILE >> 20} MiB, more than any record llmb writes"
+        )
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        raise StateFileError(path, "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)") \
-            from None
+        raise StateFileError(
+            path, "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)"
+        ) from None
     except RecursionError:  # "[[[[...": the decoder's recursion bound
         raise StateFileError(path, "nests deeper than any record llmb writes") from None
     if not isinstance(data, dict):
@@ -215,9 +229,15 @@ def load_json_state(path: str) -> dict | None:
     return data
 
 
-_ANNOTATED = {"str": ((str,), "a string"), "int": ((int,), "an integer"), "float": ((int, float), "a number"),
-              "bool": ((bool,), "true or false"), "dict": ((dict,), "an object"), "None": ((type(None),), "null"),
-              "list": ((list,), "a list")}
+_ANNOTATED = {
+    "str": ((str,), "a string"),
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "dict": ((dict,), "an object"),
+    "None": ((type(None),), "null"),
+    "list": ((list,), "a list"),
+}
 
 
 def _fits(value: object, annotation: str) -> bool:
@@ -227,18 +247,25 @@ def _fits(value: object, annotation: str) -> bool:
     if not all(name in _ANNOTATED for name in names):
         return True  # a type JSON has no word for (none of llmb's records has one): not checked
     kinds = tuple(kind for name in names for kind in _ANNOTATED[name][0])
-    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))  # true is no integer here
+    return isinstance(value, kinds) and (
+        bool in kinds or not isinstance(value, bool)
+    )  # true is no integer here
 
 
 def _words(annotation: str) -> str:
     if annotation.startswith("list[") and annotation.endswith("]"):
         inner = _words(annotation[5:-1])
-        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s" if " or " not in inner else \
-            f"a list, each item {inner}"
+        return (
+            f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
+            if " or " not in inner
+            else f"a list, each item {inner}"
+        )
     return " or ".join(_ANNOTATED[a.strip()][1] for a in annotation.split("|"))
 
 
-def record_fields(cls: type, data: object, what: str, nested: dict[str, type] | None = None) -> dict:
+def record_fields(
+    cls: type, data: object, what: str, nested: dict[str, type] | None = None
+) -> dict:
     """The fields of the dataclass ``cls`` from the JSON object ``data`` (a record llmb wrote), each
     checked against its annotation (``str``, ``int | None``, ``list[str]``, ``dict``...; a ``list[X]``
     whose ``X`` is in ``nested`` is a list of such records, built). Keys the class does not know are
@@ -255,16 +282,26 @@ def record_fields(cls: type, data: object, what: str, nested: dict[str, type] | 
                 raise ValueError(f"{what} lacks the field {spec.name!r}")
             continue
         value = data[spec.name]
-        annotation = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+        annotation = (
+            spec.type
+            if isinstance(spec.type, str)
+            else getattr(spec.type, "__name__", str(spec.type))
+        )
         inner = annotation[5:-1] if annotation.startswith("list[") else None
         if nested and inner in nested:
             if not isinstance(value, list):
                 raise ValueError(f"{what}'s field {spec.name!r} is {json_kind(value)}, not a list")
-            value = [nested[inner](**record_fields(nested[inner], item, f"{what}'s {spec.name}[{number}]", nested))
-                     for number, item in enumerate(value, start=1)]
+            value = [
+                nested[inner](
+                    **record_fields(nested[inner], item, f"{what}'s {spec.name}[{number}]", nested)
+                )
+                for number, item in enumerate(value, start=1)
+            ]
         elif not _fits(value, annotation):
-            raise ValueError(f"{what}'s field {spec.name!r} is {json_kind(value)} ({value!r:.40}), not "
-                             f"{_words(annotation)}")
+            raise ValueError(
+                f"{what}'s field {spec.name!r} is {json_kind(value)} ({value!r:.40}), not "
+                f"{_words(annotation)}"
+            )
         values[spec.name] = value
     return values
 

@@ -48,14 +48,23 @@ class GpusSeen:
 
     def as_dict(self) -> dict:
         types = list(dict.fromkeys(gpu_type_of(n) for n in self.names))
-        return {"name": self.name, "count": len(self.names), "driver": ", ".join(self.drivers) or None,
-                "type": " + ".join(t or "unknown" for t in types) or None, "source": self.source}
+        return {
+            "name": self.name,
+            "count": len(self.names),
+            "driver": ", ".join(self.drivers) or None,
+            "type": " + ".join(t or "unknown" for t in types) or None,
+            "source": self.source,
+        }
 
 
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[tuple[re.Pattern, str], ...]:
     table = load_yaml_file(packaged_data("gpu_names.yaml"))
-    return tuple((re.compile(pattern, re.IGNORECASE), gpu) for gpu, patterns in table.items() for pattern in patterns)
+    return tuple(
+        (re.compile(pattern, re.IGNORECASE), gpu)
+        for gpu, patterns in table.items()
+        for pattern in patterns
+    )
 
 
 def gpu_type_of(name: str) -> str | None:
@@ -83,8 +92,14 @@ def from_nvidia_smi(environ=os.environ) -> GpusSeen | None:
     if smi is None:
         return None
     try:
-        done = subprocess.run([smi, *QUERY], capture_output=True, text=True, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, env=dict(environ))
+        done = subprocess.run(
+            [smi, *QUERY],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env=dict(environ),
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:
@@ -114,8 +129,12 @@ def check(requested: str, gpus: GpusSeen) -> list[str]:
             f"this job runs on {seen_text} but the run was planned for {requested} (--gpu {requested}); its "
             f"TFLOP/s per GPU and MFU would be computed against the {requested} peak and be wrong, so it stops "
             f"before training. Run it with --gpu {other}, or on {requested} nodes (--partition, --constraint or "
-            f"--nodelist).")
+            f"--nodelist)."
+        )
     known = ", ".join(catalogue())
-    return [f"the job's GPU {name!r} is not one llmb knows ({known}), so it cannot check that it is a {requested}: "
-            f"TFLOP/s per GPU and MFU are computed against the {requested} peak." for name, gpu in types.items()
-            if gpu is None]
+    return [
+        f"the job's GPU {name!r} is not one llmb knows ({known}), so it cannot check that it is a {requested}: "
+        f"TFLOP/s per GPU and MFU are computed against the {requested} peak."
+        for name, gpu in types.items()
+        if gpu is None
+    ]

@@ -21,7 +21,9 @@ from llmb.redaction import MASK, is_secret_name, mask
 from llmb.yamlio import load_yaml_file
 
 DUMP_VARIABLE = "LLMB_DUMP_ENV"  # set to 1 in a job's environment by --dump-env
-MIN_MASKED = 6  # shorter secret values are not searched for in other values: they would mask innocent text
+MIN_MASKED = (
+    6  # shorter secret values are not searched for in other values: they would mask innocent text
+)
 
 
 @lru_cache(maxsize=1)
@@ -34,18 +36,26 @@ def redacted(environ: Mapping[str, str], declared: Iterable[str] = ()) -> dict[s
     declared = set(declared)
     secret = {name for name in environ if is_secret_name(name, declared)}
     values = [environ[name] for name in secret if len(environ[name]) >= MIN_MASKED]
-    return {name: MASK if name in secret else mask(value, values) for name, value in sorted(environ.items())}
+    return {
+        name: MASK if name in secret else mask(value, values)
+        for name, value in sorted(environ.items())
+    }
 
 
-def relevant(environ: Mapping[str, str], declared: Iterable[str] = (), llmb_set: Iterable[str] = ()) -> dict[str, str]:
+def relevant(
+    environ: Mapping[str, str], declared: Iterable[str] = (), llmb_set: Iterable[str] = ()
+) -> dict[str, str]:
     """The variables that shape a run, redacted: those llmb set (``llmb_set``), the declared
     secrets (their names only), and the names and prefixes of ``data/job_environment.yaml``."""
     table = _table()
     declared = set(declared)
     wanted = {*llmb_set, *declared, *table["names"]}
     prefixes = tuple(table["prefixes"])
-    return {name: value for name, value in redacted(environ, declared).items()
-            if name in wanted or name.startswith(prefixes)}
+    return {
+        name: value
+        for name, value in redacted(environ, declared).items()
+        if name in wanted or name.startswith(prefixes)
+    }
 
 
 def dump_text(environ: Mapping[str, str], declared: Iterable[str] = (), header: str = "") -> str:

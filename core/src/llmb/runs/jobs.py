@@ -23,16 +23,36 @@ from datetime import datetime, timezone
 
 from llmb.errors import LlmbError, UsageError
 from llmb.paths import install_dir
-from llmb.runs.experiment import StateFileError, json_kind, load_json_state, read_json, record_fields, write_json
+from llmb.runs.experiment import (
+    StateFileError,
+    json_kind,
+    load_json_state,
+    read_json,
+    record_fields,
+    write_json,
+)
 
 # Every backend maps its own states onto these.
-STATES = ("QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED", "UNKNOWN")
+STATES = (
+    "QUEUED",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "INFRA_FAILED",
+    "UNKNOWN",
+)
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED")
 
 JOB_FILE = "job.json"
 EXIT_FILE = "exit.json"
-CANCEL_FILE = "cancel-requested"  # llmb asked for the job to stop (so its end is a cancel, not a failure)
-SUBMITTER_FILE = "submitter.json"  # the process submitting the job, until the job's own processes take over
+CANCEL_FILE = (
+    "cancel-requested"  # llmb asked for the job to stop (so its end is a cancel, not a failure)
+)
+SUBMITTER_FILE = (
+    "submitter.json"  # the process submitting the job, until the job's own processes take over
+)
 EXIT_RESERVE_FILE = "exit.reserve"  # room kept for exit.json: freed to write it on a full disk
 EXIT_RESERVE_BYTES = 16384
 
@@ -73,7 +93,9 @@ class Job:
     # backend-specific (e.g. Slurm job ids); details["attempts"], where a backend keeps one record per
     # attempt, gets the core's ``ended`` (why the attempt was retried) on each retried one
     details: dict = field(default_factory=dict)
-    retries: int = 0  # how many times a failure worth retrying is resubmitted (``llmb run --retries``)
+    retries: int = (
+        0  # how many times a failure worth retrying is resubmitted (``llmb run --retries``)
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,12 +112,20 @@ class Ending:
 
     state: str  # one of TERMINAL, as the backend maps its own states
     reason: str | None = None
-    prefer_log_reason: bool = True  # a FAILED job's reason comes from its log when the log names one
-    infrastructure: str | None = None  # an infrastructure cause (a node failure, ...): retried like a flaky one
+    prefer_log_reason: bool = (
+        True  # a FAILED job's reason comes from its log when the log names one
+    )
+    infrastructure: str | None = (
+        None  # an infrastructure cause (a node failure, ...): retried like a flaky one
+    )
     nodes: str = ""  # where the attempt ran, as the cluster names them
     label: str | None = None  # the attempt as the cluster knows it, for the log ("Slurm job 41")
-    cluster_id: str | None = None  # the attempt's id on the cluster (a retry's recipe.json names it)
-    record: dict = field(default_factory=dict)  # what exit.json gets beside state and reason (the cluster's view)
+    cluster_id: str | None = (
+        None  # the attempt's id on the cluster (a retry's recipe.json names it)
+    )
+    record: dict = field(
+        default_factory=dict
+    )  # what exit.json gets beside state and reason (the cluster's view)
 
 
 @dataclass(frozen=True)
@@ -139,7 +169,9 @@ def new_job_id(backend: str) -> str:
     return f"{backend}-{secrets.token_hex(3)}"
 
 
-_created_here: list[str] = []  # job ids this process created, oldest first (to undo an interrupted submission)
+_created_here: list[
+    str
+] = []  # job ids this process created, oldest first (to undo an interrupted submission)
 
 
 def created_job_ids() -> list[str]:
@@ -172,8 +204,10 @@ def claim_job_dir(job_id: str) -> str | None:
         raise store_error(f"cannot create a job directory in {jobs_root()}", exc) from None
     _created_here.append(job_id)
     try:
-        write_json(os.path.join(path, SUBMITTER_FILE),
-                   {"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
+        write_json(
+            os.path.join(path, SUBMITTER_FILE),
+            {"pid": os.getpid(), "start_time": process_start_time(os.getpid())},
+        )
     except OSError as exc:
         discard_job_dir(job_id)
         raise store_error(f"cannot write in the job directory {path}", exc) from None
@@ -245,8 +279,13 @@ def read_job(job_id: str) -> Job | BrokenJob | None:
     directory = job_dir(job_id)
     data, problem = read_record(os.path.join(directory, JOB_FILE))
     if data is None and problem is None:
-        return BrokenJob(job_id, "its directory holds no job.json (a submission that did not complete)") \
-            if os.path.isdir(directory) else None
+        return (
+            BrokenJob(
+                job_id, "its directory holds no job.json (a submission that did not complete)"
+            )
+            if os.path.isdir(directory)
+            else None
+        )
     if problem is None:
         job, problem = job_from_dict(data)
         if job is not None:
@@ -302,7 +341,10 @@ def read_exit_checked(job_id: str) -> tuple[dict | None, str | None]:
 
 def reserve_exit_space(job_id: str) -> None:
     """Keep room for ``exit.json``: ``write_exit`` frees it when the disk is full."""
-    with contextlib.suppress(OSError), open(os.path.join(job_dir(job_id), EXIT_RESERVE_FILE), "wb") as handle:
+    with (
+        contextlib.suppress(OSError),
+        open(os.path.join(job_dir(job_id), EXIT_RESERVE_FILE), "wb") as handle,
+    ):
         handle.write(b"\0" * EXIT_RESERVE_BYTES)
 
 
@@ -350,7 +392,11 @@ def store_trouble(job_id: str) -> str | None:
             read_only = os.statvfs(directory).f_flag & os.ST_RDONLY
         except OSError:
             read_only = False
-        return "its job directory is on a read-only file system" if read_only else "its job directory is not writable"
+        return (
+            "its job directory is on a read-only file system"
+            if read_only
+            else "its job directory is not writable"
+        )
     try:
         full = os.statvfs(directory).f_bavail == 0
     except OSError:
@@ -369,8 +415,12 @@ def wait_until_ended(status, timeout: float, interval: float, after: str) -> Job
         if current.state in TERMINAL:
             return current
         if time.monotonic() >= deadline:
-            return JobStatus(current.job, current.state, f"still {current.state} {timeout:.0f} s after {after}",
-                             current.progress)
+            return JobStatus(
+                current.job,
+                current.state,
+                f"still {current.state} {timeout:.0f} s after {after}",
+                current.progress,
+            )
         time.sleep(interval)
 
 
@@ -402,7 +452,7 @@ def process_stat(pid: int) -> tuple[int, int] | None:
             stat = handle.read()
     except OSError:
         return None
-    parts = stat[stat.rfind(")") + 2:].split()
+    parts = stat[stat.rfind(")") + 2 :].split()
     if len(parts) < 20 or parts[0] in ("Z", "X"):
         return None  # a zombie has ended
     return int(parts[19]), int(parts[3])

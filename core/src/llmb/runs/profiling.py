@@ -47,17 +47,26 @@ class ProfileContribution:
     note: str | None = None
 
 
-def asked_window(start: int | None, stop: int | None, environ: dict | None = None) -> tuple[int, int] | None:
+def asked_window(
+    start: int | None, stop: int | None, environ: dict | None = None
+) -> tuple[int, int] | None:
     """The window the user asked for (flags, then variables), or None when nothing was
     asked: each workload then profiles its seed's default window."""
     env = os.environ if environ is None else environ
-    names = ("PROFILE_START_STEP", "RUN_CONF_PROFILE_START_STEP", "PROFILE_STOP_STEP", "RUN_CONF_PROFILE_STOP_STEP")
+    names = (
+        "PROFILE_START_STEP",
+        "RUN_CONF_PROFILE_START_STEP",
+        "PROFILE_STOP_STEP",
+        "RUN_CONF_PROFILE_STOP_STEP",
+    )
     if start is None and stop is None and not any(env.get(n) for n in names):
         return None
     return profile_window(start, stop, env)
 
 
-def profile_window(start: int | None, stop: int | None, environ: dict | None = None) -> tuple[int, int]:
+def profile_window(
+    start: int | None, stop: int | None, environ: dict | None = None
+) -> tuple[int, int]:
     env = os.environ if environ is None else environ
 
     def pick(flag: int | None, *names: str, default: int) -> int:
@@ -71,7 +80,9 @@ def profile_window(start: int | None, stop: int | None, environ: dict | None = N
                     raise UsageError(f"{name}={env[name]!r} is not a step number.") from None
         return default
 
-    first = pick(start, "PROFILE_START_STEP", "RUN_CONF_PROFILE_START_STEP", default=DEFAULT_WINDOW[0])
+    first = pick(
+        start, "PROFILE_START_STEP", "RUN_CONF_PROFILE_START_STEP", default=DEFAULT_WINDOW[0]
+    )
     last = pick(stop, "PROFILE_STOP_STEP", "RUN_CONF_PROFILE_STOP_STEP", default=DEFAULT_WINDOW[1])
     if not 1 <= first <= last:
         raise UsageError(f"profile window {first}-{last}: expected 1 <= start <= stop.")
@@ -84,13 +95,24 @@ def llmb_profile(request: ProfileRequest) -> ProfileContribution | None:
         return None
     nsys = shutil.which("nsys") if request.device == "cuda" else None
     if nsys:
-        output = os.path.join(request.inner_dir, "nsys_profile", f"profile_{request.job_id}_0_{{rank}}")
-        wrapper = (nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                   "--trace=cuda,nvtx,osrt", "--force-overwrite=true", "-o", output)
+        output = os.path.join(
+            request.inner_dir, "nsys_profile", f"profile_{request.job_id}_0_{{rank}}"
+        )
+        wrapper = (
+            nsys,
+            "profile",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop",
+            "--trace=cuda,nvtx,osrt",
+            "--force-overwrite=true",
+            "-o",
+            output,
+        )
         if request.gpu_metrics:
             wrapper += ("--gpu-metrics-devices=all",)
         return ProfileContribution(
-            name="nsys", wrapper=wrapper,
+            name="nsys",
+            wrapper=wrapper,
             engine={"kind": "nsys", "start": request.start, "stop": request.stop},
         )
     reason = "nsys is not installed" if request.device == "cuda" else "the run is on CPU"
@@ -98,9 +120,14 @@ def llmb_profile(request: ProfileRequest) -> ProfileContribution | None:
     if request.gpu_metrics:
         note += " (--gpu-metrics needs nsys; ignored)"
     return ProfileContribution(
-        name="torch_profiler", note=note,
-        engine={"kind": "torch", "start": request.start, "stop": request.stop,
-                "dir": os.path.join(request.inner_dir, "torch_profile")},
+        name="torch_profiler",
+        note=note,
+        engine={
+            "kind": "torch",
+            "start": request.start,
+            "stop": request.stop,
+            "dir": os.path.join(request.inner_dir, "torch_profile"),
+        },
     )
 
 
@@ -109,6 +136,10 @@ def nccl_trace(request: ProfileRequest) -> ProfileContribution | None:
     if not request.nccl_trace:
         return None
     return ProfileContribution(
-        name="nccl_trace", env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"}, max_steps=5,
-        note=None if request.device == "cuda" else "NCCL trace variables are set, but a CPU run uses gloo, not NCCL",
+        name="nccl_trace",
+        env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"},
+        max_steps=5,
+        note=None
+        if request.device == "cuda"
+        else "NCCL trace variables are set, but a CPU run uses gloo, not NCCL",
     )

@@ -29,7 +29,9 @@ ENGINES = ("torch", "megatron_bridge", "nemo2", "preflight")  # preflight: llmb.
 BLOCK_SCALED = ("nvfp4", "mxfp8", "fp8_mx")
 NCCL_TRACE_STEPS = 5
 # Never written into a job's files: they travel in the submission environment only.
-SECRET_VARIABLES = ("HF_TOKEN",)  # the seeds trace only the first five steps: the logs grow past a gigabyte
+SECRET_VARIABLES = (
+    "HF_TOKEN",
+)  # the seeds trace only the first five steps: the logs grow past a gigabyte
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,9 @@ class SubmitOptions:
     mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
     bare: bool = False  # run the worker from the nodes' Python environment, without a container
     secrets: tuple[str, ...] = ()  # variables passed only through the submission environment
-    additional: str | None = None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
+    additional: str | None = (
+        None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
+    )
     extra: tuple[tuple[str, str], ...] = ()  # --backend-opt KEY=VALUE: a backend's own settings
     # Dedicated Slurm options (flags > environment > $LLMB_INSTALL/cluster.yaml); None: not given.
     nodelist: str | None = None
@@ -57,14 +61,19 @@ class SubmitOptions:
     segment: int | None = None  # None: llmb's rule on 4-GPU-node systems
     gres: str | None = None  # "gpu:N" / "none" / None: detected from the cluster (sinfo %G)
     numa_binding: bool = True  # each rank under numactl on its GPU's socket
-    gpus_per_node: int | None = None  # the cluster's, when it differs from the GPU type's usual count
+    gpus_per_node: int | None = (
+        None  # the cluster's, when it differs from the GPU type's usual count
+    )
     cluster_env: tuple[tuple[str, str], ...] = ()  # the cluster file's extra environment
 
     def given(self) -> list[str]:
         """The options set away from their defaults, by flag name."""
         defaults = SubmitOptions()
-        return [f"--{f.name.replace('_', '-')}" for f in fields(self)
-                if getattr(self, f.name) != getattr(defaults, f.name) and f.name != "secrets"]
+        return [
+            f"--{f.name.replace('_', '-')}"
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name) and f.name != "secrets"
+        ]
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,9 @@ class RunOptions:
     layers: int | None = None
     steps: int | None = None
     seed: int = 1234
-    compile: bool | None = None  # torch.compile per block; None: the torch engine's default (on GPU only)
+    compile: bool | None = (
+        None  # torch.compile per block; None: the torch engine's default (on GPU only)
+    )
     profile: bool = False
     gpu_metrics: bool = False
     nccl_trace: bool = False
@@ -85,7 +96,9 @@ class RunOptions:
     checkpoint_load: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     engine: str | None = None  # torch | production; None: torch for proxies and on this machine
-    dump_env: bool = False  # write the run's effective environment (secrets redacted) beside its log
+    dump_env: bool = (
+        False  # write the run's effective environment (secrets redacted) beside its log
+    )
     # --framework-arg PATH=VALUE: fields of the production framework's configuration, checked against
     # llmb.engines.frameworks.fields at submission; a run with any is tuned
     framework_args: tuple[str, ...] = ()
@@ -132,7 +145,9 @@ class ParallelLayout:
     def dp(self, ranks: int) -> int:
         """Data-parallel replicas over ``ranks``; ValueError when they do not divide."""
         if ranks % self.model_parallel():
-            raise ValueError(f"{ranks} ranks do not divide into TP {self.tp} x PP {self.pp} x CP {self.cp}")
+            raise ValueError(
+                f"{ranks} ranks do not divide into TP {self.tp} x PP {self.pp} x CP {self.cp}"
+            )
         return ranks // self.model_parallel()
 
 
@@ -151,7 +166,9 @@ class RunSpec:
     gpu: str
     dtype: str  # the recipe's precision
     compute_dtype: str  # what the engine computes in: float32 | bfloat16
-    device: str  # cpu | cuda | auto (the torch engine on a cluster: the nodes' GPUs if it finds any)
+    device: (
+        str  # cpu | cuda | auto (the torch engine on a cluster: the nodes' GPUs if it finds any)
+    )
     ranks: int
     mbs: int
     ga: int
@@ -175,7 +192,9 @@ class RunSpec:
     framework_config: dict | None = None
     nodes: int = 1
     ranks_per_node: int | None = None  # None: all ranks on one node
-    layout: ParallelLayout = field(default_factory=ParallelLayout)  # the torch engine's; default: DP only
+    layout: ParallelLayout = field(
+        default_factory=ParallelLayout
+    )  # the torch engine's; default: DP only
     preflight: dict | None = None  # engine "preflight": its sizes (llmb.preflight.worker.DEFAULTS)
     # The container image the recipe names (the workload's variant): a cluster backend runs it unless
     # --image (or the production framework's configuration) names another.
@@ -184,9 +203,12 @@ class RunSpec:
     def relocated(self, old_root: str, new_root: str) -> RunSpec:
         """This spec with every path under ``old_root`` moved under ``new_root`` (a retry's fresh
         run directory; the install directory as a cluster's pods see it)."""
+
         def move(value):
-            if isinstance(value, str) and (value == old_root or value.startswith(old_root + os.sep)):
-                return new_root + value[len(old_root):]
+            if isinstance(value, str) and (
+                value == old_root or value.startswith(old_root + os.sep)
+            ):
+                return new_root + value[len(old_root) :]
             if isinstance(value, dict):
                 return {k: move(v) for k, v in value.items()}
             if isinstance(value, list | tuple):
@@ -219,9 +241,16 @@ def engine_layout(recipe: Recipe, ranks: int) -> tuple[int, int, int]:
 def recipe_layout(recipe: Recipe) -> ParallelLayout:
     """The recipe row's own parallel layout. Sequence parallel is on whenever TP is above 1, as the
     production frameworks configure these recipes."""
-    return ParallelLayout(tp=recipe.tp, pp=recipe.pp, cp=recipe.cp, ep=recipe.ep or 1, vp=recipe.vp,
-                          fsdp=recipe.fsdp, sequence_parallel=recipe.tp > 1,
-                          recompute_layers=recipe.recompute_layers)
+    return ParallelLayout(
+        tp=recipe.tp,
+        pp=recipe.pp,
+        cp=recipe.cp,
+        ep=recipe.ep or 1,
+        vp=recipe.vp,
+        fsdp=recipe.fsdp,
+        sequence_parallel=recipe.tp > 1,
+        recompute_layers=recipe.recompute_layers,
+    )
 
 
 def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int, list[str]]:
@@ -234,24 +263,36 @@ def torch_engine_layout(recipe: Recipe, ranks: int) -> tuple[ParallelLayout, int
     layout = recipe_layout(recipe)
     warnings = []
     if (recipe.etp or 1) > 1 and layout.ep > 1:
-        warnings.append(f"the torch engine has no expert tensor parallelism: the recipe's ETP {recipe.etp} runs "
-                        f"each expert whole on every TP rank (the experts are still spread over EP {layout.ep}).")
+        warnings.append(
+            f"the torch engine has no expert tensor parallelism: the recipe's ETP {recipe.etp} runs "
+            f"each expert whole on every TP rank (the experts are still spread over EP {layout.ep})."
+        )
     if layout.cp == 1:
         return layout, recipe.ga, warnings
     folded = replace(layout, cp=1)
     dp = ranks // folded.model_parallel()
     if recipe.gbs % (recipe.mbs * dp):
-        raise UsageError(f"the torch engine runs {recipe.workload} {recipe.size}'s CP {layout.cp} as data "
-                         f"parallelism (it has no context parallelism), but GBS {recipe.gbs} does not split into "
-                         f"MBS {recipe.mbs} x DP {dp}; use the production engine for this row.")
+        raise UsageError(
+            f"the torch engine runs {recipe.workload} {recipe.size}'s CP {layout.cp} as data "
+            f"parallelism (it has no context parallelism), but GBS {recipe.gbs} does not split into "
+            f"MBS {recipe.mbs} x DP {dp}; use the production engine for this row."
+        )
     ga = recipe.gbs // (recipe.mbs * dp)
-    return folded, ga, [*warnings,
-        f"the torch engine has no context parallelism: the recipe's CP {layout.cp} runs as data parallelism "
-        f"(DP {dp}, GA {ga}, the same GBS {recipe.gbs}); each GPU holds whole sequences of {recipe.seq_len} "
-        f"tokens."]
+    return (
+        folded,
+        ga,
+        [
+            *warnings,
+            f"the torch engine has no context parallelism: the recipe's CP {layout.cp} runs as data parallelism "
+            f"(DP {dp}, GA {ga}, the same GBS {recipe.gbs}); each GPU holds whole sequences of {recipe.seq_len} "
+            f"tokens.",
+        ],
+    )
 
 
-def check_machine(recipe: Recipe, options: RunOptions, machine: Machine, ranks: int) -> tuple[str, list[str]]:
+def check_machine(
+    recipe: Recipe, options: RunOptions, machine: Machine, ranks: int
+) -> tuple[str, list[str]]:
     """The device to run on, and warnings; UsageError when this machine cannot run it."""
     warnings: list[str] = []
     if not options.is_proxy:
@@ -285,22 +326,32 @@ def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
     asked for a precision that will not run. An fp8 recipe runs as torchao float8 on GPUs of SM 8.9 or
     newer (the job decides and records ``compute_precision``); nvfp4 and mxfp8 compute in the high
     precision. ``auto``: decided where the job runs (recorded in ``recipe.json`` then)."""
-    gpu_path = (f"through Transformer Engine's {requested} layers where it is installed and the GPUs support "
-                f"{requested}" if requested in BLOCK_SCALED else "as torchao float8 on GPUs of SM 8.9 or newer")
+    gpu_path = (
+        f"through Transformer Engine's {requested} layers where it is installed and the GPUs support "
+        f"{requested}"
+        if requested in BLOCK_SCALED
+        else "as torchao float8 on GPUs of SM 8.9 or newer"
+    )
     if device == "auto":
         warnings = []
         if requested != "bf16":
-            warnings.append(f"the recipe's {requested} runs {gpu_path}, else in bfloat16 (float32 on CPU nodes); "
-                            f"what ran is recorded with the run.")
+            warnings.append(
+                f"the recipe's {requested} runs {gpu_path}, else in bfloat16 (float32 on CPU nodes); "
+                f"what ran is recorded with the run."
+            )
         return "auto", warnings
     actual = "bfloat16" if device == "cuda" else "float32"
     warnings = []
     if device == "cpu":
-        warnings.append(f"the recipe's {requested} is computed in {actual} by the torch engine on {device} "
-                        f"(both are recorded with the run).")
+        warnings.append(
+            f"the recipe's {requested} is computed in {actual} by the torch engine on {device} "
+            f"(both are recorded with the run)."
+        )
     elif requested != "bf16":
-        warnings.append(f"the recipe's {requested} runs {gpu_path}, else in bfloat16; what ran is recorded with "
-                        f"the run.")
+        warnings.append(
+            f"the recipe's {requested} runs {gpu_path}, else in bfloat16; what ran is recorded with "
+            f"the run."
+        )
     return actual, warnings
 
 
@@ -310,34 +361,50 @@ def proxy_arch(workload: Workload, recipe: Recipe, options: RunOptions) -> tuple
 
     arch = workload.architecture(recipe.size).with_layers(recipe.layers)
     if options.proxy and options.layers:
-        raise UsageError("use --proxy or --layers, not both: --layers N keeps the full width, --proxy shrinks it.")
+        raise UsageError(
+            "use --proxy or --layers, not both: --layers N keeps the full width, --proxy shrinks it."
+        )
     if options.layers is not None:
         if not 1 <= options.layers <= arch.layers:
-            raise UsageError(f"--layers {options.layers}: the {recipe.size} model has {arch.layers} layers; "
-                             f"use 1 to {arch.layers}.")
-        return replace(arch.with_layers(options.layers), size=f"{arch.size}-layers{options.layers}"), recipe.seq_len
+            raise UsageError(
+                f"--layers {options.layers}: the {recipe.size} model has {arch.layers} layers; "
+                f"use 1 to {arch.layers}."
+            )
+        return replace(
+            arch.with_layers(options.layers), size=f"{arch.size}-layers{options.layers}"
+        ), recipe.seq_len
     if options.proxy:
         return shrink(arch, options.proxy), PROXIES[options.proxy].seq_len
     return arch, recipe.seq_len
 
 
-def checkpoint_dirs(options: RunOptions, framework: str, inner_dir: str, steps: int, gbs: int) -> tuple[str | None, str]:
+def checkpoint_dirs(
+    options: RunOptions, framework: str, inner_dir: str, steps: int, gbs: int
+) -> tuple[str | None, str]:
     """Where ``--checkpoint-save`` writes, in the seeds' layout (or under CHECKPOINT_DIR)."""
     fmt = "megatron" if framework == "megatron_bridge" else "nemo"
     if not options.checkpoint_save:
         return None, fmt
-    base = options.checkpoint_dir or os.path.join(inner_dir, "code", "nemo_experiments", "default", "checkpoints")
+    base = options.checkpoint_dir or os.path.join(
+        inner_dir, "code", "nemo_experiments", "default", "checkpoints"
+    )
     if fmt == "megatron":
         return os.path.join(base, f"iter_{steps:07d}"), fmt
     samples = float(steps * gbs)
-    return os.path.join(base, f"default--None=0.0000-epoch=0-consumed_samples={samples}", "weights"), fmt
+    return os.path.join(
+        base, f"default--None=0.0000-epoch=0-consumed_samples={samples}", "weights"
+    ), fmt
 
 
 def find_checkpoint(path: str) -> str:
     """The directory holding ``.distcp`` files: ``path`` itself, or its ``weights/``
     (the NeMo seeds point LOAD_CHECKPOINT_PATH at the parent of weights/)."""
     for candidate in (path, os.path.join(path, "weights")):
-        if os.path.isdir(candidate) and any(name.endswith(".distcp") for name in os.listdir(candidate)):
+        if os.path.isdir(candidate) and any(
+            name.endswith(".distcp") for name in os.listdir(candidate)
+        ):
             check_metadata(candidate)
             return os.path.abspath(candidate)
-    raise UsageError(f"--checkpoint-load {path}: no .distcp files there or in its weights/ directory.")
+    raise UsageError(
+        f"--checkpoint-load {path}: no .distcp files there or in its weights/ directory."
+    )

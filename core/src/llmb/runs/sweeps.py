@@ -16,7 +16,13 @@ from dataclasses import asdict, dataclass, field, replace
 from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 from llmb.paths import install_dir
-from llmb.runs.experiment import StateFileError, load_json_state, record_fields, write_json, wrong_shape
+from llmb.runs.experiment import (
+    StateFileError,
+    load_json_state,
+    record_fields,
+    write_json,
+    wrong_shape,
+)
 
 SWEEP_FILE = "sweep.json"
 LAST = "last"  # --sweep last: the most recent sweep
@@ -36,13 +42,20 @@ class Task:
     strong_scaling: bool = False
     variant: str | None = None
     gpus_per_node: int | None = None
-    options: dict = field(default_factory=dict)  # llmb run's options for this task (proxy, steps, profile, ...)
+    options: dict = field(
+        default_factory=dict
+    )  # llmb run's options for this task (proxy, steps, profile, ...)
     overrides: dict = field(default_factory=dict)  # --set key=value
     source: str = ""  # where it came from: "command line" or "<file>: <header>"
 
     @property
     def label(self) -> str:
-        parts = [self.workload, self.size or "-", self.dtype or "-", f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"]
+        parts = [
+            self.workload,
+            self.size or "-",
+            self.dtype or "-",
+            f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}",
+        ]
         if self.gpu:
             parts.insert(2, self.gpu)
         return " ".join(parts) + (f" #{self.repeat}" if self.repeats > 1 else "")
@@ -61,8 +74,13 @@ class Sweep:
         return [j for j in self.jobs if j]
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "created_at": self.created_at, "backend": self.backend,
-                "tasks": [asdict(t) for t in self.tasks], "jobs": self.jobs}
+        return {
+            "id": self.id,
+            "created_at": self.created_at,
+            "backend": self.backend,
+            "tasks": [asdict(t) for t in self.tasks],
+            "jobs": self.jobs,
+        }
 
 
 def sweeps_root() -> str:
@@ -100,27 +118,48 @@ def load_sweep(sweep_id: str) -> Sweep:
     known = list_sweep_ids()
     if sweep_id == LAST:
         if not known:
-            raise UsageError(f"there are no sweeps in {sweeps_root()} yet; start one with llmb sweep.")
+            raise UsageError(
+                f"there are no sweeps in {sweeps_root()} yet; start one with llmb sweep."
+            )
         sweep_id = known[0]
     path = os.path.join(sweeps_root(), sweep_id, SWEEP_FILE)
     try:
         data = load_json_state(path)
         try:
-            sweep = None if data is None else Sweep(**record_fields(Sweep, data, "the record", {"Task": Task}))
+            sweep = (
+                None
+                if data is None
+                else Sweep(**record_fields(Sweep, data, "the record", {"Task": Task}))
+            )
         except ValueError as exc:
             raise wrong_shape(path, exc) from None
     except StateFileError as exc:
-        raise exc.about(f"sweep {sweep_id!r}", f"move {os.path.dirname(path)} away to drop it.") from None
+        raise exc.about(
+            f"sweep {sweep_id!r}", f"move {os.path.dirname(path)} away to drop it."
+        ) from None
     if sweep is None:
         hint = f"known sweeps: {', '.join(known[:5])}" if known else "there are no sweeps yet"
-        raise UsageError(f"no sweep {sweep_id!r} in {sweeps_root()} ({hint}; 'last' is the most recent).")
+        raise UsageError(
+            f"no sweep {sweep_id!r} in {sweeps_root()} ({hint}; 'last' is the most recent)."
+        )
     return sweep
 
 
 # ------------------------------------------------------------------ building the tasks
 
-FILE_KEYS = ("dtypes", "scales", "repeats", "profile", "gpu", "variant", "strong_scaling", "gpus_per_node", "set", "tasks",
-             "size")
+FILE_KEYS = (
+    "dtypes",
+    "scales",
+    "repeats",
+    "profile",
+    "gpu",
+    "variant",
+    "strong_scaling",
+    "gpus_per_node",
+    "set",
+    "tasks",
+    "size",
+)
 MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
 
 # Counts a command line or a file may ask for, checked before anything is built (a suite file's
@@ -128,13 +167,19 @@ MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
 # (recipe, backend settings) before any is submitted.
 MAX_REPEATS = 100  # runs of one configuration: the step-time statistics settle within a handful; 100 is plenty
 MAX_TASKS = 10_000  # jobs in one sweep or suite: every published configuration (about 50) 100 times is 5,000
-MAX_TASK_OVERRIDES = 256  # entries of a section's tasks list: each picks tasks by dtype and GPU count, of which a
+MAX_TASK_OVERRIDES = (
+    256  # entries of a section's tasks list: each picks tasks by dtype and GPU count, of which a
+)
 #                           section has far fewer; every task is matched against every entry
 
 
 def _count_problem(source: str, counts: list[tuple[int, str]], repeats: int) -> str | None:
     """Why ``repeats`` or the product of ``counts`` x ``repeats`` is too many; None when it is not."""
-    where = "--repeats" if source == "command line" or source.startswith("published") else f"{source}: repeats"
+    where = (
+        "--repeats"
+        if source == "command line" or source.startswith("published")
+        else f"{source}: repeats"
+    )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
         return f"{where} must be a whole number from 1 to {MAX_REPEATS}, not {repeats!r}."
     total = repeats
@@ -142,24 +187,57 @@ def _count_problem(source: str, counts: list[tuple[int, str]], repeats: int) -> 
         total *= number
     if total > MAX_TASKS:
         product = " x ".join(f"{number:,} {what}" for number, what in counts if number > 1)
-        return (f"{source}: {total:,} runs ({product} x {repeats} repeats) are more than the {MAX_TASKS:,} a sweep "
-                f"may hold; split it into several sweeps.")
+        return (
+            f"{source}: {total:,} runs ({product} x {repeats} repeats) are more than the {MAX_TASKS:,} a sweep "
+            f"may hold; split it into several sweeps."
+        )
     return None
 
 
-def expand(workload: str, sizes, dtypes, scales, repeats: int, *, gpu=None, variant=None, strong_scaling=False,
-           gpus_per_node=None, options: dict | None = None, overrides: dict | None = None,
-           source: str = "command line") -> list[Task]:
+def expand(
+    workload: str,
+    sizes,
+    dtypes,
+    scales,
+    repeats: int,
+    *,
+    gpu=None,
+    variant=None,
+    strong_scaling=False,
+    gpus_per_node=None,
+    options: dict | None = None,
+    overrides: dict | None = None,
+    source: str = "command line",
+) -> list[Task]:
     """The cartesian product sizes x dtypes x GPU counts x repeats; a UsageError, before anything is built,
     when ``repeats`` is outside 1 to ``MAX_REPEATS`` or the product is more than ``MAX_TASKS``."""
-    problem = _count_problem(source, [(len(sizes or [None]), "sizes"), (len(dtypes or [None]), "dtypes"),
-                                      (len(scales), "GPU counts")], repeats)
+    problem = _count_problem(
+        source,
+        [
+            (len(sizes or [None]), "sizes"),
+            (len(dtypes or [None]), "dtypes"),
+            (len(scales), "GPU counts"),
+        ],
+        repeats,
+    )
     if problem:
         raise UsageError(problem)
     return [
-        Task(workload=workload, size=size, gpu=gpu, dtype=dtype, gpus=int(gpus), repeat=repeat, repeats=repeats,
-             strong_scaling=strong_scaling, variant=variant, gpus_per_node=gpus_per_node, options=dict(options or {}),
-             overrides=dict(overrides or {}), source=source)
+        Task(
+            workload=workload,
+            size=size,
+            gpu=gpu,
+            dtype=dtype,
+            gpus=int(gpus),
+            repeat=repeat,
+            repeats=repeats,
+            strong_scaling=strong_scaling,
+            variant=variant,
+            gpus_per_node=gpus_per_node,
+            options=dict(options or {}),
+            overrides=dict(overrides or {}),
+            source=source,
+        )
         for size in sizes or [None]
         for dtype in dtypes or [None]
         for gpus in scales
@@ -172,7 +250,9 @@ def _list(value, what: str, where: str, cast=str) -> list:
     try:
         return [cast(v) for v in items]
     except (TypeError, ValueError):
-        raise UsageError(f"{where}: {what} must be a list of {cast.__name__}s, got {value!r}.") from None
+        raise UsageError(
+            f"{where}: {what} must be a list of {cast.__name__}s, got {value!r}."
+        ) from None
 
 
 def _options(raw: dict, where: str, option_names: Mapping[str, str]) -> dict:
@@ -200,8 +280,10 @@ def _split(header: str, workloads: dict) -> tuple[str, str | None]:
     name, sep, size = header.partition("_")
     if sep and name in workloads:
         return name, size
-    raise UsageError(f"sweep header {header!r}: expected <workload>_<size> or <workload>, with a workload among "
-                     f"{', '.join(workloads)} (e.g. llama31_8b).")
+    raise UsageError(
+        f"sweep header {header!r}: expected <workload>_<size> or <workload>, with a workload among "
+        f"{', '.join(workloads)} (e.g. llama31_8b)."
+    )
 
 
 def _read_yaml(path: str) -> dict:
@@ -216,9 +298,13 @@ def _read_yaml(path: str) -> dict:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UsageError(f"the sweep file {path} is not valid YAML{at}: {getattr(exc, 'problem', exc)}.") from None
+        raise UsageError(
+            f"the sweep file {path} is not valid YAML{at}: {getattr(exc, 'problem', exc)}."
+        ) from None
     if not isinstance(data, dict):
-        raise UsageError(f"the sweep file {path} must be a mapping of sections such as llama31_8b: {{...}}.")
+        raise UsageError(
+            f"the sweep file {path} must be a mapping of sections such as llama31_8b: {{...}}."
+        )
     return data
 
 
@@ -238,8 +324,10 @@ def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str])
         merged = {**defaults, **section}
         unknown = sorted(set(merged) - set(FILE_KEYS) - set(option_names))
         if unknown:
-            raise UsageError(f"{where}: unknown keys {', '.join(unknown)}; valid: "
-                             f"{', '.join(dict.fromkeys(FILE_KEYS + tuple(option_names)))}.")
+            raise UsageError(
+                f"{where}: unknown keys {', '.join(unknown)}; valid: "
+                f"{', '.join(dict.fromkeys(FILE_KEYS + tuple(option_names)))}."
+            )
         workload, size = _split(str(header), workloads)
         if "scales" not in merged:
             raise UsageError(f"{where}: scales (the GPU counts) is required, e.g. scales: [8, 16].")
@@ -248,31 +336,54 @@ def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str])
             raise UsageError(problem)
         entries = merged.get("tasks") or []
         if isinstance(entries, list) and len(entries) > MAX_TASK_OVERRIDES:
-            raise UsageError(f"{where}: tasks has {len(entries):,} entries, more than the {MAX_TASK_OVERRIDES} "
-                             f"a section may have (each selects tasks by dtype and scale).")
-        options = _options({k: v for k, v in merged.items() if k in option_names}, where, option_names)
+            raise UsageError(
+                f"{where}: tasks has {len(entries):,} entries, more than the {MAX_TASK_OVERRIDES} "
+                f"a section may have (each selects tasks by dtype and scale)."
+            )
+        options = _options(
+            {k: v for k, v in merged.items() if k in option_names}, where, option_names
+        )
         overrides = merged.get("set") or {}
         if not isinstance(overrides, dict):
-            raise UsageError(f"{where}: set must be a mapping of recipe fields, e.g. set: {{mbs: 2}}.")
-        base = expand(workload, [merged.get("size", size)] if merged.get("size", size) else None,
-                      _list(merged["dtypes"], "dtypes", where) if "dtypes" in merged else None,
-                      _list(merged["scales"], "scales", where, int), repeats, gpu=merged.get("gpu"),
-                      variant=merged.get("variant"), strong_scaling=bool(merged.get("strong_scaling", False)),
-                      gpus_per_node=merged.get("gpus_per_node"), options=options, overrides=overrides, source=where)
+            raise UsageError(
+                f"{where}: set must be a mapping of recipe fields, e.g. set: {{mbs: 2}}."
+            )
+        base = expand(
+            workload,
+            [merged.get("size", size)] if merged.get("size", size) else None,
+            _list(merged["dtypes"], "dtypes", where) if "dtypes" in merged else None,
+            _list(merged["scales"], "scales", where, int),
+            repeats,
+            gpu=merged.get("gpu"),
+            variant=merged.get("variant"),
+            strong_scaling=bool(merged.get("strong_scaling", False)),
+            gpus_per_node=merged.get("gpus_per_node"),
+            options=options,
+            overrides=overrides,
+            source=where,
+        )
         if len(tasks) + len(base) > MAX_TASKS:
-            raise UsageError(f"{path}: its sections up to {header} make {len(tasks) + len(base):,} runs, more than "
-                             f"the {MAX_TASKS:,} a sweep may hold; split it into several files.")
+            raise UsageError(
+                f"{path}: its sections up to {header} make {len(tasks) + len(base):,} runs, more than "
+                f"the {MAX_TASKS:,} a sweep may hold; split it into several files."
+            )
         tasks += [_apply_task_overrides(t, entries, where, option_names) for t in base]
     if not tasks:
-        raise UsageError(f"{path} describes no task: add a section such as llama31_8b: {{dtypes: [bf16], scales: [8]}}.")
+        raise UsageError(
+            f"{path} describes no task: add a section such as llama31_8b: {{dtypes: [bf16], scales: [8]}}."
+        )
     return tasks
 
 
-def _apply_task_overrides(task: Task, entries: list, where: str, option_names: Mapping[str, str]) -> Task:
+def _apply_task_overrides(
+    task: Task, entries: list, where: str, option_names: Mapping[str, str]
+) -> Task:
     """Per-task overrides: each entry's dtype/scale (or lists) selects tasks; its other keys
     (run options, ``set``) apply to them."""
     if not isinstance(entries, list):
-        raise UsageError(f"{where}: tasks must be a list of overrides, e.g. tasks: [{{scale: 16, set: {{mbs: 1}}}}].")
+        raise UsageError(
+            f"{where}: tasks must be a list of overrides, e.g. tasks: [{{scale: 16, set: {{mbs: 1}}}}]."
+        )
     for number, entry in enumerate(entries, start=1):
         at = f"{where}: tasks[{number}]"
         if not isinstance(entry, dict):
@@ -285,14 +396,22 @@ def _apply_task_overrides(task: Task, entries: list, where: str, option_names: M
             dtypes = _list(entry.get("dtypes", entry.get("dtype")), "dtype", at)
         if "scale" in entry or "scales" in entry:
             scales = _list(entry.get("scales", entry.get("scale")), "scale", at, int)
-        if (dtypes is not None and task.dtype not in dtypes) or (scales is not None and task.gpus not in scales):
+        if (dtypes is not None and task.dtype not in dtypes) or (
+            scales is not None and task.gpus not in scales
+        ):
             continue
-        options = {**task.options, **_options({k: v for k, v in entry.items() if k in option_names}, at, option_names)}
-        task = replace(task, options=options, overrides={**task.overrides, **(entry.get("set") or {})})
+        options = {
+            **task.options,
+            **_options({k: v for k, v in entry.items() if k in option_names}, at, option_names),
+        }
+        task = replace(
+            task, options=options, overrides={**task.overrides, **(entry.get("set") or {})}
+        )
     return task
 
 
 # ------------------------------------------------------------------ the published configurations
+
 
 @dataclass(frozen=True)
 class Published:
@@ -309,12 +428,23 @@ class Published:
 
     @property
     def label(self) -> str:
-        return f"{self.workload} {self.size} {self.gpu} {self.dtype}" + (" strong" if self.scaling == "strong" else "")
+        return f"{self.workload} {self.size} {self.gpu} {self.dtype}" + (
+            " strong" if self.scaling == "strong" else ""
+        )
 
     def tasks(self, scales: list[int], repeats: int, options: dict | None = None) -> list[Task]:
-        return expand(self.workload, [self.size], [self.dtype], scales, repeats, gpu=self.gpu, variant=self.variant,
-                      strong_scaling=self.scaling == "strong", options=options,
-                      source=f"published: {self.document} ({self.variant})")
+        return expand(
+            self.workload,
+            [self.size],
+            [self.dtype],
+            scales,
+            repeats,
+            gpu=self.gpu,
+            variant=self.variant,
+            strong_scaling=self.scaling == "strong",
+            options=options,
+            source=f"published: {self.document} ({self.variant})",
+        )
 
 
 def published_configurations(workloads: dict, gpu: str | None = None) -> list[Published]:
@@ -328,19 +458,27 @@ def published_configurations(workloads: dict, gpu: str | None = None) -> list[Pu
                 found.setdefault(key, (set(), ref.provenance.document))[0].add(ref.gpus)
     if not found:
         types = sorted({ref.gpu for w in workloads.values() for ref in w.references})
-        raise UsageError(f"no installed workload publishes figures for GPU type {gpu!r}; published GPU types: "
-                         f"{', '.join(types) or 'none'}.")
-    return [Published(*key, scales=tuple(sorted(scales)), document=document)
-            for key, (scales, document) in found.items()]
+        raise UsageError(
+            f"no installed workload publishes figures for GPU type {gpu!r}; published GPU types: "
+            f"{', '.join(types) or 'none'}."
+        )
+    return [
+        Published(*key, scales=tuple(sorted(scales)), document=document)
+        for key, (scales, document) in found.items()
+    ]
 
 
 def published_tasks(workloads: dict, gpu: str | None, max_gpus: int, repeats: int) -> list[Task]:
     """``llmb sweep --all-workloads``: each published configuration at each of its published GPU counts up to
     ``max_gpus``; a UsageError when none is that small."""
     configurations = published_configurations(workloads, gpu)
-    tasks = [t for c in configurations for t in c.tasks([n for n in c.scales if n <= max_gpus], repeats)]
+    tasks = [
+        t for c in configurations for t in c.tasks([n for n in c.scales if n <= max_gpus], repeats)
+    ]
     if not tasks:
         smallest = min(n for c in configurations for n in c.scales)
-        raise UsageError(f"no published configuration{' for ' + gpu if gpu else ''} runs on {max_gpus} GPUs or "
-                         f"fewer; the smallest published GPU count is {smallest} (raise --max-gpus).")
+        raise UsageError(
+            f"no published configuration{' for ' + gpu if gpu else ''} runs on {max_gpus} GPUs or "
+            f"fewer; the smallest published GPU count is {smallest} (raise --max-gpus)."
+        )
     return tasks

@@ -11,7 +11,15 @@ Imports torch: import this module only inside ``llmb_build_model``.
 
 from __future__ import annotations
 
-from llmb import CausalLM, GroupedQueryAttention, LayerParts, ModelArch, RMSNorm, RotaryEmbedding, SwiGLU
+from llmb import (
+    CausalLM,
+    GroupedQueryAttention,
+    LayerParts,
+    ModelArch,
+    RMSNorm,
+    RotaryEmbedding,
+    SwiGLU,
+)
 
 ROPE_BASE = 500_000.0
 
@@ -19,11 +27,18 @@ ROPE_BASE = 500_000.0
 def build(arch: ModelArch) -> CausalLM:
     """The Llama 3.1 model of ``arch`` (layer kinds ``A`` only)."""
     if arch.norm != "rmsnorm" or arch.activation != "swiglu" or set(arch.layer_kinds()) != {"A"}:
-        raise ValueError(f"llama31 {arch.size}: expected RMSNorm, SwiGLU and dense layers, got "
-                         f"{arch.norm}, {arch.activation}, {arch.layer_kinds()!r}")
+        raise ValueError(
+            f"llama31 {arch.size}: expected RMSNorm, SwiGLU and dense layers, got "
+            f"{arch.norm}, {arch.activation}, {arch.layer_kinds()!r}"
+        )
     rope = RotaryEmbedding(arch.head_dim, base=ROPE_BASE)
-    return CausalLM(arch, LayerParts(
-        norm=RMSNorm,
-        attention=lambda: GroupedQueryAttention(arch.hidden, arch.heads, arch.query_groups, arch.head_dim, rope=rope),
-        mlp=lambda ffn: SwiGLU(arch.hidden, ffn),
-    ))
+    return CausalLM(
+        arch,
+        LayerParts(
+            norm=RMSNorm,
+            attention=lambda: GroupedQueryAttention(
+                arch.hidden, arch.heads, arch.query_groups, arch.head_dim, rope=rope
+            ),
+            mlp=lambda ffn: SwiGLU(arch.hidden, ffn),
+        ),
+    )

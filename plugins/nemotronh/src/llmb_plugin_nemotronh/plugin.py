@@ -25,7 +25,9 @@ def nemotronh_flops(arch: ModelArch, seq_len: int, formula: str = "") -> ModelFl
         2 * s * h * arch.heads * d + 2 * s * h * arch.query_groups * d + 2 * s * s * h
     ) * n_attn
     mamba = (
-        s * h * (mamba_d_inner(arch) * 3 + arch.mamba_groups * arch.mamba_state * 2 + arch.mamba_heads)
+        s
+        * h
+        * (mamba_d_inner(arch) * 3 + arch.mamba_groups * arch.mamba_state * 2 + arch.mamba_heads)
         + s * h * arch.mamba_expand * arch.mamba_chunk
         + 2 * s * h * arch.mamba_expand * arch.mamba_state
         + s * arch.mamba_chunk * arch.mamba_state * arch.mamba_groups

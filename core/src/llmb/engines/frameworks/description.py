@@ -30,8 +30,12 @@ CHECK_FOR_NAN_IN_GRAD = False
 # field-facts §3: NCCL_P2P_NET_CHUNKSIZE=2097152 when PP > 1.
 P2P_NET_CHUNKSIZE = 2097152
 NCCL_TRACE_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"}
-NSYS_OPTIONS = ("--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                "--force-overwrite=true")
+NSYS_OPTIONS = (
+    "--trace=cuda,nvtx",
+    "--capture-range=cudaProfilerApi",
+    "--capture-range-end=stop",
+    "--force-overwrite=true",
+)
 GPU_METRICS_OPTIONS = ("--gpu-metrics-devices=all",)
 
 
@@ -41,14 +45,18 @@ class Framework(Protocol):
     NAME: str
     TITLE: str
     PRESETS: dict[str, str]  # dtype -> its mixed-precision preset
-    PIPELINE_SPLIT_EXTRA_LAYERS: dict[str, int]  # recipe -> pipeline layers it adds (embedding, loss)
+    PIPELINE_SPLIT_EXTRA_LAYERS: dict[
+        str, int
+    ]  # recipe -> pipeline layers it adds (embedding, loss)
     PRECISION_NAMES: dict[str, str]  # preset -> the launcher's precision name (fp8_cs, ...)
     NSYS_REPORT: str  # nsys report name, with %q{VAR} for the launcher's variables
 
     def default_tp_comm_overlap(self, config: dict) -> bool | None: ...
     def recipe_function(self, recipe: str, family: str) -> str: ...
     def recipe_arguments(self, config: dict) -> dict[str, Any]: ...
-    def checkpoint_paths(self, save_dir: str | None, load_dir: str | None) -> tuple[str | None, str | None]: ...
+    def checkpoint_paths(
+        self, save_dir: str | None, load_dir: str | None
+    ) -> tuple[str | None, str | None]: ...
     def loaded_step(self, load_dir: str) -> int | None: ...
     def production_env(self, config: dict) -> dict[str, str]: ...
     def overrides(self, config: dict) -> dict[str, Any]: ...
@@ -59,24 +67,34 @@ def memory_settings(model: dict) -> dict[str, object]:
     names of Megatron's transformer configuration (both frameworks use them)."""
     chosen: dict[str, object] = {}
     if model["recompute_layers"]:
-        chosen.update(recompute_granularity="full", recompute_method="block",
-                      recompute_num_layers=model["recompute_layers"])
+        chosen.update(
+            recompute_granularity="full",
+            recompute_method="block",
+            recompute_num_layers=model["recompute_layers"],
+        )
     if model["offload_layers"]:
-        chosen.update(cpu_offloading=True, cpu_offloading_weights=False,
-                      cpu_offloading_num_layers=model["offload_layers"])
+        chosen.update(
+            cpu_offloading=True,
+            cpu_offloading_weights=False,
+            cpu_offloading_num_layers=model["offload_layers"],
+        )
     return chosen
 
 
 def production_of(workload: Workload, variant_name: str) -> Production:
     variant = workload.variant(variant_name)
     if variant is None or variant.production is None:
-        raise UsageError(f"{workload.name}'s {variant_name} recipes name no production framework settings "
-                         f"(no 'production:' section in its workload.yaml), so only the torch engine runs them: "
-                         f"use --backend local.")
+        raise UsageError(
+            f"{workload.name}'s {variant_name} recipes name no production framework settings "
+            f"(no 'production:' section in its workload.yaml), so only the torch engine runs them: "
+            f"use --backend local."
+        )
     return variant.production
 
 
-def valid_layers(framework: Framework, recipe: str, full: int, pp: int, vp: int | None) -> list[int] | None:
+def valid_layers(
+    framework: Framework, recipe: str, full: int, pp: int, vp: int | None
+) -> list[int] | None:
     """The layer counts (up to ``full``) Megatron splits over this pipeline: the layers, plus
     the embedding and loss where ``recipe`` counts them, in ``pp`` stages of ``vp`` chunks
     each; None without pipeline parallelism, where any count splits."""
@@ -90,41 +108,59 @@ def layers_rule(framework: Framework, recipe: str, pp: int, vp: int | None) -> s
     stages = f"{pp} pipeline stages" + (f" of {vp} virtual stages each" if vp else "")
     extra = framework.PIPELINE_SPLIT_EXTRA_LAYERS.get(recipe, 0)
     if extra:
-        return (f"{framework.TITLE}'s {recipe} recipe counts the embedding and the loss as pipeline layers, so the "
-                f"layers plus {extra} must split evenly into {stages}")
+        return (
+            f"{framework.TITLE}'s {recipe} recipe counts the embedding and the loss as pipeline layers, so the "
+            f"layers plus {extra} must split evenly into {stages}"
+        )
     return f"the layers must split evenly into {stages}"
 
 
-def _layers(framework: Framework, production: Production, workload: Workload, recipe: Recipe,
-            options: RunOptions, vp: int | None) -> int:
+def _layers(
+    framework: Framework,
+    production: Production,
+    workload: Workload,
+    recipe: Recipe,
+    options: RunOptions,
+    vp: int | None,
+) -> int:
     if options.proxy:
-        raise UsageError(f"--proxy {options.proxy} shrinks the model's width, which the production frameworks "
-                         f"do not do; use --layers N (the full width with N layers), or the torch engine "
-                         f"(--backend local).")
+        raise UsageError(
+            f"--proxy {options.proxy} shrinks the model's width, which the production frameworks "
+            f"do not do; use --layers N (the full width with N layers), or the torch engine "
+            f"(--backend local)."
+        )
     if options.layers is None:
         return recipe.layers
     full = workload.architecture(recipe.size).layers
     if not 1 <= options.layers <= full:
-        raise UsageError(f"--layers {options.layers}: the {recipe.size} model has {full} layers; use 1 to {full}.")
+        raise UsageError(
+            f"--layers {options.layers}: the {recipe.size} model has {full} layers; use 1 to {full}."
+        )
     name = production.recipes[recipe.size]
     valid = valid_layers(framework, name, full, recipe.pp, vp)
     if valid is not None and options.layers not in valid:
-        raise UsageError(f"--layers {options.layers}: {layers_rule(framework, name, recipe.pp, vp)}; valid here: "
-                         f"{', '.join(map(str, valid))}.")
+        raise UsageError(
+            f"--layers {options.layers}: {layers_rule(framework, name, recipe.pp, vp)}; valid here: "
+            f"{', '.join(map(str, valid))}."
+        )
     return options.layers
 
 
-def _train_iters(recipe: Recipe, options: RunOptions, window: tuple[int, int] | None,
-                 load: bool) -> tuple[int, list[str]]:
+def _train_iters(
+    recipe: Recipe, options: RunOptions, window: tuple[int, int] | None, load: bool
+) -> tuple[int, list[str]]:
     steps = options.steps or recipe.steps
     if load:
         return 1, ["the published recipes train 1 step after loading a checkpoint"]
     if options.nccl_trace:
-        return min(steps, NCCL_TRACE_STEPS), [f"NCCL trace: {NCCL_TRACE_STEPS} steps, as the published recipes' "
-                                              f"traced runs"]
+        return min(steps, NCCL_TRACE_STEPS), [
+            f"NCCL trace: {NCCL_TRACE_STEPS} steps, as the published recipes' traced runs"
+        ]
     if window is not None and window[1] != steps:
-        return window[1], [f"profiled runs end at the profile's last step ({window[1]}), as the published "
-                           f"recipes' launchers do"]
+        return window[1], [
+            f"profiled runs end at the profile's last step ({window[1]}), as the published "
+            f"recipes' launchers do"
+        ]
     return steps, []
 
 
@@ -136,8 +172,14 @@ def _window(production: Production, options: RunOptions) -> tuple[int, int] | No
     return options.profile_window or production.profile_window
 
 
-def _profiling(framework: Framework, production: Production, recipe: Recipe, options: RunOptions,
-               window: tuple[int, int] | None, inner_dir: str) -> dict | None:
+def _profiling(
+    framework: Framework,
+    production: Production,
+    recipe: Recipe,
+    options: RunOptions,
+    window: tuple[int, int] | None,
+    inner_dir: str,
+) -> dict | None:
     if window is None:
         return None
     first, last = production.profile_ranks or (0, recipe.gpus)
@@ -148,7 +190,12 @@ def _profiling(framework: Framework, production: Production, recipe: Recipe, opt
         "stop_step": window[1],
         "ranks": list(range(first, min(last, recipe.gpus))),
         "output_dir": output_dir,
-        "nsys": ["nsys", "profile", *NSYS_OPTIONS, f"--output={os.path.join(output_dir, framework.NSYS_REPORT)}"],
+        "nsys": [
+            "nsys",
+            "profile",
+            *NSYS_OPTIONS,
+            f"--output={os.path.join(output_dir, framework.NSYS_REPORT)}",
+        ],
         "gpu_metrics": options.gpu_metrics,
         # Every process on a node would sample the same GPUs: local rank 0 samples for the node.
         "gpu_metrics_args": list(GPU_METRICS_OPTIONS) if options.gpu_metrics else [],
@@ -159,8 +206,17 @@ def _profiling(framework: Framework, production: Production, recipe: Recipe, opt
 def _parallelism(recipe: Recipe) -> dict:
     # A VP with PP 1 never gets here: resolving the recipe dropped it, with a note (llmb.recipes.resolve).
     vp = recipe.vp if recipe.vp and recipe.vp > 1 and recipe.pp > 1 else None
-    return {"tp": recipe.tp, "pp": recipe.pp, "cp": recipe.cp, "vp": vp, "ep": recipe.ep or 1, "etp": recipe.etp,
-            "dp": recipe.dp, "sequence_parallel": recipe.tp > 1, "fsdp": recipe.fsdp}
+    return {
+        "tp": recipe.tp,
+        "pp": recipe.pp,
+        "cp": recipe.cp,
+        "vp": vp,
+        "ep": recipe.ep or 1,
+        "etp": recipe.etp,
+        "dp": recipe.dp,
+        "sequence_parallel": recipe.tp > 1,
+        "fsdp": recipe.fsdp,
+    }
 
 
 def _memory_layers(recipe: Recipe, layers: int, notes: list[str]) -> tuple[int, int]:
@@ -169,9 +225,11 @@ def _memory_layers(recipe: Recipe, layers: int, notes: list[str]) -> tuple[int, 
     recompute = min(recipe.recompute_layers, layers)
     offload = min(recipe.offload_layers, layers - 1)
     if (recompute, offload) != (recipe.recompute_layers, recipe.offload_layers):
-        notes.append(f"with {layers} layers the recipe's recompute of {recipe.recompute_layers} and CPU offload of "
-                     f"{recipe.offload_layers} layers become {recompute} and {offload} (offload must leave a layer "
-                     f"on the GPU)")
+        notes.append(
+            f"with {layers} layers the recipe's recompute of {recipe.recompute_layers} and CPU offload of "
+            f"{recipe.offload_layers} layers become {recompute} and {offload} (offload must leave a layer "
+            f"on the GPU)"
+        )
     return recompute, offload
 
 
@@ -197,7 +255,9 @@ def _training(train_iters: int, options: RunOptions) -> dict:
         "eval_iters": EVAL_ITERS,
         "log_interval": LOG_INTERVAL,
         "lr_warmup_iters": LR_WARMUP_ITERS,
-        "lr_decay_iters": max(LR_DECAY_ITERS, train_iters),  # warm-up stays below decay (Megatron requires it)
+        "lr_decay_iters": max(
+            LR_DECAY_ITERS, train_iters
+        ),  # warm-up stays below decay (Megatron requires it)
         "check_for_nan_in_grad": CHECK_FOR_NAN_IN_GRAD,
         "mock_data": True,
         "seed": options.seed,
@@ -206,11 +266,15 @@ def _training(train_iters: int, options: RunOptions) -> dict:
 
 def _precision(framework: Framework, production: Production, recipe: Recipe) -> dict:
     if recipe.dtype not in framework.PRESETS:
-        raise UsageError(f"{framework.TITLE} has no preset for {recipe.dtype!r}; valid: "
-                         f"{', '.join(framework.PRESETS)}.")
+        raise UsageError(
+            f"{framework.TITLE} has no preset for {recipe.dtype!r}; valid: "
+            f"{', '.join(framework.PRESETS)}."
+        )
     preset, source = framework.PRESETS[recipe.dtype], f"{framework.TITLE}'s {recipe.dtype} preset"
     for rule in production.rules:
-        if rule.precision and rule.applies(recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus):
+        if rule.precision and rule.applies(
+            recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+        ):
             preset, source = rule.precision, rule.why
     name = framework.PRECISION_NAMES.get(preset, preset)
     return {"dtype": recipe.dtype, "preset": preset, "name": name, "source": source}
@@ -223,8 +287,13 @@ def _huggingface(production: Production, size: str) -> dict | None:
     return {"repo": files.repos[size], "assets": list(files.assets), "home": hf_home(install_dir())}
 
 
-def _environment(framework: Framework, config: dict, production: Production, recipe: Recipe,
-                 asked: dict[str, str]) -> dict[str, str]:
+def _environment(
+    framework: Framework,
+    config: dict,
+    production: Production,
+    recipe: Recipe,
+    asked: dict[str, str],
+) -> dict[str, str]:
     env = dict(framework.production_env(config))
     if config["parallelism"]["pp"] > 1:
         # Deliberately every recipe with pipeline parallelism, whatever its size: field-facts
@@ -236,18 +305,31 @@ def _environment(framework: Framework, config: dict, production: Production, rec
     if config["huggingface"]:
         env["HF_HOME"] = config["huggingface"]["home"]
     for rule in production.rules:
-        if rule.env and rule.applies(recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus):
+        if rule.env and rule.applies(
+            recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+        ):
             env.update(rule.env)
     env.update(asked)  # the recipe's and the user's variables win
     return env
 
 
-def describe(framework: Framework, workload: Workload, recipe: Recipe, options: RunOptions, *, experiment: str,
-             inner_dir: str, checkpoint_save_dir: str | None, checkpoint_load_dir: str | None) -> dict:
+def describe(
+    framework: Framework,
+    workload: Workload,
+    recipe: Recipe,
+    options: RunOptions,
+    *,
+    experiment: str,
+    inner_dir: str,
+    checkpoint_save_dir: str | None,
+    checkpoint_load_dir: str | None,
+) -> dict:
     """The framework configuration of ``recipe`` run with ``options`` (JSON-serialisable)."""
     production = production_of(workload, recipe.variant)
     if options.profile and options.nccl_trace:
-        raise UsageError("--profile and --nccl-trace cannot be combined (the published recipes run them separately).")
+        raise UsageError(
+            "--profile and --nccl-trace cannot be combined (the published recipes run them separately)."
+        )
     arch = workload.architecture(recipe.size)
     window = _window(production, options)
     train_iters, notes = _train_iters(recipe, options, window, checkpoint_load_dir is not None)
@@ -256,7 +338,9 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
     asked = dict(recipe.env) | dict(options.env)
     for secret in settings.SECRETS & set(asked):
         del asked[secret]
-        notes.append(f"{secret} is not passed to the ranks: runs read the files llmb install fetched, offline.")
+        notes.append(
+            f"{secret} is not passed to the ranks: runs read the files llmb install fetched, offline."
+        )
     chosen, applied, setting_notes = settings.apply(asked)
     save_dir, load_dir = framework.checkpoint_paths(checkpoint_save_dir, checkpoint_load_dir)
     huggingface = _huggingface(production, recipe.size)
@@ -284,18 +368,26 @@ def describe(framework: Framework, workload: Workload, recipe: Recipe, options: 
         "tp_comm_overlap": None,
         "profiling": _profiling(framework, production, recipe, options, window, inner_dir),
         "nccl_trace": options.nccl_trace,
-        "checkpoint": {"save_dir": save_dir, "save_interval": train_iters if save_dir else None, "load_dir": load_dir,
-                       "load_step": framework.loaded_step(load_dir) if load_dir else None},
+        "checkpoint": {
+            "save_dir": save_dir,
+            "save_interval": train_iters if save_dir else None,
+            "load_dir": load_dir,
+            "load_step": framework.loaded_step(load_dir) if load_dir else None,
+        },
         "huggingface": huggingface,
-        "tokenizer": ({"library": "huggingface", "name": huggingface["repo"]}
-                      if huggingface and "tokenizer" in huggingface["assets"]
-                      else {"library": "null", "vocab_size": arch.vocab}),
+        "tokenizer": (
+            {"library": "huggingface", "name": huggingface["repo"]}
+            if huggingface and "tokenizer" in huggingface["assets"]
+            else {"library": "null", "vocab_size": arch.vocab}
+        ),
         "flops_callback": production.flops_callback,
         "settings": applied,
         "notes": notes + setting_notes,
     }
     config["recipe_arguments"] = framework.recipe_arguments(config)
-    config["tp_comm_overlap"] = chosen.get("tp_comm_overlap", framework.default_tp_comm_overlap(config))
+    config["tp_comm_overlap"] = chosen.get(
+        "tp_comm_overlap", framework.default_tp_comm_overlap(config)
+    )
     config["env"] = _environment(framework, config, production, recipe, asked)
     config["overrides"] = framework.overrides(config)
     # --framework-arg: the user's fields, checked against the framework's catalogue, last: they win over llmb's

@@ -48,8 +48,12 @@ def _kind_of(hint: Any) -> dict[str, Any] | None:
             return {"type": "choice", "choices": [v for v in values], "null": None in values}
         return None
     if isinstance(hint, type) and issubclass(hint, enum.Enum):  # set as the member itself
-        return {"type": "choice", "choices": [m.name for m in hint], "null": False,
-                "enum": f"{hint.__module__}:{hint.__qualname__}"}
+        return {
+            "type": "choice",
+            "choices": [m.name for m in hint],
+            "null": False,
+            "enum": f"{hint.__module__}:{hint.__qualname__}",
+        }
     if hint in _SCALARS:
         return {"type": _SCALARS[hint], "null": False}
     return None
@@ -63,8 +67,11 @@ def _children(obj: Any) -> list[tuple[str, Any, Any]]:
             hints = typing.get_type_hints(type(obj))
         except Exception:  # noqa: BLE001 - an annotation that does not resolve: that field's kind is unknown
             hints = {}
-        return [(f.name, getattr(obj, f.name, None), hints.get(f.name)) for f in dataclasses.fields(obj)
-                if not f.name.startswith("_")]
+        return [
+            (f.name, getattr(obj, f.name, None), hints.get(f.name))
+            for f in dataclasses.fields(obj)
+            if not f.name.startswith("_")
+        ]
     target = getattr(obj, "__fn_or_cls__", None)
     if target is None:
         return []
@@ -77,7 +84,7 @@ def _children(obj: Any) -> list[tuple[str, Any, Any]]:
     except Exception:  # noqa: BLE001
         signature, hints = None, {}
     out = []
-    for name, parameter in (signature.parameters.items() if signature else ()):
+    for name, parameter in signature.parameters.items() if signature else ():
         if name in ("self", "args", "kwargs") or name.startswith("_"):
             continue
         default = None if parameter.default is inspect.Parameter.empty else parameter.default
@@ -132,39 +139,55 @@ def _convert(path: str, text: str, kind: dict[str, Any]) -> Any:
             return float(raw)
         if kind_type == "choice":
             for choice in kind["choices"]:
-                if raw == str(choice) or (isinstance(choice, str) and raw.lower() == choice.lower()):
+                if raw == str(choice) or (
+                    isinstance(choice, str) and raw.lower() == choice.lower()
+                ):
                     # an enum's member is set as itself (llmb.engines.frameworks.overrides builds the ref)
                     return {"ref": f"{kind['enum']}.{choice}"} if kind.get("enum") else choice
             raise ValueError
         return raw
     except ValueError:
-        expected = {"bool": "true or false", "int": "a whole number", "float": "a number",
-                    "choice": "one of " + ", ".join(map(str, kind.get("choices", ())))}[kind_type]
-        raise UsageError(f"--framework-arg {path}={text}: {path} takes {expected}"
-                         + (" or null" if kind.get("null") else "") + ".") from None
+        expected = {
+            "bool": "true or false",
+            "int": "a whole number",
+            "float": "a number",
+            "choice": "one of " + ", ".join(map(str, kind.get("choices", ()))),
+        }[kind_type]
+        raise UsageError(
+            f"--framework-arg {path}={text}: {path} takes {expected}"
+            + (" or null" if kind.get("null") else "")
+            + "."
+        ) from None
 
 
-def check(items: tuple[str, ...], framework: str, catalogue_of: dict[str, dict[str, Any]] | None = None
-          ) -> tuple[tuple[str, Any], ...]:
+def check(
+    items: tuple[str, ...], framework: str, catalogue_of: dict[str, dict[str, Any]] | None = None
+) -> tuple[tuple[str, Any], ...]:
     """``--framework-arg PATH=VALUE`` items as ``(path, value)`` for ``framework``; UsageError for an
     unknown path (with the closest known ones) or a value of the wrong kind."""
     if not items:
         return ()
     fields = catalogue_of if catalogue_of is not None else catalogue().get(framework)
     if not fields:
-        raise UsageError(f"--framework-arg sets the production framework's configuration; this run's engine "
-                         f"({framework}) has none (the torch engine: use --set for the recipe's fields).")
+        raise UsageError(
+            f"--framework-arg sets the production framework's configuration; this run's engine "
+            f"({framework}) has none (the torch engine: use --set for the recipe's fields)."
+        )
     out: dict[str, Any] = {}
     for item in items:
         path, sep, text = item.partition("=")
         path = path.strip()
         if not sep or not path:
-            raise UsageError(f"--framework-arg {item!r}: expected PATH=VALUE, e.g. model.recompute_granularity=full.")
+            raise UsageError(
+                f"--framework-arg {item!r}: expected PATH=VALUE, e.g. model.recompute_granularity=full."
+            )
         kind = fields.get(path)
         if kind is None:
             close = difflib.get_close_matches(path, list(fields), n=5, cutoff=0.6)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise UsageError(f"--framework-arg {path}: not a plain-valued field of the {framework} configuration "
-                             f"llmb runs.{hint} (docs/production-frameworks.md lists where the fields come from)")
+            raise UsageError(
+                f"--framework-arg {path}: not a plain-valued field of the {framework} configuration "
+                f"llmb runs.{hint} (docs/production-frameworks.md lists where the fields come from)"
+            )
         out[path] = _convert(path, text, kind)
     return tuple(out.items())

@@ -25,7 +25,11 @@ RECIPES = "megatron.bridge.recipes"
 MIXED_PRECISION = "megatron.bridge.training.mixed_precision:get_mixed_precision_config"
 COMM_OVERLAP = "megatron.bridge.training.comm_overlap:CommOverlapConfig"
 # field-facts §3: the precision names and their mixed-precision presets.
-PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
+PRESETS = {
+    "bf16": "bf16_mixed",
+    "fp8": "bf16_with_fp8_current_scaling_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
 PRECISION_NAMES = {
     "bf16_mixed": "bf16",
     "bf16_with_fp8_current_scaling_mixed": "fp8_cs",
@@ -75,8 +79,10 @@ def checkpoint_paths(save_dir: str | None, load_dir: str | None) -> tuple[str | 
     if save_dir and _ITERATION_DIR.match(os.path.basename(save_dir.rstrip("/"))):
         save_dir = os.path.dirname(save_dir.rstrip("/"))
     if load_dir and loaded_step(load_dir) is None:
-        raise UsageError(f"--checkpoint-load {load_dir}: {TITLE} loads the iter_NNNNNNN directory a run saved "
-                         f"(e.g. .../code/nemo_experiments/default/checkpoints/iter_0000050).")
+        raise UsageError(
+            f"--checkpoint-load {load_dir}: {TITLE} loads the iter_NNNNNNN directory a run saved "
+            f"(e.g. .../code/nemo_experiments/default/checkpoints/iter_0000050)."
+        )
     return save_dir, load_dir
 
 
@@ -91,7 +97,9 @@ def production_env(config: dict) -> dict[str, str]:
     env = dict(LAUNCHER_ENV)
     p = config["parallelism"]
     if (config["gpu_sm"] or 0) >= 100:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"  # Blackwell: more connections, no stream serialisation
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = (
+            "32"  # Blackwell: more connections, no stream serialisation
+        )
     else:
         # Hopper: one connection keeps the TP/CP communication kernels in launch order, so they overlap.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1" if p["tp"] > 1 or p["cp"] > 1 else "8"
@@ -141,7 +149,9 @@ def overrides(config: dict) -> dict[str, Any]:
         out["comm_overlap?"] = {"factory": COMM_OVERLAP, "kwargs": {"tp_comm_overlap": True}}
     out["comm_overlap.tp_comm_overlap"] = config["tp_comm_overlap"]
     if config["precision"]["name"] == "fp8_cs":
-        out["mixed_precision.first_last_layers_bf16"] = False  # every layer in FP8, as the benchmarks run
+        out["mixed_precision.first_last_layers_bf16"] = (
+            False  # every layer in FP8, as the benchmarks run
+        )
     if p["fsdp"]:
         out["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
         out["model.init_model_with_meta_device"] = True
@@ -151,9 +161,14 @@ def overrides(config: dict) -> dict[str, Any]:
     out.update({f"model.{name}": value for name, value in memory_settings(m).items()})
     profiling = config["profiling"]
     if profiling:
-        out.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": profiling["start_step"],
-                    "profiling.profile_step_end": profiling["stop_step"],
-                    "profiling.profile_ranks": profiling["ranks"]})
+        out.update(
+            {
+                "profiling.use_nsys_profiler": True,
+                "profiling.profile_step_start": profiling["start_step"],
+                "profiling.profile_step_end": profiling["stop_step"],
+                "profiling.profile_ranks": profiling["ranks"],
+            }
+        )
     # Both set, always: the recipe's own load directory (relative to the working
     # directory) would otherwise resume silently from whatever lies there.
     out["checkpoint.save"] = checkpoint["save_dir"]

@@ -32,12 +32,23 @@ FLOPS = "nemo.lightning.pytorch.callbacks.flops_callback:FLOPsMeasurementCallbac
 RESUME = "nemo.lightning:AutoResume"
 RESTORE = "nemo.lightning:RestoreConfig"
 # What a run records it ran with (framework_versions.json beside the run).
-DISTRIBUTIONS = ("nemo-toolkit", "nemo-run", "megatron-core", "transformer-engine", "torch", "lightning")
+DISTRIBUTIONS = (
+    "nemo-toolkit",
+    "nemo-run",
+    "megatron-core",
+    "transformer-engine",
+    "torch",
+    "lightning",
+)
 # FP8 is per-tensor delayed scaling: the seeds' launchers' default FP8 recipe, and what
 # the Nemotron-4 seed says ("Per-tensor delayed scaling recipe is used for FP8 training").
 PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}
-PRECISION_NAMES = {"bf16_mixed": "bf16", "bf16_with_fp8_mixed": "fp8_ds",
-                   "bf16_with_fp8_current_scaling_mixed": "fp8_cs", "bf16_with_mxfp8_mixed": "fp8_mx"}
+PRECISION_NAMES = {
+    "bf16_mixed": "bf16",
+    "bf16_with_fp8_mixed": "fp8_ds",
+    "bf16_with_fp8_current_scaling_mixed": "fp8_cs",
+    "bf16_with_mxfp8_mixed": "fp8_mx",
+}
 # The NeMo 2 seeds' report names: profile_${SLURM_JOB_ID}_nodeId_rankId.nsys-rep
 NSYS_REPORT = "profile_%q{SLURM_JOB_ID}_%q{SLURM_NODEID}_%q{SLURM_PROCID}"
 # The seeds' NeMo 2 performance launcher's environment (its Slurm executor and PerfEnvPlugin).
@@ -70,7 +81,11 @@ def recipe_function(recipe: str, family: str) -> str:
 
 
 def recipe_arguments(config: dict) -> dict[str, Any]:
-    return {"num_nodes": config["nodes"], "num_gpus_per_node": config["gpus_per_node"], "performance_mode": True}
+    return {
+        "num_nodes": config["nodes"],
+        "num_gpus_per_node": config["gpus_per_node"],
+        "performance_mode": True,
+    }
 
 
 def checkpoint_paths(save_dir: str | None, load_dir: str | None) -> tuple[str | None, str | None]:
@@ -106,7 +121,12 @@ def _tokenizer(config: dict) -> dict:
     tokenizer = config["tokenizer"]
     if tokenizer["library"] == "huggingface":
         return _config(HF_TOKENIZER, pretrained_model_name=tokenizer["name"], use_fast=True)
-    return _config(NULL_TOKENIZER, library="null", model_name="NullTokenizer", vocab_size=tokenizer["vocab_size"])
+    return _config(
+        NULL_TOKENIZER,
+        library="null",
+        model_name="NullTokenizer",
+        vocab_size=tokenizer["vocab_size"],
+    )
 
 
 def overrides(config: dict) -> dict[str, Any]:
@@ -128,8 +148,14 @@ def overrides(config: dict) -> dict[str, Any]:
         "trainer.strategy.expert_tensor_parallel_size": p["etp"],
         "trainer.strategy.sequence_parallel": p["sequence_parallel"],
         "trainer.strategy.ddp.check_for_nan_in_grad": t["check_for_nan_in_grad"],
-        "data": _config(MOCK_DATA, seq_length=m["seq_len"], micro_batch_size=b["mbs"], global_batch_size=b["gbs"],
-                        num_train_samples=steps * b["gbs"], tokenizer=_tokenizer(config)),
+        "data": _config(
+            MOCK_DATA,
+            seq_length=m["seq_len"],
+            micro_batch_size=b["mbs"],
+            global_batch_size=b["gbs"],
+            num_train_samples=steps * b["gbs"],
+            tokenizer=_tokenizer(config),
+        ),
         "model.tokenizer": {"path": "data.tokenizer"},
         "model.config.seq_length": m["seq_len"],
         "model.config.num_layers": m["num_layers"],
@@ -149,7 +175,9 @@ def overrides(config: dict) -> dict[str, Any]:
         out["trainer.strategy.ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
     out.update({f"model.config.{name}": value for name, value in memory_settings(m).items()})
     if config["tp_comm_overlap"] is not None:
-        out["trainer.callbacks[MegatronCommOverlapCallback].tp_comm_overlap"] = config["tp_comm_overlap"]
+        out["trainer.callbacks[MegatronCommOverlapCallback].tp_comm_overlap"] = config[
+            "tp_comm_overlap"
+        ]
     out.update(_logging_and_checkpoints(config))
     callbacks = _callbacks(config)
     if callbacks:
@@ -160,7 +188,9 @@ def overrides(config: dict) -> dict[str, Any]:
 def _logging_and_checkpoints(config: dict) -> dict[str, Any]:
     checkpoint = config["checkpoint"]
     out: dict[str, Any] = {
-        "log.log_dir": os.path.join(config["inner_dir"], "code", "nemo_experiments"),  # the seeds' layout
+        "log.log_dir": os.path.join(
+            config["inner_dir"], "code", "nemo_experiments"
+        ),  # the seeds' layout
         "log.name": "default",
         "log.use_datetime_version": False,
         "log.tensorboard": None,
@@ -169,31 +199,60 @@ def _logging_and_checkpoints(config: dict) -> dict[str, Any]:
         "log.ckpt": None,
     }
     if checkpoint["save_dir"]:
-        out["log.ckpt"] = _config(CHECKPOINT, dirpath=checkpoint["save_dir"],
-                                  every_n_train_steps=checkpoint["save_interval"], save_last=False, save_top_k=1)
+        out["log.ckpt"] = _config(
+            CHECKPOINT,
+            dirpath=checkpoint["save_dir"],
+            every_n_train_steps=checkpoint["save_interval"],
+            save_last=False,
+            save_top_k=1,
+        )
     if checkpoint["load_dir"]:
-        out["resume"] = _config(RESUME, resume_if_exists=True, resume_ignore_no_checkpoint=False,
-                                restore_config=_config(RESTORE, path=checkpoint["load_dir"], load_model_state=True,
-                                                       load_optim_state=True, load_artifacts=False))
+        out["resume"] = _config(
+            RESUME,
+            resume_if_exists=True,
+            resume_ignore_no_checkpoint=False,
+            restore_config=_config(
+                RESTORE,
+                path=checkpoint["load_dir"],
+                load_model_state=True,
+                load_optim_state=True,
+                load_artifacts=False,
+            ),
+        )
     return out
 
 
 def _callbacks(config: dict) -> list[dict]:
     callbacks = []
     if config["flops_callback"]:  # the TFLOPS_per_GPU of the log lines
-        callbacks.append(_config(FLOPS, model_config={"path": "model.config"}, data_config={"path": "data"},
-                                 model_name=config["flops_callback"]))
+        callbacks.append(
+            _config(
+                FLOPS,
+                model_config={"path": "model.config"},
+                data_config={"path": "data"},
+                model_name=config["flops_callback"],
+            )
+        )
     profiling = config["profiling"]
     if profiling:
-        callbacks.append(_config(NSYS, start_step=profiling["start_step"], end_step=profiling["stop_step"],
-                                 ranks=profiling["ranks"], gen_shape=False))
+        callbacks.append(
+            _config(
+                NSYS,
+                start_step=profiling["start_step"],
+                end_step=profiling["stop_step"],
+                ranks=profiling["ranks"],
+                gen_shape=False,
+            )
+        )
     return callbacks
 
 
 def train(config: dict, rank: int, world: int, local_rank: int) -> None:
     from llmb.engines.frameworks.runtime import build_recipe, enter
 
-    enter(config, rank, world, local_rank, DISTRIBUTIONS, (PACKAGE, TITLE), ("nemo_run", "NeMo-Run"))
+    enter(
+        config, rank, world, local_rank, DISTRIBUTIONS, (PACKAGE, TITLE), ("nemo_run", "NeMo-Run")
+    )
     import fiddle as fdl
 
     fdl.build(build_recipe(config))()

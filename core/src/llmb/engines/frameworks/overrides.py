@@ -49,12 +49,16 @@ def resolve_ref(ref: str, importer: Callable[[str], Any] = importlib.import_modu
     return target
 
 
-def build_value(value: Any, root: Any, importer: Callable[[str], Any] = importlib.import_module) -> Any:
+def build_value(
+    value: Any, root: Any, importer: Callable[[str], Any] = importlib.import_module
+) -> Any:
     if isinstance(value, Mapping):
         if "factory" in value:
             func = resolve_ref(value["factory"], importer)
             args = [build_value(a, root, importer) for a in value.get("args", ())]
-            kwargs = {k: build_value(v, root, importer) for k, v in (value.get("kwargs") or {}).items()}
+            kwargs = {
+                k: build_value(v, root, importer) for k, v in (value.get("kwargs") or {}).items()
+            }
             return func(*args, **kwargs)
         if "ref" in value:
             return resolve_ref(value["ref"], importer)
@@ -91,7 +95,9 @@ def _selection(part: str, key: str) -> tuple[str, str]:
     return match["list"], match["cls"]
 
 
-def apply_one(root: Any, key: str, value: Any, importer: Callable[[str], Any] = importlib.import_module) -> None:
+def apply_one(
+    root: Any, key: str, value: Any, importer: Callable[[str], Any] = importlib.import_module
+) -> None:
     """Apply one override (see the module's docstring)."""
     try:
         _apply_one(root, key, value, importer)
@@ -125,7 +131,11 @@ def _apply_one(root: Any, key: str, value: Any, importer: Callable[[str], Any]) 
         setattr(owner, last, build_value(value, root, importer))
 
 
-def apply(root: Any, overrides: Mapping[str, Any], importer: Callable[[str], Any] = importlib.import_module) -> Any:
+def apply(
+    root: Any,
+    overrides: Mapping[str, Any],
+    importer: Callable[[str], Any] = importlib.import_module,
+) -> Any:
     """Apply every override in order; ``root`` is changed in place and returned."""
     for key, value in overrides.items():
         apply_one(root, key, value, importer)

@@ -45,8 +45,10 @@ def prepare_process(config: dict, rank: int, world: int, local_rank: int) -> Non
     os.environ.setdefault("WORLD_SIZE", str(world))
     os.environ.setdefault("LOCAL_RANK", str(local_rank))
     if world > 1 and not os.environ.get("MASTER_ADDR"):
-        raise LlmbError(f"rank {rank} of {world}: MASTER_ADDR is not set; the backend must export the first "
-                        f"node's address as MASTER_ADDR (and MASTER_PORT) to every rank.")
+        raise LlmbError(
+            f"rank {rank} of {world}: MASTER_ADDR is not set; the backend must export the first "
+            f"node's address as MASTER_ADDR (and MASTER_PORT) to every rank."
+        )
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", DEFAULT_MASTER_PORT)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
@@ -63,14 +65,30 @@ def run_under_nsys(config: dict, rank: int, local_rank: int) -> None:
         return
     nsys = shutil.which(profiling["nsys"][0])
     if nsys is None:
-        print(f"[llmb] warning: rank {rank}: {profiling['nsys'][0]} is not on PATH; no profile is recorded",
-              file=sys.stderr, flush=True)
+        print(
+            f"[llmb] warning: rank {rank}: {profiling['nsys'][0]} is not on PATH; no profile is recorded",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     os.makedirs(profiling["output_dir"], exist_ok=True)
-    metrics = profiling["gpu_metrics_args"] if local_rank == profiling["gpu_metrics_local_rank"] else []
+    metrics = (
+        profiling["gpu_metrics_args"] if local_rank == profiling["gpu_metrics_local_rank"] else []
+    )
     os.environ[NSYS_WRAPPED] = "1"
     sys.stdout.flush()
-    os.execv(nsys, [nsys, *profiling["nsys"][1:], *metrics, sys.executable, "-m", "llmb.worker", *sys.argv[1:]])
+    os.execv(
+        nsys,
+        [
+            nsys,
+            *profiling["nsys"][1:],
+            *metrics,
+            sys.executable,
+            "-m",
+            "llmb.worker",
+            *sys.argv[1:],
+        ],
+    )
 
 
 VERSIONS_FILE = "framework_versions.json"
@@ -89,7 +107,9 @@ def framework_versions(distributions: tuple[str, ...]) -> dict[str, str | None]:
     return found
 
 
-def record_versions(config: dict, rank: int, distributions: tuple[str, ...]) -> dict[str, str | None]:
+def record_versions(
+    config: dict, rank: int, distributions: tuple[str, ...]
+) -> dict[str, str | None]:
     """Log the framework versions this rank runs with; rank 0 also writes them beside
     the run (``<inner_dir>/framework_versions.json``)."""
     found = framework_versions(distributions)
@@ -104,8 +124,14 @@ def record_versions(config: dict, rank: int, distributions: tuple[str, ...]) -> 
     return found
 
 
-def enter(config: dict, rank: int, world: int, local_rank: int, distributions: tuple[str, ...],
-          *packages: tuple[str, str]) -> None:
+def enter(
+    config: dict,
+    rank: int,
+    world: int,
+    local_rank: int,
+    distributions: tuple[str, ...],
+    *packages: tuple[str, str],
+) -> None:
     """Everything before the framework runs: the environment and rank, nsys for a
     profiled rank, each ``(module, title)`` of ``packages`` imported, and the
     versions of ``distributions`` recorded."""

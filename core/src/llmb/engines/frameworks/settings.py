@@ -27,8 +27,10 @@ def parse_bool(name: str, value: str) -> bool:
     text = value.strip().lower()
     if text in TRUE or text in FALSE:
         return text in TRUE
-    raise UsageError(f"{name}={value!r} is not a boolean; valid: {', '.join(TRUE)} or {', '.join(FALSE)} "
-                     f"(any case).")
+    raise UsageError(
+        f"{name}={value!r} is not a boolean; valid: {', '.join(TRUE)} or {', '.join(FALSE)} "
+        f"(any case)."
+    )
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,13 @@ class FrameworkSetting:
 FRAMEWORK_SETTINGS = {
     s.variable: s
     for s in (
-        FrameworkSetting("TP_COMM_OVERLAP", "tp_comm_overlap", parse_bool,
-                         "overlap tensor-parallel communication with compute (Nemotron-4's fix for GB200 NCCL "
-                         "watchdog timeouts is TP_COMM_OVERLAP=False)"),
+        FrameworkSetting(
+            "TP_COMM_OVERLAP",
+            "tp_comm_overlap",
+            parse_bool,
+            "overlap tensor-parallel communication with compute (Nemotron-4's fix for GB200 NCCL "
+            "watchdog timeouts is TP_COMM_OVERLAP=False)",
+        ),
     )
 }
 
@@ -61,24 +67,38 @@ RECIPE_VARIABLES: Mapping[str, tuple[str, str]] = {
     "JOB_TOTAL_GPUS": ("recipe", "--gpus"),
     "GPUS_PER_NODE": ("recipe", "--gpus-per-node"),
     "STRONG_SCALING": ("recipe", "--strong-scaling"),
-    "ENABLE_PROFILE": ("run", "--profile: nsys over the profiled steps (framework profiling settings)"),
+    "ENABLE_PROFILE": (
+        "run",
+        "--profile: nsys over the profiled steps (framework profiling settings)",
+    ),
     "PROFILE_START_STEP": ("run", "--profile-start (default: the published recipe's window)"),
-    "PROFILE_STOP_STEP": ("run", "--profile-stop; the run ends at this step, as the published recipes' profiled runs do"),
+    "PROFILE_STOP_STEP": (
+        "run",
+        "--profile-stop; the run ends at this step, as the published recipes' profiled runs do",
+    ),
     "RUN_CONF_PROFILE_START_STEP": ("run", "--profile-start (the replaced tool's README spelling)"),
     "RUN_CONF_PROFILE_STOP_STEP": ("run", "--profile-stop (the replaced tool's README spelling)"),
-    "ENABLE_GPU_METRICS": ("run", "--gpu-metrics: nsys GPU metrics, sampled by local rank 0 of each node"),
+    "ENABLE_GPU_METRICS": (
+        "run",
+        "--gpu-metrics: nsys GPU metrics, sampled by local rank 0 of each node",
+    ),
     "ENABLE_NCCLTRACE": ("run", "--nccl-trace: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL, 5 steps"),
     "ENABLE_CHECKPOINT": ("run", "--checkpoint-save: the framework saves at the last step"),
     "CHECKPOINT_DIR": ("run", "--checkpoint-dir: where the framework saves"),
     "LOAD_CHECKPOINT_PATH": ("run", "--checkpoint-load: the framework loads it and trains 1 step"),
     "TP_COMM_OVERLAP": ("framework", "tp_comm_overlap (--env TP_COMM_OVERLAP=False)"),
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("framework", "passed to every rank with --env (the recipe README quotes it from an "
-                                                  "NCCL error message)"),
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": (
+        "framework",
+        "passed to every rank with --env (the recipe README quotes it from an NCCL error message)",
+    ),
     "HF_TOKEN": ("install", "llmb install: the gated Hugging Face downloads; never passed to jobs"),
     "LLMB_INSTALL": ("paths", "the install directory (images, workloads, results)"),
     "LLMB_WORKLOAD": ("paths", "derived: $LLMB_INSTALL/workloads/<workload>"),
     "LLMB_REPO": ("paths", "not needed: the recipes are llmb's plugins"),
-    "STAGE_PATH": ("paths", "the older recipe READMEs' LLMB_INSTALL; llmb install warns and uses LLMB_INSTALL"),
+    "STAGE_PATH": (
+        "paths",
+        "the older recipe READMEs' LLMB_INSTALL; llmb install warns and uses LLMB_INSTALL",
+    ),
     "INSTALL_PATH": ("paths", "the recipe READMEs' conda instructions; llmb needs no conda"),
     "SBATCH_ACCOUNT": ("backend", "Slurm backend"),
     "SBATCH_PARTITION": ("backend", "Slurm backend"),
@@ -96,7 +116,10 @@ RECIPE_VARIABLES: Mapping[str, tuple[str, str]] = {
     "SLURM_NODEID": ("name", "nsys report names"),
     "SLURM_PROCID": ("name", "nsys report names (NeMo 2 recipes)"),
     "SLURM_LOCALID": ("name", "nsys report names (Megatron-Bridge recipe)"),
-    "PROCESS_ID": ("name", "nsys report names (the Llama 3.1 NeMo 2 recipe's profile_${PROCESS_ID})"),
+    "PROCESS_ID": (
+        "name",
+        "nsys report names (the Llama 3.1 NeMo 2 recipe's profile_${PROCESS_ID})",
+    ),
 }
 
 
@@ -111,8 +134,12 @@ def apply(environment: Mapping[str, str]) -> tuple[dict[str, object], list[dict]
         setting = FRAMEWORK_SETTINGS.get(name)
         if setting is not None:
             values[setting.key] = setting.parse(name, value)
-            applied.append({"variable": name, "value": value, "sets": setting.key, "to": values[setting.key]})
+            applied.append(
+                {"variable": name, "value": value, "sets": setting.key, "to": values[setting.key]}
+            )
         elif RECIPE_VARIABLES.get(name, ("",))[0] == "run":
-            notes.append(f"{name} in the run's environment does not change the run; use llmb run "
-                         f"{RECIPE_VARIABLES[name][1].split(':')[0]} (the variable is read as that option's default).")
+            notes.append(
+                f"{name} in the run's environment does not change the run; use llmb run "
+                f"{RECIPE_VARIABLES[name][1].split(':')[0]} (the variable is read as that option's default)."
+            )
     return values, applied, notes

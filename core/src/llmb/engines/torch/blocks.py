@@ -119,7 +119,9 @@ class GatedRMSNorm(nn.Module):
         super().__init__()
         self.group_size = group_size or dim
         if dim % self.group_size:
-            raise ValueError(f"GatedRMSNorm: dim {dim} is not a multiple of group_size {self.group_size}")
+            raise ValueError(
+                f"GatedRMSNorm: dim {dim} is not a multiple of group_size {self.group_size}"
+            )
         self.eps = eps
         self.weight = nn.Parameter(torch.empty(dim))
         self.reset_parameters()
@@ -162,14 +164,17 @@ class RotaryEmbedding(nn.Module):
         rotary_dim = int(head_dim * fraction)
         rotary_dim -= rotary_dim % 2
         if not 0 < rotary_dim <= head_dim:
-            raise ValueError(f"RotaryEmbedding: fraction {fraction} of head_dim {head_dim} rotates nothing")
+            raise ValueError(
+                f"RotaryEmbedding: fraction {fraction} of head_dim {head_dim} rotates nothing"
+            )
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.base = base
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def angles(self, seq_len: int, device: torch.device,
-               dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    def angles(
+        self, seq_len: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of every position's angles, ``[seq_len, rotary_dim]`` in ``dtype`` (cached)."""
         key = (seq_len, torch.device(device), dtype)
         tables = self._tables.get(key)
@@ -180,8 +185,10 @@ class RotaryEmbedding(nn.Module):
         seq_len, device, dtype = key
         wide = torch.promote_types(dtype, torch.float32)
         with torch.no_grad(), torch.inference_mode(False):  # usable by later training steps
-            exponent = torch.arange(0, self.rotary_dim, 2, device=device, dtype=wide) / self.rotary_dim
-            inv_freq = self.base ** -exponent
+            exponent = (
+                torch.arange(0, self.rotary_dim, 2, device=device, dtype=wide) / self.rotary_dim
+            )
+            inv_freq = self.base**-exponent
             positions = torch.arange(seq_len, device=device, dtype=wide)
             theta = torch.outer(positions, inv_freq)
             theta = torch.cat((theta, theta), dim=-1)
@@ -230,11 +237,19 @@ class GroupedQueryAttention(nn.Module):
     layer's pre-norm is not part of it.
     """
 
-    def __init__(self, hidden: int, heads: int, query_groups: int, head_dim: int,
-                 rope: RotaryEmbedding | None = None) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        query_groups: int,
+        head_dim: int,
+        rope: RotaryEmbedding | None = None,
+    ) -> None:
         super().__init__()
         if heads % query_groups:
-            raise ValueError(f"GroupedQueryAttention: {heads} heads do not split into {query_groups} groups")
+            raise ValueError(
+                f"GroupedQueryAttention: {heads} heads do not split into {query_groups} groups"
+            )
         self.heads, self.query_groups, self.head_dim = heads, query_groups, head_dim
         self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
@@ -243,7 +258,9 @@ class GroupedQueryAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         heads, groups = self.heads, self.query_groups
-        qkv = self.qkv_proj(x).unflatten(-1, (heads + 2 * groups, self.head_dim))  # [b, s, h + 2g, d]
+        qkv = self.qkv_proj(x).unflatten(
+            -1, (heads + 2 * groups, self.head_dim)
+        )  # [b, s, h + 2g, d]
         qk, v = qkv[:, :, : heads + groups], qkv[:, :, heads + groups :]
         if self.rope is not None:
             qk = self.rope.rotate_sequence_first(qk)
@@ -320,8 +337,16 @@ class RoutedMoE(nn.Module):
     load-balancing loss.
     """
 
-    def __init__(self, hidden: int, experts: int, moe_ffn: int, topk: int, shared_ffn: int = 0,
-                 score: str = "softmax", weight_inputs: bool = False) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        experts: int,
+        moe_ffn: int,
+        topk: int,
+        shared_ffn: int = 0,
+        score: str = "softmax",
+        weight_inputs: bool = False,
+    ) -> None:
         super().__init__()
         if score not in ("softmax", "sigmoid"):
             raise ValueError(f"RoutedMoE: unknown score {score!r}; known: softmax, sigmoid")
@@ -336,22 +361,34 @@ class RoutedMoE(nn.Module):
         """Routing weights and expert ids of ``tokens [T, hidden]``, both ``[T, topk]``."""
         logits = self.router(tokens)
         top, ids = logits.topk(self.topk, dim=-1)
-        weights = torch.sigmoid(top.float()) if self.score == "sigmoid" else torch.softmax(top.float(), dim=-1)
+        weights = (
+            torch.sigmoid(top.float())
+            if self.score == "sigmoid"
+            else torch.softmax(top.float(), dim=-1)
+        )
         return weights, ids
 
     def run_experts(self, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` on its ``counts[e]`` consecutive rows of ``tokens`` (grouped by expert, in order)."""
         device = tokens.device
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else tokens.dtype
+        dtype = (
+            torch.get_autocast_dtype(device.type)
+            if torch.is_autocast_enabled(device.type)
+            else tokens.dtype
+        )
         ffn = self.experts[0].down_proj.in_features
         if kernels.grouped_mm_usable(device, dtype, self.hidden, ffn):
             offsets = counts.cumsum(0).to(torch.int32)
-            gate_up = torch.stack([e.gate_up_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
+            gate_up = torch.stack(
+                [e.gate_up_proj.weight.to(dtype) for e in self.experts]
+            ).transpose(1, 2)
             down = torch.stack([e.down_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
             gate, up = kernels.grouped_mm(tokens.to(dtype), gate_up, offsets).chunk(2, dim=-1)
             return kernels.grouped_mm(F.silu(gate) * up, down, offsets)
         chunks = tokens.split(counts.tolist())  # on CPU a host read, not a device synchronisation
-        return torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks, strict=True)])
+        return torch.cat(
+            [expert(chunk) for expert, chunk in zip(self.experts, chunks, strict=True)]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, self.hidden)
@@ -366,7 +403,9 @@ class RoutedMoE(nn.Module):
             y = self.run_experts((chosen * w).to(chosen.dtype), counts).to(tokens.dtype)
         else:
             y = (self.run_experts(chosen, counts) * w).to(tokens.dtype)
-        out = torch.empty_like(y).index_copy(0, order, y).view(-1, self.topk, self.hidden).sum(dim=1)
+        out = (
+            torch.empty_like(y).index_copy(0, order, y).view(-1, self.topk, self.hidden).sum(dim=1)
+        )
         if self.shared_expert is not None:
             out = out + self.shared_expert(tokens).to(out.dtype)
         return out.view_as(x)
@@ -389,8 +428,15 @@ def _segment_decay(cumulative: torch.Tensor) -> torch.Tensor:
     return segment.exp()
 
 
-def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-             chunk: int, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def ssd_scan(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk: int,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mamba2's selective state-space scan (SSD), computed chunk by chunk.
 
     Shapes: ``x [b, s, h, p]`` (h heads of p channels), ``dt [b, s, h]``
@@ -431,11 +477,15 @@ def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor
     cumulative = (_wide(dts) * _wide(A).view(groups, per_group, 1, 1)).cumsum(dim=-1)
 
     # 1. within chunks: the quadratic form, masked to s <= t
-    scores = Cs @ Bs.transpose(-1, -2)  # C_t . B_s, shared by a group's heads: [b, g, 1, c, l(t), l(s)]
+    scores = Cs @ Bs.transpose(
+        -1, -2
+    )  # C_t . B_s, shared by a group's heads: [b, g, 1, c, l(t), l(s)]
     y = (scores * _segment_decay(cumulative)).to(x_dt.dtype) @ x_dt  # [b, g, r, c, l, p]
 
     # 2. the state each chunk leaves behind (from its own inputs only), laid out [n, p]
-    to_end = (cumulative[..., -1:] - cumulative).exp().unsqueeze(-1).to(x_dt.dtype)  # [b, g, r, c, l, 1]
+    to_end = (
+        (cumulative[..., -1:] - cumulative).exp().unsqueeze(-1).to(x_dt.dtype)
+    )  # [b, g, r, c, l, 1]
     chunk_states = (Bs * to_end).transpose(-1, -2) @ x_dt  # [b, g, r, c, n, p]
 
     # 3. across chunks: carry the state forward, decaying by each whole chunk. With no initial state the
@@ -449,7 +499,9 @@ def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor
         carried = carried.to(chunk_states.dtype)
     for c in range(first, chunks):
         entering.append(carried)
-        carried = chunk_decay[..., c, None, None].to(carried.dtype) * carried + chunk_states[:, :, :, c]
+        carried = (
+            chunk_decay[..., c, None, None].to(carried.dtype) * carried + chunk_states[:, :, :, c]
+        )
 
     # 4. what the entering state contributes to each output of its chunk
     if entering:
@@ -463,7 +515,9 @@ def ssd_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor
     return y, carried.transpose(-1, -2).reshape(batch, heads, head_dim, state)
 
 
-def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def causal_depthwise_conv(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     """The Mamba2 mixer's depthwise causal convolution of channel-last ``x [b, s, c]``, as its ``nn.Conv1d``
     (``weight [c, 1, K]``, ``bias [c]``, padded by K - 1 and cut to the first s outputs) computes it:
     ``out[t] = bias + sum_k weight[k] * x[t - (K-1) + k]``, written as K shifted products. The CPU's path:
@@ -492,17 +546,38 @@ class Mamba2Mixer(nn.Module):
     ``out_proj``. d_inner = heads * head_dim. The layer's pre-norm is not part of it.
     """
 
-    def __init__(self, hidden: int, heads: int, head_dim: int, state: int, groups: int, conv_kernel: int,
-                 chunk: int, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        head_dim: int,
+        state: int,
+        groups: int,
+        conv_kernel: int,
+        chunk: int,
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__()
         if heads % groups:
             raise ValueError(f"Mamba2Mixer: {heads} heads do not split into {groups} groups")
-        self.heads, self.head_dim, self.state, self.groups, self.chunk = heads, head_dim, state, groups, chunk
+        self.heads, self.head_dim, self.state, self.groups, self.chunk = (
+            heads,
+            head_dim,
+            state,
+            groups,
+            chunk,
+        )
         self.d_inner = heads * head_dim
         self.conv_dim = self.d_inner + 2 * groups * state
         self.in_proj = nn.Linear(hidden, self.d_inner + self.conv_dim + heads, bias=False)
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_kernel, groups=self.conv_dim,
-                                padding=conv_kernel - 1, bias=True)
+        self.conv1d = nn.Conv1d(
+            self.conv_dim,
+            self.conv_dim,
+            conv_kernel,
+            groups=self.conv_dim,
+            padding=conv_kernel - 1,
+            bias=True,
+        )
         self.dt_bias = nn.Parameter(torch.empty(heads))
         self.A_log = nn.Parameter(torch.empty(heads))
         self.D = nn.Parameter(torch.empty(heads))
@@ -515,26 +590,47 @@ class Mamba2Mixer(nn.Module):
         log-uniform in [dt_min, dt_max] (stored through softplus's inverse),
         decay rates uniform in [1, 16], skip 1."""
         with torch.no_grad():
-            dt = torch.empty_like(self.dt_bias, dtype=torch.float32).uniform_(math.log(dt_min), math.log(dt_max)).exp()
+            dt = (
+                torch.empty_like(self.dt_bias, dtype=torch.float32)
+                .uniform_(math.log(dt_min), math.log(dt_max))
+                .exp()
+            )
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
-            self.A_log.copy_(torch.empty_like(self.A_log, dtype=torch.float32).uniform_(1, 16).log())
+            self.A_log.copy_(
+                torch.empty_like(self.A_log, dtype=torch.float32).uniform_(1, 16).log()
+            )
             self.D.fill_(1.0)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = hidden_states.shape
         fused = kernels.mamba_kernels(hidden_states.device)  # None on CPU: the plain-PyTorch path
-        z, xbc, dt = self.in_proj(hidden_states).split([self.d_inner, self.conv_dim, self.heads], dim=-1)
-        if fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4:  # its widths: 2-4
+        z, xbc, dt = self.in_proj(hidden_states).split(
+            [self.d_inner, self.conv_dim, self.heads], dim=-1
+        )
+        if (
+            fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4
+        ):  # its widths: 2-4
             # channel-last and contiguous, so the kernel's 16-byte stride alignment holds whatever the head count
-            xbc = fused.conv(xbc.contiguous().transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias,
-                             activation="silu").transpose(1, 2)
+            xbc = fused.conv(
+                xbc.contiguous().transpose(1, 2),
+                self.conv1d.weight.squeeze(1),
+                self.conv1d.bias,
+                activation="silu",
+            ).transpose(1, 2)
         elif xbc.device.type == "cpu":
             xbc = F.silu(causal_depthwise_conv(xbc, self.conv1d.weight, self.conv1d.bias))
         else:
-            xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))  # causal: drop the look-ahead
-        x, B, C = xbc.split([self.d_inner, self.groups * self.state, self.groups * self.state], dim=-1)
+            xbc = F.silu(
+                self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2)
+            )  # causal: drop the look-ahead
+        x, B, C = xbc.split(
+            [self.d_inner, self.groups * self.state, self.groups * self.state], dim=-1
+        )
         x = x.view(batch, seq, self.heads, self.head_dim)
-        B, C = B.view(batch, seq, self.groups, self.state), C.view(batch, seq, self.groups, self.state)
+        B, C = (
+            B.view(batch, seq, self.groups, self.state),
+            C.view(batch, seq, self.groups, self.state),
+        )
         dt = F.softplus(_wide(dt) + _wide(self.dt_bias))
         A = -torch.exp(_wide(self.A_log))
         if fused is not None and fused.scan is not None:
@@ -597,7 +693,9 @@ def build_layer(kind: str, arch: ModelArch, parts: LayerParts) -> DecoderLayer:
     def need(name: str) -> Callable:
         factory = getattr(parts, name)
         if factory is None:
-            raise ValueError(f"layer kind {kind!r} of {arch.family} {arch.size} needs a {name} part")
+            raise ValueError(
+                f"layer kind {kind!r} of {arch.family} {arch.size} needs a {name} part"
+            )
         return factory
 
     def sub(mixer: nn.Module) -> PreNormResidual:
@@ -636,7 +734,9 @@ class CausalLM(nn.Module):
         self.embedding = nn.Embedding(arch.vocab, arch.hidden)
         self.layers = nn.ModuleList(build_layer(kind, arch, parts) for kind in arch.layer_kinds())
         self.final_norm = parts.norm(arch.hidden)
-        self.output = None if arch.tied_embeddings else nn.Linear(arch.hidden, arch.vocab, bias=False)
+        self.output = (
+            None if arch.tied_embeddings else nn.Linear(arch.hidden, arch.vocab, bias=False)
+        )
 
     def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The final hidden states ``[batch, seq, hidden]`` (after the final norm)."""
@@ -656,7 +756,9 @@ class CausalLM(nn.Module):
         if labels is None:
             return self.logits(hidden)
         weight = self.embedding.weight if self.output is None else self.output.weight
-        if not loss.chunkable(weight):  # e.g. a vocabulary split by tensor parallelism: its own loss path
+        if not loss.chunkable(
+            weight
+        ):  # e.g. a vocabulary split by tensor parallelism: its own loss path
             logits = self.logits(hidden)
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss.chunked_cross_entropy(hidden.flatten(0, -2), weight, labels.flatten())

@@ -36,11 +36,15 @@ def digest(run: Engine) -> str:
     """sha256 over the model's weights, whole, in name order (on rank 0; every rank must call it)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    whole = get_model_state_dict(run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    whole = get_model_state_dict(
+        run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     sha = hashlib.sha256()
     for name, tensor in sorted(whole.items()):
         sha.update(name.encode())
-        sha.update(tensor.detach().to("cpu").contiguous().view(-1).view(run.torch.uint8).numpy().tobytes())
+        sha.update(
+            tensor.detach().to("cpu").contiguous().view(-1).view(run.torch.uint8).numpy().tobytes()
+        )
     return sha.hexdigest()
 
 
@@ -55,8 +59,10 @@ def save(run: Engine, step: int) -> None:
     dcp.save(state(run), checkpoint_id=path)
     ms = (time.perf_counter() - begin) * 1000
     low, high = run.reduce(ms, "min"), run.reduce(ms, "max")
-    run.say(*logfmt.checkpoint_saved(run.spec.checkpoint_format, step, path, low, high, started),
-            f"[llmb] weights sha256 after save: {digest(run)}")
+    run.say(
+        *logfmt.checkpoint_saved(run.spec.checkpoint_format, step, path, low, high, started),
+        f"[llmb] weights sha256 after save: {digest(run)}",
+    )
 
 
 def load(run: Engine) -> None:
@@ -68,9 +74,18 @@ def load(run: Engine) -> None:
     started = time.time()
     begin = time.perf_counter()
     loaded = state(run)
-    dcp.load(loaded, storage_reader=safe_reader(path))  # never pickle.load on the index (llmb.runs.checkpoint_metadata)
-    set_state_dict(run.module, run.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+    dcp.load(
+        loaded, storage_reader=safe_reader(path)
+    )  # never pickle.load on the index (llmb.runs.checkpoint_metadata)
+    set_state_dict(
+        run.module,
+        run.optimizer,
+        model_state_dict=loaded["model"],
+        optim_state_dict=loaded["optim"],
+    )
     ms = (time.perf_counter() - begin) * 1000
     low, high = run.reduce(ms, "min"), run.reduce(ms, "max")
-    run.say(*logfmt.checkpoint_loaded(run.spec.checkpoint_format, path, low, high, started),
-            f"[llmb] weights sha256 after load: {digest(run)}")
+    run.say(
+        *logfmt.checkpoint_loaded(run.spec.checkpoint_format, path, low, high, started),
+        f"[llmb] weights sha256 after load: {digest(run)}",
+    )

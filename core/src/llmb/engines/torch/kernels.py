@@ -48,7 +48,9 @@ def say_once(key: str, message: str) -> None:
 @dataclass(frozen=True)
 class _AttentionPlan:
     backends: tuple  # the SDPBackend members allowed
-    repeat_kv: bool  # expand the KV heads to the query heads first (a fused kernel without GQA support)
+    repeat_kv: (
+        bool  # expand the KV heads to the query heads first (a fused kernel without GQA support)
+    )
 
 
 _ATTENTION_PLANS: dict[tuple, _AttentionPlan] = {}
@@ -58,9 +60,11 @@ def _fused_checks() -> dict:
     from torch.backends import cuda
     from torch.nn.attention import SDPBackend
 
-    return {SDPBackend.CUDNN_ATTENTION: cuda.can_use_cudnn_attention,
-            SDPBackend.FLASH_ATTENTION: cuda.can_use_flash_attention,
-            SDPBackend.EFFICIENT_ATTENTION: cuda.can_use_efficient_attention}
+    return {
+        SDPBackend.CUDNN_ATTENTION: cuda.can_use_cudnn_attention,
+        SDPBackend.FLASH_ATTENTION: cuda.can_use_flash_attention,
+        SDPBackend.EFFICIENT_ATTENTION: cuda.can_use_efficient_attention,
+    }
 
 
 def _usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> tuple:
@@ -71,7 +75,9 @@ def _usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> tup
 
 
 @torch.compiler.disable
-def _plan_attention(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> _AttentionPlan:
+def _plan_attention(
+    key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> _AttentionPlan:
     from torch.nn.attention import SDPBackend
 
     gqa = q.shape[1] != k.shape[1]
@@ -80,14 +86,19 @@ def _plan_attention(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         plan = _AttentionPlan(backends, repeat_kv=False)
     elif gqa:
         repeat = q.shape[1] // k.shape[1]
-        expanded_k, expanded_v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        expanded_k, expanded_v = (
+            k.repeat_interleave(repeat, dim=1),
+            v.repeat_interleave(repeat, dim=1),
+        )
         if backends := _usable(q, expanded_k, expanded_v, False):
             plan = _AttentionPlan(backends, repeat_kv=True)
     if plan is None:
-        say_once(f"attention-math:{q.dtype}:{q.shape[-1]}",
-                 f"warning: no fused attention kernel (cuDNN, flash, memory-efficient) accepts {q.dtype} heads of "
-                 f"{q.shape[-1]} channels on {q.device}: attention runs SDPA's math kernel, which holds the full "
-                 f"{q.shape[-2]}x{k.shape[-2]} score matrix per head")
+        say_once(
+            f"attention-math:{q.dtype}:{q.shape[-1]}",
+            f"warning: no fused attention kernel (cuDNN, flash, memory-efficient) accepts {q.dtype} heads of "
+            f"{q.shape[-1]} channels on {q.device}: attention runs SDPA's math kernel, which holds the full "
+            f"{q.shape[-2]}x{k.shape[-2]} score matrix per head",
+        )
         plan = _AttentionPlan((SDPBackend.MATH,), repeat_kv=False)
     _ATTENTION_PLANS[key] = plan
     return plan
@@ -143,9 +154,11 @@ def _probe_grouped_mm(key: tuple, device: torch.device, dtype: torch.dtype) -> b
             except RuntimeError as exc:
                 reason = f"the grouped GEMM failed here ({str(exc).splitlines()[0]})"
     if not usable:
-        say_once(f"grouped-mm:{device.type}:{dtype}",
-                 f"routed experts run one matrix product per expert on {device} ({reason}): "
-                 f"one host synchronisation per MoE layer")
+        say_once(
+            f"grouped-mm:{device.type}:{dtype}",
+            f"routed experts run one matrix product per expert on {device} ({reason}): "
+            f"one host synchronisation per MoE layer",
+        )
     _GROUPED_MM[key] = usable
     return usable
 
@@ -199,9 +212,14 @@ def _load_mamba_kernels(device_type: str) -> MambaKernels | None:
     except Exception as exc:
         missing.append(f"causal_conv1d ({type(exc).__name__})")
     if missing:
-        fallback = " and ".join(part for part, kernel in (("scan", scan), ("convolution", conv)) if kernel is None)
-        say_once("mamba-kernels", f"Mamba2 on GPU without {' and '.join(missing)}: its plain-PyTorch {fallback} "
-                                  f"runs instead (slower; pip install mamba-ssm causal-conv1d)")
+        fallback = " and ".join(
+            part for part, kernel in (("scan", scan), ("convolution", conv)) if kernel is None
+        )
+        say_once(
+            "mamba-kernels",
+            f"Mamba2 on GPU without {' and '.join(missing)}: its plain-PyTorch {fallback} "
+            f"runs instead (slower; pip install mamba-ssm causal-conv1d)",
+        )
     kernels = MambaKernels(scan, conv) if scan or conv else None
     _MAMBA[device_type] = kernels
     return kernels

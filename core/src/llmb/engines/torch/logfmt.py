@@ -17,8 +17,17 @@ def step_time(seconds: float, tflops: float) -> str:
 
 
 def iteration(
-    i: int, total: int, *, consumed: int, elapsed_ms: float, tflops: float, lr: float, gbs: int,
-    loss: float, grad_norm: float, when: datetime | None = None,
+    i: int,
+    total: int,
+    *,
+    consumed: int,
+    elapsed_ms: float,
+    tflops: float,
+    lr: float,
+    gbs: int,
+    loss: float,
+    grad_norm: float,
+    when: datetime | None = None,
 ) -> str:
     stamp = (when or datetime.now()).strftime("%Y-%m-%d %H:%M:%S")
     return (
@@ -43,10 +52,14 @@ def memory(i: int, rank: int, fields: dict[str, float]) -> str:
     return f"[Rank {rank}] (after {i} iterations) memory (GB) | {parts}"
 
 
-def checkpoint_saved(fmt: str, iteration_: int, path: str, ms_min: float, ms_max: float, started: float) -> list[str]:
+def checkpoint_saved(
+    fmt: str, iteration_: int, path: str, ms_min: float, ms_max: float, started: float
+) -> list[str]:
     if fmt == "nemo":
-        return [f"Global Checkpoint Save : Rank: 0 : Iteration: {iteration_} : Start time: {started:.3f}s : "
-                f"Save duration: {ms_max / 1000:.3f}s"]
+        return [
+            f"Global Checkpoint Save : Rank: 0 : Iteration: {iteration_} : Start time: {started:.3f}s : "
+            f"Save duration: {ms_max / 1000:.3f}s"
+        ]
     return [
         f"successfully saved checkpoint from iteration {iteration_:7d} to {path} [ t 1/1, p 1/1 ]",
         f"(min, max) time across ranks (ms): save-checkpoint ................................: "
@@ -54,10 +67,14 @@ def checkpoint_saved(fmt: str, iteration_: int, path: str, ms_min: float, ms_max
     ]
 
 
-def checkpoint_loaded(fmt: str, path: str, ms_min: float, ms_max: float, started: float) -> list[str]:
+def checkpoint_loaded(
+    fmt: str, path: str, ms_min: float, ms_max: float, started: float
+) -> list[str]:
     if fmt == "nemo":
-        return [f"Global Checkpoint Load : Rank : 0 : Start time : {started:.3f}s : "
-                f"Time spent in load_checkpoint: {ms_max / 1000:.3f}s"]
+        return [
+            f"Global Checkpoint Load : Rank : 0 : Start time : {started:.3f}s : "
+            f"Time spent in load_checkpoint: {ms_max / 1000:.3f}s"
+        ]
     return [
         f"successfully loaded checkpoint from {path} [ t 1/1, p 1/1 ]",
         f"(min, max) time across ranks (ms): load-checkpoint ................................: "

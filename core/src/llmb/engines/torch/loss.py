@@ -64,7 +64,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if grad_hidden is not None:
                     grad_hidden[start : start + chunk] = g @ w
                 if grad_weight is None and want_weight:
-                    grad_weight = (g.T @ h).to(accumulate)  # the first chunk's: no zero-filled buffer to add to
+                    grad_weight = (g.T @ h).to(
+                        accumulate
+                    )  # the first chunk's: no zero-filled buffer to add to
                 elif grad_weight is not None and grad_weight.dtype == dtype:
                     grad_weight.addmm_(g.T, h)
                 elif grad_weight is not None:
@@ -79,16 +81,28 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return scaled[0], scaled[1], None, None, None, None
 
 
-def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                          chunk_tokens: int | None = None) -> torch.Tensor:
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_tokens: int | None = None,
+) -> torch.Tensor:
     """Mean cross-entropy of the logits ``hidden [N, H] @ weight[V, H].T`` against ``labels [N]``.
 
     A float32 scalar. ``chunk_tokens`` tokens per chunk (default: as many as
     keep a chunk's logits within ``LOGITS_PER_CHUNK`` elements).
     """
-    if hidden.dim() != 2 or labels.shape != hidden.shape[:1] or weight.shape[1:] != hidden.shape[1:]:
-        raise ValueError(f"chunked_cross_entropy: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)} and "
-                         f"labels {tuple(labels.shape)} do not fit [N, H], [V, H] and [N]")
+    if (
+        hidden.dim() != 2
+        or labels.shape != hidden.shape[:1]
+        or weight.shape[1:] != hidden.shape[1:]
+    ):
+        raise ValueError(
+            f"chunked_cross_entropy: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)} and "
+            f"labels {tuple(labels.shape)} do not fit [N, H], [V, H] and [N]"
+        )
     chunk = chunk_tokens or max(1, LOGITS_PER_CHUNK // weight.shape[0])
     with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    return _LinearCrossEntropy.apply(hidden, weight, labels, _compute_dtype(hidden, weight), chunk, with_grad)
+    return _LinearCrossEntropy.apply(
+        hidden, weight, labels, _compute_dtype(hidden, weight), chunk, with_grad
+    )

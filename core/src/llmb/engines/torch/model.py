@@ -45,8 +45,13 @@ def choose_precision(spec: RunSpec, device):
     from llmb.engines.torch.parallel.float8 import choose_precision
 
     emulate = os.environ.get(FLOAT8_EMULATE) == "1"
-    return choose_precision(spec.dtype, device, spec.compute_dtype, emulate_on_cpu=emulate,
-                            tensor_parallel=spec.layout.tp)
+    return choose_precision(
+        spec.dtype,
+        device,
+        spec.compute_dtype,
+        emulate_on_cpu=emulate,
+        tensor_parallel=spec.layout.tp,
+    )
 
 
 def flops_line(spec: RunSpec) -> str:

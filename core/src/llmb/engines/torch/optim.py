@@ -45,6 +45,11 @@ def make_optimizer(parameters):
     groups: dict[int, list] = {}
     for p in params:
         groups.setdefault(id(getattr(p, "device_mesh", None)), []).append(p)
-    return torch.optim.AdamW([{"params": group} for group in groups.values()], lr=learning_rate(1),
-                             betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8,
-                             **({"fused": True} if fused else {"foreach": True}))
+    return torch.optim.AdamW(
+        [{"params": group} for group in groups.values()],
+        lr=learning_rate(1),
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        eps=1e-8,
+        **({"fused": True} if fused else {"foreach": True}),
+    )

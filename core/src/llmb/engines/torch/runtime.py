@@ -109,8 +109,12 @@ class Rank:
         if self.distributed:
             import torch.distributed as dist
 
-            dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world,
-                                    timeout=timedelta(minutes=10))
+            dist.init_process_group(
+                "nccl" if self.cuda else "gloo",
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(minutes=10),
+            )
         self.range = nvtx(self.cuda)
 
     def say(self, *lines: str) -> None:

@@ -37,7 +37,9 @@ def data_generator(spec: RunSpec, world: int, rank: int):
     (TP, PP, CP) read the same batches."""
     import torch
 
-    return torch.Generator().manual_seed(spec.seed * 1000 + parallel.data_rank(spec.layout, world, rank))
+    return torch.Generator().manual_seed(
+        spec.seed * 1000 + parallel.data_rank(spec.layout, world, rank)
+    )
 
 
 def micro_batch(generator, spec: RunSpec, vocab: int, device, cuda: bool):
@@ -45,7 +47,9 @@ def micro_batch(generator, spec: RunSpec, vocab: int, device, cuda: bool):
     import torch
 
     tokens = torch.randint(0, vocab, (spec.mbs, spec.seq_len + 1), generator=generator)
-    if cuda:  # from pinned memory the copy is asynchronous (from pageable memory it waits for the GPU)
+    if (
+        cuda
+    ):  # from pinned memory the copy is asynchronous (from pageable memory it waits for the GPU)
         tokens = tokens.pin_memory().to(device, non_blocking=True)
     return tokens[:, :-1], tokens[:, 1:]
 
@@ -98,13 +102,17 @@ def optimizer_step(run: Engine):
 
             grad_norm = clip_layout_grad_norm_(run.module, CLIP_NORM, run.device)
         else:
-            grad_norm = run.torch.nn.utils.clip_grad_norm_(run.model.parameters(), CLIP_NORM, foreach=True)
+            grad_norm = run.torch.nn.utils.clip_grad_norm_(
+                run.model.parameters(), CLIP_NORM, foreach=True
+            )
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
 
-def train_step(run: Engine, step: int, loss_factor: float | None = None) -> tuple[float, float, float]:
+def train_step(
+    run: Engine, step: int, loss_factor: float | None = None
+) -> tuple[float, float, float]:
     """One optimizer step over GA micro-batches: (loss, grad norm, seconds).
 
     The loss and the grad norm stay on the device; reading them is the step's one host sync (it

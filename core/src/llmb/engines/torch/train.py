@@ -64,7 +64,9 @@ class Engine(Rank):
         self.compile = wants_compile(self.spec.compile, self.cuda)
         self.gc = GarbageCollection(self.gc_every)
         self.bf16_autocast = self.cuda and self.spec.compute_dtype == "bfloat16"
-        self.te_autocast = None  # set by build when Transformer Engine's layers compute the row's format
+        self.te_autocast = (
+            None  # set by build when Transformer Engine's layers compute the row's format
+        )
 
     def choose_precision(self):
         return model.choose_precision(self.spec, self.device)
@@ -76,11 +78,15 @@ class Engine(Rank):
         self.model = model.build_on_meta(self.host, spec)
         self.precision = self.choose_precision()
         self.say(*model.startup_lines(spec, self.world, self.model, self.precision))
-        self.te_autocast = model.apply_precision(self.model, self.precision, spec.run_dir if self.rank == 0 else None)
+        self.te_autocast = model.apply_precision(
+            self.model, self.precision, spec.run_dir if self.rank == 0 else None
+        )
         self.module = lay_out(self.model, spec, self.world, self.device, self.compile)
         self.pipeline = self.module if isinstance(self.module, Pipeline) else None
         self.experts = spec.layout.ep > 1
-        self.optimizer = make_optimizer(self.pipeline.parameters() if self.pipeline else self.model.parameters())
+        self.optimizer = make_optimizer(
+            self.pipeline.parameters() if self.pipeline else self.model.parameters()
+        )
         self.gc.start()
         self.generator = data_generator(spec, self.world, self.rank)
         self.vocab = spec.model_arch().vocab
@@ -118,7 +124,9 @@ def memory_line(engine: Engine, step: int) -> str:
             "mem-max-reserved-gigabytes": torch.cuda.max_memory_reserved() / gib,
         }
     else:
-        fields = {"max-rss-gigabytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+        fields = {
+            "max-rss-gigabytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib
+        }
     return logfmt.memory(step, engine.rank, fields)
 
 
@@ -142,17 +150,30 @@ def run(engine: Engine) -> None:
         with window.step(step):
             loss, grad_norm, seconds = engine.step(step, loss_factor)
         consumed += spec.gbs
-        tflops = spec.gbs * spec.flops_per_sample / seconds / spec.ranks / 1e12 if seconds > 0 else 0.0
+        tflops = (
+            spec.gbs * spec.flops_per_sample / seconds / spec.ranks / 1e12 if seconds > 0 else 0.0
+        )
         engine.say(
             logfmt.step_time(seconds, tflops),
-            logfmt.iteration(step, spec.steps, consumed=consumed, elapsed_ms=seconds * 1000, tflops=tflops,
-                             lr=learning_rate(step), gbs=spec.gbs, loss=loss, grad_norm=grad_norm),
+            logfmt.iteration(
+                step,
+                spec.steps,
+                consumed=consumed,
+                elapsed_ms=seconds * 1000,
+                tflops=tflops,
+                lr=learning_rate(step),
+                gbs=spec.gbs,
+                loss=loss,
+                grad_norm=grad_norm,
+            ),
         )
         if step == 1:
             engine.say(memory_line(engine, step))
     if spec.checkpoint_save_dir:
         checkpoint.save(engine, spec.steps)
-    engine.say(memory_line(engine, spec.steps), f"[llmb] training finished after {spec.steps} steps")
+    engine.say(
+        memory_line(engine, spec.steps), f"[llmb] training finished after {spec.steps} steps"
+    )
 
 
 def train(spec: RunSpec, rank: int, world: int, local_rank: int, *, host: PluginHost) -> None:

@@ -25,12 +25,30 @@ from __future__ import annotations
 
 import contextlib
 
-from llmb.engines.torch.parallel.mesh import Meshes, build_mesh, check_layout, coordinates, data_rank, describe
+from llmb.engines.torch.parallel.mesh import (
+    Meshes,
+    build_mesh,
+    check_layout,
+    coordinates,
+    data_rank,
+    describe,
+)
 from llmb.errors import UsageError
 from llmb.runs.runspec import ParallelLayout, RunSpec
 
-__all__ = ["Meshes", "apply_layout", "build_mesh", "check_supported", "coordinates", "data_rank", "describe", "loss_context",
-           "no_sync", "parallelize", "plain"]
+__all__ = [
+    "Meshes",
+    "apply_layout",
+    "build_mesh",
+    "check_supported",
+    "coordinates",
+    "data_rank",
+    "describe",
+    "loss_context",
+    "no_sync",
+    "parallelize",
+    "plain",
+]
 
 
 def check_supported(layout: ParallelLayout, world: int, seq_len: int) -> int:
@@ -38,12 +56,16 @@ def check_supported(layout: ParallelLayout, world: int, seq_len: int) -> int:
     the ranks or the torch engine cannot apply it. Imports no torch: launch checks a run before submitting."""
     dp = check_layout(layout, world)
     if layout.cp > 1:
-        raise UsageError(f"context parallel (CP {layout.cp}) is not available in the torch engine: it runs only on "
-                         f"GPUs (ring attention over CUDA attention kernels), and needs the rotary tables split with "
-                         f"the sequence. Use CP 1, or the production engine.")
+        raise UsageError(
+            f"context parallel (CP {layout.cp}) is not available in the torch engine: it runs only on "
+            f"GPUs (ring attention over CUDA attention kernels), and needs the rotary tables split with "
+            f"the sequence. Use CP 1, or the production engine."
+        )
     if layout.tp > 1 and layout.sequence_parallel and seq_len % layout.tp:
-        raise UsageError(f"sequence parallel splits the sequence over TP {layout.tp} ranks; a sequence of "
-                         f"{seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel.")
+        raise UsageError(
+            f"sequence parallel splits the sequence over TP {layout.tp} ranks; a sequence of "
+            f"{seq_len} does not split evenly. Use a multiple of {layout.tp}, or no sequence parallel."
+        )
     return dp
 
 
@@ -53,29 +75,52 @@ def parallelize(model, spec: RunSpec, world: int):
     layout = spec.layout
     check_supported(layout, world, spec.seq_len)
     if world == 1 or (layout.model_parallel() == 1 and layout.ep == 1 and not layout.fsdp):
-        return apply_layout(model, layout, None, spec.compute_dtype, data_parallel=world)  # DDP, as ever
+        return apply_layout(
+            model, layout, None, spec.compute_dtype, data_parallel=world
+        )  # DDP, as ever
     mesh = build_mesh(layout, world, "cuda" if spec.device == "cuda" else "cpu")
     if layout.ep > 1:  # the step calls experts.reduce_expert_gradients after backward
-        from llmb.engines.torch.parallel.experts import apply_expert_data_parallel, apply_expert_parallel
+        from llmb.engines.torch.parallel.experts import (
+            apply_expert_data_parallel,
+            apply_expert_parallel,
+        )
 
         if layout.model_parallel() == 1 and not layout.fsdp:
             return apply_expert_data_parallel(model, mesh)  # DDP for the dense parameters
         # before TP and the pipeline split: the experts stay whole (computed alike on each TP rank) and plain
         # tensors of this rank's EP share, left out of FSDP; the dense layers are laid out as without EP
         apply_expert_parallel(model, mesh.ep, dp=mesh.dp.size(), edp_group=mesh.edp)
-    if layout.pp > 1:  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
+    if (
+        layout.pp > 1
+    ):  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
         import torch
 
         from llmb.engines.torch.parallel.pipeline import apply_pipeline
 
         # the stages' device: where the run computes (the model may still be on meta: a sharded build)
-        device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" else torch.device("cpu")
-        return apply_pipeline(model, mesh.pp, spec.ga, layout.vp, device=device,
-                              wrap=lambda stage: apply_layout(stage, layout, mesh, spec.compute_dtype))
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if spec.device == "cuda"
+            else torch.device("cpu")
+        )
+        return apply_pipeline(
+            model,
+            mesh.pp,
+            spec.ga,
+            layout.vp,
+            device=device,
+            wrap=lambda stage: apply_layout(stage, layout, mesh, spec.compute_dtype),
+        )
     return apply_layout(model, layout, mesh, spec.compute_dtype)
 
 
-def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dtype: str, data_parallel: int | None = None):
+def apply_layout(
+    model,
+    layout: ParallelLayout,
+    mesh: Meshes | None,
+    compute_dtype: str,
+    data_parallel: int | None = None,
+):
     """TP, recompute and the data-parallel wrapping of ``layout`` on ``model`` (or a pipeline stage),
     over ``mesh`` (``build_mesh``'s; None: one rank, or ``data_parallel`` ranks of the default group and DDP)."""
     from llmb.engines.torch.parallel.checkpointing import apply_checkpointing
@@ -89,7 +134,9 @@ def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dty
     if layout.ep > 1:
         from llmb.engines.torch.parallel.experts import flag_expert_parameters
 
-        experts = flag_expert_parameters(model)  # again: TP made new (replicated DTensor) parameters of them
+        experts = flag_expert_parameters(
+            model
+        )  # again: TP made new (replicated DTensor) parameters of them
     if layout.recompute_layers:
         apply_checkpointing(model, layout.recompute_layers)
     if mesh is None:
@@ -99,8 +146,11 @@ def apply_layout(model, layout: ParallelLayout, mesh: Meshes | None, compute_dty
 
         device = next(model.parameters()).device
         # gradients as views into DDP's reduction buckets: no copy in or out of them
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                       gradient_as_bucket_view=True)
+        return DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+        )
     data = mesh.dp_cp
     if data.size() > 1 and (layout.fsdp or layout.model_parallel() > 1):
         # FSDP asked for, or the ZeRO-2 sharding that stands for Megatron's distributed optimizer

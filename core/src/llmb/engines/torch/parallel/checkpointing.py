@@ -12,7 +12,10 @@ from state dicts and distributed checkpoints.
 from __future__ import annotations
 
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    checkpoint_wrapper,
+)
 
 from llmb.engines.torch.parallel.structure import decoder_layers, replace_layer
 
@@ -25,5 +28,7 @@ def apply_checkpointing(model: nn.Module, layers: int) -> nn.Module:
     for index, (key, layer) in enumerate(list(decoder_layers(model))):
         if index >= layers:
             break
-        replace_layer(model, key, checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+        replace_layer(
+            model, key, checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+        )
     return model

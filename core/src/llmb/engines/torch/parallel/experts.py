@@ -25,8 +25,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["ExpertParallelMoE", "apply_expert_data_parallel", "apply_expert_parallel", "expert_parameter_names",
-           "expert_range", "reduce_expert_gradients"]
+__all__ = [
+    "ExpertParallelMoE",
+    "apply_expert_data_parallel",
+    "apply_expert_parallel",
+    "expert_parameter_names",
+    "expert_range",
+    "reduce_expert_gradients",
+]
 
 EXPERT_FLAG = "_llmb_expert_parallel"  # set on every expert parameter sharded over an EP group
 
@@ -35,7 +41,9 @@ class _AllToAll(torch.autograd.Function):
     """``all_to_all_single`` with split sizes; its gradient goes back the same way with the splits swapped."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, output_splits: list[int], input_splits: list[int], group) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, output_splits: list[int], input_splits: list[int], group
+    ) -> torch.Tensor:
         ctx.splits, ctx.group = (output_splits, input_splits), group
         out = x.new_empty((sum(output_splits), *x.shape[1:]))
         dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits, group=group)
@@ -45,11 +53,15 @@ class _AllToAll(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         output_splits, input_splits = ctx.splits
         back = grad.new_empty((sum(input_splits), *grad.shape[1:]))
-        dist.all_to_all_single(back, grad.contiguous(), input_splits, output_splits, group=ctx.group)
+        dist.all_to_all_single(
+            back, grad.contiguous(), input_splits, output_splits, group=ctx.group
+        )
         return back, None, None, None
 
 
-def all_to_all(x: torch.Tensor, output_splits: list[int], input_splits: list[int], group) -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor, output_splits: list[int], input_splits: list[int], group
+) -> torch.Tensor:
     """Rows of ``x`` sent in blocks of ``input_splits`` to each rank; blocks of ``output_splits`` received."""
     return _AllToAll.apply(x, output_splits, input_splits, group)
 
@@ -57,8 +69,10 @@ def all_to_all(x: torch.Tensor, output_splits: list[int], input_splits: list[int
 def expert_range(experts: int, ep: int, rank: int) -> range:
     """The experts that rank ``rank`` of an expert-parallel group of ``ep`` holds: a contiguous share."""
     if experts % ep:
-        raise ValueError(f"{experts} experts do not split evenly over an expert-parallel group of {ep} ranks; "
-                         f"use an EP size that divides {experts}")
+        raise ValueError(
+            f"{experts} experts do not split evenly over an expert-parallel group of {ep} ranks; "
+            f"use an EP size that divides {experts}"
+        )
     local = experts // ep
     return range(rank * local, (rank + 1) * local)
 
@@ -72,8 +86,13 @@ class ExpertParallelMoE(nn.Module):
     unsharded layer's and a distributed checkpoint maps across EP sizes.
     """
 
-    def __init__(self, moe: nn.Module, group: dist.ProcessGroup, dp: int | None = None,
-                 edp_group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self,
+        moe: nn.Module,
+        group: dist.ProcessGroup,
+        dp: int | None = None,
+        edp_group: dist.ProcessGroup | None = None,
+    ) -> None:
         super().__init__()
         ep, rank = dist.get_world_size(group), dist.get_rank(group)
         self.dp, self.edp_group = dp or ep, edp_group  # how ``finish_gradients`` reduces
@@ -119,10 +138,14 @@ class ExpertParallelMoE(nn.Module):
         sent = sent.scatter_add_(0, flat_ids, torch.ones_like(flat_ids)).view(self.ep, self.local)
         received = torch.empty_like(sent)
         dist.all_to_all_single(received, sent, group=self.group)
-        counts = torch.stack((sent.sum(1), received.sum(1))).tolist()  # the one host sync of the layer
+        counts = torch.stack(
+            (sent.sum(1), received.sum(1))
+        ).tolist()  # the one host sync of the layer
         input_splits, output_splits = counts
 
-        arrived = all_to_all(send, output_splits, input_splits, self.group)  # by source rank, then expert
+        arrived = all_to_all(
+            send, output_splits, input_splits, self.group
+        )  # by source rank, then expert
         local_expert = torch.arange(self.local, device=x.device).repeat(self.ep)
         by_expert = torch.repeat_interleave(local_expert, received.flatten()).argsort(stable=True)
         done = self._layer.run_experts(arrived[by_expert], received.sum(0))
@@ -131,7 +154,12 @@ class ExpertParallelMoE(nn.Module):
         if not self.weight_inputs:
             y = y * w
         # back to token order, then each token's k choices summed (as the unsharded layer does)
-        out = torch.empty_like(y).index_copy(0, order, y.to(tokens.dtype)).view(-1, self.topk, self.hidden).sum(1)
+        out = (
+            torch.empty_like(y)
+            .index_copy(0, order, y.to(tokens.dtype))
+            .view(-1, self.topk, self.hidden)
+            .sum(1)
+        )
         if self.shared_expert is not None:
             out = out + self.shared_expert(tokens).to(out.dtype)
         return out.view_as(x)
@@ -180,10 +208,15 @@ def apply_expert_data_parallel(model: nn.Module, mesh) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     apply_expert_parallel(model, mesh.ep, dp=mesh.dp.size(), edp_group=mesh.edp)
-    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, expert_parameter_names(model))
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        model, expert_parameter_names(model)
+    )
     device = next(model.parameters()).device
-    return DistributedDataParallel(model, process_group=mesh.dp.get_group(),
-                                   device_ids=[device.index] if device.type == "cuda" else None)
+    return DistributedDataParallel(
+        model,
+        process_group=mesh.dp.get_group(),
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
 
 
 def flag_expert_parameters(model: nn.Module) -> set[nn.Parameter]:

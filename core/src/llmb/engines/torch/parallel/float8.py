@@ -36,11 +36,22 @@ from torch import nn
 from llmb.engines.torch.parallel.low_precision import eligible_linear
 from llmb.runs.runspec import BLOCK_SCALED
 
-__all__ = ["FLOAT8_RECIPES", "Precision", "apply_float8", "choose_precision", "float8_eligible", "record_precision"]
+__all__ = [
+    "FLOAT8_RECIPES",
+    "Precision",
+    "apply_float8",
+    "choose_precision",
+    "float8_eligible",
+    "record_precision",
+]
 
 # The recipe's precision name -> torchao's float8 recipe (fp8 is current scaling: tensorwise).
-FLOAT8_RECIPES = {"fp8": "tensorwise", "fp8_cs": "tensorwise", "fp8_tensorwise": "tensorwise",
-                  "fp8_rowwise": "rowwise"}
+FLOAT8_RECIPES = {
+    "fp8": "tensorwise",
+    "fp8_cs": "tensorwise",
+    "fp8_tensorwise": "tensorwise",
+    "fp8_rowwise": "rowwise",
+}
 _ALIGNMENT = 16  # float8 GEMMs' dimensions
 
 
@@ -62,7 +73,10 @@ class Precision:
 
     def lines(self) -> list[str]:
         """The run log's lines for it: the precision used, and the warning when there is one."""
-        return [f"[llmb] precision: {self.name}", *([f"[llmb] warning: {self.warning}."] if self.warning else [])]
+        return [
+            f"[llmb] precision: {self.name}",
+            *([f"[llmb] warning: {self.warning}."] if self.warning else []),
+        ]
 
 
 def _torchao_float8():
@@ -74,7 +88,11 @@ def _torchao_float8():
     log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*torch\.jit\.script_method.* is deprecated", category=DeprecationWarning)
+            warnings.filterwarnings(
+                "ignore",
+                message=r".*torch\.jit\.script_method.* is deprecated",
+                category=DeprecationWarning,
+            )
             import torchao.float8 as float8
     except ImportError:
         return None
@@ -83,8 +101,13 @@ def _torchao_float8():
     return float8
 
 
-def choose_precision(requested: str, device: torch.device, compute_dtype: str, emulate_on_cpu: bool = False,
-                     tensor_parallel: int = 1) -> Precision:
+def choose_precision(
+    requested: str,
+    device: torch.device,
+    compute_dtype: str,
+    emulate_on_cpu: bool = False,
+    tensor_parallel: int = 1,
+) -> Precision:
     """The precision a run of a ``requested`` recipe (bf16, fp8, nvfp4, ...) computes in on ``device``.
 
     ``compute_dtype`` is the engine's high precision there (bfloat16 on GPU,
@@ -104,15 +127,24 @@ def choose_precision(requested: str, device: torch.device, compute_dtype: str, e
                 return Precision(f"{requested}-transformer-engine", te=requested)
             return Precision(compute_dtype, warning=fallback + f" ({reason})")
         return Precision(compute_dtype)
-    if device.type != "cuda" and not emulate_on_cpu:  # decided without importing torchao (a second of start-up)
-        return Precision(compute_dtype, warning=fallback + " (float8 on CPU is an emulation for tests only)")
+    if (
+        device.type != "cuda" and not emulate_on_cpu
+    ):  # decided without importing torchao (a second of start-up)
+        return Precision(
+            compute_dtype, warning=fallback + " (float8 on CPU is an emulation for tests only)"
+        )
     if _torchao_float8() is None:
-        return Precision(compute_dtype, warning=fallback + " (torchao is not installed: pip install 'llmb[fp8]')")
+        return Precision(
+            compute_dtype, warning=fallback + " (torchao is not installed: pip install 'llmb[fp8]')"
+        )
     if device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)
         if capability < (8, 9):
-            return Precision(compute_dtype, warning=fallback + f" (float8 matrix products need SM 8.9 or newer; "
-                                                              f"this GPU is SM {capability[0]}.{capability[1]})")
+            return Precision(
+                compute_dtype,
+                warning=fallback + f" (float8 matrix products need SM 8.9 or newer; "
+                f"this GPU is SM {capability[0]}.{capability[1]})",
+            )
         return Precision(f"fp8-{recipe}", float8=recipe)
     return Precision(f"fp8-{recipe}-emulated", float8=recipe, emulate=True)
 
@@ -134,11 +166,15 @@ def apply_float8(model: nn.Module, recipe: str, emulate: bool = False) -> int:
     ValueError for an unknown recipe and ImportError without torchao.
     """
     if recipe not in set(FLOAT8_RECIPES.values()):
-        raise ValueError(f"unknown float8 recipe {recipe!r}; known: {', '.join(sorted(set(FLOAT8_RECIPES.values())))}")
+        raise ValueError(
+            f"unknown float8 recipe {recipe!r}; known: {', '.join(sorted(set(FLOAT8_RECIPES.values())))}"
+        )
     float8 = _torchao_float8()
     if float8 is None:
         raise ImportError("float8 training needs torchao: pip install 'llmb[fp8]'")
-    config = dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+    config = dataclasses.replace(
+        float8.Float8LinearConfig.from_recipe_name(recipe), emulate=emulate
+    )
     float8.convert_to_float8_training(model, module_filter_fn=float8_eligible, config=config)
     return sum(isinstance(m, float8.float8_linear.Float8Linear) for m in model.modules())
 

@@ -33,15 +33,30 @@ def mixed_precision(compute_dtype: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy()
 
 
-def apply_fsdp(model: nn.Module, mesh, compute_dtype: str, reshard_after_forward: bool = True,
-               ignored: set[nn.Parameter] | None = None) -> nn.Module:
+def apply_fsdp(
+    model: nn.Module,
+    mesh,
+    compute_dtype: str,
+    reshard_after_forward: bool = True,
+    ignored: set[nn.Parameter] | None = None,
+) -> nn.Module:
     """Shard ``model`` (a ``CausalLM`` or a pipeline stage of one) over the data-parallel ``mesh``, in place:
     ``fully_shard`` per decoder layer, then the root. ``ignored`` parameters are left as they are (expert
     parameters, sharded over their EP group and reduced by ``experts.reduce_expert_gradients``)."""
     policy = mixed_precision(compute_dtype)
     for _, layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
-                    ignored_params=ignored or None)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
-                ignored_params=ignored or None)
+        fully_shard(
+            layer,
+            mesh=mesh,
+            mp_policy=policy,
+            reshard_after_forward=reshard_after_forward,
+            ignored_params=ignored or None,
+        )
+    fully_shard(
+        model,
+        mesh=mesh,
+        mp_policy=policy,
+        reshard_after_forward=reshard_after_forward,
+        ignored_params=ignored or None,
+    )
     return model

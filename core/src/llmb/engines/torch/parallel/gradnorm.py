@@ -26,17 +26,24 @@ def squared_norm(parameters: Iterable[torch.Tensor], device: torch.device) -> to
         if p.grad is None:
             continue
         if hasattr(p.grad, "full_tensor"):
-            total = total + torch.linalg.vector_norm(p.grad, dtype=torch.float32).full_tensor().square()
+            total = (
+                total + torch.linalg.vector_norm(p.grad, dtype=torch.float32).full_tensor().square()
+            )
         else:
             local.append(p.grad)
     if local:
-        total = total + torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
+        total = (
+            total + torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
+        )
     return total
 
 
-def clip_grad_norm_(parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.ProcessGroup | None]]],
-                    max_norm: float, device: torch.device,
-                    outer: Sequence[dist.ProcessGroup | None] = ()) -> torch.Tensor:
+def clip_grad_norm_(
+    parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.ProcessGroup | None]]],
+    max_norm: float,
+    device: torch.device,
+    outer: Sequence[dist.ProcessGroup | None] = (),
+) -> torch.Tensor:
     """Clip the gradients of every parameter in ``parts`` to a joint L2 norm of ``max_norm``.
 
     ``parts`` is a sequence of ``(parameters, groups)``: ``groups`` are the
@@ -76,7 +83,9 @@ def clip_grad_norm_(parts: Sequence[tuple[Iterable[torch.Tensor], Sequence[dist.
     return norm
 
 
-def layout_parts(module) -> tuple[list[tuple[list[torch.Tensor], list[dist.ProcessGroup]]], list[dist.ProcessGroup]]:
+def layout_parts(
+    module,
+) -> tuple[list[tuple[list[torch.Tensor], list[dist.ProcessGroup]]], list[dist.ProcessGroup]]:
     """``clip_grad_norm_``'s parts and outer groups for what ``parallelize`` returned: an expert-parallel
     layer's experts differ over its EP group, a pipeline's whole total over its pipeline group; the rest
     is replicated (or a DTensor, which reduces itself)."""

@@ -46,8 +46,13 @@ def meta_template(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def materialize(model: nn.Module, template: nn.Module, seed: int, device: torch.device,
-                modules: list[nn.Module] | None = None) -> int:
+def materialize(
+    model: nn.Module,
+    template: nn.Module,
+    seed: int,
+    device: torch.device,
+    modules: list[nn.Module] | None = None,
+) -> int:
     """Give this rank's share of ``model`` memory on ``device`` and the unsharded model's initial values.
 
     Contract: ``template`` is ``meta_template(model)`` taken before the layout was applied; ``model`` is
@@ -67,11 +72,17 @@ def materialize(model: nn.Module, template: nn.Module, seed: int, device: torch.
         target = laid_out.get(name)
         if not callable(reset) or target is None:
             continue
-        slots = [(kind, key) for kind in ("_parameters", "_buffers")
-                 for key, value in getattr(target, kind).items() if value is not None and id(value) in held]
+        slots = [
+            (kind, key)
+            for kind in ("_parameters", "_buffers")
+            for key, value in getattr(target, kind).items()
+            if value is not None and id(value) in held
+        ]
         if not slots:
             continue  # on another pipeline stage
-        whole = copy.deepcopy(sub)  # its children stay meta: reset_parameters touches only its own tensors
+        whole = copy.deepcopy(
+            sub
+        )  # its children stay meta: reset_parameters touches only its own tensors
         whole._apply(lambda t: torch.empty_like(t, device=device), recurse=False)
         torch.manual_seed(module_seed(seed, index))
         with torch.no_grad():
@@ -89,7 +100,9 @@ def _copy_share(destination: torch.Tensor, full: torch.Tensor) -> None:
     (sliced locally: every rank computed the same ``full``, so nothing is sent)."""
     data = destination.data if isinstance(destination, nn.Parameter) else destination
     if isinstance(data, DTensor):
-        share = distribute_tensor(full.to(data.dtype), data.device_mesh, data.placements, src_data_rank=None)
+        share = distribute_tensor(
+            full.to(data.dtype), data.device_mesh, data.placements, src_data_rank=None
+        )
         data.to_local().copy_(share.to_local())
     else:
         data.copy_(full)

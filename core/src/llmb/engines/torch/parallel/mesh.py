@@ -34,21 +34,31 @@ GRID = ("pp", "dp", "cp", "tp")  # outermost first
 def check_layout(layout: ParallelLayout, world: int) -> int:
     """The data-parallel size of ``layout`` over ``world`` ranks; UsageError when it does not fit."""
     sizes = {"TP": layout.tp, "PP": layout.pp, "CP": layout.cp, "EP": layout.ep}
-    bad = [f"{name} {size}" for name, size in sizes.items() if not isinstance(size, int) or size < 1]
+    bad = [
+        f"{name} {size}" for name, size in sizes.items() if not isinstance(size, int) or size < 1
+    ]
     if bad:
-        raise UsageError(f"parallel layout: {', '.join(bad)}; every size must be a whole number of at least 1.")
+        raise UsageError(
+            f"parallel layout: {', '.join(bad)}; every size must be a whole number of at least 1."
+        )
     if layout.vp is not None and layout.vp < 1:
         raise UsageError(f"parallel layout: VP {layout.vp}; it must be at least 1, or absent.")
     if layout.recompute_layers < 0:
-        raise UsageError(f"parallel layout: recompute_layers {layout.recompute_layers}; it must be 0 or more.")
+        raise UsageError(
+            f"parallel layout: recompute_layers {layout.recompute_layers}; it must be 0 or more."
+        )
     model_parallel = layout.model_parallel()
     if world % model_parallel:
-        raise UsageError(f"parallel layout TP {layout.tp} x PP {layout.pp} x CP {layout.cp} = {model_parallel} "
-                         f"does not divide {world} ranks; use a rank count that is a multiple of {model_parallel}.")
+        raise UsageError(
+            f"parallel layout TP {layout.tp} x PP {layout.pp} x CP {layout.cp} = {model_parallel} "
+            f"does not divide {world} ranks; use a rank count that is a multiple of {model_parallel}."
+        )
     dp = world // model_parallel
     if dp % layout.ep:
-        raise UsageError(f"parallel layout: EP {layout.ep} does not divide the {dp} data-parallel ranks "
-                         f"({world} ranks / (TP x PP x CP)); expert parallelism splits the data-parallel ranks.")
+        raise UsageError(
+            f"parallel layout: EP {layout.ep} does not divide the {dp} data-parallel ranks "
+            f"({world} ranks / (TP x PP x CP)); expert parallelism splits the data-parallel ranks."
+        )
     return dp
 
 
@@ -106,10 +116,27 @@ def build_mesh(layout: ParallelLayout, world: int, device_type: str) -> Meshes:
 
     dp = check_layout(layout, world)
     if layout.ep > 1:
-        root = init_device_mesh(device_type, (layout.pp, dp // layout.ep, layout.ep, layout.cp, layout.tp),
-                                mesh_dim_names=("pp", "edp", "ep", "cp", "tp"))
-        return Meshes(root=root, pp=root["pp"], dp=root["edp", "ep"]._flatten("dp"), cp=root["cp"], tp=root["tp"],
-                      dp_cp=root["edp", "ep", "cp"]._flatten("dp_cp"), ep=root["ep"], edp=root["edp"])
+        root = init_device_mesh(
+            device_type,
+            (layout.pp, dp // layout.ep, layout.ep, layout.cp, layout.tp),
+            mesh_dim_names=("pp", "edp", "ep", "cp", "tp"),
+        )
+        return Meshes(
+            root=root,
+            pp=root["pp"],
+            dp=root["edp", "ep"]._flatten("dp"),
+            cp=root["cp"],
+            tp=root["tp"],
+            dp_cp=root["edp", "ep", "cp"]._flatten("dp_cp"),
+            ep=root["ep"],
+            edp=root["edp"],
+        )
     root = init_device_mesh(device_type, (layout.pp, dp, layout.cp, layout.tp), mesh_dim_names=GRID)
-    return Meshes(root=root, pp=root["pp"], dp=root["dp"], cp=root["cp"], tp=root["tp"],
-                  dp_cp=root["dp", "cp"]._flatten("dp_cp"))
+    return Meshes(
+        root=root,
+        pp=root["pp"],
+        dp=root["dp"],
+        cp=root["cp"],
+        tp=root["tp"],
+        dp_cp=root["dp", "cp"]._flatten("dp_cp"),
+    )

@@ -29,10 +29,19 @@ from torch import nn
 
 from llmb.engines.torch.loss import chunkable, chunked_cross_entropy
 
-__all__ = ["Pipeline", "PipelineStageModule", "apply_pipeline", "language_model_loss", "split_layers", "stage_ids"]
+__all__ = [
+    "Pipeline",
+    "PipelineStageModule",
+    "apply_pipeline",
+    "language_model_loss",
+    "split_layers",
+    "stage_ids",
+]
 
 
-def split_layers(layers: int, stages: int, embedding_slot: bool = False, loss_slot: bool = False) -> list[range]:
+def split_layers(
+    layers: int, stages: int, embedding_slot: bool = False, loss_slot: bool = False
+) -> list[range]:
     """Contiguous layer ranges, one per stage, as even as they can be.
 
     With ``embedding_slot`` / ``loss_slot`` the embedding and the loss each
@@ -48,8 +57,10 @@ def split_layers(layers: int, stages: int, embedding_slot: bool = False, loss_sl
     shares[0] -= int(embedding_slot)
     shares[-1] -= int(loss_slot)
     if min(shares) < 1:
-        raise ValueError(f"{layers} layers do not fill {stages} pipeline stages (PP x VP) with at least one "
-                         f"layer each; use fewer stages or more layers")
+        raise ValueError(
+            f"{layers} layers do not fill {stages} pipeline stages (PP x VP) with at least one "
+            f"layer each; use fewer stages or more layers"
+        )
     bounds = [0]
     for share in shares:
         bounds.append(bounds[-1] + share)
@@ -78,8 +89,10 @@ class PipelineStageModule(nn.Module):
     def __init__(self, model: nn.Module, layers: range, first: bool, last: bool) -> None:
         super().__init__()
         if last and getattr(model, "output", None) is None:
-            raise ValueError("pipeline parallelism with tied embeddings needs the embedding on the first and the "
-                             "last stage; the torch engine's models do not tie them")
+            raise ValueError(
+                "pipeline parallelism with tied embeddings needs the embedding on the first and the "
+                "last stage; the torch engine's models do not tie them"
+            )
         self.first, self.last = first, last
         self.embedding = model.embedding if first else None
         self.layers = nn.ModuleDict({str(i): model.layers[i] for i in layers})
@@ -102,9 +115,12 @@ def language_model_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def chunked_language_model_loss(output: nn.Linear) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def chunked_language_model_loss(
+    output: nn.Linear,
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``language_model_loss`` from the last stage's hidden states and its ``output`` layer: the logits
     are computed chunk by chunk (``llmb.engines.torch.loss``), never whole in float32."""
+
     def loss(hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return chunked_cross_entropy(hidden.flatten(0, -2), output.weight, labels.flatten())
 
@@ -115,7 +131,9 @@ def chunked_language_model_loss(output: nn.Linear) -> Callable[[torch.Tensor, to
 class Pipeline:
     """This rank's part of a pipeline: its stage modules and the schedule that runs them."""
 
-    modules: list[nn.Module]  # this rank's stage modules, in stage order (wrapped, when a wrap was given)
+    modules: list[
+        nn.Module
+    ]  # this rank's stage modules, in stage order (wrapped, when a wrap was given)
     stage_ids: list[int]
     stages: int  # pp * vp
     schedule: object
@@ -135,7 +153,9 @@ class Pipeline:
         """This rank's parameters (what its optimizer steps)."""
         return [p for module in self.modules for p in module.parameters()]
 
-    def step(self, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def step(
+        self, inputs: torch.Tensor | None = None, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Forward and backward of one optimizer step's batch ``[MBS * GA, seq]``.
 
         The first stage's rank passes ``inputs``, the last stage's rank
@@ -146,19 +166,33 @@ class Pipeline:
         """
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.first else ()
-        self.schedule.step(*args, target=labels if self.last else None, losses=losses if self.last else None,
-                           return_outputs=False)
-        loss = (torch.stack([x.detach().float() for x in losses]).mean() if self.last
-                else torch.zeros((), device=self.device))
+        self.schedule.step(
+            *args,
+            target=labels if self.last else None,
+            losses=losses if self.last else None,
+            return_outputs=False,
+        )
+        loss = (
+            torch.stack([x.detach().float() for x in losses]).mean()
+            if self.last
+            else torch.zeros((), device=self.device)
+        )
         dist.broadcast(loss, group=self.group, group_src=dist.get_world_size(self.group) - 1)
         return loss
 
 
-def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
-                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = language_model_loss,
-                   wrap: Callable[[nn.Module], nn.Module] | None = None,
-                   device: torch.device | None = None,
-                   embedding_slot: bool = False, loss_slot: bool = False) -> Pipeline:
+def apply_pipeline(
+    model: nn.Module,
+    group,
+    microbatches: int,
+    vp: int = 1,
+    *,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = language_model_loss,
+    wrap: Callable[[nn.Module], nn.Module] | None = None,
+    device: torch.device | None = None,
+    embedding_slot: bool = False,
+    loss_slot: bool = False,
+) -> Pipeline:
     """Split ``model`` (a ``CausalLM``) into pipeline stages and build this rank's schedule.
 
     Contract:
@@ -194,7 +228,9 @@ def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
     pp, pp_rank = dist.get_world_size(group), dist.get_rank(group)
     vp = vp or 1
     if pp < 2:
-        raise ValueError(f"pipeline parallelism needs a pipeline group of at least 2 ranks, not {pp}")
+        raise ValueError(
+            f"pipeline parallelism needs a pipeline group of at least 2 ranks, not {pp}"
+        )
     if microbatches < 1:
         raise ValueError(f"a pipeline step needs at least one micro-batch, not {microbatches}")
     stages = pp * vp
@@ -205,7 +241,9 @@ def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
     for stage in ids:
         part = PipelineStageModule(model, ranges[stage], first=stage == 0, last=stage == stages - 1)
         module = wrap(part) if wrap is not None else part
-        if part.last and loss_fn is language_model_loss and chunkable(part.output.weight):  # not split by TP/FSDP
+        if (
+            part.last and loss_fn is language_model_loss and chunkable(part.output.weight)
+        ):  # not split by TP/FSDP
             part.hidden_out = True  # the output layer's product happens in the chunked loss
             loss_fn = chunked_language_model_loss(part.output)
         modules.append(module)
@@ -214,5 +252,6 @@ def apply_pipeline(model: nn.Module, group, microbatches: int, vp: int = 1, *,
         schedule = Schedule1F1B(pipeline_stages[0], microbatches, loss_fn=loss_fn)
     else:
         schedule = ScheduleInterleaved1F1B(pipeline_stages, microbatches, loss_fn=loss_fn)
-    return Pipeline(modules=modules, stage_ids=ids, stages=stages, schedule=schedule, group=group, device=device)
-
+    return Pipeline(
+        modules=modules, stage_ids=ids, stages=stages, schedule=schedule, group=group, device=device
+    )

@@ -29,7 +29,9 @@ def decoder_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
     elif isinstance(layers, nn.ModuleList):
         yield from ((str(i), layer) for i, layer in enumerate(layers))
     else:
-        raise TypeError(f"{type(model).__name__} has no decoder layers (a 'layers' ModuleList or ModuleDict)")
+        raise TypeError(
+            f"{type(model).__name__} has no decoder layers (a 'layers' ModuleList or ModuleDict)"
+        )
 
 
 def replace_layer(model: nn.Module, key: str, layer: nn.Module) -> None:

@@ -65,17 +65,28 @@ class ReplicatedCompute(ParallelStyle):
         for sub in module.modules():
             for name, param in list(sub.named_parameters(recurse=False)):
                 if not isinstance(param, DTensor):
-                    sub.register_parameter(name, nn.Parameter(distribute_tensor(param, device_mesh, [Replicate()]),
-                                                              requires_grad=param.requires_grad))
+                    sub.register_parameter(
+                        name,
+                        nn.Parameter(
+                            distribute_tensor(param, device_mesh, [Replicate()]),
+                            requires_grad=param.requires_grad,
+                        ),
+                    )
                 slots.append((sub, name))
         module.forward = functools.partial(self._forward, module.forward, slots, device_mesh)
         return module
 
     def _forward(self, forward, slots, mesh, *args, **kwargs):
-        args = tuple(a.redistribute(mesh, [Replicate()]).to_local() if isinstance(a, DTensor) else a for a in args)
+        args = tuple(
+            a.redistribute(mesh, [Replicate()]).to_local() if isinstance(a, DTensor) else a
+            for a in args
+        )
         swapped = []
         try:
-            for sub, name in slots:  # looked up per call: FSDP swaps its unsharded parameters in and out
+            for (
+                sub,
+                name,
+            ) in slots:  # looked up per call: FSDP swaps its unsharded parameters in and out
                 param = sub._parameters[name]
                 if isinstance(param, DTensor):
                     swapped.append((sub, name, param))
@@ -85,7 +96,9 @@ class ReplicatedCompute(ParallelStyle):
             for sub, name, param in swapped:
                 sub._parameters[name] = param
         if self.sequence_parallel:
-            out = DTensor.from_local(out, mesh, [Replicate()], run_check=False).redistribute(mesh, [Shard(1)])
+            out = DTensor.from_local(out, mesh, [Replicate()], run_check=False).redistribute(
+                mesh, [Shard(1)]
+            )
             out = out.to_local()
         return out
 
@@ -131,12 +144,18 @@ class FusedColwiseParallel(ColwiseParallel):
     def _partition_linear_fn(self, name, module, device_mesh):
         tp = device_mesh.size()
         if sum(self.parts) != module.out_features or any(part % tp for part in self.parts):
-            raise UsageError(f"tensor parallel {tp} cannot split a fused projection of parts {self.parts} evenly; "
-                             f"use a TP size that divides every part.")
+            raise UsageError(
+                f"tensor parallel {tp} cannot split a fused projection of parts {self.parts} evenly; "
+                f"use a TP size that divides every part."
+            )
         weight = module.weight.detach()
-        module.register_parameter("weight", nn.Parameter(
-            distribute_tensor(rank_order(weight, self.parts, tp), device_mesh, [Shard(0)]),
-            requires_grad=module.weight.requires_grad))
+        module.register_parameter(
+            "weight",
+            nn.Parameter(
+                distribute_tensor(rank_order(weight, self.parts, tp), device_mesh, [Shard(0)]),
+                requires_grad=module.weight.requires_grad,
+            ),
+        )
         forward = functools.partial(rank_order, parts=self.parts, tp=tp)
         inverse = functools.partial(canonical_order, parts=self.parts, tp=tp)
         mark_reordered(module, "weight", forward)
@@ -161,7 +180,9 @@ def check_tensor_parallel(model: nn.Module, tp: int) -> None:
     for module in model.modules():
         if isinstance(module, blocks.GroupedQueryAttention):
             if module.heads % tp or module.query_groups % tp:
-                problems.append(f"{module.heads} attention heads in {module.query_groups} KV groups")
+                problems.append(
+                    f"{module.heads} attention heads in {module.query_groups} KV groups"
+                )
             break
     embedding = getattr(model, "embedding", None)
     if embedding is not None and embedding.num_embeddings % tp:
@@ -169,30 +190,47 @@ def check_tensor_parallel(model: nn.Module, tp: int) -> None:
     if getattr(model, "output", "absent") is None:
         problems.append("an output layer tied to the embedding")
     if problems:
-        raise UsageError(f"tensor parallel {tp} cannot split this model: {'; '.join(problems)}. TP must divide the "
-                         f"attention heads, the KV groups and the vocabulary; use a TP size that does, or TP 1.")
+        raise UsageError(
+            f"tensor parallel {tp} cannot split this model: {'; '.join(problems)}. TP must divide the "
+            f"attention heads, the KV groups and the vocabulary; use a TP size that does, or TP 1."
+        )
 
 
 def _attention_plan(mixer: nn.Module, out) -> dict[str, ParallelStyle]:
     if hasattr(mixer, "qkv_proj"):
         q = mixer.heads * mixer.head_dim
         kv = mixer.query_groups * mixer.head_dim
-        return {"qkv_proj": FusedColwiseParallel([q, kv, kv]), "o_proj": RowwiseParallel(output_layouts=out)}
-    return {"q_proj": ColwiseParallel(), "k_proj": ColwiseParallel(), "v_proj": ColwiseParallel(),
-            "o_proj": RowwiseParallel(output_layouts=out)}
+        return {
+            "qkv_proj": FusedColwiseParallel([q, kv, kv]),
+            "o_proj": RowwiseParallel(output_layouts=out),
+        }
+    return {
+        "q_proj": ColwiseParallel(),
+        "k_proj": ColwiseParallel(),
+        "v_proj": ColwiseParallel(),
+        "o_proj": RowwiseParallel(output_layouts=out),
+    }
 
 
 def _mlp_plan(mixer: nn.Module, out) -> dict[str, ParallelStyle]:
     if hasattr(mixer, "gate_up_proj"):
         half = mixer.gate_up_proj.out_features // 2
-        return {"gate_up_proj": FusedColwiseParallel([half, half]), "down_proj": RowwiseParallel(output_layouts=out)}
-    plan: dict[str, ParallelStyle] = {"up_proj": ColwiseParallel(), "down_proj": RowwiseParallel(output_layouts=out)}
+        return {
+            "gate_up_proj": FusedColwiseParallel([half, half]),
+            "down_proj": RowwiseParallel(output_layouts=out),
+        }
+    plan: dict[str, ParallelStyle] = {
+        "up_proj": ColwiseParallel(),
+        "down_proj": RowwiseParallel(output_layouts=out),
+    }
     if hasattr(mixer, "gate_proj"):
         plan["gate_proj"] = ColwiseParallel()
     return plan
 
 
-def apply_tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, loss_parallel: bool = True) -> nn.Module:
+def apply_tensor_parallel(
+    model: nn.Module, mesh, sequence_parallel: bool, loss_parallel: bool = True
+) -> nn.Module:
     """Split ``model`` (a ``CausalLM`` or a pipeline stage of one) over the 1-d TP ``mesh``, in place.
 
     With ``loss_parallel`` the output layer returns its logits as a DTensor
@@ -212,9 +250,11 @@ def apply_tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, loss_
     if getattr(model, "final_norm", None) is not None:
         top["final_norm"] = norm_style()
     if getattr(model, "output", None) is not None:
-        top["output"] = ColwiseParallel(input_layouts=seq,
-                                        output_layouts=Shard(-1) if loss_parallel else Replicate(),
-                                        use_local_output=not loss_parallel)
+        top["output"] = ColwiseParallel(
+            input_layouts=seq,
+            output_layouts=Shard(-1) if loss_parallel else Replicate(),
+            use_local_output=not loss_parallel,
+        )
     if top:
         parallelize_module(model, mesh, top)
 
@@ -230,8 +270,11 @@ def apply_tensor_parallel(model: nn.Module, mesh, sequence_parallel: bool, loss_
                 parallelize_module(mixer, mesh, ReplicatedCompute(sequence_parallel))
                 continue
             if sequence_parallel:
-                parallelize_module(mixer, mesh, PrepareModuleInput(input_layouts=(seq,),
-                                                                   desired_input_layouts=(Replicate(),)))
+                parallelize_module(
+                    mixer,
+                    mesh,
+                    PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+                )
             parallelize_module(mixer, mesh, plan)
             if isinstance(mixer, blocks.GroupedQueryAttention):
                 mixer.heads //= tp

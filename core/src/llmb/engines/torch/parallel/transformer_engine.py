@@ -31,7 +31,11 @@ from llmb.engines.torch.parallel.low_precision import eligible_linear
 __all__ = ["BLOCK_SCALED_RECIPES", "apply_te_linears", "availability", "te_autocast"]
 
 # The recipe's precision name -> Transformer Engine's recipe class (transformer_engine.common.recipe).
-BLOCK_SCALED_RECIPES = {"nvfp4": "NVFP4BlockScaling", "mxfp8": "MXFP8BlockScaling", "fp8_mx": "MXFP8BlockScaling"}
+BLOCK_SCALED_RECIPES = {
+    "nvfp4": "NVFP4BlockScaling",
+    "mxfp8": "MXFP8BlockScaling",
+    "fp8_mx": "MXFP8BlockScaling",
+}
 _AVAILABLE = {"NVFP4BlockScaling": "is_nvfp4_available", "MXFP8BlockScaling": "is_mxfp8_available"}
 _ALIGNMENT = 32  # the formats' scaling blocks
 
@@ -53,8 +57,10 @@ def availability(requested: str, device: torch.device, tensor_parallel: int) -> 
     if device.type != "cuda":
         return False, f"{requested} needs Transformer Engine's GPU kernels"
     if tensor_parallel > 1:
-        return False, (f"the engine drives Transformer Engine's {requested} layers only without tensor "
-                       f"parallelism (TP {tensor_parallel})")
+        return False, (
+            f"the engine drives Transformer Engine's {requested} layers only without tensor "
+            f"parallelism (TP {tensor_parallel})"
+        )
     te = _te()
     if te is None:
         return False, "Transformer Engine is not installed here (it is in NVIDIA's NeMo container)"
@@ -79,8 +85,13 @@ def apply_te_linears(model: nn.Module) -> int:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         weight = module.weight
-        replacement = te.Linear(module.in_features, module.out_features, bias=module.bias is not None,
-                                params_dtype=weight.dtype, device=weight.device)
+        replacement = te.Linear(
+            module.in_features,
+            module.out_features,
+            bias=module.bias is not None,
+            params_dtype=weight.dtype,
+            device=weight.device,
+        )
         if not weight.is_meta:
             with torch.no_grad():
                 replacement.weight.copy_(weight)
