@@ -187,9 +187,8 @@ def build_engine(spec, rank: int = 0, world: int = 1):
     from llmb.engines.torch.train import Engine
     from llmb.plugins.host import PluginHost
 
-    engine = Engine(
-        spec, rank, world, rank, PluginHost()
-    )  # this process's host (the worker makes the run's)
+    # this process's host (the worker makes the run's)
+    engine = Engine(spec, rank, world, rank, PluginHost())
     with contextlib.redirect_stdout(io.StringIO()):  # the start-up lines
         engine.build()
     return engine

@@ -375,9 +375,8 @@ def tree_mode(args) -> None:
             return m
 
         outputs = {tool: directory / f"{tool}.csv" for tool in ("bash", "llmb")}
-        warm = {
-            tool: run(tool, outputs[tool], sample=True) for tool in ("bash", "llmb")
-        }  # warms the page cache
+        # warms the page cache
+        warm = {tool: run(tool, outputs[tool], sample=True) for tool in ("bash", "llmb")}
         differences = disagreements(read_bash_csv(outputs["bash"]), read_llmb_csv(outputs["llmb"]))
         times: dict[str, list[dict]] = {"bash": [], "llmb": []}
         for _ in range(args.repeat):

@@ -21,9 +21,8 @@ import pytest
 # that need one set it themselves.
 os.environ.pop("COLUMNS", None)
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1] / "benchmarks")
-)  # loggen: logs in the seeds' formats
+# loggen: logs in the seeds' formats
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from llmb.install.cluster_settings import SETTINGS  # noqa: E402
 from llmb.plugins.host import PluginHost  # noqa: E402

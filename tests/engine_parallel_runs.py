@@ -303,6 +303,5 @@ if __name__ == "__main__":
     main(sys.argv[1:])
     from llmb.worker import end_without_finalizing
 
-    end_without_finalizing(
-        0
-    )  # as the worker ends a finished rank: no distributed teardown in finalization
+    # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(0)

@@ -967,9 +967,8 @@ class FakeRunai:
     def _run_pods(self, wl: dict) -> None:
         try:
             self._start_pods(wl)
-        except (
-            Exception
-        ) as error:  # a pod that cannot even be set up fails the workload, it does not hang it
+        # a pod that cannot even be set up fails the workload, it does not hang it
+        except Exception as error:
             self._fail(
                 wl,
                 str(error)
@@ -997,9 +996,8 @@ class FakeRunai:
             wl["phase"] = "Pending"
         for index, pod in enumerate(wl["pods"]):
             pod_env = dict(env)
-            if (
-                wl["kind"] == "distributed"
-            ):  # what the training operator adds to a PyTorchJob's pods
+            # what the training operator adds to a PyTorchJob's pods
+            if wl["kind"] == "distributed":
                 pod_env.update(
                     {
                         "PYTHONUNBUFFERED": "1",

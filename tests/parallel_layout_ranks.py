@@ -114,9 +114,8 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
 
     spec = run_spec(config, world)
     model, arch = tiny_model(config["workload"])
-    calls = [0] * len(
-        model.layers
-    )  # forward calls per decoder layer: a recomputed layer runs twice
+    # forward calls per decoder layer: a recomputed layer runs twice
+    calls = [0] * len(model.layers)
     for index, layer in enumerate(model.layers):
         layer.register_forward_pre_hook(lambda *_, i=index: calls.__setitem__(i, calls[i] + 1))
     qkv_rows = first_qkv(model).weight.shape[0]
@@ -136,9 +135,8 @@ def train(config: dict, rank: int, world: int) -> tuple[dict, dict]:
             mine = tokens[micro].chunk(dp)[replica]
             sync = parallel.no_sync(module) if micro < ga - 1 else contextlib.nullcontext()
             with sync, parallel.loss_context(spec):
-                loss = (
-                    module(mine[:, :-1], mine[:, 1:]) / ga
-                )  # the engine's call: the model returns the loss
+                # the engine's call: the model returns the loss
+                loss = module(mine[:, :-1], mine[:, 1:]) / ga
                 loss.backward()
             total += parallel.plain(loss.detach())
         norm = parallel.plain(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM))
@@ -237,6 +235,5 @@ if __name__ == "__main__":
     main(sys.argv[1:])
     from llmb.worker import end_without_finalizing
 
-    end_without_finalizing(
-        0
-    )  # as the worker ends a finished rank: no distributed teardown in finalization
+    # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(0)

@@ -82,9 +82,8 @@ class PrivateSlurm:
     root: Path
     accounting: bool = False
     nodes: tuple[str, ...] = NODES
-    wrappers: dict[str, list[str]] = field(
-        default_factory=dict
-    )  # node -> argv prefix of its slurmd
+    # node -> argv prefix of its slurmd
+    wrappers: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:

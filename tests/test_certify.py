@@ -91,9 +91,8 @@ def test_a_rising_loss_fails_the_loss_gate():
     loss = next(g for g in gates if g.name == "loss")
     assert loss.outcome == "fail" and "not falling" in loss.detail and not passed(gates)
     # the first and last 10 iterations are compared, not single points: one low last value does not rescue it
-    wobbly = [11.0 + 0.01 * i for i in range(49)] + [
-        10.9
-    ]  # last < first, but not the last 10 on average
+    # last < first, but not the last 10 on average
+    wobbly = [11.0 + 0.01 * i for i in range(49)] + [10.9]
     assert outcomes(crafted(losses=wobbly))["loss"] == "fail"
 
 
@@ -110,9 +109,8 @@ def test_the_step_time_cv_bound():
     assert outcomes(crafted(std_ms=49.0))["step_cv"] == "pass"  # 4.9%
     noisy = next(g for g in judge(crafted(std_ms=80.0)) if g.name == "step_cv")
     assert (noisy.outcome, noisy.value) == ("fail", "8.0%") and "bound 5%" in noisy.detail
-    assert (
-        outcomes(crafted(std_ms=None))["step_cv"] == "fail"
-    )  # one step in the window: no spread to judge
+    # one step in the window: no spread to judge
+    assert outcomes(crafted(std_ms=None))["step_cv"] == "fail"
 
 
 def test_performance_is_judged_at_95_percent_of_the_published_figure():
@@ -120,9 +118,8 @@ def test_performance_is_judged_at_95_percent_of_the_published_figure():
     slow = next(g for g in judge(crafted(step_ms=PUBLISHED_MS / 0.94)) if g.name == "performance")
     assert (slow.outcome, slow.value) == ("fail", "94.0%")
     assert "pass at 95%" in slow.detail
-    assert (
-        outcomes(crafted(step_ms=PUBLISHED_MS * 0.9))["performance"] == "pass"
-    )  # faster than published
+    # faster than published
+    assert outcomes(crafted(step_ms=PUBLISHED_MS * 0.9))["performance"] == "pass"
 
 
 def test_no_tflops_fails():
@@ -188,9 +185,8 @@ def test_the_published_suite_takes_the_exemplar_scale_or_the_nearest_published_b
     assert EXEMPLAR_SCALE == 512
     tasks, notes = published_suite(host.workloads(), "h100", EXEMPLAR_SCALE, 1, proxy=False)
     chosen = {(t.workload, t.size, t.dtype): t.gpus for t in tasks}
-    for workload in (
-        host.workloads().values()
-    ):  # every published h100 configuration is in, at its nearest scale
+    # every published h100 configuration is in, at its nearest scale
+    for workload in host.workloads().values():
         for ref in workload.references:
             if ref.gpu == "h100":
                 scales = [
@@ -255,9 +251,8 @@ def test_a_proxy_run_that_meets_every_gate_is_exercised_never_passed():
     )
     assert proxy_only.workloads() == {"llama31": EXERCISED, "llama4": EXERCISED}
     assert (proxy_only.verdict, proxy_only.passed) == (EXERCISED, False)
-    mixed = suite(
-        _config("llama31", _judged("f", PASS)), _config("llama4", exercised)
-    )  # a suite file may mix them
+    # a suite file may mix them
+    mixed = suite(_config("llama31", _judged("f", PASS)), _config("llama4", exercised))
     assert (mixed.verdict, mixed.passed) == (EXERCISED, False)
     assert suite(_config("llama31", _judged("g", PASS))).verdict == PASS
     failing = suite(_config("llama31", exercised), _config("llama4", _proxy_judged("h", FAIL)))
@@ -438,9 +433,8 @@ def test_a_proxy_certification_fails_a_workload_reruns_it_alone_and_passes(
         "value": "proxy",
         "detail": "proxy run: not compared with published figures",
     }
-    assert by_workload["llama4"]["configuration"].startswith(
-        "400b h100 bf16 2 GPUs"
-    )  # the default size, resolved
+    # the default size, resolved
+    assert by_workload["llama4"]["configuration"].startswith("400b h100 bf16 2 GPUs")
     record = json.loads((install / "certify" / suite_id / "suite.json").read_text())
     assert [a["workloads"] for a in record["attempts"]] == [["llama31", "llama4"]]
 
@@ -542,9 +536,8 @@ def test_readme_certification_walkthrough_runs_as_written(slurm, tmp_path):
         k: v for k, v in os.environ.items() if k not in ("LLMB_INSTALL", "LLMB_BACKEND", "GPU_TYPE")
     }
     env.update(slurm.env())
-    env["PATH"] = (
-        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
-    )
+    # where llmb is installed
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
     )  # a hang guard only

@@ -88,9 +88,8 @@ def test_the_engines_loader_refuses_an_index_swapped_after_submission(tmp_path):
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    with pytest.raises(
-        BaseException
-    ) as raised:  # torch wraps each rank's error in a CheckpointException (a BaseException)
+    # torch wraps each rank's error in a CheckpointException (a BaseException)
+    with pytest.raises(BaseException) as raised:
         dcp.load(
             {"model": model_state, "optim": optim_state}, storage_reader=safe_reader(str(good))
         )

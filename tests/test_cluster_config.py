@@ -140,9 +140,8 @@ def test_the_rendered_sbatch_takes_file_then_variable_then_flag(llmb_proc, insta
         "1:00:00",
     )
 
-    cleared = sbatch_lines(
-        dry_run(llmb_proc, install, "--partition", "")["script"]
-    )  # '' drops the file's value
+    # '' drops the file's value
+    cleared = sbatch_lines(dry_run(llmb_proc, install, "--partition", "")["script"])
     assert "partition" not in cleared and cleared["account"] == "acct_file"
 
 
@@ -299,9 +298,8 @@ def test_the_file_gpu_is_the_default_and_another_gpu_is_refused(llmb_proc, insta
     write(install, "gpu: h100\n")
     planned = dry_run(llmb_proc, install)
     assert planned["run_spec"]["gpu"] == "h100"
-    real = [
-        a for a in RUN if a != "--dry-run"
-    ]  # a real submission: refused before anything is written or sent
+    # a real submission: refused before anything is written or sent
+    real = [a for a in RUN if a != "--dry-run"]
     for extra, env, named in (
         (["--gpu", "b200"], {}, "--gpu b200"),
         ([], {"GPU_TYPE": "b200"}, "GPU_TYPE b200"),

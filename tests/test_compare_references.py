@@ -72,9 +72,8 @@ def test_with_gpu_the_regression_is_found_and_nothing_remembered_changes_a_later
     [verdict] = verdicts(later)
     assert verdict["outcome"] == "not_compared"
     assert json.loads(later.out)[0]["gpu"] is None
-    assert (
-        cli("compare", str(run), "--gpu", "h100").code == 1
-    )  # and the flag still decides when given
+    # and the flag still decides when given
+    assert cli("compare", str(run), "--gpu", "h100").code == 1
 
 
 def test_the_gpu_type_the_run_recorded_in_its_provenance_decides(cli, experiments):
@@ -106,9 +105,8 @@ def test_the_cluster_files_gpu_is_used_and_named(cli, experiments, install_root)
     result = cli("compare", str(run))
     assert result.code == 1
     assert "h100 (cluster file)" in result.out and "REGRESS" in result.out
-    (install_root / "cluster.yaml").write_text(
-        "gpu: b200\n"
-    )  # the file changed: so does the verdict's basis
+    # the file changed: so does the verdict's basis
+    (install_root / "cluster.yaml").write_text("gpu: b200\n")
     assert "b200 (cluster file)" in cli("compare", str(run)).out
 
 

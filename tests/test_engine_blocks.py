@@ -81,9 +81,8 @@ def test_fused_qkv_attention_equals_separate_projections(heads, groups, fraction
         for w in fused.qkv_proj.weight.split([heads * d, groups * d, groups * d])
     )
     wo = fused.o_proj.weight.detach().clone().requires_grad_()
-    assert blocks.count_parameters(fused) == sum(
-        w.numel() for w in (wq, wk, wv, wo)
-    )  # the same parameters
+    # the same parameters
+    assert blocks.count_parameters(fused) == sum(w.numel() for w in (wq, wk, wv, wo))
     x = torch.randn(2, 11, 32, requires_grad=True)
     out, expected = fused(x), _separate_attention(fused, wq, wk, wv, wo, x)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
@@ -99,15 +98,13 @@ def test_fused_qkv_attention_equals_separate_projections(heads, groups, fraction
 
 def test_rope_tables_are_built_once_per_length_device_and_dtype():
     rope = blocks.RotaryEmbedding(8, base=500_000.0)
-    attention = [
-        blocks.GroupedQueryAttention(32, 4, 2, 8, rope=rope) for _ in range(3)
-    ]  # one rope, three layers
+    # one rope, three layers
+    attention = [blocks.GroupedQueryAttention(32, 4, 2, 8, rope=rope) for _ in range(3)]
     x = torch.randn(2, 10, 32)
     for layer in attention:
         layer(x)
-    assert list(rope._tables) == [
-        (10, torch.device("cpu"), torch.float32)
-    ]  # built once for all layers
+    # built once for all layers
+    assert list(rope._tables) == [(10, torch.device("cpu"), torch.float32)]
     cos, sin = rope.angles(10, torch.device("cpu"))
     for layer in attention:
         layer(torch.randn(1, 10, 32))
@@ -368,7 +365,8 @@ def test_moe_routing_needs_no_host_read(monkeypatch):
         monkeypatch.setattr(torch.Tensor, method, recording(method))
     moe(torch.randn(2, 8, 16)).sum().backward()
     assert reads == []
-    monkeypatch.undo()  # the per-expert loop (CPU's path) does read the counts: the recorder sees it
+    # the per-expert loop (CPU's path) does read the counts: the recorder sees it
+    monkeypatch.undo()
     monkeypatch.setattr(torch.Tensor, "tolist", recording("tolist"))
     moe(torch.randn(2, 8, 16))
     assert reads == ["tolist"]
@@ -397,7 +395,8 @@ def _ddp_moe_rank(rank: int, world: int, store: str, out_dir: str) -> None:
         received: dict[str, int] = {}
         for name, module in model.named_modules():
             if isinstance(module, blocks.RoutedMoE):
-                module.router.weight.detach().zero_()  # equal scores: every token goes to the same expert
+                # equal scores: every token goes to the same expert
+                module.router.weight.detach().zero_()
                 module.router.weight.requires_grad_(False)
                 for e, expert in enumerate(module.experts):
                     expert.register_forward_hook(_count_rows(received, f"{name}.{e}"))
@@ -456,9 +455,8 @@ def test_ddp_trains_when_experts_receive_no_tokens(tmp_path):
         assert idle and len(idle) < len(result["received"]), result["received"]  # the case at hand
         assert result["missing"] == []  # every trainable parameter had a gradient to reduce
         assert all(math.isfinite(v) for v in result["losses"])
-    assert (
-        results[0]["digest"] == results[1]["digest"]
-    )  # the reduced gradients kept the ranks identical
+    # the reduced gradients kept the ranks identical
+    assert results[0]["digest"] == results[1]["digest"]
 
 
 # --------------------------------------------------------------------------
@@ -530,9 +528,8 @@ def test_mamba2_on_cpu_takes_the_plain_scan_and_imports_no_kernel(stand_in_kerne
     out = _mixer()(torch.randn(2, 13, 24))
     assert calls == [1] and out.shape == (2, 13, 24)
     assert kernels.mamba_kernels(torch.device("cpu")) is None
-    assert (
-        "mamba_ssm" not in sys.modules and "causal_conv1d" not in sys.modules
-    )  # installed, yet not imported
+    # installed, yet not imported
+    assert "mamba_ssm" not in sys.modules and "causal_conv1d" not in sys.modules
 
 
 def test_mamba2_cpu_convolution_is_the_conv1d_modules():
@@ -559,9 +556,8 @@ def test_mamba2_gpu_branch_feeds_the_kernels_their_documented_arguments(
     grads = torch.autograd.grad(plain.sum(), [x, *mixer.parameters()])
     loaded = kernels._load_mamba_kernels("cuda")  # what a GPU would find installed
     assert loaded is not None and loaded.scan is not None and loaded.conv is not None
-    monkeypatch.setattr(
-        kernels, "mamba_kernels", lambda device: loaded
-    )  # this CPU takes the GPU branch
+    # this CPU takes the GPU branch
+    monkeypatch.setattr(kernels, "mamba_kernels", lambda device: loaded)
     fused = mixer(x)
     torch.testing.assert_close(fused, plain, rtol=1e-10, atol=1e-12)
     for got, want in zip(
@@ -583,9 +579,8 @@ def test_mamba2_gpu_kernels_missing_are_said_once(monkeypatch):
     monkeypatch.setattr(kernels, "_MAMBA", {})
     monkeypatch.setattr(kernels, "_SAID", set())
     for name in ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "causal_conv1d"):
-        monkeypatch.setitem(
-            sys.modules, name, None
-        )  # not installed: importing it raises ImportError
+        # not installed: importing it raises ImportError
+        monkeypatch.setitem(sys.modules, name, None)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert kernels.mamba_kernels(torch.device("cuda")) is None

@@ -48,9 +48,8 @@ def test_full_size_parameter_count(host, name, size):
     assert counted == count_params(arch).total, (name, size)
     if name == "llama31" and size == "8b":
         assert counted == 8_030_261_248
-    if (
-        arch.published_params is not None
-    ):  # as tests/test_params.py::test_counts_match_published_figures
+    # as tests/test_params.py::test_counts_match_published_figures
+    if arch.published_params is not None:
         published = arch.published_params
         digits = len(f"{published:.0f}".rstrip("0"))
         half_unit = 0.5 * 10 ** (len(f"{published:.0f}") - digits)
@@ -95,10 +94,8 @@ def test_tiny_proxy_runs_forward_and_backward(host, name):
     assert logits.dtype == torch.get_default_dtype()
     assert torch.isfinite(logits).all()
     assert math.isfinite(loss.item())
-    for (
-        pname,
-        p,
-    ) in model.named_parameters():  # routed experts included, even one that received no token
+    # routed experts included, even one that received no token
+    for pname, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
 
 
@@ -155,9 +152,8 @@ def _reference_gqa(attn: blocks.GroupedQueryAttention, x: torch.Tensor) -> torch
     """Attention with the KV heads explicitly repeated and the softmax written out."""
     b, s, _ = x.shape
     h, g, d = attn.heads, attn.query_groups, attn.head_dim
-    wq, wk, wv = attn.qkv_proj.weight.split(
-        [h * d, g * d, g * d]
-    )  # the fused projection: q, k, v end to end
+    # the fused projection: q, k, v end to end
+    wq, wk, wv = attn.qkv_proj.weight.split([h * d, g * d, g * d])
     q = (x @ wq.T).view(b, s, h, d).transpose(1, 2)
     k = (x @ wk.T).view(b, s, g, d).transpose(1, 2)
     v = (x @ wv.T).view(b, s, g, d).transpose(1, 2)
@@ -199,9 +195,8 @@ def test_rope_rotates_only_the_requested_fraction():
     assert rope.rotary_dim == 8
     q, k = torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16)
     rq, rk = rope(q, k)
-    torch.testing.assert_close(
-        rq[..., 8:], q[..., 8:], rtol=0, atol=0
-    )  # the second half passes through
+    # the second half passes through
+    torch.testing.assert_close(rq[..., 8:], q[..., 8:], rtol=0, atol=0)
     torch.testing.assert_close(rk[..., 8:], k[..., 8:], rtol=0, atol=0)
     torch.testing.assert_close(rq[..., 0, :], q[..., 0, :])  # position 0: angle 0
     assert not torch.allclose(rq[..., 1:, :8], q[..., 1:, :8])

@@ -156,9 +156,8 @@ def test_tensor_parallel_matches_unsharded(tmp_path, sequence_parallel):
     assert result["qkv_rows_held"] == 0.5  # each rank holds its own heads' q|k|v
     assert result["fsdp_units"] == 0
     _assert_equivalent(result, weights, _reference("llama31"))
-    _assert_checkpoint_reads_unsharded(
-        tmp_path, "llama31", weights
-    )  # saved in the model's order, not the ranks'
+    # saved in the model's order, not the ranks'
+    _assert_checkpoint_reads_unsharded(tmp_path, "llama31", weights)
 
 
 @pytest.mark.parametrize(
@@ -194,10 +193,8 @@ def test_activation_checkpointing_recomputes_and_matches(tmp_path):
     assert result["module"] == "DistributedDataParallel"
     assert result["checkpointed_layers"] == 1
     micro_batches = RUN["steps"] * RUN["ga"]
-    assert result["layer_forward_calls"] == [
-        2 * micro_batches,
-        micro_batches,
-    ]  # the first ran again in backward
+    # the first ran again in backward
+    assert result["layer_forward_calls"] == [2 * micro_batches, micro_batches]
     _assert_equivalent(result, weights, _reference("llama31"))
 
 
@@ -212,9 +209,8 @@ def test_the_engine_under_tensor_parallel_trains_as_one_rank(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert expected["module"] == "CausalLM" and result["module"] == "CausalLM"
-    assert (
-        result["sharded"] and result["held"] < expected["held"]
-    )  # built as shards (on meta first)
+    # built as shards (on meta first)
+    assert result["sharded"] and result["held"] < expected["held"]
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 
@@ -228,9 +224,8 @@ def test_the_engine_under_pipeline_parallel_trains_as_one_rank(tmp_path):
         expected = ranks.engine_steps({"workload": "llama31", **RUN}, rank=0, world=1)
     finally:
         torch.set_num_threads(threads)
-    assert (
-        result["module"] == "Pipeline" and result["held"] < expected["held"]
-    )  # this stage's layers only
+    # this stage's layers only
+    assert result["module"] == "Pipeline" and result["held"] < expected["held"]
     assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
     assert result["grad_norms"] == pytest.approx(expected["grad_norms"], rel=1e-5)
 

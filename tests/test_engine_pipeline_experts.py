@@ -168,14 +168,12 @@ def test_expert_parallel_layer_equals_the_unsharded_layer(tmp_path):
                 name.startswith(("router.", "shared_expert.", *held)) for name in mine["parameters"]
             )
             for name, grad in mine["grads"].items():
-                if name.startswith(
-                    "experts."
-                ):  # the whole EP group's tokens: the unsharded gradient
+                # the whole EP group's tokens: the unsharded gradient
+                if name.startswith("experts."):
                     torch.testing.assert_close(grad, grads[name], msg=f"{label} {name}")
         for name in grads:
-            if not name.startswith(
-                "experts."
-            ):  # per rank, as under data parallelism: they sum to it
+            # per rank, as under data parallelism: they sum to it
+            if not name.startswith("experts."):
                 torch.testing.assert_close(
                     saved[0][label]["grads"][name] + saved[1][label]["grads"][name],
                     grads[name],

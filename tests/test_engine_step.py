@@ -62,12 +62,10 @@ def _one_thread():
 
 def test_optimizer_is_fused_where_the_device_has_a_kernel_else_foreach():
     cpu = make_optimizer([torch.nn.Parameter(torch.zeros(3))])
-    assert (
-        cpu.defaults["fused"] is True and not cpu.defaults["foreach"]
-    )  # torch >= 2.4 has a CPU kernel
-    meta = make_optimizer(
-        [torch.nn.Parameter(torch.zeros(3, device="meta"))]
-    )  # no fused kernel there
+    # torch >= 2.4 has a CPU kernel
+    assert cpu.defaults["fused"] is True and not cpu.defaults["foreach"]
+    # no fused kernel there
+    meta = make_optimizer([torch.nn.Parameter(torch.zeros(3, device="meta"))])
     assert meta.defaults["foreach"] is True and not meta.defaults["fused"]
     for opt in (cpu, meta):  # the benchmarks' AdamW settings either way
         assert (opt.defaults["betas"], opt.defaults["weight_decay"], opt.defaults["eps"]) == (
@@ -144,9 +142,8 @@ def test_startup_line_gives_both_flop_counts(host, capsys):
     megatron = megatron_bridge_sample(arch, 8192).per_sample
     assert f"{spec.flops_per_sample:.4e}" in line and f"{megatron:.4e}" in line
     assert f"x {megatron / spec.flops_per_sample:.4f}" in line
-    assert spec.flops_per_sample / megatron == pytest.approx(
-        1.125, abs=1e-3
-    )  # full vs causal attention at 8B/8k
+    # full vs causal attention at 8B/8k
+    assert spec.flops_per_sample / megatron == pytest.approx(1.125, abs=1e-3)
     hybrid = tiny_spec(host, workload="nemotronh")
     assert "does not describe" in flops_line(hybrid)
     engine = Engine(tiny_spec(host), 0, 1, 0, host)
@@ -163,9 +160,8 @@ def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(
     pytest.importorskip("torchao", reason="float8 training needs torchao (./dev.sh installs it)")
     from llmb.engines.torch.parallel.float8 import _torchao_float8
 
-    Float8Linear = (
-        _torchao_float8().float8_linear.Float8Linear
-    )  # imported as the engine imports it (quietly)
+    # imported as the engine imports it (quietly)
+    Float8Linear = _torchao_float8().float8_linear.Float8Linear
 
     (tmp_path / "recipe.json").write_text(json.dumps({"compute_dtype": "float32"}))
     spec = replace(tiny_spec(host), dtype="fp8", run_dir=str(tmp_path))
@@ -185,9 +181,8 @@ def test_an_fp8_recipe_trains_in_float8_and_records_the_precision_it_used(
         "compute_precision": "fp8-tensorwise-emulated",
     }
 
-    monkeypatch.delenv(
-        "LLMB_FLOAT8_EMULATE"
-    )  # without emulation a CPU run computes in float32 and says why
+    # without emulation a CPU run computes in float32 and says why
+    monkeypatch.delenv("LLMB_FLOAT8_EMULATE")
     engine = built(spec, host)
     engine.close()
     assert json.loads((tmp_path / "recipe.json").read_text())["compute_precision"] == "float32"
@@ -223,13 +218,8 @@ def test_garbage_collection_runs_on_the_cadence_and_only_then(host):
     finally:
         gc.callbacks.remove(record)
         engine.close()
-    assert per_step == [
-        [],
-        [1],
-        [1],
-        [1, 1],
-        [1, 1],
-    ]  # generations 0-1 after steps 2 and 4, nothing else
+    # generations 0-1 after steps 2 and 4, nothing else
+    assert per_step == [[], [1], [1], [1, 1], [1, 1]]
     assert gc.isenabled()
 
 
@@ -285,9 +275,8 @@ def _rank_main(rank: int, spec_dict: dict, port: int, out_dir: str) -> None:
     engine.close()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
         json.dump({"trajectory": trajectory, **facts}, handle)
-    end_without_finalizing(
-        0
-    )  # as the worker ends a finished rank: no distributed teardown in finalization
+    # as the worker ends a finished rank: no distributed teardown in finalization
+    end_without_finalizing(0)
 
 
 def run_two_ranks(spec, out_dir) -> list[dict]:
@@ -317,16 +306,14 @@ def test_two_ranks_with_ddp_train_as_one_rank_on_the_same_global_batch(host, tmp
     for result in ranks:
         assert result["ddp"] == "DistributedDataParallel" and result["bucket_view"] is True
         assert not any(result["compiled"])  # CPU default
-    assert (
-        ranks[0]["trajectory"] == ranks[1]["trajectory"]
-    )  # the logged loss is the mean over ranks
+    # the logged loss is the mean over ranks
+    assert ranks[0]["trajectory"] == ranks[1]["trajectory"]
 
     one = built(replace(spec, ranks=1, ga=4, gbs=spec.gbs), host, OneRankForTwo)
     expected = [one.step(step)[:2] for step in range(1, STEPS + 1)]
     one.close()
-    assert all(
-        math.isfinite(loss) and norm > 0 for loss, norm in expected
-    )  # random tokens: no trend in 4 steps
+    # random tokens: no trend in 4 steps
+    assert all(math.isfinite(loss) and norm > 0 for loss, norm in expected)
     torch.testing.assert_close(
         torch.tensor(ranks[0]["trajectory"]), torch.tensor(expected), rtol=2e-5, atol=1e-6
     )

@@ -79,9 +79,8 @@ def fake_te(monkeypatch):
 
 
 def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says_why(monkeypatch):
-    monkeypatch.setitem(
-        sys.modules, "transformer_engine.pytorch", None
-    )  # import fails, as on a CPU machine
+    # import fails, as on a CPU machine
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)
     assert te_path.availability("nvfp4", CUDA, 1) == (
         False,
         "Transformer Engine is not installed here (it is in NVIDIA's NeMo container)",
@@ -94,9 +93,8 @@ def test_without_transformer_engine_a_block_scaled_row_computes_in_bf16_and_says
 def test_with_transformer_engine_the_row_runs_its_own_format(fake_te):
     from llmb.runs.runspec import BLOCK_SCALED
 
-    assert set(te_path.BLOCK_SCALED_RECIPES) == set(
-        BLOCK_SCALED
-    )  # a recipe for every format planning names
+    # a recipe for every format planning names
+    assert set(te_path.BLOCK_SCALED_RECIPES) == set(BLOCK_SCALED)
     assert choose_precision("nvfp4", CUDA, "bfloat16") == Precision(
         "nvfp4-transformer-engine", te="nvfp4"
     )
@@ -150,6 +148,5 @@ def test_the_engine_converts_and_runs_every_forward_under_the_rows_recipe(fake_t
     losses = [engine.step(step)[0] for step in range(1, STEPS + 1)]
     engine.close()
     assert all(loss == loss for loss in losses)
-    assert fake_te.entered == ["NVFP4BlockScaling"] * (
-        STEPS * spec.ga
-    )  # each micro-batch's forward
+    # each micro-batch's forward
+    assert fake_te.entered == ["NVFP4BlockScaling"] * (STEPS * spec.ga)

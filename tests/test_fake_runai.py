@@ -532,9 +532,8 @@ def test_fail_next_injects_errors_then_recovers(fake, token):
 
 def test_fail_next_with_retry_after_and_prefix(fake, token):
     fake.fail_next(429, path_prefix="/workloads", retry_after=2)
-    assert (
-        call(fake, "GET", "/org-unit/projects", token=token)[0] == 200
-    )  # does not match the prefix
+    # does not match the prefix
+    assert call(fake, "GET", "/org-unit/projects", token=token)[0] == 200
     status, headers, _ = call(fake, "POST", "/workloads/trainings", workload("trainings"), token)
     assert status == 429 and headers["Retry-After"] == "2"
     assert fake.workloads == {}  # an injected failure changes nothing
@@ -646,9 +645,8 @@ def test_redirect_next_sends_the_client_to_another_server(fake, token):
         assert status == 401 and answer["message"] == "unknown or revoked token"
         (followed,) = elsewhere.requests
         assert (followed.path, followed.query) == ("/api/v1/clusters", {"x": "1"})
-        assert (
-            followed.headers["authorization"] == f"Bearer {token}"
-        )  # what plain urllib does: the token leaves
+        # what plain urllib does: the token leaves
+        assert followed.headers["authorization"] == f"Bearer {token}"
 
 
 def test_drip_next_answers_a_byte_at_a_time(fake, token):
@@ -659,9 +657,8 @@ def test_drip_next_answers_a_byte_at_a_time(fake, token):
             f"GET /api/v1/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
         )
         first = sock.recv(1024)
-    assert (
-        b"HTTP/1.1 200 OK".startswith(first) and len(first) < 12
-    )  # the status line too comes a byte at a time
+    # the status line too comes a byte at a time
+    assert b"HTTP/1.1 200 OK".startswith(first) and len(first) < 12
     fake.drip_next(0.001, path_prefix="/clusters")
     request = urllib.request.Request(
         fake.url + "/clusters", headers={"Authorization": f"Bearer {token}"}

@@ -120,9 +120,8 @@ def test_llmbs_own_retry_line_never_makes_a_later_failure_flaky(tmp_path):
         iteration(1),
         f"[rank1]: RuntimeError: {NCCL}, again\n",
     )
-    assert (
-        flaky_failure(log, builtin_signatures()).signature == NCCL
-    )  # the run's own line still counts
+    # the run's own line still counts
+    assert flaky_failure(log, builtin_signatures()).signature == NCCL
 
 
 def test_only_the_tail_is_read(tmp_path):
@@ -131,9 +130,8 @@ def test_only_the_tail_is_read(tmp_path):
     log = write_log(
         tmp_path / "log.out", early, filler * (TAIL_BYTES // len(filler) + 2), "ValueError: bad\n"
     )
-    assert (
-        flaky_failure(log, builtin_signatures()) is None
-    )  # out of the tail: not this failure's last words
+    # out of the tail: not this failure's last words
+    assert flaky_failure(log, builtin_signatures()) is None
     log = write_log(
         tmp_path / "near.out", filler * (TAIL_BYTES // len(filler) + 2), early, "ValueError: bad\n"
     )

@@ -392,9 +392,8 @@ def test_framework_args_reach_the_real_configuration(host, fixed_install, tmp_pa
     )
     asked = config["framework_args"]
     assert list(asked.values()) == ["full", "uniform", 1, 40000000]
-    assert list(config["overrides"].items())[-4:] == list(
-        asked.items()
-    )  # last: they win over llmb's own
+    # last: they win over llmb's own
+    assert list(config["overrides"].items())[-4:] == list(asked.items())
     hf_home = tmp_path / "hf_home"
     if leg.framework == "nemo2":
         import nemo2_inputs

@@ -211,9 +211,8 @@ def test_every_seed_row_becomes_the_seeds_configuration(host, seeds, fixed_insta
         for row in v.seed_rows
         for dtype in row.dtypes
     }
-    assert (
-        covered == printed and len(printed) > 100
-    )  # every row and precision of the five seeds' tables
+    # every row and precision of the five seeds' tables
+    assert covered == printed and len(printed) > 100
 
 
 def test_framework_overrides_carry_the_configuration(host, fixed_install):
@@ -374,11 +373,8 @@ def test_profiling_maps_to_each_frameworks_nsys_settings(host):
         host, w, resolve(host, "llama31", "8b", "b200", "fp8", 16), RunOptions(profile=True)
     )
     prof = mb["profiling"]
-    assert (prof["start_step"], prof["stop_step"], prof["ranks"]) == (
-        45,
-        50,
-        list(range(16)),
-    )  # "all ranks"
+    # "all ranks"
+    assert (prof["start_step"], prof["stop_step"], prof["ranks"]) == (45, 50, list(range(16)))
     o = mb["overrides"]
     assert (
         o["profiling.use_nsys_profiler"],
@@ -469,9 +465,8 @@ def test_checkpoints_map_to_each_frameworks_settings(host, tmp_path):
     loaded = config_of(
         host, w, r, RunOptions(checkpoint_load=f"{base}/iter_0000050"), load=f"{base}/iter_0000050"
     )
-    assert (
-        loaded["overrides"]["checkpoint.load"] == f"{base}/iter_0000050"
-    )  # the seed's LOAD_CHECKPOINT_PATH
+    # the seed's LOAD_CHECKPOINT_PATH
+    assert loaded["overrides"]["checkpoint.load"] == f"{base}/iter_0000050"
     assert loaded["training"]["train_iters"] == 1 and loaded["overrides"]["checkpoint.save"] is None
     # Megatron resumes at the saved step (50): the loop runs one step beyond it.
     assert loaded["checkpoint"]["load_step"] == 50
@@ -502,9 +497,8 @@ def test_checkpoints_map_to_each_frameworks_settings(host, tmp_path):
     weights = f"{tmp_path}/default--None=0.0000-epoch=0-consumed_samples=6400.0/weights"
     loaded = config_of(host, w, r, RunOptions(checkpoint_load=weights), load=weights)
     restore = loaded["overrides"]["resume"]["kwargs"]["restore_config"]
-    assert restore["kwargs"]["path"] == os.path.dirname(
-        weights
-    )  # the parent of weights/, as the seeds say
+    # the parent of weights/, as the seeds say
+    assert restore["kwargs"]["path"] == os.path.dirname(weights)
     assert loaded["training"]["train_iters"] == 1
 
 
@@ -946,9 +940,8 @@ def test_training_without_the_framework_says_where_it_runs(
     message = " ".join(line.removeprefix("[rank0]: ") for line in proc.stderr.splitlines())
     assert f"{title} (Python package {package}) cannot be imported here" in message
     assert f"NVIDIA's NeMo container, {image}" in message and "--backend slurm" in message
-    assert (
-        "TRIPWIRE: torch" not in proc.stderr
-    )  # the framework check comes before anything imports torch
+    # the framework check comes before anything imports torch
+    assert "TRIPWIRE: torch" not in proc.stderr
 
 
 FAKE_NSYS = """#!{python}
@@ -989,14 +982,12 @@ def test_profiled_ranks_run_their_worker_under_nsys(host, tmp_path):
         "llmb.worker",
         str(run_json),
     ]
-    assert (
-        seen["wrapped"] == "1" and seen["chunk"] == "2097152"
-    )  # the production environment is already set
+    # the production environment is already set
+    assert seen["wrapped"] == "1" and seen["chunk"] == "2097152"
     assert (tmp_path / "inner" / "nsys_profile").is_dir()
     (tmp_path / "nsys.json").unlink()
-    not_local_zero = _worker(
-        run_json, env, rank=9
-    )  # profiled, but not the node's GPU-metrics sampler
+    # profiled, but not the node's GPU-metrics sampler
+    not_local_zero = _worker(run_json, env, rank=9)
     assert json.loads((tmp_path / "nsys.json").read_text())["argv"][-4] == sys.executable
     assert not_local_zero.returncode == 0
     (tmp_path / "nsys.json").unlink()
@@ -1006,9 +997,8 @@ def test_profiled_ranks_run_their_worker_under_nsys(host, tmp_path):
     unprofiled = _worker(
         nemo_json, {**env, "PYTHONPATH": str(_tripwires(tmp_path / "w2", ("nemo",), None))}, rank=9
     )
-    assert (
-        unprofiled.returncode == 1 and "cannot be imported here" in unprofiled.stderr
-    )  # ranks 0-7 only
+    # ranks 0-7 only
+    assert unprofiled.returncode == 1 and "cannot be imported here" in unprofiled.stderr
     assert not (tmp_path / "nsys.json").exists()
 
 

@@ -29,9 +29,8 @@ INJECTIONS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in INJECTIONS if n and "=" not in n]
-)  # those are not NAME=VALUE at all
+# those are not NAME=VALUE at all
+@pytest.mark.parametrize("name", [n for n in INJECTIONS if n and "=" not in n])
 def test_an_env_name_that_is_not_a_shell_identifier_is_refused_by_run(cli, tmp_path, name):
     marker = tmp_path / "ran"
     name = name.replace("{marker}", str(marker))

@@ -117,9 +117,8 @@ def imports(module: str, source: str | None = None) -> list[tuple[str, int]]:
         for alias in node.names:
             if f"{base}.{alias.name}" in MODULES:  # from llmb.runs import experiment: the module
                 found.append((f"{base}.{alias.name}", node.lineno))
-            elif (
-                base == "llmb" and alias.name in FACADE
-            ):  # from llmb import Workload: where it lives
+            # from llmb import Workload: where it lives
+            elif base == "llmb" and alias.name in FACADE:
                 found.append((_owner(FACADE[alias.name]), node.lineno))
             else:
                 found.append((_owner(base), node.lineno))

@@ -187,10 +187,8 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(
 
     # The Hugging Face files, in the hub cache layout the frameworks read offline.
     hub_dir = install / ".cache" / "huggingface" / "hub"
-    for (
-        repo,
-        files,
-    ) in REPOS.items():  # GB200 runs the Megatron-Bridge recipes: configs only for Llama 3.1
+    # GB200 runs the Megatron-Bridge recipes: configs only for Llama 3.1
+    for repo, files in REPOS.items():
         if repo == "meta-llama/Llama-3.1-405B":
             assert not (hub_dir / "models--meta-llama--Llama-3.1-405B").exists()
             continue
@@ -282,9 +280,8 @@ def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enr
     assert result.code == 1
     assert "enroot import of nvcr.io#nvidia/nemo:26.04.01 exited with code 3" in result.out
     assert "fake enroot: unauthorized" in result.err
-    assert not (
-        install / "images" / "nvidia+nemo+26.04.01.sqsh"
-    ).exists()  # no half image taken as done later
+    # no half image taken as done later
+    assert not (install / "images" / "nvidia+nemo+26.04.01.sqsh").exists()
     assert (install / "images" / "nvidia+nemo+25.04.01.sqsh").exists()  # the NeMo 2 variant's image
     config = (
         install
@@ -515,9 +512,8 @@ def test_a_server_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
         DownloadError, match=r"no complete answer from http://127\.0\.0\.1:\d+/trickle within 2 s"
     ):
         _download(monkeypatch, f"{hostile}/trickle", tmp_path, deadline_s=2)
-    assert (
-        time.monotonic() - started < 60
-    )  # a hang guard, not a speed claim: the server trickles for 120 s
+    # a hang guard, not a speed claim: the server trickles for 120 s
+    assert time.monotonic() - started < 60
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no partial file left behind
 
 

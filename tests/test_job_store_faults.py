@@ -318,9 +318,8 @@ def test_submitting_on_a_full_disk_names_it_and_leaves_nothing_behind(install):
         code, out, err = llmb(install, *RUN, *SHORT)
         no_traceback(err)
         assert code == 1 and "no space left on device" in err
-        assert sorted(p.name for p in jobs_dir(install).iterdir()) == [
-            "filler"
-        ]  # no job, no temporary file
+        # no job, no temporary file
+        assert sorted(p.name for p in jobs_dir(install).iterdir()) == ["filler"]
         assert status(install) == []
 
 
@@ -339,9 +338,8 @@ def test_a_job_that_ends_on_a_full_disk_still_records_its_end(install, end):
             assert final["state"] == ("SUCCEEDED" if end == "runs to its end" else "CANCELLED"), (
                 final
             )
-            assert (
-                jobs_dir(install) / job / "exit.json"
-            ).exists()  # written into the room kept for it
+            # written into the room kept for it
+            assert (jobs_dir(install) / job / "exit.json").exists()
             assert not list(jobs_dir(install).rglob("*.tmp"))
         finally:
             stop_all(install)

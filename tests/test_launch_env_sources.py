@@ -66,16 +66,13 @@ def test_every_per_row_entry_names_its_upstream_line():
     for source in pin["sources"]:
         check_source(source)
     quotes = " ".join(source["quote"] for source in pin["sources"])
-    assert (
-        "SLURM_LOCALID * 16" in quotes and "SLURM_LOCALID * 16 + 1" in quotes
-    )  # stride 16, two cores
+    # stride 16, two cores
+    assert "SLURM_LOCALID * 16" in quotes and "SLURM_LOCALID * 16 + 1" in quotes
     assert pin["stride"] == 16 and pin["cores"] == 2
-    assert (
-        f"{pin['opt_in']}:-false" in quotes and "--enable_pct_binding" in quotes
-    )  # off unless opted in
-    assert (
-        'model_family_name == "llama" and task == "pretrain" and gpu == "b300"' in quotes
-    )  # never for Llama
+    # off unless opted in
+    assert f"{pin['opt_in']}:-false" in quotes and "--enable_pct_binding" in quotes
+    # never for Llama
+    assert 'model_family_name == "llama" and task == "pretrain" and gpu == "b300"' in quotes
     assert pin["not_for"] == ["llama31"] and pin["frameworks"] == ["megatron_bridge"]
 
 
@@ -145,9 +142,8 @@ def test_megatron_bridge_removes_the_cudnn_norm_variables_except_on_the_rows_it_
 
 def test_b300_core_pinning_is_megatron_bridges_opt_in_and_never_for_llama():
     binding = launch_settings.binding
-    assert binding("b300", "qwen3", 8, "megatron_bridge", "TRUE") == Binding(
-        4, 16, 2
-    )  # launch.sh lowercases it
+    # launch.sh lowercases it
+    assert binding("b300", "qwen3", 8, "megatron_bridge", "TRUE") == Binding(4, 16, 2)
     for value in (None, "", "false", "0"):
         assert binding("b300", "qwen3", 8, "megatron_bridge", value) == Binding(4)
     assert binding("b300", "llama31", 8, "megatron_bridge", "true") == Binding(4)

@@ -215,9 +215,8 @@ def test_detached_runs_beyond_the_limit_wait_their_turn(tmp_path, torch_engine):
     by their processes, watched throughout), every one ends SUCCEEDED, and the waiting ones were QUEUED."""
     install, limit, count = tmp_path / "install", 2, 5
     jobs = []
-    with slots_taken(
-        install, limit
-    ):  # two running local jobs: every run waits, whatever the machine's speed
+    # two running local jobs: every run waits, whatever the machine's speed
+    with slots_taken(install, limit):
         for ahead in range(count):
             jobs.append(detach(install, *ONE_STEP, limit=str(limit)))
             shown = waits(install, jobs[-1], ahead)

@@ -216,9 +216,8 @@ def test_sigint_during_submission_leaves_no_phantom_job_and_no_temporary_file(in
         watch_for(install, targets[moment])
     runner.send_signal(signal.SIGINT)
     _, err = runner.communicate(timeout=120)
-    if (
-        moment == "50ms"
-    ):  # Python may still be starting (importing site or llmb): its own KeyboardInterrupt report
+    # Python may still be starting (importing site or llmb): its own KeyboardInterrupt report
+    if moment == "50ms":
         assert runner.returncode != 0
     else:
         assert "Traceback" not in err and runner.returncode == 130, err
@@ -236,9 +235,8 @@ def test_a_killed_submission_is_marked_failed_not_queued(install, moment):
         assert row["state"] != "QUEUED", row
         if row["state"] == "FAILED":
             assert row["reason"] == "its submission was interrupted before the job started"
-    check_no_phantom(
-        install, temporaries=False
-    )  # a write cut by SIGKILL may leave its temporary file
+    # a write cut by SIGKILL may leave its temporary file
+    check_no_phantom(install, temporaries=False)
 
 
 def start_time_of(pid: int) -> int:

@@ -72,9 +72,8 @@ def test_every_workload_runs_as_a_two_rank_proxy(llmb_proc, install, workload):
         window,
         last - first + 1,
     )
-    assert (
-        row["proxy"] is True and row["reference_step_time_ms"] is None
-    )  # never compared with published
+    # never compared with published
+    assert row["proxy"] is True and row["reference_step_time_ms"] is None
     assert row["tflops_per_gpu_mean"] > 0 and row["tokens_per_s"] > 0
     recipe = json.loads((Path(summary["experiment_dir"]) / "recipe.json").read_text())
     assert (recipe["gpus"], recipe["device"], recipe["compute_dtype"], recipe["proxy_kind"]) == (

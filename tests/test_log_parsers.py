@@ -72,9 +72,8 @@ def test_ranks_interleaving_keep_their_own_step_time(tmp_path):
 
 def test_nan_grad_norm_and_duplicates(tmp_path):
     lines = list(loggen.megatron_bridge_lines(range(1, 6), nan_at=[3], step_ms={2: 500.0}))
-    lines += list(
-        loggen.megatron_bridge_lines([2], step_ms={2: 700.0})
-    )  # a restarted run logs 2 again
+    # a restarted run logs 2 again
+    lines += list(loggen.megatron_bridge_lines([2], step_ms={2: 700.0}))
     log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["megatron_bridge"]
     assert log.nan_grad_norm == [3] and math.isnan(log.samples[3].grad_norm)
     assert log.duplicates == 1 and log.samples[2].step_time_ms == 700.0
@@ -92,9 +91,8 @@ def test_nemo2_lines_are_zero_based(tmp_path):
     assert log.samples[45].step_time_ms == pytest.approx(6080.0)
     assert log.samples[45].tflops_per_gpu == 1249.0
     assert log.samples[49].step_time_ms == pytest.approx(12390.0) and log.last == 99
-    assert (
-        scan_text(tmp_path, text).findings.get("megatron_bridge") is None
-    )  # not Megatron's format
+    # not Megatron's format
+    assert scan_text(tmp_path, text).findings.get("megatron_bridge") is None
 
 
 @pytest.mark.parametrize(
@@ -129,9 +127,8 @@ def test_nccl_trace_summary_matches_an_independent_count(tmp_path):
         "[7] NCCL INFO AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x1 count 1 datatype 1 op 0 root 0 "
         "comm 0x55556b100660 [nranks=128] stream 0x5555630c58b0",
     )  # field-facts' example
-    lines.insert(
-        200, "node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3"
-    )  # not a collective
+    # not a collective
+    lines.insert(200, "node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3")
     found = scan_text(tmp_path, "\n".join(lines) + "\n", chunk_size=4096).findings["nccl"]
     expected: dict[str, dict] = {}
     for line in lines:

@@ -44,9 +44,8 @@ def test_estimate_against_the_measured_peaks_in_the_seeds(host):
 
 
 def test_distributed_optimizer_shards_over_dp_and_cp(host):
-    recipe, arch = recipe_and_arch(
-        host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2"
-    )  # DP 4, CP 2
+    # DP 4, CP 2
+    recipe, arch = recipe_and_arch(host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2")
     m = estimate_memory(recipe, arch, None)
     params = count_params(arch).total
     assert m.weights_gb == pytest.approx(2 * params / GIB)
@@ -64,9 +63,8 @@ def test_fsdp_shards_weights_and_gradients_too(host):
 
 
 def test_pipeline_and_tensor_parallelism_split_the_model(host):
-    recipe, arch = recipe_and_arch(
-        host, "llama31", "70b", "h100", "bf16", 64, variant="nemo2"
-    )  # TP4 PP4 CP2
+    # TP4 PP4 CP2
+    recipe, arch = recipe_and_arch(host, "llama31", "70b", "h100", "bf16", 64, variant="nemo2")
     m = estimate_memory(recipe, arch, None)
     params = count_params(arch)
     first_stage = sum(l.total for l in params.layers[:20]) + params.embedding

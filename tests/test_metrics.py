@@ -104,9 +104,8 @@ def test_published_figures_follow_from_the_published_step_times(host):
                 )
                 if abs(pct(mfu(tf, peak)) - printed_mfu) > 0.1:
                     problems.append(f"MFU {pct(mfu(tf, peak)):.2f}% vs {printed_mfu}%")
-                if (
-                    ref.printed_mfu_pct is not None
-                ):  # llmb's correction must itself follow from the figures
+                # llmb's correction must itself follow from the figures
+                if ref.printed_mfu_pct is not None:
                     assert abs(pct(mfu(tf, peak)) - ref.mfu_pct) <= 0.1, (
                         ref.provenance.describe(),
                         ref.mfu_pct,

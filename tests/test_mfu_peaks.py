@@ -58,14 +58,10 @@ def test_the_pair_is_against_the_dtypes_peak_and_the_bf16_peak():
     )
     at_dtype, at_bf16 = mfu_pcts(900.0, h100, "bf16")
     assert at_dtype == at_bf16 == pytest.approx(100 * 900 / 989)
-    assert mfu_pcts(900.0, h100, "nvfp4") == (
-        None,
-        pytest.approx(100 * 900 / 989),
-    )  # H100 lists no NVFP4 peak
-    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (
-        None,
-        None,
-    )  # no H200 peak is known
+    # H100 lists no NVFP4 peak
+    assert mfu_pcts(900.0, h100, "nvfp4") == (None, pytest.approx(100 * 900 / 989))
+    # no H200 peak is known
+    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (None, None)
     assert mfu_pcts(900.0, catalogue()["b200"].peak_tflops, None) == (None, pytest.approx(40.0))
     assert mfu_at_bf16_pct(20.0, catalogue()["gb200"].peak_tflops, "fp8") == pytest.approx(40.0)
     assert mfu_at_bf16_pct(20.0, catalogue()["h200"].peak_tflops, "fp8") is None
@@ -165,9 +161,8 @@ def test_compare_text_names_the_bf16_figure_of_an_fp8_run(cli, tmp_path):
         },
     )
     out = cli("compare", str(tmp_path)).out
-    bf16 = (
-        100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989
-    )  # the seed's TFLOP/s/GPU over the BF16 peak
+    # the seed's TFLOP/s/GPU over the BF16 peak
+    bf16 = 100 * (768 * 2.816073e15 / 15.892 / 256 / 1e12) / 989
     assert re.search(
         rf"measured [\d,.]+ ms per step, [\d,]+ tokens/s, MFU 26\.86% \({bf16:.2f}% of the BF16 peak\)",
         out,
@@ -244,10 +239,8 @@ def test_every_peak_names_the_public_source_that_gives_exactly_it_and_the_ones_t
     for gpu, spec in catalogue().items():
         for dtype, peak in spec.peak_tflops.items():
             entries = _peak_sources()["gpus"][gpu][dtype]["sources"]
-            assert float(entries[0]["value"]) == peak, (
-                gpu,
-                dtype,
-            )  # the source llmb's figure is from comes first
+            # the source llmb's figure is from comes first
+            assert float(entries[0]["value"]) == peak, (gpu, dtype)
             assert all(e["source"] in documents for e in entries), (gpu, dtype)
             assert peak_source(gpu, dtype).document == "NVIDIA LLM Benchmarking Collection README"
     # GB200 BF16: tools disagree (2450 here, NVIDIA's NVL72 figure halved 2500, 2250 elsewhere), and llmb says so

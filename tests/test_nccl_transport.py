@@ -71,9 +71,8 @@ def transport_of(tmp_path: Path, lines: list[str]):
 
 
 def test_ib_through_a_net_plugin(tmp_path):
-    t = transport_of(
-        tmp_path, [*IB, *loggen.nccl_lines(50)]
-    )  # a collective trace beside them changes nothing
+    # a collective trace beside them changes nothing
+    t = transport_of(tmp_path, [*IB, *loggen.nccl_lines(50)])
     assert t.channels == {"NET/IBext_v8": 4, "P2P/CUMEM": 2}
     assert (t.networks, t.plugins, t.hosts) == (("IBext_v8",), ("NCCL RDMA Plugin v8",), 2)
     assert not t.over_sockets(2)

@@ -251,9 +251,8 @@ def test_a_table_leaves_out_empty_columns_first_then_cuts_names_in_the_middle():
     text = render_table(columns, rows, width=50)
     lines = text.split("\n")
     assert all(len(line) <= 50 for line in lines), text
-    assert "MFU %" not in lines[0] and "STEP ms" in lines[0], (
-        text
-    )  # the empty column went, the other stayed
+    # the empty column went, the other stayed
+    assert "MFU %" not in lines[0] and "STEP ms" in lines[0], text
     assert (
         lines[2].startswith("pretrain_llama31") and "\u2026" in lines[2] and "gbs128" in lines[2]
     ), text

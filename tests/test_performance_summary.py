@@ -62,9 +62,8 @@ def test_the_figures_llmb_uses_are_the_newest_pretraining_rows_of_precisions_it_
     summary = host.workloads()["llama31"].summary
     by_key = {(r.size, r.gpu, r.dtype, r.gpus): r for r in summary}
     assert len(by_key) == len(summary)
-    h100 = by_key[
-        ("8b", "h100", "fp8", 8)
-    ]  # 25.11, DGX-H100: 14451 tokens/s/GPU, 744 TFLOP/s/GPU, GBS 128
+    # 25.11, DGX-H100: 14451 tokens/s/GPU, 744 TFLOP/s/GPU, GBS 128
+    h100 = by_key[("8b", "h100", "fp8", 8)]
     assert (h100.tokens_per_s, h100.tflops_per_gpu, h100.gbs) == (14451 * 8, 744, 128)
     assert h100.step_time_s == pytest.approx(128 * 8192 / (14451 * 8))
     assert (h100.container, h100.date) == ("nvcr.io/nvidia/nemo:25.11", "2025-12-04")

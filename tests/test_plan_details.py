@@ -55,9 +55,8 @@ def test_the_plan_says_which_flops_count_tflops_and_mfu_are_on_and_the_others_ra
     arch = workload.architecture("8b")
     formula = host.model_flops(workload, arch, recipe.seq_len).per_sample * recipe.gbs
     ratio = megatron_bridge_step(arch, recipe.seq_len, recipe.gbs, recipe.tp) / formula
-    assert (
-        0.88 < ratio < 0.89
-    )  # causal attention: Megatron-Bridge counts 11% fewer FLOPs at 8192 tokens
+    # causal attention: Megatron-Bridge counts 11% fewer FLOPs at 8192 tokens
+    assert 0.88 < ratio < 0.89
     assert shown["megatron_bridge_to_workload_formula"] == round(ratio, 4)
     # The torch engine logs MODEL_TFLOP/s/GPU on the workload's formula; Megatron-Bridge logs its own count,
     # which the Llama 3.1 Megatron-Bridge recipe divides by the peak for its MFU (mfu_from: log).
@@ -125,17 +124,8 @@ def test_recompute_and_offload_are_shown_as_the_frameworks_are_told_them(cli):
         none["offload_layers"],
     ) == (None, None, 0, 0)
 
-    fp8 = (
-        "llama31",
-        "--size",
-        "8b",
-        "--gpu",
-        "h100",
-        "--dtype",
-        "fp8",
-        "--gpus",
-        "8",
-    )  # erratum: MBS 1, recompute 5
+    # erratum: MBS 1, recompute 5
+    fp8 = ("llama31", "--size", "8b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "8")
     assert "recompute 5 layers (full, block method); offload: none" in plan(cli, *fp8)
     assert plan_json(cli, *fp8)["recompute"] == {
         "layers": 5,
@@ -143,17 +133,8 @@ def test_recompute_and_offload_are_shown_as_the_frameworks_are_told_them(cli):
         "method": "block",
     }
 
-    gb300 = (
-        "llama31",
-        "--size",
-        "70b",
-        "--gpu",
-        "gb300",
-        "--dtype",
-        "fp8",
-        "--gpus",
-        "64",
-    )  # FSDP, offload 20
+    # FSDP, offload 20
+    gb300 = ("llama31", "--size", "70b", "--gpu", "gb300", "--dtype", "fp8", "--gpus", "64")
     shown = plan_json(cli, *gb300)
     assert shown["offload"] == {"layers": 20, "what": "activations", "engines": ["production"]}
     assert shown["offload_layers"] == 20 and shown["recompute"] is None
@@ -254,9 +235,8 @@ def test_a_figure_from_another_document_gets_its_tokens_per_s_too(host):
     figure = find(
         host.workload("nemotron4"), Configuration(None, "340b", "gb200", "fp8", 128, "strong")
     )
-    assert figure.tokens_per_s == pytest.approx(
-        4096 * 512 / 21.542
-    )  # GBS 512 fixed under strong scaling
+    # GBS 512 fixed under strong scaling
+    assert figure.tokens_per_s == pytest.approx(4096 * 512 / 21.542)
 
 
 # ---------------------------------------------------------------- 5. plan --proxy
@@ -334,9 +314,8 @@ def test_plan_proxy_shows_what_the_proxy_runs_and_every_difference(cli):
     )
     assert "  batch        MBS 1  GA 32 (the recipe's)  ->  GBS 256 = MBS*GA*ranks" in text
     assert "  differs      CP 2 -> 1, DP 4 -> 8, GBS 128 -> 256, layers 32 -> 4," in text
-    assert "\nproxy: " not in plan(cli, *LLAMA31_8B) and "proxy" not in plan_json(
-        cli, *LLAMA31_8B
-    )  # when asked
+    # when asked
+    assert "\nproxy: " not in plan(cli, *LLAMA31_8B) and "proxy" not in plan_json(cli, *LLAMA31_8B)
 
 
 def test_plan_proxy_of_expert_and_pipeline_rows_names_what_it_drops(cli):

@@ -208,9 +208,8 @@ def test_an_unrelated_distribution_whose_entry_points_are_not_utf8_costs_nothing
     info = tmp_path / "something_else-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: something-else\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_bytes(
-        b"[console_scripts]\nsomething = caf\xe9:main\n"
-    )  # Latin-1
+    # Latin-1
+    (info / "entry_points.txt").write_bytes(b"[console_scripts]\nsomething = caf\xe9:main\n")
     for command in (
         ["list"],
         ["plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"],
@@ -235,9 +234,8 @@ def test_a_workload_file_with_the_old_key_names_still_loads_with_a_deprecation_w
     ]
     with pytest.warns(DeprecationWarning, match="seed, seed_says, seed_table are the old names"):
         loaded = workload_from_dict(old)
-    assert repr(loaded) == repr(
-        workload_from_dict(current)
-    )  # records compare by identity; their text is the test
+    # records compare by identity; their text is the test
+    assert repr(loaded) == repr(workload_from_dict(current))
 
 
 def test_a_plugin_named_in_llmb_plugins_that_fails_to_import_is_reported_like_an_installed_one(

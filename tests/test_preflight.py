@@ -37,9 +37,8 @@ def test_rounds_are_logarithmic_and_each_step_is_disjoint(n):
     if n > 8:
         assert len(pairs) < n * (n - 1) / 2  # never every pair
     partners = {i: {b if a == i else a for a, b in pairs if i in (a, b)} for i in range(n)}
-    assert all(
-        len(p) >= min(2, n - 1) for p in partners.values()
-    )  # each node meets at least 2 others
+    # each node meets at least 2 others
+    assert all(len(p) >= min(2, n - 1) for p in partners.values())
 
 
 @pytest.mark.parametrize("n", [3, 4, 8, 13, 64])
@@ -286,9 +285,8 @@ def test_more_nodes_than_this_machine_is_refused(llmb_proc, tmp_path):
 
 def test_certify_takes_a_preflight_first(llmb_proc, tmp_path):
     env = {"LLMB_INSTALL": str(tmp_path)}
-    dry = llmb_proc(
-        "certify", "--gpu", "h100", "--preflight", "4", "--dry-run", env=env
-    )  # (full size: not here)
+    # (full size: not here)
+    dry = llmb_proc("certify", "--gpu", "h100", "--preflight", "4", "--dry-run", env=env)
     assert "first runs llmb preflight over 4 node(s)" in dry.err
     both = llmb_proc(
         "certify",
@@ -306,9 +304,8 @@ def test_certify_takes_a_preflight_first(llmb_proc, tmp_path):
 def test_exclude_from_puts_the_flagged_nodes_in_the_sbatch_script(llmb_proc, tmp_path):
     path = tmp_path / "preflight.json"
     path.write_text(json.dumps({"job_id": "slurm-1", "verdict": "flagged", "exclude": ["node3"]}))
-    (tmp_path / "empty-slurm.conf").write_text(
-        ""
-    )  # no cluster: Slurm's commands fail at once (a dry run goes on)
+    # no cluster: Slurm's commands fail at once (a dry run goes on)
+    (tmp_path / "empty-slurm.conf").write_text("")
     env = {
         "LLMB_INSTALL": str(tmp_path / "install"),
         "SLURM_CONF": str(tmp_path / "empty-slurm.conf"),

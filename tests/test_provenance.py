@@ -115,9 +115,8 @@ def test_the_check_stops_on_another_known_type_and_warns_on_an_unknown_one():
         gpu_seen.check("h100", gpu_seen.parse_query(B200_NODE))
     message = str(caught.value)
     assert "runs on NVIDIA B200 (b200) but the run was planned for h100 (--gpu h100)" in message
-    assert (
-        "MFU" in message and "--gpu b200" in message and "\n" not in message
-    )  # one line: the log's reason
+    # one line: the log's reason
+    assert "MFU" in message and "--gpu b200" in message and "\n" not in message
     warnings = gpu_seen.check("h100", gpu_seen.parse_query("NVIDIA A100-SXM4-80GB, 535.104.05\n"))
     assert len(warnings) == 1 and "'NVIDIA A100-SXM4-80GB' is not one llmb knows" in warnings[0]
     assert gpu_seen.check("h100", gpu_seen.parse_query("")) == []  # nothing seen: nothing to check
@@ -158,9 +157,8 @@ def test_secrets_are_redacted_by_name_and_masked_inside_other_values():
     ):
         assert shown[name] == "***", name
     assert shown["URL"] == "https://u:***@host/x"  # a declared secret's value inside another value
-    assert (
-        shown["OTHER"] == "value 42"
-    )  # too short a secret to search for: other text stays readable
+    # too short a secret to search for: other text stays readable
+    assert shown["OTHER"] == "value 42"
     assert (shown["NCCL_DEBUG"], shown["HOME"]) == ("INFO", "/root")
 
 
@@ -282,13 +280,11 @@ def test_rank_zero_records_the_job_and_each_nodes_first_rank_stops_on_the_wrong_
         "SITE_SETTING": "1",
     }  # SITE_SETTING: set by llmb for the run (spec.env)
     os.remove(provenance.path_of(spec.run_dir))
-    with pytest.raises(
-        gpu_seen.GpuMismatchError
-    ):  # the first rank of another node checks its node too
+    # the first rank of another node checks its node too
+    with pytest.raises(gpu_seen.GpuMismatchError):
         provenance.start_job(spec, rank=8, world=16, local_rank=0, environ=environ)
-    provenance.start_job(
-        spec, rank=1, world=2, local_rank=1, environ=environ
-    )  # its node's first rank checks
+    # its node's first rank checks
+    provenance.start_job(spec, rank=1, world=2, local_rank=1, environ=environ)
     assert provenance.read(spec.run_dir) is None  # only rank 0 writes
     # A CPU run is not checked; its record says so.
     provenance.start_job(
@@ -304,9 +300,8 @@ def test_rank_zero_records_the_job_and_each_nodes_first_rank_stops_on_the_wrong_
 def test_an_unknown_gpu_warns_and_a_record_that_cannot_be_written_only_warns(tmp_path, capsys):
     smi = fake_nvidia_smi(tmp_path / "bin", "NVIDIA A100-SXM4-80GB, 535.104.05\n")
     spec = spec_for(tmp_path / "run")
-    os.mkdir(
-        provenance.path_of(spec.run_dir)
-    )  # a directory where the file goes: every user's write fails
+    # a directory where the file goes: every user's write fails
+    os.mkdir(provenance.path_of(spec.run_dir))
     provenance.start_job(spec, rank=0, world=1, local_rank=0, environ={"PATH": str(smi)})
     out = capsys.readouterr().out
     assert "[llmb] warning: the job's GPU 'NVIDIA A100-SXM4-80GB' is not one llmb knows" in out
@@ -332,9 +327,8 @@ def test_the_submission_section_is_kept_when_the_job_merges_its_own(tmp_path):
     )
     data = provenance.read(str(run_dir))
     assert data["submission"] == {"secret_names": ["MY_LOGIN"], "backend": "x"}
-    assert (
-        data["job"]["environment"]["MY_LOGIN"] == "***"
-    )  # the declared secret is known to the job
+    # the declared secret is known to the job
+    assert data["job"]["environment"]["MY_LOGIN"] == "***"
     dumped = Path(data["job"]["environment_file"])
     assert dumped == run_dir / "e" / "env-e.txt" and "MY_LOGIN='***'" in dumped.read_text()
     assert not [p for p in run_dir.rglob("*.tmp")]

@@ -63,9 +63,8 @@ def test_import_llmb_imports_none_of_the_facades_modules():
 
 def _plugin_sources() -> list[Path]:
     sources = [p for root in PLUGIN_ROOTS for p in (REPO / root).glob("*/src/**/*.py")]
-    return sources + list(
-        (REPO / "tests" / "toy_plugin").rglob("*.py")
-    )  # the documented example plugin
+    # the documented example plugin
+    return sources + list((REPO / "tests" / "toy_plugin").rglob("*.py"))
 
 
 def _outside_the_facade(path: Path) -> list[str]:

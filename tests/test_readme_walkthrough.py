@@ -34,9 +34,8 @@ def test_the_walkthrough_is_the_promised_study():
 def test_readme_scaling_study_runs_as_written(tmp_path):
     script = "set -euo pipefail\n" + "\n".join(walkthrough_commands("A scaling study")) + "\n"
     env = {k: v for k, v in os.environ.items() if k != "LLMB_INSTALL"}
-    env["PATH"] = (
-        f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # where llmb is installed
-    )
+    # where llmb is installed
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
     )  # a hang guard only: a loaded 2-core machine runs 10-100x slower

@@ -150,9 +150,8 @@ def test_an_ending_is_recorded_once_and_then_costs_the_backend_nothing(cluster):
     assert (first.state, first.exit["nodes"]) == ("SUCCEEDED", "node1")
     assert read_exit(job.id)["state"] == "SUCCEEDED"
     again = reconcile.statuses(host, [job])
-    assert again[0].state == "SUCCEEDED" and impl.asked == [
-        [job.id]
-    ]  # the second look read exit.json only
+    # the second look read exit.json only
+    assert again[0].state == "SUCCEEDED" and impl.asked == [[job.id]]
 
 
 def test_a_flaky_failure_is_resubmitted_by_the_core_into_a_fresh_run_directory(cluster):

@@ -54,9 +54,8 @@ def test_context_from_the_experiment_name(host, tmp_path):
     assert r.tokens_per_s == pytest.approx(8192 * 128 / (r.stats.time_mean_ms / 1000))
     assert r.mfu_pct is None  # no GPU type in a name
     with_gpu = parse(host, tmp_path, assume_gpu="h100")[MB8]
-    assert with_gpu.mfu_pct == pytest.approx(
-        100 * with_gpu.stats.tflops_mean / 1979
-    )  # the MB seed's method
+    # the MB seed's method
+    assert with_gpu.mfu_pct == pytest.approx(100 * with_gpu.stats.tflops_mean / 1979)
 
 
 @pytest.mark.parametrize(

@@ -75,9 +75,8 @@ def experiments(tmp_path):
         unreadable.write_text("\n".join(loggen.megatron_bridge_lines(range(1, 51))) + "\n")
         unreadable.chmod(0)
         bad["1000007"] = rf"cannot read {name}: Permission denied"
-    elif (
-        target := _write_only_file()
-    ) is not None:  # root reads any mode; not a write-only attribute
+    # root reads any mode; not a write-only attribute
+    elif (target := _write_only_file()) is not None:
         unreadable.symlink_to(target)
         bad["1000007"] = rf"cannot read {name}: Permission denied"
     else:
@@ -114,9 +113,8 @@ def test_bad_logs_are_reported_and_the_good_runs_still_show(llmb_proc, experimen
     table = llmb_proc("results", str(root), "--db", str(tmp_path / "r.sqlite"), timeout=120)
     assert table.code == 0, table.err
 
-    def row(
-        name: str, status: str
-    ) -> str:  # the experiment's short form, then its run's number as JOB
+    # the experiment's short form, then its run's number as JOB
+    def row(name: str, status: str) -> str:
         experiment, stamp = name.rsplit("_", 1)
         return rf"^{re.escape(compact_name(experiment))}\s+{stamp}\s+{status}\s"
 

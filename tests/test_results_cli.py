@@ -233,9 +233,8 @@ def test_compare_against_a_baseline_file_directory_or_database_id_never_the_run_
         assert compared.code == 1  # the run without a log fails
     text = cli("compare", str(mb / "experiments" / MB / good), "--baseline", str(mb))
     assert re.search(r"\s1766132151\s+\S+\s+baseline\s+NOT.COMPARED\s", text.out), text.out
-    assert f"1766132151: against baseline: {SELF}" in text.out, (
-        text.out
-    )  # the detail, under the table
+    # the detail, under the table
+    assert f"1766132151: against baseline: {SELF}" in text.out, text.out
     assert text.code == 3  # compared with nothing
     # a directory whose runs are all compared with each other: each with the other, never with itself
     both = _baseline_verdicts(
@@ -342,9 +341,8 @@ def test_compare_against_an_llmb_job_or_the_slurm_job_id_of_one(
     assert cert.result.code == 0, cert.result.err[-3000:]
     [job_id] = cert.suite["workloads"]["llama31"]["jobs"]
     install = tmp_path / "install"
-    shutil.copytree(
-        cert.install, install
-    )  # the job records; the run directories stay where the job ran them
+    # the job records; the run directories stay where the job ran them
+    shutil.copytree(cert.install, install)
     monkeypatch.setenv("LLMB_INSTALL", str(install))
     record = json.loads((install / "jobs" / job_id / "job.json").read_text())
     run_dir = Path(record["run_dir"])

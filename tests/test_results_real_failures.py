@@ -90,9 +90,8 @@ def test_nccls_words_for_cuda_oom_are_cuda_oom(host, tmp_path):
 
 
 def test_a_dist_backend_error_is_its_last_errors_kind(tmp_path):
-    [found] = failures(
-        tmp_path, DIST_BACKEND
-    )  # NVIDIA/nccl#1410 as printed: 'invalid argument' is no OOM
+    # NVIDIA/nccl#1410 as printed: 'invalid argument' is no OOM
+    [found] = failures(tmp_path, DIST_BACKEND)
     assert (found.kind, found.offset) == ("python_exception", 0)
     # The same lines with the CUDA error pytorch/pytorch#152302 reports (NCCL >= 2.19 prints its code, 2):
     # torch's message puts it three lines below the exception's own (this one line is changed).
@@ -259,9 +258,8 @@ def test_a_run_that_can_never_reach_the_window_says_so(host, tmp_path):
     make_run(tmp_path / "b", NEMO8, loggen.nemo2_lines(range(0, 30), last=29))  # 0-based: 30 steps
     r = parse(host, tmp_path / "b")[NEMO8]
     assert r.reason.endswith("window 35-44, which it can never reach; run at least 45 steps")
-    make_run(
-        tmp_path / "c", MB8, loggen.megatron_bridge_lines(range(1, 21), last=29)
-    )  # stopped at 20 of 29
+    # stopped at 20 of 29
+    make_run(tmp_path / "c", MB8, loggen.megatron_bridge_lines(range(1, 21), last=29))
     r = parse(host, tmp_path / "c")[MB8]
     assert (r.status, r.reason) == (
         "too_short",
@@ -325,9 +323,8 @@ def test_an_overflowing_step_time_is_invalid_and_the_listing_goes_on(cli, tmp_pa
     short = (
         MB8.removeprefix("pretrain_").replace("_cp1", "").replace("_vpNone", "").replace("_ep1", "")
     )
-    assert table.code == 0 and table.out.count(short) >= 2, (
-        table.out
-    )  # both runs, by their short name
+    # both runs, by their short name
+    assert table.code == 0 and table.out.count(short) >= 2, table.out
 
 
 # torchtitan's metrics lines. pytorch/torchtitan#3393: every step logged, rank prefix, grad_norm.
@@ -444,10 +441,8 @@ def test_torchtitans_metrics_lines(tmp_path):
     assert sorted(log.samples) == [200, 210]
     assert log.samples[210].step_time_ms == pytest.approx(1464.8)  # 14.648 s over 10 steps
     log = titan(tmp_path, TITAN_ALL_RANKS)
-    assert (log.samples[4].tflops_per_gpu, log.duplicates) == (
-        314.71,
-        0,
-    )  # the first print of each step
+    # the first print of each step
+    assert (log.samples[4].tflops_per_gpu, log.duplicates) == (314.71, 0)
     assert log.samples[5].step_time_ms == pytest.approx(1637.0)
 
 
@@ -512,9 +507,8 @@ def test_torchtitan_results_carry_its_own_figures(host, tmp_path):
         "torchtitan's own figures over the window (means): 5,040 tokens/s per GPU, MFU 30.00% (of the peak "
         "torchtitan assumes), peak reserved memory 1.34 GiB"
     ) in r.notes
-    make_run(
-        tmp_path / "short", "torchtitan_llama3_8b", titan_run(range(1, 31))
-    )  # total steps 50, stopped at 30
+    # total steps 50, stopped at 30
+    make_run(tmp_path / "short", "torchtitan_llama3_8b", titan_run(range(1, 31)))
     [c] = Collector(host).collect([str(tmp_path / "short")])
     assert (c.result.status, c.result.reason) == (
         "incomplete",

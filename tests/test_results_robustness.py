@@ -252,9 +252,8 @@ def test_non_finite_step_times_in_the_window_make_the_run_invalid(cli, tmp_path)
     rows = json.loads(cli("results", "--json", str(tmp_path)).out)
     assert [(r["status"], r["failure_reason"]) for r in rows] == [("invalid_step_time", reason)]
     table = cli("results", str(tmp_path))
-    assert (
-        table.code == 0 and f"1766132151: invalid_step_time: {reason}" in table.out
-    )  # under the table
+    # under the table
+    assert table.code == 0 and f"1766132151: invalid_step_time: {reason}" in table.out
     assert cli("compare", str(tmp_path)).code == 1  # an invalid run fails a gate
 
 

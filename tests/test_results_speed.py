@@ -172,9 +172,8 @@ def pools_run(monkeypatch) -> list:
 
     def spy(self, todo, **kw):
         parsed = real(self, todo, **kw)
-        pools.append(
-            None if parsed is None else dict(parsed)
-        )  # a copy: the collector pops what it takes
+        # a copy: the collector pops what it takes
+        pools.append(None if parsed is None else dict(parsed))
         return parsed
 
     monkeypatch.setattr(collect.Collector, "_parse_in_parallel", spy)
@@ -214,9 +213,8 @@ def test_a_failing_worker_costs_no_result(tmp_path, monkeypatch):
     root, serial, pools = parsed_serially_then_pooled(tmp_path, monkeypatch)
     monkeypatch.setattr(collect, "_parse_in_worker", _dying_worker)
     assert collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2") == serial
-    assert (
-        pools[0] is not None
-    )  # the pool ran (and lost the runs its dead and failing workers held)
+    # the pool ran (and lost the runs its dead and failing workers held)
+    assert pools[0] is not None
 
 
 def test_jobs_variable(monkeypatch):

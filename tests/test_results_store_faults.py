@@ -72,18 +72,16 @@ def test_a_page_corrupted_database(llmb_proc, stored):
             r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 0")
         ]
     conn.close()
-    with open(
-        db, "r+b"
-    ) as handle:  # the tables' and indexes' pages; the header and schema (page 1) stay
+    # the tables' and indexes' pages; the header and schema (page 1) stay
+    with open(db, "r+b") as handle:
         for number in roots:
             handle.seek((number - 1) * page)
             handle.write(b"\xab" * page)
     ResultStore(str(db)).close()  # it still opens
     warning = results_despite_the_store(llmb_proc, root, db)
     assert "database disk image is malformed" in warning and "move it aside" in warning
-    assert "malformed" in results_despite_the_store(
-        llmb_proc, root, db, "--rescan"
-    )  # the write fails too
+    # the write fails too
+    assert "malformed" in results_despite_the_store(llmb_proc, root, db, "--rescan")
     listed = llmb_proc("results", "--from-db", "--db", str(db))
     assert (
         listed.code == 1

@@ -90,9 +90,8 @@ def test_precision_actually_computed_is_recorded_with_a_warning():
         and "else in bfloat16" in warnings[0]
     )
     dtype, warnings = compute_dtype("cuda", "fp8")
-    assert (
-        dtype == "bfloat16" and "torchao float8" in warnings[0]
-    )  # the job decides, by the GPU it finds
+    # the job decides, by the GPU it finds
+    assert dtype == "bfloat16" and "torchao float8" in warnings[0]
     assert compute_dtype("cpu", "fp8")[0] == "float32"
     assert "computed in float32" in compute_dtype("cpu", "bf16")[1][0]
 
@@ -100,15 +99,11 @@ def test_precision_actually_computed_is_recorded_with_a_warning():
 def test_proxy_takes_the_seed_recipe_at_its_smallest_scale(host):
     r = recipe(host, "nemotron4", None, "gb200", "bf16", 2, any_scale=True, strong_scaling=True)
     assert (r.gpus, r.gbs, r.ga) == (128, 512, 128)
-    assert engine_layout(r, 2) == (
-        1,
-        128,
-        256,
-    )  # the engine keeps MBS and GA, data parallel over 2 ranks
+    # the engine keeps MBS and GA, data parallel over 2 ranks
+    assert engine_layout(r, 2) == (1, 128, 256)
     with pytest.raises(UsageError):
-        recipe(
-            host, "nemotron4", None, "gb200", "bf16", 2, strong_scaling=True
-        )  # not a proxy: refused
+        # not a proxy: refused
+        recipe(host, "nemotron4", None, "gb200", "bf16", 2, strong_scaling=True)
 
 
 def test_layers_proxy_keeps_the_width_and_cuts_the_depth(host):
@@ -244,12 +239,8 @@ def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
         "sequence_parallel": True,
         "recompute_layers": 0,
     }
-    assert (spec["ranks"], spec["mbs"], spec["ga"], spec["gbs"]) == (
-        64,
-        1,
-        64,
-        128,
-    )  # DP 2 = 64 / (TP 4 x PP 8)
+    # DP 2 = 64 / (TP 4 x PP 8)
+    assert (spec["ranks"], spec["mbs"], spec["ga"], spec["gbs"]) == (64, 1, 64, 128)
 
     result = _dry_run(
         llmb_proc, "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"
@@ -281,9 +272,8 @@ def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
         "tiny",
     )
     assert proxy.code == 0, proxy.err
-    assert (
-        json.loads(proxy.out)["run_spec"]["layout"]["tp"] == 1
-    )  # a proxy stays data parallel over its ranks
+    # a proxy stays data parallel over its ranks
+    assert json.loads(proxy.out)["run_spec"]["layout"]["tp"] == 1
 
 
 def test_llama4_runs_its_expert_and_tensor_parallel_layout_and_says_what_differs(llmb_proc):

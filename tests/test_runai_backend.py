@@ -173,9 +173,8 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
         "restartPolicy": "Never",
     }
     variables = {v["name"]: v["value"] for v in spec["environmentVariables"]}
-    assert (
-        variables["HF_TOKEN"] == HF and variables["LLMB_JOB_ID"] == job
-    )  # the secret goes only to Run:ai
+    # the secret goes only to Run:ai
+    assert variables["HF_TOKEN"] == HF and variables["LLMB_JOB_ID"] == job
     run = unpacked_spec(spec["args"])
     assert (run["engine"], run["ranks"], run["nodes"], run["ranks_per_node"]) == (
         "nemo2",
@@ -183,9 +182,8 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
         32,
         8,
     )
-    assert run["log"].startswith(
-        env["PVC_DIR"] + "/workloads/nemotron4/experiments/"
-    )  # the pods' paths
+    # the pods' paths
+    assert run["log"].startswith(env["PVC_DIR"] + "/workloads/nemotron4/experiments/")
     assert (
         run["framework_config"]["parallelism"]["tp"],
         run["framework_config"]["parallelism"]["pp"],
@@ -370,9 +368,8 @@ def test_the_config_file_and_flags_set_what_the_variables_do(llmb_proc, env, fak
         ).code
         == 0
     )
-    assert (
-        workload_requests(fake, "POST")[-1].body["projectId"] == "2"
-    )  # the flag wins over the file
+    # the flag wins over the file
+    assert workload_requests(fake, "POST")[-1].body["projectId"] == "2"
 
 
 def test_a_two_node_proxy_runs_for_real_and_its_log_is_read_from_the_pvc(llmb_proc, tmp_path):
@@ -444,9 +441,8 @@ def test_logs_say_where_the_log_is_when_the_pvc_is_not_mounted_here(llmb_proc, e
 def test_a_cluster_is_found_by_name(llmb_proc, env, fake):
     from fake_runai import OTHER_CLUSTER_ID
 
-    fake.projects.append(
-        {"id": "9", "name": "llmb-qa", "clusterId": OTHER_CLUSTER_ID}
-    )  # the same name twice
+    # the same name twice
+    fake.projects.append({"id": "9", "name": "llmb-qa", "clusterId": OTHER_CLUSTER_ID})
     ambiguous = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
     assert ambiguous.code == 2 and "exists on several clusters" in ambiguous.err
     assert llmb_proc("run", *NEMOTRON4, "--detach", env={**env, "RUNAI_CLUSTER": "lab"}).code == 0

@@ -53,9 +53,8 @@ def assert_not_shown(env, texts, *secrets):
 
 def test_the_token_does_not_follow_a_redirect_to_another_origin(llmb_proc, env, fake):
     with FakeRunai(client_secret=SECRET) as elsewhere:
-        fake.redirect_next(
-            origin(elsewhere.url), path_prefix="/org-unit/projects"
-        )  # another port: another origin
+        # another port: another origin
+        fake.redirect_next(origin(elsewhere.url), path_prefix="/org-unit/projects")
         fake.redirect_next(origin(fake.url), path_prefix="/org-unit/projects")  # the same origin
         result = llmb_proc("run", *NEMOTRON4, "--detach", env=env)
         assert result.code == 0, result.err
@@ -64,12 +63,10 @@ def test_the_token_does_not_follow_a_redirect_to_another_origin(llmb_proc, env, 
             followed.path == "/api/v1/org-unit/projects" and "authorization" not in followed.headers
         )
     gets = [r for r in fake.requests if r.path == "/api/v1/org-unit/projects"]
-    assert (
-        len(gets) == 3
-    )  # redirected away; sent again after the 401 from there, redirected home; followed
-    assert all(
-        r.headers["authorization"].startswith("Bearer ") for r in gets
-    )  # kept within its origin
+    # redirected away; sent again after the 401 from there, redirected home; followed
+    assert len(gets) == 3
+    # kept within its origin
+    assert all(r.headers["authorization"].startswith("Bearer ") for r in gets)
     assert len(fake.workloads) == 1
 
 
@@ -177,9 +174,8 @@ def test_errors_that_echo_the_token_or_the_secret_do_not_show_them(llmb_proc, en
 
 
 def test_a_server_that_drips_its_answer_is_given_up_at_the_deadline(llmb_proc, env, fake):
-    fake.drip_next(
-        0.2, path_prefix="/org-unit/projects"
-    )  # the whole answer would take about a minute
+    # the whole answer would take about a minute
+    fake.drip_next(0.2, path_prefix="/org-unit/projects")
     result = llmb_proc(
         "run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "2"}, timeout=60
     )
@@ -246,21 +242,18 @@ def test_a_post_that_failed_before_taking_effect_is_sent_again(llmb_proc, env, f
 
 def test_a_listing_that_lags_behind_still_makes_one_workload(llmb_proc, env, fake):
     fake.reset_after_next(path_prefix="/workloads/distributed", method="POST")
-    fake.fail_next(
-        200, method="GET", path_prefix="/workloads", body='{"workloads": []}'
-    )  # not listed yet
+    # not listed yet
+    fake.fail_next(200, method="GET", path_prefix="/workloads", body='{"workloads": []}')
     submitted(llmb_proc, env, fake)
     posts = workload_requests(fake, "POST")
-    assert (
-        len(posts) == 2 and posts[0].body["name"] == posts[1].body["name"]
-    )  # the second was refused: 409
+    # the second was refused: 409
+    assert len(posts) == 2 and posts[0].body["name"] == posts[1].body["name"]
 
 
 def test_a_lost_answer_that_cannot_be_checked_is_not_sent_again_blindly(llmb_proc, env, fake):
     fake.reset_after_next(path_prefix="/workloads/distributed", method="POST")
-    fake.fail_next(
-        503, times=50, method="GET", path_prefix="/workloads"
-    )  # and the lookup cannot be answered
+    # and the lookup cannot be answered
+    fake.fail_next(503, times=50, method="GET", path_prefix="/workloads")
     result = llmb_proc(
         "run", *NEMOTRON4, "--detach", env={**env, "RUNAI_REQUEST_TIMEOUT": "3"}, timeout=60
     )

@@ -64,9 +64,8 @@ def test_numa_divisor_is_the_gpus_per_socket_of_the_gpu_types_node():
         ), name
     assert launch_settings.binding("gb200", "llama31", 4) == Binding(2)
     assert launch_settings.binding("h100", "llama31", 8) == Binding(4)
-    assert launch_settings.binding("h100", "llama31", 4) == Binding(
-        2
-    )  # a cluster of 4-GPU H100 nodes
+    # a cluster of 4-GPU H100 nodes
+    assert launch_settings.binding("h100", "llama31", 4) == Binding(2)
     # B300: two cores per rank, from SLURM_LOCALID * 16, only under Megatron-Bridge's launcher with
     # ENABLE_PCT_BINDING=true; never for Llama pre-training, never under NeMo 2's (tests/test_launch_env_sources.py).
     assert launch_settings.binding("b300", "qwen3", 8, "megatron_bridge", "true") == Binding(
@@ -164,9 +163,8 @@ def test_a_rank_runs_under_numactl_on_its_socket_and_says_so(numactl):
         result.returncode == 0
         and lines[0] == "[llmb] rank 13 on node7: numactl --cpunodebind=0 --membind=0"
     )
-    assert all(
-        " bind:0 " in line for line in lines[1:3]
-    )  # the worker's memory policy: bound to node 0
+    # the worker's memory policy: bound to node 0
+    assert all(" bind:0 " in line for line in lines[1:3])
 
 
 def test_a_numa_node_this_machine_lacks_runs_the_rank_unbound_with_a_warning(numactl):
@@ -279,9 +277,8 @@ def planned(host, install_root, monkeypatch):
         "ENABLE_PCT_BINDING",
     ):
         monkeypatch.delenv(name, raising=False)
-    (install_root / "python").mkdir(
-        parents=True
-    )  # what llmb install fills: container mode needs it
+    # what llmb install fills: container mode needs it
+    (install_root / "python").mkdir(parents=True)
 
     def plan(workload, size, gpu, dtype, gpus, **run):
         submitted = submit_run(
@@ -564,9 +561,8 @@ def test_nodes_of_another_gpu_type_refuse_the_run_before_submission(llmb_proc, t
         "--gpu b200, but the nodes of partition batch have h100 (sinfo GRES gpu:h100:8): the run's recipe, its "
         "node count and binding follow --gpu, so use --gpu h100"
     ) in result.err
-    assert (
-        json.loads(llmb_proc("status", "--json", env=env).out) == []
-    )  # nothing submitted, nothing left
+    # nothing submitted, nothing left
+    assert json.loads(llmb_proc("status", "--json", env=env).out) == []
 
 
 def test_a_failing_sinfo_warns_and_the_dry_run_goes_on(llmb_proc, tmp_path):

@@ -19,9 +19,8 @@ from test_slurm_runs import PROXY, job_record, run_json, slurm_id, status
 from waiting import wait_for
 
 pytestmark = pytest.mark.slurm
-env = (
-    test_slurm_runs.env
-)  # the fixture: an install directory of the test's own, on the private Slurm
+# the fixture: an install directory of the test's own, on the private Slurm
+env = test_slurm_runs.env
 
 SLOW_SBATCH = '"$REAL" "$@"\nexec sleep 120'  # submits, then answers nothing before llmb gives up
 TIMEOUT = "5"
@@ -119,9 +118,8 @@ def test_when_slurm_cannot_say_whether_it_took_the_job_llmb_keeps_it_and_finds_i
         "Unable to contact slurm controller" in shown["reason"]
         and "looks for it again" in shown["reason"]
     )
-    [sid] = [
-        i for i, (_, comment) in slurm_jobs(slurm).items() if comment == f"llmb:{job}:1"
-    ]  # it was submitted
+    # it was submitted
+    [sid] = [i for i, (_, comment) in slurm_jobs(slurm).items() if comment == f"llmb:{job}:1"]
 
     refused = llmb_proc("cancel", job, env=slow)
     assert refused.code == 1 and "Traceback" not in refused.err

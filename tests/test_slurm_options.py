@@ -74,9 +74,8 @@ def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoti
         for end in range(1, len(option) + 1):
             key = option[:end]
             meanings = {sbatch_options.canonical(o) for o in sbatch_options.resolve(key)}
-            value = (
-                "gpu:1" if params.checked_option(key) == "gres" else "1"
-            )  # a value its own check accepts
+            # a value its own check accepts
+            value = "gpu:1" if params.checked_option(key) == "gres" else "1"
             try:
                 params.parse(f"{key}={value}")
             except UsageError:

@@ -117,9 +117,8 @@ def test_a_two_node_proxy_run_completes_and_its_result_is_shown(llmb_proc, env):
     )
     assert row["proxy"] is True and row["tokens_per_s"] > 0
     log = Path(summary["log"]).read_text()
-    assert (
-        "Slurm job" in log and "on node[1-2], MASTER_ADDR=127.0.0.1 (node1)" in log
-    )  # the allocation's first host
+    # the allocation's first host
+    assert "Slurm job" in log and "on node[1-2], MASTER_ADDR=127.0.0.1 (node1)" in log
     assert "4 rank(s) on cpu" in log
     run_dir = Path(summary["experiment_dir"])
     script = next(run_dir.glob("sbatch_*.sh")).read_text()
@@ -130,11 +129,8 @@ def test_a_two_node_proxy_run_completes_and_its_result_is_shown(llmb_proc, env):
         inner / f"log-{inner.name}.out"
     ).exists()
     recipe = json.loads((run_dir / "recipe.json").read_text())
-    assert (recipe["device"], recipe["compute_dtype"], recipe["nodes"]) == (
-        "cpu",
-        "float32",
-        2,
-    )  # decided on the nodes
+    # decided on the nodes
+    assert (recipe["device"], recipe["compute_dtype"], recipe["nodes"]) == ("cpu", "float32", 2)
     ended = json.loads(
         (Path(env["LLMB_INSTALL"]) / "jobs" / summary["job_id"] / "exit.json").read_text()
     )
@@ -277,9 +273,8 @@ def test_a_node_going_down_under_a_job_leads_to_a_retry_that_completes_elsewhere
     assert second_attempt["exclude"] == [node]
     ended = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / job / "exit.json").read_text())
     assert ended["nodes"] not in ("", node)  # completed on the other node
-    assert (
-        first_attempt["run_dir"] != second_attempt["run_dir"]
-    )  # the failed attempt's files are kept
+    # the failed attempt's files are kept
+    assert first_attempt["run_dir"] != second_attempt["run_dir"]
     assert (
         "NODE_FAIL" in Path(first_attempt["log"]).read_text()
         and Path(first_attempt["log"]).exists()
@@ -287,10 +282,8 @@ def test_a_node_going_down_under_a_job_leads_to_a_retry_that_completes_elsewhere
 
 
 def test_a_launch_that_never_starts_is_retried_then_reported_as_infrastructure(llmb_proc, env):
-    broken = {
-        **env,
-        "LLMB_SLURM_PYTHON": "/nonexistent/bin/python3",
-    }  # srun cannot start the worker
+    # srun cannot start the worker
+    broken = {**env, "LLMB_SLURM_PYTHON": "/nonexistent/bin/python3"}
     result, summary = run_json(
         llmb_proc, "run", *PROXY, "--gpus", "1", "--retries", "1", env=broken
     )
@@ -347,9 +340,8 @@ def test_a_refused_submission_exits_2_with_slurms_reason(llmb_proc, env):
     result = llmb_proc("run", *PROXY, "--gpus", "2", "--partition", "nosuch", "--detach", env=env)
     assert result.code == 2 and "Traceback" not in result.err
     assert "Slurm refused the job: invalid partition specified: nosuch" in result.err
-    assert (
-        json.loads(llmb_proc("status", "--json", env=env).out) == []
-    )  # no half-made job left behind
+    # no half-made job left behind
+    assert json.loads(llmb_proc("status", "--json", env=env).out) == []
 
 
 def show_job(slurm, sid: str) -> dict[str, str]:
@@ -378,9 +370,8 @@ def test_abbreviated_sbatch_options_llmb_sets_are_refused_and_what_passes_is_ano
         )
         assert refused.code == 2 and "Traceback" not in refused.err, refused.err
         assert f"item {item.split('=')[0]!r} is sbatch's {option}" in refused.err
-    assert (
-        json.loads(llmb_proc("status", "--json", env=env).out) == []
-    )  # nothing submitted, no job left
+    # nothing submitted, no job left
+    assert json.loads(llmb_proc("status", "--json", env=env).out) == []
     # Why: the real sbatch obeys such spellings.
     obeyed = subprocess.run(
         [
@@ -450,9 +441,8 @@ def test_a_job_slurm_has_forgotten_is_decided_by_its_exit_marker(llmb_proc, env,
         what="Slurm to forget the job (MinJobAge)",
     )
     final = status(llmb_proc, job, env)  # no squeue row, no accounting: the marker decides
-    assert (
-        final["state"] == "SUCCEEDED" and final["result"]["status"] == "too_short"
-    )  # 2 steps, no window
+    # 2 steps, no window
+    assert final["state"] == "SUCCEEDED" and final["result"]["status"] == "too_short"
     ended = json.loads((Path(env["LLMB_INSTALL"]) / "jobs" / job / "exit.json").read_text())
     assert ended["slurm_state"] == "COMPLETED"
 

@@ -95,9 +95,8 @@ def test_the_script_has_the_layout_the_account_and_no_tracing(tmp_path):
     ):
         assert line in text.splitlines(), line
     assert "set -x" not in text and "set -o xtrace" not in text
-    assert (
-        'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
-    )  # MASTER_ADDR from the allocation
+    # MASTER_ADDR from the allocation
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
     assert "localhost" not in text
 
 
@@ -138,9 +137,8 @@ def test_every_value_reaches_the_job_exactly_and_nothing_runs(tmp_path):
     canary = tmp_path / "canary"
     env = {k: v.format(canary=canary) for k, v in HOSTILE.items()}
     text = render(script(tmp_path, env=env))
-    exports = text[
-        text.index("export LLMB_JOB_ID=") : text.index('\necho "[llmb] job')
-    ]  # the run's variables
+    # the run's variables
+    exports = text[text.index("export LLMB_JOB_ID=") : text.index('\necho "[llmb] job')]
     (tmp_path / "dump.py").write_text(
         "import json, os, sys\nprint(json.dumps({k: os.environ[k] for k in sys.argv[1:]}))\n"
     )
@@ -163,9 +161,8 @@ def test_a_node_lost_under_a_step_is_an_infrastructure_failure_even_when_slurm_s
     from llmb_backend_slurm.backend import node_failure, worker_started
 
     log = tmp_path / "log.out"
-    training = (
-        "Step Time : 0.75s GPU utilization: 0.01MODEL_TFLOP/s/GPU\n" * 5000
-    )  # past the tail read
+    # past the tail read
+    training = "Step Time : 0.75s GPU utilization: 0.01MODEL_TFLOP/s/GPU\n" * 5000
     log.write_text(
         training
         + "slurmstepd-node1: error: *** STEP 1.0 ON node1 CANCELLED AT 2026-11-21T23:01:03 DUE TO "

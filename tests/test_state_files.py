@@ -251,9 +251,8 @@ def test_a_suite_record_cut_short_is_corrupt_not_unknown(llmb_proc, install, mon
     intact = llmb_proc(
         "certify", "status", "--suite", suite_id, "--json", env=install, timeout=HANG_GUARD
     )
-    assert intact.code == 1 and intact.json()["suite"] == suite_id, (
-        intact.err
-    )  # read: no run yet, so no pass
+    # read: no run yet, so no pass
+    assert intact.code == 1 and intact.json()["suite"] == suite_id, intact.err
     text = path.read_bytes()
     for cut in (text[: len(text) // 2], text[:1], b"", b"\x00\xff\xfe garbage"):
         path.write_bytes(cut)

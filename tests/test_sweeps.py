@@ -127,9 +127,8 @@ def test_every_invalid_task_is_reported_and_nothing_is_submitted(llmb_proc, inst
         env={**install, "LLMB_FORCE_CPU": "1"},
     )
     assert result.code == 2 and "Traceback" not in result.err
-    assert (
-        "8 of 8 sweep tasks cannot run" not in result.err
-    )  # some are fine: only the bad ones are listed
+    # some are fine: only the bad ones are listed
+    assert "8 of 8 sweep tasks cannot run" not in result.err
     lines = [line for line in result.err.splitlines() if line.startswith("  - ")]
     assert len(lines) == 4 and all("nvfp4" in line or "8 GPUs" in line for line in lines)
     assert any("has no dtype 'nvfp4'; valid dtypes: bf16, fp8" in line for line in lines)

@@ -14,9 +14,8 @@ LLAMA31_8B_H100 = ("llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16"
 
 
 def test_the_rule_floor_margin_and_rounding():
-    assert (
-        time_limit.derive(50, None, "none", 8e9).slurm == "00:30:00"
-    )  # nothing to go by: the floor
+    # nothing to go by: the floor
+    assert time_limit.derive(50, None, "none", 8e9).slurm == "00:30:00"
     assert time_limit.derive(50, 1.0, "published", 8e9).minutes == 30  # 10.8 + 1.7 min: the floor
     # 10 + 40 min start-up for 400e9 parameters, 2 x 50 x 4.426 s = 7.4 min: 57.4 -> 60 min
     limit = time_limit.derive(50, 4.426, "published", 400e9)
@@ -36,9 +35,8 @@ def test_the_plan_derives_it_from_the_published_step_time(cli):
     assert (
         plan["time_limit"]["step_s"] == 4.426 and plan["time_limit"]["step_source"] == "published"
     )
-    assert (
-        plan["time_limit"]["slurm"] == "01:00:00"
-    )  # 400B parameters: 50 min start-up + 7.4 min of steps
+    # 400B parameters: 50 min start-up + 7.4 min of steps
+    assert plan["time_limit"]["slurm"] == "01:00:00"
     text = cli("plan", *LLAMA4_H100).out
     assert "time limit   01:00:00 on a cluster (" in text and "x 4.43 s (published)" in text
 

@@ -165,9 +165,8 @@ def test_additional_slurm_params_items_pass_their_options_checks(
         refused(result, needle)
         assert "#SBATCH" not in result.err
     assert not log.exists()  # nothing submitted
-    assert not [
-        f for f in files_under(install) if f.startswith("jobs/") or f.endswith(".sh")
-    ]  # no job, no script
+    # no job, no script
+    assert not [f for f in files_under(install) if f.startswith("jobs/") or f.endswith(".sh")]
 
 
 def test_the_fake_sbatch_does_take_a_good_submission(llmb_proc, tmp_path, fake_sbatch):
@@ -363,9 +362,8 @@ def _give(cli, monkeypatch, install: Path, kind: Kind, way: str, value: str, *ex
         monkeypatch.setenv(ASP, f"{kind.item}={value}")
     else:
         install.mkdir(parents=True, exist_ok=True)
-        (install / "cluster.yaml").write_text(
-            json.dumps(_file(kind, value))
-        )  # JSON is YAML: "\n" stays a line break
+        # JSON is YAML: "\n" stays a line break
+        (install / "cluster.yaml").write_text(json.dumps(_file(kind, value)))
     return cli(*args)
 
 
@@ -380,9 +378,8 @@ def test_a_bad_value_is_refused_with_the_same_words_whichever_way_it_is_given(
         expected = _expected(kind, bad, where)
         assert result.code == 2, (bad, result.out)
         assert result.err.strip() == f"llmb: error: {expected}", (bad, result.err)
-        assert (
-            repr(bad) in expected or kind.name == "env name" or "***" in expected
-        )  # the value as given
+        # the value as given
+        assert repr(bad) in expected or kind.name == "env name" or "***" in expected
         assert result.out == "" and [f for f in files_under(install) if f != "cluster.yaml"] == []
         monkeypatch.delenv(kind.variable or "UNSET_VARIABLE", raising=False)
         monkeypatch.delenv(ASP, raising=False)
@@ -416,9 +413,8 @@ def test_every_cluster_setting_has_a_kind_here_and_every_item_option_its_setting
     }
     for kind in KINDS:
         if kind.item:
-            assert params.CHECKED[kind.item] is kind.check, (
-                kind.name
-            )  # the same function, not a copy
+            # the same function, not a copy
+            assert params.CHECKED[kind.item] is kind.check, kind.name
     assert set(params.DEDICATED) <= set(params.CHECKED)
 
 
@@ -460,9 +456,8 @@ def test_the_scripts_last_line_of_defence_is_a_whole_match_too():
     assert _SAFE_DIRECTIVE.fullmatch("node[1-2]") and not _SAFE_DIRECTIVE.fullmatch("node1\n")
     with pytest.raises(ValueError, match="line break"):
         directive("nodelist", "node1\n")
-    assert (
-        directive("comment", "$(id)") == '#SBATCH --comment="$(id)"'
-    )  # sbatch reads it; no shell does
+    # sbatch reads it; no shell does
+    assert directive("comment", "$(id)") == '#SBATCH --comment="$(id)"'
 
 
 def test_env_values_that_may_be_secrets_are_not_repeated():

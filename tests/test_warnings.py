@@ -83,9 +83,8 @@ def test_certify_dry_run_with_a_failing_sinfo_says_so_once_in_one_plain_line(llm
     assert not [line for line in result.err.splitlines() if line.lstrip().startswith("{")], (
         result.err
     )
-    assert not re.search(r"slurm-[0-9a-f]{6}", result.err), (
-        result.err
-    )  # no job id: nothing was submitted
+    # no job id: nothing was submitted
+    assert not re.search(r"slurm-[0-9a-f]{6}", result.err), result.err
     assert len(warnings_of(result.err)) == len(set(warnings_of(result.err)))
 
 

@@ -33,9 +33,8 @@ def test_the_library_holds_llmb_and_its_plugins_at_the_top_and_the_dependencies_
     ours = sorted(
         p for d, info in described.items() if d not in DEPENDENCIES for p in info["packages"]
     )
-    assert (
-        "llmb" in ours and "llmb_backend_slurm" in ours and len(ours) >= 6
-    )  # llmb, backends, workloads
+    # llmb, backends, workloads
+    assert "llmb" in ours and "llmb_backend_slurm" in ours and len(ours) >= 6
     top = {p.name for p in library.iterdir() if not p.name.endswith(".dist-info")}
     assert top == {*ours, ".fallback", worker_library.STAMP}
     fallback = library / ".fallback"
@@ -228,9 +227,8 @@ def test_a_worker_whose_environment_breaks_a_dependency_says_which_first_and_exi
     tmp_path, case
 ):
     library = Path(worker_library.build(str(tmp_path / "install")))
-    if (
-        case == "broken PyYAML"
-    ):  # the environment's copy is found first, and raises: llmb's copy cannot help
+    # the environment's copy is found first, and raises: llmb's copy cannot help
+    if case == "broken PyYAML":
         python = container_python(tmp_path / "container", everything_else=False, yaml="broken")
         expected = "PyYAML (RuntimeError: this container's yaml is broken)"
     else:  # neither the environment nor the library has it

@@ -99,9 +99,8 @@ OBSERVED = {
 def observe(container) -> dict:
     observed = {key: _value(container, path) for key, path in OBSERVED.items()}
     observed["dataset_type"] = type(container.dataset).__name__
-    if (
-        observed["dataset_seq_length"] is None
-    ):  # before Megatron-Bridge 0.6 the field was sequence_length
+    # before Megatron-Bridge 0.6 the field was sequence_length
+    if observed["dataset_seq_length"] is None:
         observed["dataset_seq_length"] = _value(container, "dataset.sequence_length")
     if observed["eval_iters"] is None:
         observed["eval_iters"] = _value(container, "train.eval_iters")

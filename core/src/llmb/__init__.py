@@ -32,9 +32,8 @@ __all__ = [*_FACADE, "__version__"]
 
 
 def __getattr__(name: str):
-    if (
-        name == "hookimpl"
-    ):  # made on first use: ``python -m llmb.worker`` names a missing pluggy before then
+    # made on first use: ``python -m llmb.worker`` names a missing pluggy before then
+    if name == "hookimpl":
         import pluggy
 
         globals()["hookimpl"] = marker = pluggy.HookimplMarker("llmb")

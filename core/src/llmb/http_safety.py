@@ -202,9 +202,8 @@ def exchange(
     )
     try:
         response = opener.open(request, timeout=min(timeout or deadline_s, deadline_s))
-    except (
-        urllib.error.HTTPError
-    ) as error:  # an answer all the same: its status and body are the caller's
+    # an answer all the same: its status and body are the caller's
+    except urllib.error.HTTPError as error:
         response = error
     except urllib.error.URLError as error:
         if isinstance(error.reason, DeadlineExceeded):

@@ -55,11 +55,8 @@ def output_width(stream=None) -> int | None:
         if not stream.isatty():
             return None
         width = os.get_terminal_size(stream.fileno()).columns
-    except (
-        AttributeError,
-        OSError,
-        ValueError,
-    ):  # not a real file (a test's capture), or no size known
+    # not a real file (a test's capture), or no size known
+    except (AttributeError, OSError, ValueError):
         return None
     return max(width, MIN_WIDTH) if width > 0 else None
 

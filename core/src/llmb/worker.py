@@ -112,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         from llmb.lifecycle.provenance import start_job
 
-        start_job(
-            spec, rank=rank, world=world, local_rank=local_rank
-        )  # the GPU check; rank 0 records provenance
+        # the GPU check; rank 0 records provenance
+        start_job(spec, rank=rank, world=world, local_rank=local_rank)
         engine_entry(spec.engine)(spec, rank=rank, world=world, local_rank=local_rank)
         if spec.engine == "torch" and (spec.profile or {}).get("kind") != "nsys":
             end_without_finalizing(0)

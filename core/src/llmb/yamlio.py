@@ -28,9 +28,8 @@ from llmb.files import read_regular
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FORMAT = 1
-MAX_CACHE_ENTRY = (
-    16 << 20
-)  # bytes: llmb's largest data file is tens of kilobytes as JSON; a longer entry is cut, so
+# bytes: llmb's largest data file is tens of kilobytes as JSON; a longer entry is cut, so
+MAX_CACHE_ENTRY = 16 << 20
 #                             not valid JSON, and parsed afresh
 
 
@@ -62,7 +61,8 @@ def load_yaml_file(path: str | os.PathLike[str]) -> Any:
         entry = os.path.join(
             where, f"{zlib.crc32(path.encode()):08x}-{os.path.basename(path)}.json"
         )
-        try:  # a regular file only, and bounded: a FIFO left in the cache must not hang every command
+        # a regular file only, and bounded: a FIFO left in the cache must not hang every command
+        try:
             cached = json.loads(read_regular(entry, MAX_CACHE_ENTRY))
             if cached.get("stamp") == stamp:
                 return cached["data"]
@@ -97,9 +97,8 @@ def load_user_yaml_file(path: str | os.PathLike[str]) -> Any:
     """A YAML file a user wrote, parsed (see the module's docstring). Raises OSError when it cannot be
     read or is not a regular file, ``yaml.YAMLError`` (with ``problem`` and, for an alias, ``problem_mark``)
     when it is too large, not YAML, or uses an alias."""
-    text = read_regular(
-        path, MAX_USER_FILE + 1
-    )  # a regular file only, opened without blocking (not a FIFO's)
+    # a regular file only, opened without blocking (not a FIFO's)
+    text = read_regular(path, MAX_USER_FILE + 1)
     if len(text) > MAX_USER_FILE:
         raise yaml.MarkedYAMLError(
             problem=f"larger than {MAX_USER_FILE >> 20} MiB; such a file is a few kilobytes"
@@ -112,7 +111,6 @@ def load_user_yaml_file(path: str | os.PathLike[str]) -> Any:
             )
     try:
         return load_yaml(text)
-    except (
-        ValueError
-    ) as exc:  # a value PyYAML's constructors cannot build: an integer of more than 4,300 digits
+    # a value PyYAML's constructors cannot build: an integer of more than 4,300 digits
+    except ValueError as exc:
         raise yaml.MarkedYAMLError(problem=f"a value llmb cannot read ({exc})") from None

@@ -271,9 +271,8 @@ class RunaiBackend:
             events = client.events(info["workload_id"])
         except LlmbError:
             events = []
-        events = sorted(
-            events, key=lambda e: str(e.get("createdAt") or "")
-        )  # Run:ai lists newest first
+        # Run:ai lists newest first
+        events = sorted(events, key=lambda e: str(e.get("createdAt") or ""))
         warnings = [
             f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"
         ]

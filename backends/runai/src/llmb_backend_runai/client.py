@@ -71,9 +71,8 @@ class RunaiClient:
         self.timeout = timeout
         self.max_body = max_body
         self.token: str | None = None
-        self.tokens: set[str] = (
-            set()
-        )  # every token this client held: masked wherever a server's words are shown
+        # every token this client held: masked wherever a server's words are shown
+        self.tokens: set[str] = set()
         self.expires_at = 0.0
         self.calls = 0
         self.log = get_logger("llmb.runai")

@@ -68,9 +68,8 @@ from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, r
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
 RUN_FILE = "run.json"
-LOOK_UP_AGAIN_S = (
-    2.0  # after sbatch's answer was lost and squeue showed no such job: once more, later
-)
+# after sbatch's answer was lost and squeue showed no such job: once more, later
+LOOK_UP_AGAIN_S = 2.0
 _HEALTHY = (
     "idle",
     "alloc",
@@ -105,11 +104,8 @@ def secret_names(submit: SubmitOptions) -> tuple[str, ...]:
 
 class SlurmBackend:
     name = "slurm"
-    cancel_wait_s, cancel_poll_s, cancel_after = (
-        60.0,
-        0.5,
-        "scancel",
-    )  # how the core waits after a cancel
+    # how the core waits after a cancel
+    cancel_wait_s, cancel_poll_s, cancel_after = 60.0, 0.5, "scancel"
 
     def __init__(self, commands: SlurmCommands | None = None):
         self.slurm = commands or SlurmCommands()
@@ -136,9 +132,8 @@ class SlurmBackend:
                     f"no container image is known for {spec.workload}: give --image, or --bare to run "
                     f"from the nodes' Python environment."
                 )
-            reference = value_checks.image(
-                reference, "the container image"
-            )  # --image's check, wherever it came from
+            # --image's check, wherever it came from
+            reference = value_checks.image(reference, "the container image")
             if reference.endswith(".sqsh"):
                 image = reference
             else:
@@ -160,9 +155,8 @@ class SlurmBackend:
             ]
             container = {"image": image, "mounts": mounts, "env_names": [*secrets, "PYTHONPATH"]}
             worker = [*spec.wrapper, "python3", "-m", "llmb.worker", run_file]
-        gpus_per_node = (
-            os.environ.get("SBATCH_GPUS_PER_NODE") or None
-        )  # the seeds: set it where the cluster uses gres
+        # the seeds: set it where the cluster uses gres
+        gpus_per_node = os.environ.get("SBATCH_GPUS_PER_NODE") or None
         return {
             "account": submit.account,
             "partition": submit.partition,
@@ -181,9 +175,8 @@ class SlurmBackend:
         }
 
     def submit(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> Job:
-        settings = self.settings(
-            spec, submit
-        )  # a UsageError: nothing was submitted (the core removes the job)
+        # a UsageError: nothing was submitted (the core removes the job)
+        settings = self.settings(spec, submit)
         job = replace(job, attempts=0, details={"slurm": settings, "attempts": []})
         for warning in settings["warnings"]:
             get_logger("llmb.slurm").warning(warning)  # about the cluster, not the job: said once
@@ -192,10 +185,8 @@ class SlurmBackend:
 
     def _script(self, job: Job, spec: RunSpec, attempt: int) -> BatchScript:
         s = job.details["slurm"]
-        env = {
-            **s.get("rank_env", {}),
-            **spec.env,
-        }  # the run's own variables (the recipe's, --env) win
+        # the run's own variables (the recipe's, --env) win
+        env = {**s.get("rank_env", {}), **spec.env}
         if s.get("pythonpath"):
             env["PYTHONPATH"] = s["pythonpath"]
         container = (
@@ -449,9 +440,8 @@ class SlurmBackend:
     def _not_found(self, job: Job) -> JobStatus:
         """Slurm answered and holds no job with the marker, and none started."""
         why = self._unconfirmed(job)
-        if self._current(job).get(
-            "unrecorded"
-        ):  # perhaps submitted by an llmb that did not mark its jobs
+        # perhaps submitted by an llmb that did not mark its jobs
+        if self._current(job).get("unrecorded"):
             return JobStatus(
                 job,
                 "UNKNOWN",
@@ -602,9 +592,8 @@ class SlurmBackend:
             if not slurm_id:
                 return self._nothing_to_cancel(job)
             self.slurm.scancel([slurm_id])
-        except (
-            QueryFailed
-        ) as exc:  # the core takes its cancel marker back: an end that follows is no cancel
+        # the core takes its cancel marker back: an end that follows is no cancel
+        except QueryFailed as exc:
             raise LlmbError(
                 f"{job.id} was not cancelled: {exc}. Run llmb cancel {job.id} again once Slurm "
                 f"answers."

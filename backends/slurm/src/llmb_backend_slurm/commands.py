@@ -91,9 +91,8 @@ class SlurmCommands:
             )
         if result.returncode != 0:
             reason = _reason(result.stderr) or f"sbatch exited with {result.returncode}"
-            if (
-                "timed out" in reason.lower()
-            ):  # e.g. "Socket timed out on send/recv": slurmctld may have taken it
+            # e.g. "Socket timed out on send/recv": slurmctld may have taken it
+            if "timed out" in reason.lower():
                 raise AnswerLost(f"sbatch failed with {reason!r}")
             raise UsageError(f"Slurm refused the job: {reason}")
         job_id = result.stdout.strip().split(";")[0]
@@ -169,7 +168,8 @@ class SlurmCommands:
         )
         if result.returncode != 0:
             if "Invalid job id" in result.stderr:
-                return {}  # none of them is known any more (squeue refuses a list of only unknown ids)
+                # none of them is known any more (squeue refuses a list of only unknown ids)
+                return {}
             raise QueryFailed(f"squeue failed: {_reason(result.stderr)}")
         rows = {}
         for line in result.stdout.splitlines():

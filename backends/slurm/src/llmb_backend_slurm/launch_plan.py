@@ -134,9 +134,8 @@ def _gres(
     problems: list[str] | None,
 ) -> str | None:
     if submit.gres:
-        value_checks.gres(
-            submit.gres, "--gres"
-        )  # the flag's check (the item passed it in params.parse)
+        # the flag's check (the item passed it in params.parse)
+        value_checks.gres(submit.gres, "--gres")
     override = _one("gres", submit.gres, item)
     where = (
         " and ".join(

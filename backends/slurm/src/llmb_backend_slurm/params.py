@@ -47,9 +47,8 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
         return []
     items = []
     for raw in text.split(";"):
-        item = raw.strip(
-            _BLANKS
-        )  # a line break is never dropped: it is refused, as in a flag's value
+        # a line break is never dropped: it is refused, as in a flag's value
+        item = raw.strip(_BLANKS)
         if not item:
             continue
         key, sep, value = item.partition("=")
@@ -90,9 +89,8 @@ CHECKED = {
 def checked_option(key: str) -> str | None:
     """The option of ``CHECKED`` sbatch reads ``--key`` as (its name, an alias, an unambiguous
     abbreviation), or None."""
-    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {
-        key
-    }  # newer: segment
+    # newer: segment
+    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)} or {key}
     name = next(iter(meanings)) if len(meanings) == 1 else None
     return name if name in CHECKED else None
 

@@ -30,9 +30,8 @@ from llmb_backend_slurm.launch_settings import Binding
 
 STARTED = "attempt-{attempt}.started"
 EXITED = "attempt-{attempt}.exit"
-_SAFE_DIRECTIVE = re.compile(
-    r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*"
-)  # matched whole: the last line of defence
+# matched whole: the last line of defence
+_SAFE_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*")
 
 
 @dataclass(frozen=True)

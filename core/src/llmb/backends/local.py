@@ -131,9 +131,8 @@ class LocalBackend:
             env = dict(os.environ)
             env.setdefault("PYTHONUNBUFFERED", "1")
             env[JOB_DIR_VARIABLE] = job_tag(directory)
-            with open(
-                _path(job, SUPERVISOR_OUTPUT), "ab"
-            ) as output:  # the supervisor's own errors, if any
+            # the supervisor's own errors, if any
+            with open(_path(job, SUPERVISOR_OUTPUT), "ab") as output:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "llmb.backends.local_supervisor", directory],
                     stdin=subprocess.DEVNULL,
@@ -289,9 +288,8 @@ class LocalBackend:
                 current.progress,
             )
         ended, _ = read_exit_checked(job.id)
-        if (
-            ended is None
-        ):  # the supervisor was gone, or never got to record it: the core records the cancel
+        # the supervisor was gone, or never got to record it: the core records the cancel
+        if ended is None:
             return JobStatus(
                 job,
                 "CANCELLED",

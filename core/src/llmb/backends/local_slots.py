@@ -119,9 +119,8 @@ def _lock(fd: int, flags: int) -> bool:
 class Slot:
     index: int
     fd: int  # flocked; passed on to the ranks
-    acquired_at: (
-        str  # stamped while the job still holds its place in the queue: the next one starts later
-    )
+    # stamped while the job still holds its place in the queue: the next one starts later
+    acquired_at: str
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -150,9 +149,8 @@ class _Ticket:
     def __init__(self, queue: str, job_id: str):
         self.name = f"{time.time_ns():020d}-{host_key(job_id)}.lock"
         self.path = os.path.join(queue, self.name)
-        hidden = os.path.join(
-            queue, f".{self.name}.{os.getpid()}"
-        )  # never seen unlocked: locked, then renamed
+        # never seen unlocked: locked, then renamed
+        hidden = os.path.join(queue, f".{self.name}.{os.getpid()}")
         self.fd = _open(hidden)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)

@@ -66,7 +66,8 @@ def describe_exit(code: int) -> str:
 class Supervisor:
     def __init__(self, directory: str, host):
         self.directory = directory
-        self.host = host  # () -> the process's plugin host, made once the ranks ended: the job's end is recorded with it
+        # () -> the process's plugin host, made once the ranks ended: the job's end is recorded with it
+        self.host = host
         record, problem = read_record(os.path.join(directory, JOB_FILE))
         self.job, problem = (
             job_from_dict(record) if record else (None, problem or "job.json is missing")
@@ -76,9 +77,8 @@ class Supervisor:
         self.spec = RunSpec.from_dict(read_json(os.path.join(directory, RUN_FILE)))
         self.procs: list[subprocess.Popen] = []
         self.cancelled = False
-        self.first_failure: tuple[int, int] | None = (
-            None  # (rank, exit code) of the first rank seen failing
-        )
+        # (rank, exit code) of the first rank seen failing
+        self.first_failure: tuple[int, int] | None = None
         self.slot: local_slots.Slot | None = None
         self.slot_record: dict = {}
 

@@ -37,11 +37,8 @@ from llmb.runs.sweeps import LAST, Task, ids_by_recency, load_sweep, published_c
 
 SUITE_FILE = "suite.json"
 EXEMPLAR_SCALE = 512  # GPUs: the scale the Exemplar validation guide certifies at
-PROFILE_OPTIONS = (
-    "profile",
-    "gpu_metrics",
-    "nccl_trace",
-)  # run options that profile or trace a run
+# run options that profile or trace a run
+PROFILE_OPTIONS = ("profile", "gpu_metrics", "nccl_trace")
 
 
 @dataclass
@@ -85,7 +82,8 @@ class Suite:
             try:
                 sweep = load_sweep(attempt.sweep)
             except UsageError:
-                continue  # the sweep's record is gone: its jobs are unknown (the verdict shows none)
+                # the sweep's record is gone: its jobs are unknown (the verdict shows none)
+                continue
             found += [
                 (task, job, attempt)
                 for task, job in zip(sweep.tasks, sweep.jobs, strict=False)
@@ -204,9 +202,8 @@ def archive_roots(suite: Suite) -> list[tuple[str, str]]:
         if isinstance(job, Job):
             directories.append(job.run_dir)
     found = [d for d in dict.fromkeys(directories) if os.path.isdir(d)]
-    names = [
-        os.path.relpath(d, install) for d in found
-    ]  # a run directory outside the install keeps its name only
+    # a run directory outside the install keeps its name only
+    names = [os.path.relpath(d, install) for d in found]
     return [
         (d, os.path.join("elsewhere", os.path.basename(d)) if n.startswith(os.pardir) else n)
         for d, n in zip(found, names, strict=True)
@@ -279,9 +276,8 @@ def for_rerun(tasks: list[Task], given: dict) -> list[Task]:
     out = []
     for task in tasks:
         merged = {**task.options, **given}
-        if "env_items" in given and all(
-            "=" in item for item in given["env_items"]
-        ):  # else the check says why
+        # else the check says why
+        if "env_items" in given and all("=" in item for item in given["env_items"]):
             env = dict(item.partition("=")[::2] for item in task.options.get("env_items") or ())
             env.update(dict(item.partition("=")[::2] for item in given["env_items"]))
             merged["env_items"] = tuple(f"{name}={value}" for name, value in env.items())

@@ -76,9 +76,8 @@ def _status_text(verdict) -> str:
         best = config.best
         failed = [g for g in best.gates if g.outcome == "fail"] if best else []
         if config.verdict == "fail":
-            shown = [
-                g for g in failed if g.name == "status"
-            ] or failed  # a failed run: why it failed
+            # a failed run: why it failed
+            shown = [g for g in failed if g.name == "status"] or failed
             why = best.problem or "; ".join(f"{g.name}: {g.detail or g.value}" for g in shown)
             lines.append(f"{config.task.workload} {configuration_label(config.task)}: {why}")
         elif config.verdict == "not run":
@@ -127,9 +126,8 @@ def _status_text(verdict) -> str:
         )
     from llmb.cli.output import fit_text
 
-    return (
-        lines[0] + "\n" + fit_text("\n".join(lines[1:]))
-    )  # the table fits already; the text is wrapped
+    # the table fits already; the text is wrapped
+    return lines[0] + "\n" + fit_text("\n".join(lines[1:]))
 
 
 def show_status(ctx, suite, as_json: bool) -> None:
@@ -356,7 +354,8 @@ def certify_command(
             notes,
         )
     checked = checked_tasks(host, tasks, {})
-    if not rerun:  # a re-run keeps the recorded tasks, by which its runs are matched to the suite's configurations
+    # a re-run keeps the recorded tasks, by which its runs are matched to the suite's configurations
+    if not rerun:
         checked = [replace(c, task=resolved(c)) for c in checked]
         suite.tasks = tasks = [c.task for c in checked]
         types = {t.gpu for t in tasks}

@@ -262,9 +262,8 @@ def compare_command(
         )
     baselines = _baselines(ctx, baseline_spec, db_path, window_text, gpu)
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
-    direct = (
-        baselines is not None and len(baselines) == 1 and len(picked) == 1
-    )  # configurations need not match
+    # configurations need not match
+    direct = baselines is not None and len(baselines) == 1 and len(picked) == 1
     report, any_regression, not_compared = [], False, 0
     for where, result, run_id in picked:
         figure = references.lookup(
@@ -440,6 +439,5 @@ def _render(
         f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
         f"result, {missing} not compared (threshold {threshold:.0%})."
     )
-    return (
-        parts[0] + "\n" + fit_text("\n".join(parts[1:]))
-    )  # the table fits already; the text is wrapped
+    # the table fits already; the text is wrapped
+    return parts[0] + "\n" + fit_text("\n".join(parts[1:]))

@@ -96,9 +96,8 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
         found = read_job(job_id)
         if found is None:
             continue
-        if not isinstance(
-            found, BrokenJob
-        ):  # a record was written: the backend may have started something
+        # a record was written: the backend may have started something
+        if not isinstance(found, BrokenJob):
             withdraw = getattr(_backend_of(ctx, found), "withdraw", None)
             try:
                 if withdraw is None or not withdraw(found):
@@ -151,9 +150,8 @@ def run_command(
     request = build_request(
         workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
     )
-    request, options, backend = run_inputs(
-        run_kw, request
-    )  # with the cluster file on a cluster backend
+    # with the cluster file on a cluster backend
+    request, options, backend = run_inputs(run_kw, request)
     before = len(created_job_ids())
     try:
         submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)

@@ -85,9 +85,8 @@ def render_table(
         empty = [
             i for i, c in enumerate(columns) if c.drop and all(row[i] in ("-", "") for row in cells)
         ]
-        for i in sorted(
-            empty, key=lambda i: -columns[i].drop
-        ):  # a column with no value goes before any cut
+        # a column with no value goes before any cut
+        for i in sorted(empty, key=lambda i: -columns[i].drop):
             if total() <= limit:
                 break
             shown.remove(i)

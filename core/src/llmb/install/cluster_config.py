@@ -198,9 +198,8 @@ def _mounts(raw: object, path: str) -> tuple[str, ...]:
         raise UsageError(
             f"{path}: mounts must be a list of SRC:DST or SRC:DST:ro, e.g. mounts: [/lustre:/lustre]."
         )
-    return tuple(
-        dict.fromkeys(value_checks.mount(item, f"{path}: mounts item") for item in raw)
-    )  # as --mount's
+    # as --mount's
+    return tuple(dict.fromkeys(value_checks.mount(item, f"{path}: mounts item") for item in raw))
 
 
 def _env(raw: object, path: str) -> tuple[tuple[str, str], ...]:
@@ -233,9 +232,8 @@ def write_template(path: str) -> bool:
         text = handle.read()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
-        with open(
-            path, "x", encoding="utf-8"
-        ) as handle:  # exclusive: never over an existing (edited) file
+        # exclusive: never over an existing (edited) file
+        with open(path, "x", encoding="utf-8") as handle:
             handle.write(text)
     except FileExistsError:
         return False

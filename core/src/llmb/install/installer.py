@@ -263,9 +263,8 @@ def _import_image(step: Step) -> None:
     try:
         code = _relay(step.command)
     except BaseException:
-        _remove(
-            step.target
-        )  # an interrupted import leaves a partial file that a rerun would take as done
+        # an interrupted import leaves a partial file that a rerun would take as done
+        _remove(step.target)
         raise
     if code != 0:
         _remove(step.target)

@@ -33,7 +33,8 @@ TIME = re.compile(
     re.I | re.ASCII,
 )  # ASCII: \d is any script's digits otherwise
 GRES = re.compile(r"none|gpu(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d{1,9})", re.ASCII)
-_PATH = r"/[A-Za-z0-9_.@+%=/-]*"  # pyxis separates mounts with commas and srun splits on blanks: neither in a path
+# pyxis separates mounts with commas and srun splits on blanks: neither in a path
+_PATH = r"/[A-Za-z0-9_.@+%=/-]*"
 MOUNT = re.compile(rf"(?P<src>{_PATH}):(?P<dst>{_PATH})(?::(?P<flags>ro|rw))?")
 IMAGE_REFERENCE = re.compile(
     r"(?P<registry>[A-Za-z0-9.-]+(?::\d+)?)#(?P<repo>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)",
@@ -96,9 +97,8 @@ def time_limit(value: object, where: str) -> str:
 def count(value: object, where: str, low: int, high: int, example: str) -> int:
     number = value
     digits = value.strip(_BLANKS) if isinstance(value, str) else ""
-    if (
-        digits.isdigit() and digits.isascii() and len(digits) <= 18
-    ):  # int() refuses thousands of digits
+    # int() refuses thousands of digits
+    if digits.isdigit() and digits.isascii() and len(digits) <= 18:
         number = int(digits)
     if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
         raise UsageError(

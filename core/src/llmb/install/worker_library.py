@@ -37,8 +37,10 @@ DEPENDENCIES = (
     ("PyYAML", "yaml"),
 )
 STAMP = ".llmb-library.json"
-FALLBACK = ".fallback"  # the dependencies' directory, under the library: llmb/__init__.py appends it to sys.path
-LAYOUT = 2  # 1: the dependencies beside llmb, compiled parts included; an older stamp means "build again"
+# the dependencies' directory, under the library: llmb/__init__.py appends it to sys.path
+FALLBACK = ".fallback"
+# 1: the dependencies beside llmb, compiled parts included; an older stamp means "build again"
+LAYOUT = 2
 COMPILED = ("*.so", "*.pyd", "*.dylib")
 
 

@@ -67,9 +67,8 @@ class Progress:
         return f"step {iteration}/{last}  last step {step_s:.2f} s  ETA {eta}"
 
 
-UNKNOWN_LIMIT_S = (
-    300.0  # how long a job may stay UNKNOWN (its records unreadable) before following stops
-)
+# how long a job may stay UNKNOWN (its records unreadable) before following stops
+UNKNOWN_LIMIT_S = 300.0
 
 
 def follow(
@@ -135,9 +134,8 @@ def summary(status: JobStatus) -> str:
     lines = [f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else "")]
     result = (status.exit or {}).get("result")
     preflight = (status.exit or {}).get("preflight")
-    if (
-        preflight
-    ):  # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)
+    # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)
+    if preflight:
         if preflight.get("error"):
             lines.append(f"  preflight   {preflight['error']}")
         else:

@@ -16,9 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Recorded:
-    summary: (
-        dict | None
-    )  # the results row (``llmb.results.export.row``), or None when the log could not be read
+    # the results row (``llmb.results.export.row``), or None when the log could not be read
+    summary: dict | None
     run_id: int | None  # its id in the results database
     error: str | None = None  # why there is no summary
 

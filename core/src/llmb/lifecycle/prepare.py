@@ -72,9 +72,8 @@ class Prepared:
     where: ExperimentDir  # from experiment.locate: submit creates exactly these paths
     container: str | None  # the recipe's container, for provenance's submission section
     secret_names: frozenset[str]  # the variables whose values are never written down
-    preflight: dict | None = (
-        None  # --exclude-from: the preflight file that chose the nodes to keep off
-    )
+    # --exclude-from: the preflight file that chose the nodes to keep off
+    preflight: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -185,9 +184,8 @@ def where_it_runs(
 ) -> tuple[RunOptions, str]:
     """(options, device): this machine checked (the local backend), or the cluster's time limit derived."""
     check = getattr(host.backend_impl(backend_name), "check", None)
-    if (
-        check is not None
-    ):  # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
+    # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
+    if check is not None:
         warnings += check(options.submit)
     recipe = plan.recipe
     if backend_name == "local":
@@ -263,9 +261,8 @@ def torch_shape(
         return Shape(
             device, dtype, arch, seq_len, ParallelLayout(), ran, ran.mbs, ran.ga, ran.gbs, proxy
         )
-    from llmb.engines.torch.parallel import (
-        check_supported,
-    )  # the engine's own rule (imports no torch)
+    # the engine's own rule (imports no torch)
+    from llmb.engines.torch.parallel import check_supported
 
     layout, ga, layout_warnings = torch_engine_layout(recipe, ranks)
     warnings += layout_warnings
@@ -386,9 +383,8 @@ def contributions(
             run.engine_profile = contribution.engine
         if contribution.note:
             warnings.append(contribution.note)
-    for variable in (
-        run.env
-    ):  # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
+    # a plugin's recipe rules and profilers add names too; none reaches a script unchecked
+    for variable in run.env:
         if problem := env_name_problem(variable, "a plugin's environment variable"):
             raise PluginError(problem)
     if options.nccl_trace:
@@ -547,9 +543,8 @@ def prepare(
         else production_shape(plan, options, ranks, engine, device, warnings)
     )
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
-    steps = (
-        1 if load_dir else options.steps or recipe.steps
-    )  # the seeds: "1 step after checkpoint has been loaded"
+    # the seeds: "1 step after checkpoint has been loaded"
+    steps = 1 if load_dir else options.steps or recipe.steps
     flops = host.model_flops(plan.workload, shape.arch, shape.seq_len)
 
     job_id = new_job_id(backend_name)  # claimed by submit, with the experiment directory
@@ -565,9 +560,8 @@ def prepare(
         else production_config(plan, options, run, name, where, save_dir, load_dir)
     )
     if options.dump_env:
-        run.env[job_env.DUMP_VARIABLE] = (
-            "1"  # rank 0 writes its environment beside the log (llmb.runs.provenance)
-        )
+        # rank 0 writes its environment beside the log (llmb.runs.provenance)
+        run.env[job_env.DUMP_VARIABLE] = "1"
     if too_short := _window_warning(plan, run.steps, load_dir, options):
         warnings.append(too_short)
 

@@ -215,9 +215,8 @@ def cancel(host: PluginHost, job: Job) -> JobStatus:
     impl = host.backend_impl(job.backend)
     asked_before = cancel_requested(job.id)
     with contextlib.suppress(OSError):  # a backend that must say so does (the local one)
-        request_cancel(
-            job.id
-        )  # first: an end that follows is a cancel, and a starting job starts no rank
+        # first: an end that follows is a cancel, and a starting job starts no rank
+        request_cancel(job.id)
     try:
         seen = impl.cancel(current.job)
     except BaseException:

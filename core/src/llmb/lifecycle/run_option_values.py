@@ -122,9 +122,8 @@ def options_from(
     env = _env_pairs(tuple(kw.get("env_items") or ()))
     cluster = _cluster_values(kw, config)
     preflight = None
-    if kw.get(
-        "exclude_from"
-    ):  # a preflight file's flagged nodes join the exclude list (llmb.preflight)
+    # a preflight file's flagged nodes join the exclude list (llmb.preflight)
+    if kw.get("exclude_from"):
         from llmb.runs.exclusion import merged, read
 
         preflight = read(kw["exclude_from"])

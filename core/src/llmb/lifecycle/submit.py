@@ -43,12 +43,10 @@ class Submitted:
     spec: RunSpec
     plan: Plan | None
     warnings: tuple[str, ...]
-    description: dict | None = (
-        None  # a dry run: what the backend would do (nothing was written or sent)
-    )
-    submit: SubmitOptions | None = (
-        None  # what the backend was given: the options, with the derived time limit
-    )
+    # a dry run: what the backend would do (nothing was written or sent)
+    description: dict | None = None
+    # what the backend was given: the options, with the derived time limit
+    submit: SubmitOptions | None = None
 
 
 class Taken(LlmbError):
@@ -88,9 +86,8 @@ def submit(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitted
         prepared.container,
         prepared.secret_names,
     ):
-        warnings.append(
-            problem
-        )  # before the job exists: the job's side is merged into the file later
+        # before the job exists: the job's side is merged into the file later
+        warnings.append(problem)
     if prepared.preflight and (
         problem := provenance.write_section(where.run_dir, "preflight", prepared.preflight)
     ):

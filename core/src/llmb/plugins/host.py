@@ -344,9 +344,8 @@ class PluginHost:
         """Every plugin's flaky-failure signatures, the core's first, each once. A plugin whose
         hook fails, or returns something other than non-empty strings, is skipped with a warning."""
         found: dict[str, None] = {}
-        for (
-            impl
-        ) in self.pm.hook.llmb_flaky_signatures.get_hookimpls():  # registration order: core first
+        # registration order: core first
+        for impl in self.pm.hook.llmb_flaky_signatures.get_hookimpls():
             try:
                 signatures = list(impl.function() or ())
             except Exception as exc:  # noqa: BLE001

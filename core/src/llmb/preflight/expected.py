@@ -38,9 +38,8 @@ class Expected:
     gpu: str
     gemm: float | None = None  # dense BF16 TFLOP/s
     memory: float | None = None  # HBM GB/s
-    intra: float | None = (
-        None  # all-reduce bus bandwidth inside a node, GB/s: NVLink's one-way bandwidth
-    )
+    # all-reduce bus bandwidth inside a node, GB/s: NVLink's one-way bandwidth
+    intra: float | None = None
     inter: float | None = None  # all-reduce bus bandwidth across nodes, GB/s: the NIC's line rate
     sources: dict[str, str] = field(default_factory=dict)
 

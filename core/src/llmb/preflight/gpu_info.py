@@ -44,9 +44,8 @@ def parse(text: str) -> dict:
     gpus = []
     for i, head in enumerate(heads):
         body = text[head.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)]
-        body = re.sub(
-            r"<mig_devices>.*?</mig_devices>", "", body, flags=re.S
-        )  # a MIG slice's own counts
+        # a MIG slice's own counts
+        body = re.sub(r"<mig_devices>.*?</mig_devices>", "", body, flags=re.S)
         volatile = _element(_element(body, "ecc_errors") or "", "volatile") or ""
         uncorrected = corrected = 0
         for name, value in re.findall(r"<(\w+)>\s*(\d+)\s*</\1>", volatile):

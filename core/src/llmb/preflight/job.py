@@ -73,9 +73,8 @@ def prepare(
             options = replace(options, submit=replace(submit_options, time_limit="20"))
     ranks = nodes * gpus_per_node
     name = f"preflight_{gpu}_nodes{nodes}_gpus{gpus_per_node}"
-    job_id = new_job_id(
-        backend
-    )  # claimed by submit, with the experiment directory (llmb.lifecycle.prepare)
+    # claimed by submit, with the experiment directory (llmb.lifecycle.prepare)
+    job_id = new_job_id(backend)
     where = experiment.locate(WORKLOAD, name, root())
     env = dict(options.env)
     if device != "cpu":

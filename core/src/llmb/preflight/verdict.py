@@ -34,9 +34,8 @@ def node_figures(data: dict) -> dict[str, dict]:
     for r in ranks:
         for key, value in (r.get("pairs") or {}).items():
             a, b = (int(x) for x in key.split("-"))
-            pair_figures[(a, b)] = min(
-                pair_figures.get((a, b), value), value
-            )  # the pair's slowest member's
+            # the pair's slowest member's
+            pair_figures[(a, b)] = min(pair_figures.get((a, b), value), value)
     for index, score in enumerate(pairing.node_scores(len(nodes), pair_figures)):
         out[nodes[index]]["inter"] = score
     return out

@@ -50,9 +50,8 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-        torch.set_num_threads(
-            1
-        )  # one core per rank: a node's figure is its cores', not a shared pool's
+        # one core per rank: a node's figure is its cores', not a shared pool's
+        torch.set_num_threads(1)
     sizes = settings(spec, cuda)
     distributed = world > 1
     if distributed:

@@ -32,12 +32,10 @@ if TYPE_CHECKING:  # the host is passed in: recipes come before plugins (docs/ar
     from llmb.plugins.host import PluginHost
 
 # The FLOPs counts a run's TFLOP/s/GPU and MFU can be on (``FlopsUse``), as users read them.
-WORKLOAD_FORMULA = (
-    "workload_formula"  # the published recipe's Notes formula (llmb_model_flops), per sample
-)
-MEGATRON_BRIDGE = (
-    "megatron_bridge_count"  # Megatron-Bridge's MODEL_TFLOP/s/GPU count (causal attention)
-)
+# the published recipe's Notes formula (llmb_model_flops), per sample
+WORKLOAD_FORMULA = "workload_formula"
+# Megatron-Bridge's MODEL_TFLOP/s/GPU count (causal attention)
+MEGATRON_BRIDGE = "megatron_bridge_count"
 NEMO2_CALLBACK = "nemo2_flops_callback"  # NeMo 2's FLOPs callback, its log's TFLOPS_per_GPU
 COUNT_WORDS = {
     WORKLOAD_FORMULA: "the workload's formula",
@@ -60,9 +58,8 @@ class FlopsUse:
     tflops: str | None
     mfu: str
     callback: str | None = None  # NeMo 2: the model name its FLOPs callback is given
-    computed: bool = (
-        False  # the log's TFLOP/s are invalid: llmb computes them from the workload's formula
-    )
+    # the log's TFLOP/s are invalid: llmb computes them from the workload's formula
+    computed: bool = False
 
     def words(self, count: str | None) -> str:
         if count == NEMO2_CALLBACK and self.callback:
@@ -80,9 +77,8 @@ def flops_use(variant: Variant) -> tuple[FlopsUse, ...]:
     if production is not None:
         callback = production.flops_callback if variant.framework == "nemo2" else None
         if not variant.log_tflops_valid:
-            tflops: str | None = (
-                WORKLOAD_FORMULA  # computed from the formula: the logged figure is invalid
-            )
+            # computed from the formula: the logged figure is invalid
+            tflops: str | None = WORKLOAD_FORMULA
         elif variant.framework == "megatron_bridge":
             tflops = MEGATRON_BRIDGE
         else:
@@ -176,9 +172,8 @@ class Plan:
     megatron_step_flops: float | None
     memory: MemoryEstimate
     expected: ReferenceResult | None
-    other_figures: tuple[
-        Figure, ...
-    ] = ()  # what other public documents publish for the same configuration
+    # what other public documents publish for the same configuration
+    other_figures: tuple[Figure, ...] = ()
     proxy: ProxyPlan | None = None
     # A tuned request (--set): every setting that differs from the official configuration's, and the
     # official configuration's published figure, which a tuned run is shown beside.
@@ -215,9 +210,8 @@ class Plan:
                 self.official_expected.step_time_s,
                 "published for the official configuration",
             )
-        elif (
-            others
-        ):  # another public document's figure for this configuration: the slowest, to err long
+        # another public document's figure for this configuration: the slowest, to err long
+        elif others:
             step, source = others[0].step_time_ms / 1000.0, others[0].label
         else:
             peak = gpu_type(r.gpu).peak_tflops.get(r.dtype) if r.gpu in catalogue() else None

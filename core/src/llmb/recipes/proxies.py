@@ -91,9 +91,8 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
     ratio = max(1, arch.heads // max(arch.query_groups, 1))  # query heads per KV group
     heads = ratio * shape.query_groups
     head_dim = shape.head_dim
-    while (heads * head_dim) % ALIGNMENT or (
-        2 * shape.query_groups * head_dim
-    ) % ALIGNMENT:  # q, and k|v
+    # q, and k|v
+    while (heads * head_dim) % ALIGNMENT or (2 * shape.query_groups * head_dim) % ALIGNMENT:
         head_dim *= 2
     hidden = heads * head_dim
     scale = hidden / arch.hidden
@@ -108,9 +107,8 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
     if arch.mamba_heads:
         d_inner = arch.mamba_expand * hidden
         mamba_head_dim = shape.mamba_head_dim
-        while (
-            d_inner // mamba_head_dim
-        ) % ALIGNMENT and mamba_head_dim > 1:  # in_proj's width: 2 d_inner + B, C + heads
+        # in_proj's width: 2 d_inner + B, C + heads
+        while (d_inner // mamba_head_dim) % ALIGNMENT and mamba_head_dim > 1:
             mamba_head_dim //= 2
         mamba_heads = max(1, d_inner // mamba_head_dim)
         groups = max(1, mamba_heads * arch.mamba_groups // arch.mamba_heads)

@@ -165,9 +165,8 @@ class Erratum:
         return f"[{self.id}] {self.recipe_says} — llmb uses {self.resolution}"
 
 
-@dataclass(
-    frozen=True, eq=False, kw_only=True
-)  # identity equality: cheaper to define, never compared
+# identity equality: cheaper to define, never compared
+@dataclass(frozen=True, eq=False, kw_only=True)
 class RecipeLayout:
     """What a seed table row fixes: the model size and precisions, sequence
     and layers, the parallel layout, the batch, and the options."""
@@ -244,9 +243,8 @@ class ProductionRule:
     match: Mapping[str, tuple[str, ...]]
     why: str
     min_gpus: int = 0
-    precision: str | None = (
-        None  # the framework's mixed-precision preset to use instead of its default
-    )
+    # the framework's mixed-precision preset to use instead of its default
+    precision: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # production environment variables to add
 
     def applies(self, size: str, gpu: str, dtype: str, scaling: str, gpus: int) -> bool:
@@ -266,10 +264,8 @@ class HuggingFaceFiles:
     gated: bool  # the repositories need an access token (HF_TOKEN)
 
 
-PROFILE_WINDOW = (
-    45,
-    50,
-)  # the steps the seeds profile, [first, last]: a variant's default, and a run's
+# the steps the seeds profile, [first, last]: a variant's default, and a run's
+PROFILE_WINDOW = (45, 50)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
@@ -279,15 +275,12 @@ class Production:
     launcher's per-recipe rules and the Hugging Face files it needs."""
 
     recipes: Mapping[str, str]  # size -> the framework's recipe name, e.g. 8b -> llama3_8b
-    profile_window: tuple[
-        int, int
-    ]  # the seed's default profiled steps (PROFILE_WINDOW unless it says)
-    profile_ranks: tuple[int, int] | None = (
-        None  # ranks [first, last) the seed profiles; None: every rank
-    )
-    flops_callback: str | None = (
-        None  # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
-    )
+    # the seed's default profiled steps (PROFILE_WINDOW unless it says)
+    profile_window: tuple[int, int]
+    # ranks [first, last) the seed profiles; None: every rank
+    profile_ranks: tuple[int, int] | None = None
+    # NeMo 2: the model name its FLOPs callback knows (TFLOPS_per_GPU)
+    flops_callback: str | None = None
     rules: tuple[ProductionRule, ...] = ()
     huggingface: HuggingFaceFiles | None = None
 
@@ -308,7 +301,8 @@ class Variant:
     seed_rows: tuple[SeedRow, ...]
     errata: tuple[Erratum, ...]
     log_tflops_valid: bool = True  # False: the framework logs no usable TFLOPS (compute them)
-    mfu_from: str = "formula"  # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
+    # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
+    mfu_from: str = "formula"
     production: Production | None = None  # None: the torch engine only
 
 
@@ -357,12 +351,10 @@ class ReferenceResult:
     scaling: str = "weak"
     note: str = ""
     erratum: str | None = None  # id of a workload note that explains a printed figure
-    printed_mfu_pct: float | None = (
-        None  # set when mfu_pct is llmb's correction of the printed figure (the erratum)
-    )
-    gbs: int | None = (
-        None  # the global batch the figure was measured with, where its document prints it
-    )
+    # set when mfu_pct is llmb's correction of the printed figure (the erratum)
+    printed_mfu_pct: float | None = None
+    # the global batch the figure was measured with, where its document prints it
+    gbs: int | None = None
     container: str | None = None  # the container it was measured with, where not the variant's
     date: str | None = None  # when its document published it, where it says
 
@@ -387,9 +379,8 @@ class Workload:
     notes: tuple[Erratum, ...] = ()  # errata outside the recipe tables
     experiment_prefixes: tuple[str, ...] = ()  # experiment names the seeds' launchers give its runs
     failure_hints: tuple[FailureHint, ...] = ()
-    documents: Mapping[str, str] = field(
-        default_factory=dict
-    )  # recipe document file -> public title
+    # recipe document file -> public title
+    documents: Mapping[str, str] = field(default_factory=dict)
     # Figures of the framework's per-release performance summary (``--reference summary``), not a recipe's.
     summary: tuple[ReferenceResult, ...] = ()
 

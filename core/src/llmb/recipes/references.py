@@ -55,9 +55,8 @@ class Figure:
     gbs: int | None
     container: str | None  # the container release it was measured with (``25.04.01``)
     date: str | None = None
-    older_than_run: str | None = (
-        None  # the run's newer container release, when the figure's is older
-    )
+    # the run's newer container release, when the figure's is older
+    older_than_run: str | None = None
 
     def describe(self) -> str:
         """The document, and the container and date where the document's name does not say them."""
@@ -234,9 +233,8 @@ def find(
             source,
             f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})",
         )
-    wanted = (
-        DEFAULT_SOURCE if source == own else source
-    )  # the configuration's own variant: its recipe
+    # the configuration's own variant: its recipe
+    wanted = DEFAULT_SOURCE if source == own else source
     figures = candidates(workload, config)
     chosen = next((f for f in figures if f.source == wanted), None)
     if chosen is None:

@@ -265,9 +265,8 @@ def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
                     f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(ARCH_FIELDS))}"
                 )
             if spec.get("published_params") is not None:
-                spec["published_params"] = float(
-                    spec["published_params"]
-                )  # YAML reads 56e9 as a string
+                # YAML reads 56e9 as a string
+                spec["published_params"] = float(spec["published_params"])
             if base is not None:
                 if str(base) not in out:
                     raise ValueError(f"base {base!r} is not defined above it")

@@ -45,9 +45,8 @@ class MetricPlot:
     published: Callable[[ReferenceResult], float | None]
     missing: str  # why no run has this metric
     log_y: bool = False
-    printed: Callable[[ReferenceResult], float | None] = lambda r: (
-        None
-    )  # the seed's figure, where llmb corrects it
+    # the seed's figure, where llmb corrects it
+    printed: Callable[[ReferenceResult], float | None] = lambda r: None
 
 
 STEP_TIME = MetricPlot(

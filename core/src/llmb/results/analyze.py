@@ -212,9 +212,8 @@ def analyze(
     tokens = days = mfu_pct = mfu_bf16_pct = None
     if stats and stats.time_mean_ms and context.seq_len and gbs:
         tokens = tokens_per_second(context.seq_len, gbs, stats.time_mean_ms / 1000.0)
-        days = (
-            None if context.proxy else days_to_train(tokens)
-        )  # a proxy model's time to train means nothing
+        # a proxy model's time to train means nothing
+        days = None if context.proxy else days_to_train(tokens)
     if stats and stats.time_mean_ms and peaks:
         use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
         model_tflops = None

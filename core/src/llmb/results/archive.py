@@ -31,14 +31,11 @@ from dataclasses import dataclass
 
 EXCLUDED_FILES = ("*.nsys-rep", "*_trace.json", "*.pt.trace.json", "*.tar.*")
 EXCLUDED_DIRS = ("code", "checkpoints", "nsys_profile", "torch_profile", "pytorch_profile")
-SUFFIXES = {
-    "gz": (".tar.gz", ".tgz"),
-    "zst": (".tar.zst", ".tzst"),
-}  # format -> file names it writes
+# format -> file names it writes
+SUFFIXES = {"gz": (".tar.gz", ".tgz"), "zst": (".tar.zst", ".tzst")}
 GZIP_LEVEL = 6
-ZSTD_LEVEL = (
-    10  # of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
-)
+# of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
+ZSTD_LEVEL = 10
 
 
 @dataclass
@@ -119,9 +116,8 @@ def pack(
     """Write ``output`` (``fmt``: gz or zst) from ``roots``: (directory, name it has in the archive).
     Written to a temporary file first: an interrupted archive never looks complete."""
     packed = Packed(output=os.path.abspath(output))
-    directory = (
-        os.path.dirname(packed.output) or "."
-    )  # must exist: the command refuses to invent directories
+    # must exist: the command refuses to invent directories
+    directory = os.path.dirname(packed.output) or "."
     handle, temporary = tempfile.mkstemp(
         prefix=".llmb-archive-", suffix=SUFFIXES[fmt][0], dir=directory
     )

@@ -236,10 +236,8 @@ class Collector:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         global _WORKER_COLLECTOR
-        _ = (
-            self.parsers,
-            self.host.workloads(),
-        )  # loaded here, once: the forked workers inherit them
+        # loaded here, once: the forked workers inherit them
+        _ = self.parsers, self.host.workloads()
         _WORKER_COLLECTOR = self
         parsed: dict[int, tuple[RunResult, str | None]] = {}
         storing = window is None and self._store is not None

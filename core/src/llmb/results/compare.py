@@ -57,16 +57,15 @@ class Baseline:
 @dataclass(frozen=True)
 class Verdict:
     against: str  # "published" | "baseline" | "run" (the run has no result to compare)
-    outcome: str  # pass | regress | not_compared, or (against "run") the run's results status: failed, ...
-    ratio: (
-        float | None
-    )  # the run's throughput / the reference's (reference step time / run step time)
+    # pass | regress | not_compared, or (against "run") the run's results status: failed, ...
+    outcome: str
+    # the run's throughput / the reference's (reference step time / run step time)
+    ratio: float | None
     reference_ms: float | None
     detail: str
     baseline: Baseline | None = None  # against "baseline": the baseline run it was compared with
-    matched: str | None = (
-        None  # against "baseline": "configuration", or "direct" (the one run given)
-    )
+    # against "baseline": "configuration", or "direct" (the one run given)
+    matched: str | None = None
 
 
 def key_of(result: RunResult) -> tuple:

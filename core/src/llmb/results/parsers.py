@@ -246,14 +246,12 @@ class TorchTitanReader(_Iterations):
         self.total: int | None = None
         self.gbs: int | None = None
         self.completed = False
-        self.previous: dict[
-            bytes, tuple[int, float]
-        ] = {}  # rank prefix -> (step, seconds) of its last line
+        # rank prefix -> (step, seconds) of its last line
+        self.previous: dict[bytes, tuple[int, float]] = {}
 
     def feed(self, chunk: bytes) -> None:
-        if (
-            b"[titan] 20" not in chunk
-        ):  # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
+        # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
+        if b"[titan] 20" not in chunk:
             return
         for _, line in lines_containing(
             chunk,
@@ -273,9 +271,8 @@ class TorchTitanReader(_Iterations):
                 self.previous[rank] = (int(m.group(1)) - 1, seconds)
             elif b" - INFO - Training completed" in line:
                 self.completed = True
-            if (
-                total := _TITAN_TOTAL.search(line, stamp.end())
-            ) is not None:  # "Trainer is initialized with"
+            # "Trainer is initialized with"
+            if (total := _TITAN_TOTAL.search(line, stamp.end())) is not None:
                 self.total = int(total.group(1))
                 gbs = _TITAN_GBS.search(line, stamp.end())
                 self.gbs = int(gbs.group(1)) if gbs else self.gbs
@@ -316,9 +313,8 @@ class TorchTitanReader(_Iterations):
         )
 
     def finish(self) -> IterationLog | None:
-        if (
-            self.log.samples and self.total is None
-        ):  # no "total steps": the last step seen, if training completed
+        # no "total steps": the last step seen, if training completed
+        if self.log.samples and self.total is None:
             self.log.last = max(self.log.samples) if self.completed else None
         return super().finish()
 
@@ -454,9 +450,8 @@ class NcclReader:
 
 # NCCL's set-up lines (NCCL_DEBUG=INFO; subsystems INIT, NET, P2P, SHM), after NCCL's prefix
 # "host:pid:tid [dev] NCCL INFO ": transport/net.cc, p2p.cc, shm.cc, coll_net.cc, init.cc, plugin/net.
-_SETUP = re.compile(
-    rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)"
-)  # a literal prefix: found in C
+# a literal prefix: found in C
+_SETUP = re.compile(rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)")
 _VIA = re.compile(
     rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)"
 )
@@ -577,9 +572,8 @@ _BAR_SPAN = 8192  # a bar is looked for in this much text before the error, howe
 _RANK_PREFIX = re.compile(
     rb"(?:\s*(?:\[rank\d+\]:|\[default\d+\]:|\d+:(?=\s)|[\w.-]+/\d+(?=\s)))+\s*"
 )
-_CONTINUATION = (
-    4  # lines after an exception's that may carry its message on (torch's NCCL errors do)
-)
+# lines after an exception's that may carry its message on (torch's NCCL errors do)
+_CONTINUATION = 4
 
 
 def _clean(line: bytes, at: int | None = None) -> bytes:
@@ -678,12 +672,10 @@ class FailureReader:
         self.found: dict[str, tuple[int, str]] = {}  # kind -> (offset, message) of its first
         self.offset = 0  # of the chunk being read, in the text this parser reads
         self.cause = False  # a traceback ended in a cause: later tracebacks follow from it
-        self.open: tuple[bytes, int] | None = (
-            None  # (prefix, offset) of a traceback that crossed a chunk end
-        )
-        self.tail: list[
-            bytes
-        ] = []  # the last chunks, holding the last TAIL bytes (joined once, at the end)
+        # (prefix, offset) of a traceback that crossed a chunk end
+        self.open: tuple[bytes, int] | None = None
+        # the last chunks, holding the last TAIL bytes (joined once, at the end)
+        self.tail: list[bytes] = []
 
     def _record(self, kind: str, offset: int, message: str) -> None:
         if kind not in self.found or offset < self.found[kind][0]:

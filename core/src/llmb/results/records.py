@@ -120,9 +120,8 @@ class NcclTransport:
     set-up lines: ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA``,
     ``Using network IB``, ``NET/Plugin: Loaded net plugin ...``."""
 
-    channels: dict[
-        str, int
-    ]  # transport (NET/IB, NET/Socket, P2P/IPC, SHM, COLLNET/...) -> connections logged
+    # transport (NET/IB, NET/Socket, P2P/IPC, SHM, COLLNET/...) -> connections logged
+    channels: dict[str, int]
     networks: tuple[str, ...] = ()  # "Using network X": IB, Socket, or a net plugin's name
     plugins: tuple[str, ...] = ()  # net plugins NCCL loaded
     hosts: int = 0  # distinct hosts that wrote NCCL INFO lines
@@ -167,9 +166,8 @@ class RunContext:
     gpu: str | None = None
     dtype: str | None = None
     gpus: int | None = None
-    nodes: int | None = (
-        None  # a name that counts nodes (``..._64nodes_...``); gpus follows from the GPU type
-    )
+    # a name that counts nodes (``..._64nodes_...``); gpus follows from the GPU type
+    nodes: int | None = None
     gbs: int | None = None
     seq_len: int | None = None
     layers: int | None = None  # fewer than the model's for a proxy run
@@ -177,17 +175,14 @@ class RunContext:
     proxy: bool = False
     job_id: str | None = None
     job_state: str | None = None  # the llmb job's end state (CANCELLED, ...), when llmb ran it
-    device: str | None = (
-        None  # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
-    )
-    flops_per_sample: float | None = (
-        None  # of the model that ran (proxies differ from the full size)
-    )
+    # where an llmb engine run computed: cpu | cuda (None: a cluster's GPUs)
+    device: str | None = None
+    # of the model that ran (proxies differ from the full size)
+    flops_per_sample: float | None = None
     # Where ``gpu`` came from (GPU_SOURCES): what the run recorded, or what this command assumed for it.
     gpu_source: str | None = None
-    container: str | None = (
-        None  # the NeMo container release the run used (``26.04.01``), when recorded
-    )
+    # the NeMo container release the run used (``26.04.01``), when recorded
+    container: str | None = None
     # A run tuned with --set: the settings that differ from the official configuration (``tp 4 -> 8, mbs
     # 1 -> 2``), from its recipe.json; its published figure is the official configuration's.
     tuned: str | None = None

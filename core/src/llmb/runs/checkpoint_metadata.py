@@ -31,9 +31,8 @@ from typing import Any
 from llmb.errors import UsageError
 
 METADATA_FILE = ".metadata"
-_MAX_METADATA_BYTES = (
-    256 * 1024 * 1024
-)  # an index is kilobytes to a few megabytes; refuse to read a disk's worth
+# an index is kilobytes to a few megabytes; refuse to read a disk's worth
+_MAX_METADATA_BYTES = 256 * 1024 * 1024
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
 ALLOWED_GLOBALS = frozenset(

@@ -38,9 +38,8 @@ def experiment_name(recipe: Recipe, proxy: str | None = None, tuned: bool = Fals
         f"pretrain_{recipe.workload}_{recipe.size}_{recipe.dtype}_gpus{recipe.gpus}_tp{recipe.tp}_pp{recipe.pp}"
         f"_cp{recipe.cp}_vp{value(recipe.vp)}_ep{value(recipe.ep)}_mbs{recipe.mbs}_gbs{recipe.gbs}"
     )
-    if (
-        recipe.overrides or tuned
-    ):  # tuned (--set, --framework-arg): never taken for the official configuration's
+    # tuned (--set, --framework-arg): never taken for the official configuration's
+    if recipe.overrides or tuned:
         name += "_tuned"
     return f"{name}_proxy-{proxy}" if proxy else name
 
@@ -247,9 +246,8 @@ def _fits(value: object, annotation: str) -> bool:
     if not all(name in _ANNOTATED for name in names):
         return True  # a type JSON has no word for (none of llmb's records has one): not checked
     kinds = tuple(kind for name in names for kind in _ANNOTATED[name][0])
-    return isinstance(value, kinds) and (
-        bool in kinds or not isinstance(value, bool)
-    )  # true is no integer here
+    # true is no integer here
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
 
 
 def _words(annotation: str) -> str:

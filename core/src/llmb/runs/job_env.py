@@ -21,9 +21,8 @@ from llmb.redaction import MASK, is_secret_name, mask
 from llmb.yamlio import load_yaml_file
 
 DUMP_VARIABLE = "LLMB_DUMP_ENV"  # set to 1 in a job's environment by --dump-env
-MIN_MASKED = (
-    6  # shorter secret values are not searched for in other values: they would mask innocent text
-)
+# shorter secret values are not searched for in other values: they would mask innocent text
+MIN_MASKED = 6
 
 
 @lru_cache(maxsize=1)

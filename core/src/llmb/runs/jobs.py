@@ -47,12 +47,10 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED")
 
 JOB_FILE = "job.json"
 EXIT_FILE = "exit.json"
-CANCEL_FILE = (
-    "cancel-requested"  # llmb asked for the job to stop (so its end is a cancel, not a failure)
-)
-SUBMITTER_FILE = (
-    "submitter.json"  # the process submitting the job, until the job's own processes take over
-)
+# llmb asked for the job to stop (so its end is a cancel, not a failure)
+CANCEL_FILE = "cancel-requested"
+# the process submitting the job, until the job's own processes take over
+SUBMITTER_FILE = "submitter.json"
 EXIT_RESERVE_FILE = "exit.reserve"  # room kept for exit.json: freed to write it on a full disk
 EXIT_RESERVE_BYTES = 16384
 
@@ -93,9 +91,8 @@ class Job:
     # backend-specific (e.g. Slurm job ids); details["attempts"], where a backend keeps one record per
     # attempt, gets the core's ``ended`` (why the attempt was retried) on each retried one
     details: dict = field(default_factory=dict)
-    retries: int = (
-        0  # how many times a failure worth retrying is resubmitted (``llmb run --retries``)
-    )
+    # how many times a failure worth retrying is resubmitted (``llmb run --retries``)
+    retries: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,25 +109,22 @@ class Ending:
 
     state: str  # one of TERMINAL, as the backend maps its own states
     reason: str | None = None
-    prefer_log_reason: bool = (
-        True  # a FAILED job's reason comes from its log when the log names one
-    )
-    infrastructure: str | None = (
-        None  # an infrastructure cause (a node failure, ...): retried like a flaky one
-    )
+    # a FAILED job's reason comes from its log when the log names one
+    prefer_log_reason: bool = True
+    # an infrastructure cause (a node failure, ...): retried like a flaky one
+    infrastructure: str | None = None
     nodes: str = ""  # where the attempt ran, as the cluster names them
     label: str | None = None  # the attempt as the cluster knows it, for the log ("Slurm job 41")
-    cluster_id: str | None = (
-        None  # the attempt's id on the cluster (a retry's recipe.json names it)
-    )
-    record: dict = field(
-        default_factory=dict
-    )  # what exit.json gets beside state and reason (the cluster's view)
+    # the attempt's id on the cluster (a retry's recipe.json names it)
+    cluster_id: str | None = None
+    # what exit.json gets beside state and reason (the cluster's view)
+    record: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class JobStatus:
-    job: Job  # the record as the backend knows it now: when it changed (an id found), the core saves it
+    # the record as the backend knows it now: when it changed (an id found), the core saves it
+    job: Job
     state: str
     reason: str | None = None
     progress: str | None = None  # e.g. "iteration 37/50"
@@ -169,9 +163,8 @@ def new_job_id(backend: str) -> str:
     return f"{backend}-{secrets.token_hex(3)}"
 
 
-_created_here: list[
-    str
-] = []  # job ids this process created, oldest first (to undo an interrupted submission)
+# job ids this process created, oldest first (to undo an interrupted submission)
+_created_here: list[str] = []
 
 
 def created_job_ids() -> list[str]:

@@ -29,9 +29,8 @@ ENGINES = ("torch", "megatron_bridge", "nemo2", "preflight")  # preflight: llmb.
 BLOCK_SCALED = ("nvfp4", "mxfp8", "fp8_mx")
 NCCL_TRACE_STEPS = 5
 # Never written into a job's files: they travel in the submission environment only.
-SECRET_VARIABLES = (
-    "HF_TOKEN",
-)  # the seeds trace only the first five steps: the logs grow past a gigabyte
+# the seeds trace only the first five steps: the logs grow past a gigabyte
+SECRET_VARIABLES = ("HF_TOKEN",)
 
 
 @dataclass(frozen=True)
@@ -48,9 +47,8 @@ class SubmitOptions:
     mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
     bare: bool = False  # run the worker from the nodes' Python environment, without a container
     secrets: tuple[str, ...] = ()  # variables passed only through the submission environment
-    additional: str | None = (
-        None  # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
-    )
+    # extra scheduler parameters in the seeds' ADDITIONAL_SLURM_PARAMS form
+    additional: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # --backend-opt KEY=VALUE: a backend's own settings
     # Dedicated Slurm options (flags > environment > $LLMB_INSTALL/cluster.yaml); None: not given.
     nodelist: str | None = None
@@ -61,9 +59,8 @@ class SubmitOptions:
     segment: int | None = None  # None: llmb's rule on 4-GPU-node systems
     gres: str | None = None  # "gpu:N" / "none" / None: detected from the cluster (sinfo %G)
     numa_binding: bool = True  # each rank under numactl on its GPU's socket
-    gpus_per_node: int | None = (
-        None  # the cluster's, when it differs from the GPU type's usual count
-    )
+    # the cluster's, when it differs from the GPU type's usual count
+    gpus_per_node: int | None = None
     cluster_env: tuple[tuple[str, str], ...] = ()  # the cluster file's extra environment
 
     def given(self) -> list[str]:
@@ -84,9 +81,8 @@ class RunOptions:
     layers: int | None = None
     steps: int | None = None
     seed: int = 1234
-    compile: bool | None = (
-        None  # torch.compile per block; None: the torch engine's default (on GPU only)
-    )
+    # torch.compile per block; None: the torch engine's default (on GPU only)
+    compile: bool | None = None
     profile: bool = False
     gpu_metrics: bool = False
     nccl_trace: bool = False
@@ -96,9 +92,8 @@ class RunOptions:
     checkpoint_load: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     engine: str | None = None  # torch | production; None: torch for proxies and on this machine
-    dump_env: bool = (
-        False  # write the run's effective environment (secrets redacted) beside its log
-    )
+    # write the run's effective environment (secrets redacted) beside its log
+    dump_env: bool = False
     # --framework-arg PATH=VALUE: fields of the production framework's configuration, checked against
     # llmb.engines.frameworks.fields at submission; a run with any is tuned
     framework_args: tuple[str, ...] = ()
@@ -166,9 +161,8 @@ class RunSpec:
     gpu: str
     dtype: str  # the recipe's precision
     compute_dtype: str  # what the engine computes in: float32 | bfloat16
-    device: (
-        str  # cpu | cuda | auto (the torch engine on a cluster: the nodes' GPUs if it finds any)
-    )
+    # cpu | cuda | auto (the torch engine on a cluster: the nodes' GPUs if it finds any)
+    device: str
     ranks: int
     mbs: int
     ga: int
@@ -192,9 +186,8 @@ class RunSpec:
     framework_config: dict | None = None
     nodes: int = 1
     ranks_per_node: int | None = None  # None: all ranks on one node
-    layout: ParallelLayout = field(
-        default_factory=ParallelLayout
-    )  # the torch engine's; default: DP only
+    # the torch engine's; default: DP only
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
     preflight: dict | None = None  # engine "preflight": its sizes (llmb.preflight.worker.DEFAULTS)
     # The container image the recipe names (the workload's variant): a cluster backend runs it unless
     # --image (or the production framework's configuration) names another.

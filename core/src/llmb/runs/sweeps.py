@@ -42,9 +42,8 @@ class Task:
     strong_scaling: bool = False
     variant: str | None = None
     gpus_per_node: int | None = None
-    options: dict = field(
-        default_factory=dict
-    )  # llmb run's options for this task (proxy, steps, profile, ...)
+    # llmb run's options for this task (proxy, steps, profile, ...)
+    options: dict = field(default_factory=dict)
     overrides: dict = field(default_factory=dict)  # --set key=value
     source: str = ""  # where it came from: "command line" or "<file>: <header>"
 
@@ -165,11 +164,12 @@ MATCH_KEYS = ("dtype", "scale", "dtypes", "scales")
 # Counts a command line or a file may ask for, checked before anything is built (a suite file's
 # repeats: 100000000 once spent minutes building tasks). Each task is a job to run, and each is checked
 # (recipe, backend settings) before any is submitted.
-MAX_REPEATS = 100  # runs of one configuration: the step-time statistics settle within a handful; 100 is plenty
-MAX_TASKS = 10_000  # jobs in one sweep or suite: every published configuration (about 50) 100 times is 5,000
-MAX_TASK_OVERRIDES = (
-    256  # entries of a section's tasks list: each picks tasks by dtype and GPU count, of which a
-)
+# runs of one configuration: the step-time statistics settle within a handful; 100 is plenty
+MAX_REPEATS = 100
+# jobs in one sweep or suite: every published configuration (about 50) 100 times is 5,000
+MAX_TASKS = 10_000
+# entries of a section's tasks list: each picks tasks by dtype and GPU count, of which a
+MAX_TASK_OVERRIDES = 256
 #                           section has far fewer; every task is matched against every entry
 
 

@@ -45,9 +45,8 @@ class Framework(Protocol):
     NAME: str
     TITLE: str
     PRESETS: dict[str, str]  # dtype -> its mixed-precision preset
-    PIPELINE_SPLIT_EXTRA_LAYERS: dict[
-        str, int
-    ]  # recipe -> pipeline layers it adds (embedding, loss)
+    # recipe -> pipeline layers it adds (embedding, loss)
+    PIPELINE_SPLIT_EXTRA_LAYERS: dict[str, int]
     PRECISION_NAMES: dict[str, str]  # preset -> the launcher's precision name (fp8_cs, ...)
     NSYS_REPORT: str  # nsys report name, with %q{VAR} for the launcher's variables
 

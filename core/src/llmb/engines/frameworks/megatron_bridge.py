@@ -97,9 +97,8 @@ def production_env(config: dict) -> dict[str, str]:
     env = dict(LAUNCHER_ENV)
     p = config["parallelism"]
     if (config["gpu_sm"] or 0) >= 100:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = (
-            "32"  # Blackwell: more connections, no stream serialisation
-        )
+        # Blackwell: more connections, no stream serialisation
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
     else:
         # Hopper: one connection keeps the TP/CP communication kernels in launch order, so they overlap.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1" if p["tp"] > 1 or p["cp"] > 1 else "8"
@@ -149,9 +148,8 @@ def overrides(config: dict) -> dict[str, Any]:
         out["comm_overlap?"] = {"factory": COMM_OVERLAP, "kwargs": {"tp_comm_overlap": True}}
     out["comm_overlap.tp_comm_overlap"] = config["tp_comm_overlap"]
     if config["precision"]["name"] == "fp8_cs":
-        out["mixed_precision.first_last_layers_bf16"] = (
-            False  # every layer in FP8, as the benchmarks run
-        )
+        # every layer in FP8, as the benchmarks run
+        out["mixed_precision.first_last_layers_bf16"] = False
     if p["fsdp"]:
         out["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
         out["model.init_model_with_meta_device"] = True

@@ -258,9 +258,8 @@ class GroupedQueryAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
         heads, groups = self.heads, self.query_groups
-        qkv = self.qkv_proj(x).unflatten(
-            -1, (heads + 2 * groups, self.head_dim)
-        )  # [b, s, h + 2g, d]
+        # [b, s, h + 2g, d]
+        qkv = self.qkv_proj(x).unflatten(-1, (heads + 2 * groups, self.head_dim))
         qk, v = qkv[:, :, : heads + groups], qkv[:, :, heads + groups :]
         if self.rope is not None:
             qk = self.rope.rotate_sequence_first(qk)
@@ -477,15 +476,13 @@ def ssd_scan(
     cumulative = (_wide(dts) * _wide(A).view(groups, per_group, 1, 1)).cumsum(dim=-1)
 
     # 1. within chunks: the quadratic form, masked to s <= t
-    scores = Cs @ Bs.transpose(
-        -1, -2
-    )  # C_t . B_s, shared by a group's heads: [b, g, 1, c, l(t), l(s)]
+    # C_t . B_s, shared by a group's heads: [b, g, 1, c, l(t), l(s)]
+    scores = Cs @ Bs.transpose(-1, -2)
     y = (scores * _segment_decay(cumulative)).to(x_dt.dtype) @ x_dt  # [b, g, r, c, l, p]
 
     # 2. the state each chunk leaves behind (from its own inputs only), laid out [n, p]
-    to_end = (
-        (cumulative[..., -1:] - cumulative).exp().unsqueeze(-1).to(x_dt.dtype)
-    )  # [b, g, r, c, l, 1]
+    # [b, g, r, c, l, 1]
+    to_end = (cumulative[..., -1:] - cumulative).exp().unsqueeze(-1).to(x_dt.dtype)
     chunk_states = (Bs * to_end).transpose(-1, -2) @ x_dt  # [b, g, r, c, n, p]
 
     # 3. across chunks: carry the state forward, decaying by each whole chunk. With no initial state the
@@ -607,9 +604,8 @@ class Mamba2Mixer(nn.Module):
         z, xbc, dt = self.in_proj(hidden_states).split(
             [self.d_inner, self.conv_dim, self.heads], dim=-1
         )
-        if (
-            fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4
-        ):  # its widths: 2-4
+        # its widths: 2-4
+        if fused is not None and fused.conv is not None and self.conv1d.kernel_size[0] <= 4:
             # channel-last and contiguous, so the kernel's 16-byte stride alignment holds whatever the head count
             xbc = fused.conv(
                 xbc.contiguous().transpose(1, 2),
@@ -620,9 +616,8 @@ class Mamba2Mixer(nn.Module):
         elif xbc.device.type == "cpu":
             xbc = F.silu(causal_depthwise_conv(xbc, self.conv1d.weight, self.conv1d.bias))
         else:
-            xbc = F.silu(
-                self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2)
-            )  # causal: drop the look-ahead
+            # causal: drop the look-ahead
+            xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :seq].transpose(1, 2))
         x, B, C = xbc.split(
             [self.d_inner, self.groups * self.state, self.groups * self.state], dim=-1
         )
@@ -756,9 +751,8 @@ class CausalLM(nn.Module):
         if labels is None:
             return self.logits(hidden)
         weight = self.embedding.weight if self.output is None else self.output.weight
-        if not loss.chunkable(
-            weight
-        ):  # e.g. a vocabulary split by tensor parallelism: its own loss path
+        # e.g. a vocabulary split by tensor parallelism: its own loss path
+        if not loss.chunkable(weight):
             logits = self.logits(hidden)
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss.chunked_cross_entropy(hidden.flatten(0, -2), weight, labels.flatten())

@@ -74,9 +74,8 @@ def load(run: Engine) -> None:
     started = time.time()
     begin = time.perf_counter()
     loaded = state(run)
-    dcp.load(
-        loaded, storage_reader=safe_reader(path)
-    )  # never pickle.load on the index (llmb.runs.checkpoint_metadata)
+    # never pickle.load on the index (llmb.runs.checkpoint_metadata)
+    dcp.load(loaded, storage_reader=safe_reader(path))
     set_state_dict(
         run.module,
         run.optimizer,

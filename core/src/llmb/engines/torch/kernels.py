@@ -48,9 +48,8 @@ def say_once(key: str, message: str) -> None:
 @dataclass(frozen=True)
 class _AttentionPlan:
     backends: tuple  # the SDPBackend members allowed
-    repeat_kv: (
-        bool  # expand the KV heads to the query heads first (a fused kernel without GQA support)
-    )
+    # expand the KV heads to the query heads first (a fused kernel without GQA support)
+    repeat_kv: bool
 
 
 _ATTENTION_PLANS: dict[tuple, _AttentionPlan] = {}

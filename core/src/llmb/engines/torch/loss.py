@@ -64,9 +64,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if grad_hidden is not None:
                     grad_hidden[start : start + chunk] = g @ w
                 if grad_weight is None and want_weight:
-                    grad_weight = (g.T @ h).to(
-                        accumulate
-                    )  # the first chunk's: no zero-filled buffer to add to
+                    # the first chunk's: no zero-filled buffer to add to
+                    grad_weight = (g.T @ h).to(accumulate)
                 elif grad_weight is not None and grad_weight.dtype == dtype:
                     grad_weight.addmm_(g.T, h)
                 elif grad_weight is not None:

@@ -47,9 +47,8 @@ def micro_batch(generator, spec: RunSpec, vocab: int, device, cuda: bool):
     import torch
 
     tokens = torch.randint(0, vocab, (spec.mbs, spec.seq_len + 1), generator=generator)
-    if (
-        cuda
-    ):  # from pinned memory the copy is asynchronous (from pageable memory it waits for the GPU)
+    # from pinned memory the copy is asynchronous (from pageable memory it waits for the GPU)
+    if cuda:
         tokens = tokens.pin_memory().to(device, non_blocking=True)
     return tokens[:, :-1], tokens[:, 1:]
 

@@ -64,9 +64,8 @@ class Engine(Rank):
         self.compile = wants_compile(self.spec.compile, self.cuda)
         self.gc = GarbageCollection(self.gc_every)
         self.bf16_autocast = self.cuda and self.spec.compute_dtype == "bfloat16"
-        self.te_autocast = (
-            None  # set by build when Transformer Engine's layers compute the row's format
-        )
+        # set by build when Transformer Engine's layers compute the row's format
+        self.te_autocast = None
 
     def choose_precision(self):
         return model.choose_precision(self.spec, self.device)

@@ -75,9 +75,8 @@ def parallelize(model, spec: RunSpec, world: int):
     layout = spec.layout
     check_supported(layout, world, spec.seq_len)
     if world == 1 or (layout.model_parallel() == 1 and layout.ep == 1 and not layout.fsdp):
-        return apply_layout(
-            model, layout, None, spec.compute_dtype, data_parallel=world
-        )  # DDP, as ever
+        # DDP, as ever
+        return apply_layout(model, layout, None, spec.compute_dtype, data_parallel=world)
     mesh = build_mesh(layout, world, "cuda" if spec.device == "cuda" else "cpu")
     if layout.ep > 1:  # the step calls experts.reduce_expert_gradients after backward
         from llmb.engines.torch.parallel.experts import (
@@ -90,9 +89,8 @@ def parallelize(model, spec: RunSpec, world: int):
         # before TP and the pipeline split: the experts stay whole (computed alike on each TP rank) and plain
         # tensors of this rank's EP share, left out of FSDP; the dense layers are laid out as without EP
         apply_expert_parallel(model, mesh.ep, dp=mesh.dp.size(), edp_group=mesh.edp)
-    if (
-        layout.pp > 1
-    ):  # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
+    # a pipeline.Pipeline: the step calls its step(inputs, labels) instead of forward/backward
+    if layout.pp > 1:
         import torch
 
         from llmb.engines.torch.parallel.pipeline import apply_pipeline
@@ -134,9 +132,8 @@ def apply_layout(
     if layout.ep > 1:
         from llmb.engines.torch.parallel.experts import flag_expert_parameters
 
-        experts = flag_expert_parameters(
-            model
-        )  # again: TP made new (replicated DTensor) parameters of them
+        # again: TP made new (replicated DTensor) parameters of them
+        experts = flag_expert_parameters(model)
     if layout.recompute_layers:
         apply_checkpointing(model, layout.recompute_layers)
     if mesh is None:

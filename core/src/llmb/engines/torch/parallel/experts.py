@@ -138,14 +138,12 @@ class ExpertParallelMoE(nn.Module):
         sent = sent.scatter_add_(0, flat_ids, torch.ones_like(flat_ids)).view(self.ep, self.local)
         received = torch.empty_like(sent)
         dist.all_to_all_single(received, sent, group=self.group)
-        counts = torch.stack(
-            (sent.sum(1), received.sum(1))
-        ).tolist()  # the one host sync of the layer
+        # the one host sync of the layer
+        counts = torch.stack((sent.sum(1), received.sum(1))).tolist()
         input_splits, output_splits = counts
 
-        arrived = all_to_all(
-            send, output_splits, input_splits, self.group
-        )  # by source rank, then expert
+        # by source rank, then expert
+        arrived = all_to_all(send, output_splits, input_splits, self.group)
         local_expert = torch.arange(self.local, device=x.device).repeat(self.ep)
         by_expert = torch.repeat_interleave(local_expert, received.flatten()).argsort(stable=True)
         done = self._layer.run_experts(arrived[by_expert], received.sum(0))

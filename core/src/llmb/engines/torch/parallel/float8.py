@@ -127,9 +127,8 @@ def choose_precision(
                 return Precision(f"{requested}-transformer-engine", te=requested)
             return Precision(compute_dtype, warning=fallback + f" ({reason})")
         return Precision(compute_dtype)
-    if (
-        device.type != "cuda" and not emulate_on_cpu
-    ):  # decided without importing torchao (a second of start-up)
+    # decided without importing torchao (a second of start-up)
+    if device.type != "cuda" and not emulate_on_cpu:
         return Precision(
             compute_dtype, warning=fallback + " (float8 on CPU is an emulation for tests only)"
         )

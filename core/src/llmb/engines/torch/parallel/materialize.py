@@ -80,9 +80,8 @@ def materialize(
         ]
         if not slots:
             continue  # on another pipeline stage
-        whole = copy.deepcopy(
-            sub
-        )  # its children stay meta: reset_parameters touches only its own tensors
+        # its children stay meta: reset_parameters touches only its own tensors
+        whole = copy.deepcopy(sub)
         whole._apply(lambda t: torch.empty_like(t, device=device), recurse=False)
         torch.manual_seed(module_seed(seed, index))
         with torch.no_grad():

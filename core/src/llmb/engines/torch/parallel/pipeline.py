@@ -131,9 +131,8 @@ def chunked_language_model_loss(
 class Pipeline:
     """This rank's part of a pipeline: its stage modules and the schedule that runs them."""
 
-    modules: list[
-        nn.Module
-    ]  # this rank's stage modules, in stage order (wrapped, when a wrap was given)
+    # this rank's stage modules, in stage order (wrapped, when a wrap was given)
+    modules: list[nn.Module]
     stage_ids: list[int]
     stages: int  # pp * vp
     schedule: object
@@ -241,9 +240,8 @@ def apply_pipeline(
     for stage in ids:
         part = PipelineStageModule(model, ranges[stage], first=stage == 0, last=stage == stages - 1)
         module = wrap(part) if wrap is not None else part
-        if (
-            part.last and loss_fn is language_model_loss and chunkable(part.output.weight)
-        ):  # not split by TP/FSDP
+        # not split by TP/FSDP
+        if part.last and loss_fn is language_model_loss and chunkable(part.output.weight):
             part.hidden_out = True  # the output layer's product happens in the chunked loss
             loss_fn = chunked_language_model_loss(part.output)
         modules.append(module)

@@ -83,10 +83,8 @@ class ReplicatedCompute(ParallelStyle):
         )
         swapped = []
         try:
-            for (
-                sub,
-                name,
-            ) in slots:  # looked up per call: FSDP swaps its unsharded parameters in and out
+            # looked up per call: FSDP swaps its unsharded parameters in and out
+            for sub, name in slots:
                 param = sub._parameters[name]
                 if isinstance(param, DTensor):
                     swapped.append((sub, name, param))
