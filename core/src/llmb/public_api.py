@@ -62,6 +62,7 @@ FACADE: dict[str, str] = {
     "TERMINAL": "llmb.runs.jobs",
     "job_dir": "llmb.runs.jobs",
     "cancel_requested": "llmb.runs.jobs",
+    "RUN_FILE": "llmb.runs.jobs",
     "now": "llmb.runs.jobs",
     "read_json": "llmb.runs.experiment",
     "write_json": "llmb.runs.experiment",

@@ -283,17 +283,14 @@ class RunaiBackend:
 
     def cancel(self, job: Job) -> JobStatus:
         """Ask Run:ai to stop the workload (delete or suspend, as RUNAI_CANCEL says); the core left the
-        cancel marker first, and waits until the workload ended."""
-        current = self._status(job)
-        if current.state in TERMINAL:
-            return current
+        cancel marker first (having found the job not ended), and waits until the workload ended."""
         info = job.details["runai"]
         client = self.client()
         if client.settings.cancel == "delete":
             client.delete(info["kind"], info["workload_id"])
         else:
             client.suspend(info["kind"], info["workload_id"])
-        return JobStatus(job, current.state, current.reason)
+        return JobStatus(job, "RUNNING")
 
     def log_path(self, job: Job) -> str | None:
         return job.log if os.path.exists(job.log) else None

@@ -38,6 +38,7 @@ import time
 from dataclasses import replace
 
 from llmb import (
+    RUN_FILE,
     SECRET_VARIABLES,
     TERMINAL,
     Ending,
@@ -67,7 +68,6 @@ from llmb_backend_slurm.launch_settings import Binding
 from llmb_backend_slurm.script import EXITED, STARTED, BatchScript, Container, render
 from llmb_backend_slurm.states import INFRASTRUCTURE, llmb_state, normalise
 
-RUN_FILE = "run.json"
 # after sbatch's answer was lost and squeue showed no such job: once more, later
 LOOK_UP_AGAIN_S = 2.0
 _HEALTHY = (
@@ -560,10 +560,6 @@ class SlurmBackend:
 
     def unhealthy_nodes(self, nodelist: str) -> list[str]:
         """The allocation's nodes Slurm now reports unhealthy (down, drained, failing): asked before a retry."""
-        return self._failed_nodes(nodelist)
-
-    def _failed_nodes(self, nodelist: str) -> list[str]:
-        """The allocation's nodes Slurm now reports unhealthy (down, drained, failing)."""
         try:
             names = self.slurm.hostnames(nodelist)
             if not names:

@@ -37,6 +37,7 @@ from llmb.backends.local_processes import (
 from llmb.backends.local_slots import SLOT_FILE, queued_reason
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
+    RUN_FILE,
     Ending,
     Job,
     JobStatus,
@@ -58,7 +59,6 @@ from llmb.runs.runspec import RunSpec, SubmitOptions
 
 SUPERVISOR_FILE = "supervisor.json"
 RANKS_FILE = "ranks.json"
-RUN_FILE = "run.json"
 SUPERVISOR_OUTPUT = "supervisor.out"
 CANCEL_GRACE_S = 10.0  # from SIGTERM to SIGKILL
 KILL_WAIT_S = 10.0  # for SIGKILLed processes to vanish
@@ -288,23 +288,13 @@ class LocalBackend:
                 current.progress,
             )
         ended, _ = read_exit_checked(job.id)
-        # the supervisor was gone, or never got to record it: the core records the cancel
-        if ended is None:
-            return JobStatus(
-                job,
-                "CANCELLED",
-                "; ".join(["cancelled", *problems]),
-                current.progress,
-                ending=Ending(
-                    "CANCELLED",
-                    "; ".join(["cancelled", *problems]),
-                    prefer_log_reason=False,
-                    record={"exit_codes": {}},
-                ),
-            )
+        if (
+            ended is None
+        ):  # the supervisor was gone, or never got to record it: the core records the cancel
+            reason = "; ".join(["cancelled", *problems])
+            ending = Ending("CANCELLED", reason, prefer_log_reason=False, record={"exit_codes": {}})
+            return JobStatus(job, "CANCELLED", reason, current.progress, ending=ending)
         status = self._status(job)
-        if status.exit is None:  # nothing could be recorded: say what was done
-            return JobStatus(job, "CANCELLED", "; ".join(["cancelled", *problems]), status.progress)
         if problems:
             return JobStatus(
                 job,

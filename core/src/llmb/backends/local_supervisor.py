@@ -25,7 +25,7 @@ import time
 import traceback
 
 from llmb.backends import local_slots
-from llmb.backends.local import RANKS_FILE, RUN_FILE, SUPERVISOR_FILE, supervisor_record
+from llmb.backends.local import RANKS_FILE, SUPERVISOR_FILE, supervisor_record
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
 from llmb.errors import UsageError
 from llmb.lifecycle.reconcile import record_end
@@ -33,6 +33,7 @@ from llmb.paths import install_dir
 from llmb.runs.experiment import read_json, write_json
 from llmb.runs.jobs import (
     JOB_FILE,
+    RUN_FILE,
     Ending,
     cancel_requested,
     describe_os_error,

@@ -28,6 +28,7 @@ from llmb.lifecycle.flaky import FlakyFailure, flaky_failure, retry_nan_asked
 from llmb.lifecycle.outcome import finish
 from llmb.runs import experiment, provenance
 from llmb.runs.jobs import (
+    RUN_FILE,
     TERMINAL,
     Ending,
     Job,
@@ -49,7 +50,6 @@ from llmb.runs.runspec import RunSpec
 if TYPE_CHECKING:
     from llmb.plugins.host import PluginHost
 
-RUN_FILE = "run.json"  # the RunSpec in the job's directory, as every backend writes it
 # How long ``cancel`` waits for a job to end after the backend's stop request, how often it looks, and
 # what it calls that request: a backend may say otherwise (``cancel_wait_s``, ``cancel_poll_s``, ``cancel_after``).
 CANCEL_WAIT_S, CANCEL_POLL_S, CANCEL_AFTER = 60.0, 0.5, "the request to stop"
@@ -159,14 +159,15 @@ def _ended(host: PluginHost, impl, job: Job, ending: Ending) -> JobStatus:
     return JobStatus(job, state, written["reason"], last_iteration(job.log), written)
 
 
-def _spec(job: Job) -> RunSpec:
-    return RunSpec.from_dict(experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)))
+def _run(job: Job) -> dict:
+    """The RunSpec the job's ranks read, as its JSON object ({} when it cannot be read)."""
+    return experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)) or {}
 
 
 def _flaky(host: PluginHost, job: Job) -> FlakyFailure | None:
     """The known flaky signature (the core's and the plugins') at the end of the failed attempt's log.
     The run's environment may opt in to retrying one that follows its own NaN (LLMB_RETRY_NAN=1)."""
-    run = experiment.read_json(os.path.join(job_dir(job.id), RUN_FILE)) or {}
+    run = _run(job)
     env = run.get("env") if isinstance(run.get("env"), dict) else {}
     return flaky_failure(job.log, host.flaky_signatures(), retry_nan=retry_nan_asked(env))
 
@@ -183,7 +184,7 @@ def _retry(impl, job: Job, ending: Ending, why: str) -> JobStatus:
             job,
             details={**job.details, "attempts": [*attempts[:-1], {**attempts[-1], "ended": ended}]},
         )
-    old = _spec(job)
+    old = RunSpec.from_dict(_run(job))
     fresh = experiment.create(old.workload, old.experiment)
     spec = old.relocated(old.run_dir, fresh.run_dir)
     recipe = experiment.read_json(os.path.join(old.run_dir, experiment.RECIPE_FILE)) or {}

@@ -46,6 +46,7 @@ STATES = (
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "INFRA_FAILED")
 
 JOB_FILE = "job.json"
+RUN_FILE = "run.json"  # the RunSpec every rank reads, as the backend writes it (a retry's is read back by the core)
 EXIT_FILE = "exit.json"
 # llmb asked for the job to stop (so its end is a cancel, not a failure)
 CANCEL_FILE = "cancel-requested"
