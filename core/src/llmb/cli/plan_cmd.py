@@ -338,13 +338,18 @@ def plan_command(
     offload, the published recipe's numbers where it has them, and any
     warnings or recipe errata (errors in the published recipe) that apply.
     With --proxy, also what llmb run --proxy runs and what it changes."""
-    from llmb.lifecycle.prepare import plan_with_proxy
-
     host = get_host(ctx)
     request = build_request(
         workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
     )
-    plan = plan_with_proxy(host, request, proxy)
+    if proxy is None:  # the recipe alone: none of a run's machinery is imported
+        from llmb.recipes.planning import make_plan
+
+        plan = make_plan(host, request)
+    else:
+        from llmb.lifecycle.prepare import plan_with_proxy
+
+        plan = plan_with_proxy(host, request, proxy)
     if as_json:
         emit_json(plan.as_dict())
     else:

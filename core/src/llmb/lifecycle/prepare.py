@@ -640,11 +640,9 @@ def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPla
     )
 
 
-def plan_with_proxy(host: PluginHost, request: RecipeRequest, proxy: str | None) -> Plan:
-    """``llmb plan``: the plan of ``request``; with ``proxy`` (``tiny``), also what ``llmb run --proxy`` would
-    run on this machine, the recipe resolved as it resolves it (at its smallest tested scale where the GPU
-    count asked for is not one the recipe tests)."""
-    if proxy is None:
-        return make_plan(host, request)
+def plan_with_proxy(host: PluginHost, request: RecipeRequest, proxy: str) -> Plan:
+    """``llmb plan --proxy PROXY``: the plan of ``request`` and what ``llmb run --proxy`` would run on this
+    machine, the recipe resolved as it resolves it (at its smallest tested scale where the GPU count asked
+    for is not one the recipe tests). Without ``--proxy``, ``llmb plan`` is ``make_plan`` alone."""
     plan = make_plan(host, replace(request, any_scale=True))
     return replace(plan, proxy=plan_proxy(host, plan, proxy, request.gpus or plan.recipe.gpus))
