@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -35,8 +36,29 @@ def _current(job):
     return found if isinstance(found, Job) else job
 
 
+@contextlib.contextmanager
+def _detaching(ctx, job):
+    """An interrupt (Ctrl-C) once ``job`` exists detaches from it: the job runs on, and the message
+    names it and says how to follow or stop it (exit 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from llmb.cli.output import fit_text, output_width
+
+        click.echo(
+            "\n"
+            + fit_text(
+                f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
+                f"{job.id} --follow, stop it with llmb cancel {job.id}.",
+                output_width(sys.stderr),
+            ),
+            err=True,
+        )
+        ctx.exit(130)
+
+
 def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
-    try:  # an interrupt from here on detaches: the job runs on
+    with _detaching(ctx, job):
         from llmb.lifecycle.follow import follow, summary
 
         if announce:
@@ -55,19 +77,6 @@ def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
         final = follow(
             job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True)
         )
-    except KeyboardInterrupt:
-        from llmb.cli.output import fit_text, output_width
-
-        click.echo(
-            "\n"
-            + fit_text(
-                f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
-                f"{job.id} --follow, stop it with llmb cancel {job.id}.",
-                output_width(sys.stderr),
-            ),
-            err=True,
-        )
-        ctx.exit(130)
     if as_json:
         emit_json(
             {
@@ -158,39 +167,50 @@ def run_command(
     except BaseException as exc:
         _withdraw(ctx, created_job_ids()[before:], interrupted=isinstance(exc, KeyboardInterrupt))
         raise
-    job = submitted.job
+    if dry_run:
+        _report_dry_run(submitted, as_json)
+        return
+    # the job exists from here on: an interrupt leaves it running, and says so
+    with _detaching(ctx, submitted.job):
+        for warning in submitted.warnings:
+            warn(warning)
+        if detach:
+            _report_detached(submitted.job, as_json)
+            return
+        _follow_and_report(ctx, submitted.job, as_json, announce=True)
+
+
+def _report_dry_run(submitted, as_json: bool) -> None:
+    """What the backend would do: its problems as warnings, then its description."""
+    job, described = submitted.job, submitted.description or {}
     for warning in submitted.warnings:
         warn(warning)
-    if dry_run:
-        described = submitted.description or {}
-        for problem in described.get("problems", ()):
-            warn(f"a real submission would stop here: {problem}")
-        if as_json:
-            emit_json({k: v for k, v in described.items() if k != "text"})
-        else:
-            click.echo(
-                f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
-                f"nothing was written or sent",
-                err=True,
-            )
-            click.echo(described.get("text") or json.dumps(described, indent=2))
+    for problem in described.get("problems", ()):
+        warn(f"a real submission would stop here: {problem}")
+    if as_json:
+        emit_json({k: v for k, v in described.items() if k != "text"})
         return
-    if detach:
-        if as_json:
-            emit_json(
-                {
-                    "job_id": job.id,
-                    "experiment_dir": job.run_dir,
-                    "log": job.log,
-                    "backend": job.backend,
-                }
-            )
-        else:
-            click.echo(
-                f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow"
-            )
-        return
-    _follow_and_report(ctx, job, as_json, announce=True)
+    click.echo(
+        f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
+        f"nothing was written or sent",
+        err=True,
+    )
+    click.echo(described.get("text") or json.dumps(described, indent=2))
+
+
+def _report_detached(job, as_json: bool) -> None:
+    """``llmb run --detach``: the job's id (and, with --json, where its files are)."""
+    if as_json:
+        emit_json(
+            {
+                "job_id": job.id,
+                "experiment_dir": job.run_dir,
+                "log": job.log,
+                "backend": job.backend,
+            }
+        )
+    else:
+        click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow")
 
 
 @click.command("status")
