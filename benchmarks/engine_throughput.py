@@ -2,6 +2,7 @@
 """Torch-engine throughput on CPU: achieved GFLOP/s against torch.mm's peak, beside a reference.
 
     .venv/bin/python benchmarks/engine_throughput.py [--rounds 5] [--ga 1] [--ranks 1,2] [--only tiny|8b] [--compile]
+    python benchmarks/engine_throughput.py --gpu h100 --only 8b [--layers 2]     # on one CUDA GPU
 
 Each row trains the way ``llmb run`` trains: the torch engine's own ``Engine``
 (``llmb.engines.torch.train``) builds the model through the plugin host and runs
@@ -47,6 +48,7 @@ PEAK_SHAPE = (256, 4096, 14336)  # tokens x hidden @ hidden x ffn: the 8B-width 
 # (measured here on an AVX2-only EPYC: under 1 GFLOP/s, minutes at PEAK_SHAPE).
 BF16_SHAPE = (64, 1024, 1024)
 WIDE_VOCAB, WIDE_SEQ = 8192, 256
+GPU_SEQ = 8192  # Llama 3.1 8B's published sequence length
 
 
 # ---------------------------------------------------------------- the reference Llama (written for this script)
@@ -78,7 +80,8 @@ class Reference(nn.Module):
         )
         self.norm = nn.RMSNorm(h, eps=1e-5)
         self.out = nn.Linear(h, arch.vocab, bias=False)
-        self.inv_freq = 1.0 / rope_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        inv_freq = 1.0 / rope_base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         for p in self.parameters():
             if p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
@@ -93,7 +96,8 @@ class Reference(nn.Module):
         q = b["q"](x).view(n, s, self.heads, self.head_dim).transpose(1, 2)
         k = b["k"](x).view(n, s, self.groups, self.head_dim).transpose(1, 2)
         v = b["v"](x).view(n, s, self.groups, self.head_dim).transpose(1, 2)
-        angles = torch.outer(torch.arange(s, dtype=torch.float32), self.inv_freq).repeat(1, 2)
+        positions = torch.arange(s, dtype=torch.float32, device=x.device)
+        angles = torch.outer(positions, self.inv_freq).repeat(1, 2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
         y = F.scaled_dot_product_attention(
@@ -110,12 +114,14 @@ class Reference(nn.Module):
         return self.out(self.norm(x))
 
 
-def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
-    """A plain training loop with the engine's data, AdamW settings, clipping and GA: step(i) -> loss."""
+def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str = "cpu"):
+    """A plain training loop with the engine's data, AdamW settings, clipping and GA: step(i) -> loss.
+    On a GPU, like the engine: fp32 weights, bf16 autocast."""
     from llmb.engines.torch.optim import CLIP_NORM, learning_rate
 
     torch.manual_seed(seed)
-    model = Reference(arch)
+    model = Reference(arch).to(device)
+    cuda = device == "cuda"
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=learning_rate(1),
@@ -131,8 +137,9 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
             group["lr"] = learning_rate(i)
         total = 0.0
         for _ in range(ga):
-            tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator)
-            logits = model(tokens[:, :-1])
+            tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator).to(device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                logits = model(tokens[:, :-1])
             loss = (
                 F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
                 / ga
@@ -150,7 +157,18 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int):
 # ---------------------------------------------------------------- the engine, as llmb run drives it
 
 
-def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, compile_: bool):
+def engine_spec(
+    host,
+    workload,
+    arch,
+    seq: int,
+    mbs: int,
+    ga: int,
+    ranks: int,
+    compile_: bool,
+    gpu: str | None = None,
+):
+    """The RunSpec ``llmb run`` would give the engine: fp32 on CPU, bf16 autocast on ``gpu``."""
     from llmb.runs.runspec import RunSpec
 
     flops = host.model_flops(workload, arch, seq)
@@ -163,10 +181,10 @@ def engine_spec(host, workload, arch, seq: int, mbs: int, ga: int, ranks: int, c
         size=arch.size,
         arch=arch.__dict__.copy(),
         proxy="bench",
-        gpu="cpu",
-        dtype="fp32",
-        compute_dtype="float32",
-        device="cpu",
+        gpu=gpu or "cpu",
+        dtype="bf16" if gpu else "fp32",
+        compute_dtype="bfloat16" if gpu else "float32",
+        device="cuda" if gpu else "cpu",
         ranks=ranks,
         mbs=mbs,
         ga=ga,
@@ -197,22 +215,57 @@ def build_engine(spec, rank: int = 0, world: int = 1):
 def timed(fn, *args) -> float:
     begin = time.perf_counter()
     fn(*args)
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter() - begin
 
 
 def mm_gflops(
-    dtype: torch.dtype, shape: tuple[int, int, int] = PEAK_SHAPE, repeats: int = 1
+    dtype: torch.dtype,
+    shape: tuple[int, int, int] = PEAK_SHAPE,
+    repeats: int = 1,
+    device: str = "cpu",
 ) -> float:
     m, k, n = shape
-    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-    torch.mm(a, b)  # warm-up
+    a = torch.randn(m, k, dtype=dtype, device=device)
+    b = torch.randn(k, n, dtype=dtype, device=device)
+    timed(torch.mm, a, b)  # warm-up
     seconds = statistics.median(timed(torch.mm, a, b) for _ in range(repeats))
     return 2 * m * k * n / seconds / 1e9
+
+
+def measure_gpu(spec, with_reference: bool, rounds: int, warmup: int) -> dict:
+    """Median step seconds of the engine, then of the reference, one after the other (a GPU holds one
+    full-width model's weights and optimizer at a time); the peak is the published one (see main)."""
+    import gc
+
+    times: dict[str, float] = {"peak": math.nan, "reference": math.nan}
+    engine = build_engine(spec)
+    seconds = [timed(engine.step, i) for i in range(1, warmup + rounds + 1)][warmup:]
+    times["engine"] = statistics.median(seconds)
+    times["memory"] = torch.cuda.max_memory_allocated() / 2**30
+    engine.close()
+    del engine
+    gc.collect()
+    torch.cuda.empty_cache()
+    if with_reference:
+        arch = spec.model_arch()
+        _, reference = reference_trainer(
+            arch, spec.mbs, spec.seq_len, spec.ga, spec.seed, device="cuda"
+        )
+        seconds = [timed(reference, i) for i in range(1, warmup + rounds + 1)][warmup:]
+        times["reference"] = statistics.median(seconds)
+        del reference
+        gc.collect()
+        torch.cuda.empty_cache()
+    return times
 
 
 def measure(spec, with_reference: bool, rounds: int, warmup: int, steps_per_round: int) -> dict:
     """Median step seconds of the engine (and the reference), and the fp32 peak, sampled in turn: a
     round is ``steps_per_round`` engine steps, as many reference steps, one peak sample."""
+    if spec.device == "cuda":
+        return measure_gpu(spec, with_reference, rounds, warmup)
     engine = build_engine(spec)
     arch = spec.model_arch()
     reference = None
@@ -263,8 +316,9 @@ def measure_ddp(spec, steps: int, warmup: int) -> float:
 # ---------------------------------------------------------------- the table
 
 
-def models(host, only: str | None):
-    """(label, workload, arch, seq, mbs, has a reference) for each row."""
+def models(host, only: str | None, gpu: str | None, layers: int | None):
+    """(label, workload, arch, seq, mbs, has a reference) for each row. On a GPU the 8B row keeps the
+    full vocabulary and the recipe's 8,192-token sequence, with ``layers`` layers (default 2)."""
     from llmb.recipes.proxies import PROXIES, shrink
 
     rows = []
@@ -283,10 +337,15 @@ def models(host, only: str | None):
             )
     if only in (None, "8b"):
         workload = host.workload("llama31")
-        arch = replace(
-            workload.architecture("8b").with_layers(1), vocab=WIDE_VOCAB, size="8b-width-1layer"
-        )
-        rows.append(("llama31 8B width, 1 layer", workload, arch, WIDE_SEQ, 1, True))
+        full = workload.architecture("8b")
+        if gpu:
+            n = layers or 2
+            arch = replace(full.with_layers(n), size=f"8b-width-{n}layer")
+            rows.append((f"llama31 8B width, {n} layer", workload, arch, GPU_SEQ, 1, True))
+        else:
+            n = layers or 1
+            arch = replace(full.with_layers(n), vocab=WIDE_VOCAB, size=f"8b-width-{n}layer")
+            rows.append((f"llama31 8B width, {n} layer", workload, arch, WIDE_SEQ, 1, True))
     return rows
 
 
@@ -304,13 +363,23 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="the engine's --compile (per-block torch.compile)"
     )
+    parser.add_argument(
+        "--gpu",
+        help="run on CUDA, this GPU type's published bf16 peak as the MFU's denominator (e.g. h100)",
+    )
+    parser.add_argument(
+        "--layers", type=int, help="the 8B row's layers (default 1 on CPU, 2 on a GPU)"
+    )
     args = parser.parse_args()
     from llmb.engines.torch.runtime import cpu_threads
     from llmb.plugins.host import PluginHost
 
-    torch.set_num_threads(cpu_threads())
     host = PluginHost()
     worlds = [int(w) for w in args.ranks.split(",")]
+    if args.gpu:
+        run_gpu(args, host)
+        return
+    torch.set_num_threads(cpu_threads())
     load = os.getloadavg()
     bf16 = mm_gflops(torch.bfloat16, BF16_SHAPE, repeats=3)
     print(
@@ -335,10 +404,12 @@ def main() -> None:
     )
     widths = (26, 5, 11, 9, 12, 7, 7, 11, 11, 8)
     print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
-    for label, workload, arch, seq, mbs, has_reference in models(host, args.only):
+    for label, workload, arch, seq, mbs, has_reference in models(
+        host, args.only, None, args.layers
+    ):
         per_round = 4 if "tiny" in label else 1
         for world in worlds:
-            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, world, args.compile)
+            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, world, args.compile, None)
             step_flops = spec.gbs * spec.flops_per_sample
             if world == 1:
                 result = measure(spec, has_reference, args.rounds, args.warmup, per_round)
@@ -368,6 +439,51 @@ def main() -> None:
     print(
         f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; python {sys.version.split()[0]}"
     )
+
+
+def run_gpu(args, host) -> None:
+    """One GPU: each row with the engine compiled and eager, then the reference (eager); MFU against the
+    GPU type's published dense bf16 peak (llmb's GPU table, as ``llmb run`` reports it)."""
+    from llmb.recipes.gpus import gpu_type
+
+    if not torch.cuda.is_available():
+        sys.exit("engine_throughput: --gpu needs a CUDA device; torch sees none")
+    peak = gpu_type(args.gpu).peak_tflops.get("bf16")
+    measured = mm_gflops(torch.bfloat16, (8192, 8192, 8192), repeats=10, device="cuda") / 1e3
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, GA {args.ga}; published bf16 "
+        f"peak {peak} TFLOP/s; torch.mm bf16 8192^3 measured {measured:.0f} TFLOP/s"
+    )
+    header = ("model", "engine", "tokens/step", "step s", "TFLOP/s", "MFU", "of mm", "max GiB")
+    widths = (26, 9, 11, 8, 8, 6, 6, 8)
+    print("  ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
+
+    def row(label, kind, tokens, seconds, flops, memory):
+        achieved = flops / seconds / 1e12
+        cells = (
+            label,
+            kind,
+            tokens,
+            f"{seconds:.3f}",
+            f"{achieved:.1f}",
+            f"{100 * achieved / peak:.1f}%" if peak else "-",
+            f"{100 * achieved / measured:.0f}%",
+            "-" if math.isnan(memory) else f"{memory:.1f}",
+        )
+        print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)), flush=True)
+
+    for label, workload, arch, seq, mbs, has_reference in models(
+        host, args.only, args.gpu, args.layers
+    ):
+        for compiled in (True, False):
+            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, 1, compiled, args.gpu)
+            torch.cuda.reset_peak_memory_stats()
+            result = measure_gpu(spec, has_reference and not compiled, args.rounds, args.warmup)
+            flops = spec.gbs * spec.flops_per_sample
+            kind = "compiled" if compiled else "eager"
+            row(label, kind, spec.gbs * seq, result["engine"], flops, result["memory"])
+            if not math.isnan(result["reference"]):
+                row(label, "reference", spec.gbs * seq, result["reference"], flops, math.nan)
 
 
 if __name__ == "__main__":
