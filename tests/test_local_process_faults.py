@@ -228,6 +228,29 @@ def test_sigint_during_submission_leaves_no_phantom_job_and_no_temporary_file(in
         assert f"detached from {job}; it keeps running" in err, err
 
 
+PREFLIGHT = ["preflight", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2"]
+
+
+@pytest.mark.parametrize("command", [RUN, PREFLIGHT], ids=["run", "preflight"])
+def test_ctrl_c_while_following_detaches_and_names_the_job(install, command):
+    """Once the job exists, Ctrl-C leaves it running and says which job it is and how to reach it."""
+    runner = start(install, *command)
+    announced = ""
+    while "its log: llmb logs" not in announced:  # the line llmb prints as it starts following
+        line = runner.stderr.readline()
+        assert line, f"llmb ended before following its job (exit {runner.wait()})"
+        announced = line
+    runner.send_signal(signal.SIGINT)
+    _, err = runner.communicate(timeout=120)
+    job = announced.split(":")[0]
+    assert runner.returncode == 130 and "Traceback" not in err, err
+    assert f"detached from {job}; it keeps running" in err and f"llmb cancel {job}" in err, err
+    if status(install, job)["state"] in ("QUEUED", "RUNNING"):  # a preflight may end meanwhile
+        code, out, _ = llmb(install, "cancel", job, "--json")
+        assert code == 0 and json.loads(out)["state"] == "CANCELLED"
+    assert all_job_processes(install) == []
+
+
 @pytest.mark.parametrize("moment", ["job record", "run spec"])
 def test_a_killed_submission_is_marked_failed_not_queued(install, moment):
     """SIGKILL cannot be caught: the record stays, and its state says what happened."""

@@ -37,7 +37,7 @@ def _current(job):
 
 
 @contextlib.contextmanager
-def _detaching(ctx, job):
+def detaching(ctx, job):
     """An interrupt (Ctrl-C) once ``job`` exists detaches from it: the job runs on, and the message
     names it and says how to follow or stop it (exit 130)."""
     try:
@@ -58,7 +58,7 @@ def _detaching(ctx, job):
 
 
 def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
-    with _detaching(ctx, job):
+    with detaching(ctx, job):
         from llmb.lifecycle.follow import follow, summary
 
         if announce:
@@ -171,11 +171,11 @@ def run_command(
         _report_dry_run(submitted, as_json)
         return
     # the job exists from here on: an interrupt leaves it running, and says so
-    with _detaching(ctx, submitted.job):
+    with detaching(ctx, submitted.job):
         for warning in submitted.warnings:
             warn(warning)
         if detach:
-            _report_detached(submitted.job, as_json)
+            report_detached(submitted.job, as_json)
             return
         _follow_and_report(ctx, submitted.job, as_json, announce=True)
 
@@ -198,8 +198,9 @@ def _report_dry_run(submitted, as_json: bool) -> None:
     click.echo(described.get("text") or json.dumps(described, indent=2))
 
 
-def _report_detached(job, as_json: bool) -> None:
-    """``llmb run --detach``: the job's id (and, with --json, where its files are)."""
+def report_detached(job, as_json: bool, then: str = "") -> None:
+    """A job started with --detach: its id (with --json, where its files are), and what to do next,
+    ``then`` added to it."""
     if as_json:
         emit_json(
             {
@@ -210,7 +211,9 @@ def _report_detached(job, as_json: bool) -> None:
             }
         )
     else:
-        click.echo(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow")
+        click.echo(
+            f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow{then}"
+        )
 
 
 @click.command("status")

@@ -100,6 +100,7 @@ def preflight_command(
     its peers' median (docs/preflight.md), prints a table and the verdict,
     and writes preflight.json, which llmb run/sweep/certify --exclude-from
     take. Exits 0 when no node is flagged, 1 otherwise."""
+    from llmb.cli.jobs_cmd import detaching, report_detached
     from llmb.lifecycle.run_option_values import options_from
     from llmb.preflight import job as preflight_job
     from llmb.recipes.gpus import gpu_type
@@ -115,33 +116,25 @@ def preflight_command(
     submitted = preflight_job.submit(
         get_host(ctx), kind, nodes, per_node, options, backend, dry_run=dry_run, sizes=sizes
     )
-    for warning in submitted.warnings:
-        warn(warning)
     job = submitted.job
     if dry_run:
+        for warning in submitted.warnings:
+            warn(warning)
         described = submitted.description or {}
         if as_json:
             emit_json({k: v for k, v in described.items() if k != "text"})
         else:
             click.echo(described.get("text") or "")
         return
-    if detach:
-        if as_json:
-            emit_json(
-                {
-                    "job_id": job.id,
-                    "experiment_dir": job.run_dir,
-                    "log": job.log,
-                    "backend": job.backend,
-                }
-            )
-        else:
-            click.echo(
-                f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow; its report: "
-                f"{preflight_job.report_path(job.run_dir)}"
-            )
-        return
-    final, report = wait_for_report(ctx, job, nodes, per_node, as_json)
+    # the job exists from here on: an interrupt leaves it running, and says so
+    with detaching(ctx, job):
+        for warning in submitted.warnings:
+            warn(warning)
+        if detach:
+            path = preflight_job.report_path(job.run_dir)
+            report_detached(job, as_json, then=f"; its report: {path}")
+            return
+        final, report = wait_for_report(ctx, job, nodes, per_node, as_json)
     ctx.exit(0 if report["verdict"] == "pass" and final.state == "SUCCEEDED" else 1)
 
 
