@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torch engine's checks on one NVIDIA GPU, in one go (about 8 minutes on an H100):
+# The torch engine's checks on one NVIDIA GPU, in one go (4 minutes on an H100):
 #   1. benchmarks/engine_throughput.py: Llama 3.1 8B's width (2 layers, full vocabulary, 8,192-token
 #      sequence), compiled and eager, beside the plain reference loop; MFU against the published peak.
 #   2. llmb run llama31 8B with --layers N in bf16 and in fp8 (torchao float8, current scaling): the
@@ -7,7 +7,8 @@
 #   3. llmb preflight on the one GPU.
 # Each stage's log goes to $OUT (default ./gpu-check); a stage that fails does not stop the next.
 # Wheels in .whl/ (llmb's own and what the machine lacks) are installed first, when present:
-#   pip wheel --no-deps -w .whl ./core ./backends/* ./plugins/*   (plus structlog, zstandard, torchao)
+#   pip wheel --no-deps -w .whl ./core ./backends/slurm ./backends/runai ./plugins/*
+#   (plus wheels of structlog, zstandard and torchao for the machine's Python)
 set -u
 OUT=${OUT:-$PWD/gpu-check}
 GPU=${GPU:-h100}
