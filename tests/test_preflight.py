@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from llmb.errors import UsageError
-from llmb.preflight import gpu_info, pairing, transport
+from llmb.preflight import gpu_info, measure, pairing, transport
 from llmb.preflight.expected import FRACTION, PEER_MARGIN, Expected, expected
 from llmb.preflight.verdict import build, node_figures
 from llmb.runs import exclusion
@@ -221,6 +223,25 @@ def test_exclude_from_reaches_the_submit_options_and_the_run_record(tmp_path):
     options, _ = options_from({"backend": "local", "exclude": "node9", "exclude_from": str(path)})
     assert options.submit.exclude == "node9,node3"
     assert options.preflight["path"] == str(path) and options.preflight["exclude"] == ["node3"]
+
+
+def test_a_sustained_figure_is_one_calls_time_in_batches_after_a_warm_up():
+    """A GPU's GEMM figure (measure.sustained_seconds): the call runs back to back for the warm-up,
+    then in timed batches of as many calls as last about batch_s; the figure is one call's time."""
+    calls = []
+
+    def call():
+        calls.append(time.monotonic())
+        time.sleep(0.002)
+
+    cpu = SimpleNamespace(type="cpu")
+    seconds = measure.sustained_seconds(call, cpu, repeats=3, batch_s=0.2, warm_s=0.1)
+    # one call's time (each sleeps 2 ms), not a batch's (about 0.2 s)
+    assert 0.002 <= seconds < 0.1
+    rest = calls[
+        3:
+    ]  # after the three calls that size a batch: the warm-up, then three timed batches
+    assert len(rest) >= 4 and rest[-1] - rest[0] >= 0.1
 
 
 # ------------------------------------------------------------------ a real job on this machine
