@@ -234,38 +234,41 @@ def mm_gflops(
     return 2 * m * k * n / seconds / 1e9
 
 
-def measure_gpu(spec, with_reference: bool, rounds: int, warmup: int) -> dict:
-    """Median step seconds of the engine, then of the reference, one after the other (a GPU holds one
-    full-width model's weights and optimizer at a time); the peak is the published one (see main)."""
+def median_step(step, rounds: int, warmup: int) -> float:
+    """Median seconds of ``step(i)`` over ``rounds`` steps after ``warmup`` of them."""
+    return statistics.median([timed(step, i) for i in range(1, warmup + rounds + 1)][warmup:])
+
+
+def release_gpu_memory() -> None:
     import gc
 
-    times: dict[str, float] = {"peak": math.nan, "reference": math.nan}
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def measure_gpu(spec, with_reference: bool, rounds: int, warmup: int) -> dict:
+    """Median step seconds of the engine, then of the reference, one after the other (a GPU holds one
+    full-width model's weights and optimizer at a time), and the engine's peak allocated GiB."""
     engine = build_engine(spec)
-    seconds = [timed(engine.step, i) for i in range(1, warmup + rounds + 1)][warmup:]
-    times["engine"] = statistics.median(seconds)
+    times = {"engine": median_step(engine.step, rounds, warmup), "reference": math.nan}
     times["memory"] = torch.cuda.max_memory_allocated() / 2**30
     engine.close()
     del engine
-    gc.collect()
-    torch.cuda.empty_cache()
+    release_gpu_memory()
     if with_reference:
         arch = spec.model_arch()
         _, reference = reference_trainer(
             arch, spec.mbs, spec.seq_len, spec.ga, spec.seed, device="cuda"
         )
-        seconds = [timed(reference, i) for i in range(1, warmup + rounds + 1)][warmup:]
-        times["reference"] = statistics.median(seconds)
+        times["reference"] = median_step(reference, rounds, warmup)
         del reference
-        gc.collect()
-        torch.cuda.empty_cache()
+        release_gpu_memory()
     return times
 
 
 def measure(spec, with_reference: bool, rounds: int, warmup: int, steps_per_round: int) -> dict:
     """Median step seconds of the engine (and the reference), and the fp32 peak, sampled in turn: a
     round is ``steps_per_round`` engine steps, as many reference steps, one peak sample."""
-    if spec.device == "cuda":
-        return measure_gpu(spec, with_reference, rounds, warmup)
     engine = build_engine(spec)
     arch = spec.model_arch()
     reference = None
@@ -292,10 +295,10 @@ def measure(spec, with_reference: bool, rounds: int, warmup: int, steps_per_roun
 def _ddp_rank(rank: int, spec, steps: int, warmup: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     engine = build_engine(spec, rank, spec.ranks)
-    seconds = [timed(engine.step, i) for i in range(1, warmup + steps + 1)][warmup:]
+    seconds = median_step(engine.step, steps, warmup)
     engine.close()
     if rank == 0:
-        queue.put(statistics.median(seconds))
+        queue.put(seconds)
 
 
 def measure_ddp(spec, steps: int, warmup: int) -> float:
@@ -338,14 +341,10 @@ def models(host, only: str | None, gpu: str | None, layers: int | None):
     if only in (None, "8b"):
         workload = host.workload("llama31")
         full = workload.architecture("8b")
-        if gpu:
-            n = layers or 2
-            arch = replace(full.with_layers(n), size=f"8b-width-{n}layer")
-            rows.append((f"llama31 8B width, {n} layer", workload, arch, GPU_SEQ, 1, True))
-        else:
-            n = layers or 1
-            arch = replace(full.with_layers(n), vocab=WIDE_VOCAB, size=f"8b-width-{n}layer")
-            rows.append((f"llama31 8B width, {n} layer", workload, arch, WIDE_SEQ, 1, True))
+        n = layers or (2 if gpu else 1)
+        vocab, seq = (full.vocab, GPU_SEQ) if gpu else (WIDE_VOCAB, WIDE_SEQ)
+        arch = replace(full.with_layers(n), vocab=vocab, size=f"8b-width-{n}layer")
+        rows.append((f"llama31 8B width, {n} layer", workload, arch, seq, 1, True))
     return rows
 
 
@@ -409,7 +408,7 @@ def main() -> None:
     ):
         per_round = 4 if "tiny" in label else 1
         for world in worlds:
-            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, world, args.compile, None)
+            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, world, args.compile)
             step_flops = spec.gbs * spec.flops_per_sample
             if world == 1:
                 result = measure(spec, has_reference, args.rounds, args.warmup, per_round)

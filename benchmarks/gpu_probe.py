@@ -5,16 +5,16 @@
    loss (``llmb.engines.torch.loss.chunked_cross_entropy``) forward and backward at 8,192 tokens and the
    128,256 vocabulary, by tokens per chunk, beside ``F.linear`` + ``F.cross_entropy`` on whole logits;
    then the engine's 2-layer step (eager) at two chunk sizes.
-2. What a dense bf16 GEMM sustains: ``llmb preflight``'s measurement (20 single timed products) on a
-   cold GPU and after 5 s and 25 s of back-to-back products, with the SM clock, power and throttle
-   reasons nvidia-smi reads meanwhile.
+2. What a dense bf16 GEMM sustains: a median of 20 single timed products and ``llmb preflight``'s
+   figure (batches back to back, ``llmb.preflight.measure.gemm_tflops``) on a cold GPU and after 5 s
+   and 25 s of back-to-back products, with the SM clock, power and throttle reasons nvidia-smi reads
+   meanwhile.
 
     python benchmarks/gpu_probe.py
 """
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
@@ -28,17 +28,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 TOKENS, HIDDEN, VOCAB = 8192, 4096, 128256
 
 
-def median_s(fn, repeats: int = 10, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
+def median_s(fn) -> float:
+    """Median seconds of ``fn()`` over 10 timed calls after 3, synchronized (preflight's timer)."""
+    from llmb.preflight import measure
+
+    return measure._timed(fn, torch.device("cuda"), 10, warmup=3)
 
 
 def loss_table() -> None:
@@ -103,10 +97,16 @@ def gemm_table() -> None:
     device = torch.device("cuda")
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    print(f"\nbf16 GEMM {n}^3: preflight's figure (median of 20 single timed products), and load")
-    print(f"  cold: {measure.gemm_tflops(device, n, 20):.0f} TFLOP/s; nvidia-smi: {smi()}")
-    begin, done, marks = time.monotonic(), 0, (5, 25)
-    for mark in marks:
+
+    def figures() -> str:
+        single = 2 * n**3 / measure._timed(lambda: torch.mm(a, a), device, 20) / 1e12
+        sustained = measure.gemm_tflops(device, n, 20)
+        return f"single products {single:.0f}, preflight's figure {sustained:.0f} TFLOP/s"
+
+    print(f"\nbf16 GEMM {n}^3: a median of 20 single timed products, preflight's figure, and load")
+    print(f"  cold: {figures()}; nvidia-smi: {smi()}")
+    begin = time.monotonic()
+    for mark in (5, 25):
         window_start, window_done = time.monotonic(), 0
         while time.monotonic() - begin < mark:
             for _ in range(8):
@@ -115,11 +115,9 @@ def gemm_table() -> None:
             window_done += 8
         rate = 2 * n**3 * window_done / (time.monotonic() - window_start) / 1e12
         reading = smi()
-        figure = measure.gemm_tflops(device, n, 20)
-        done += window_done
         print(
-            f"  after {mark:2d} s of products ({rate:.0f} TFLOP/s back to back): preflight figure "
-            f"{figure:.0f} TFLOP/s; nvidia-smi: {reading}",
+            f"  after {mark:2d} s of products ({rate:.0f} TFLOP/s back to back): {figures()}; "
+            f"nvidia-smi: {reading}",
             flush=True,
         )
 

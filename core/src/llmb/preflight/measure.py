@@ -68,12 +68,14 @@ def gemm_tflops(device, size: int, repeats: int) -> float:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
+
+    def product():
+        return torch.mm(a, b)
+
     if device.type == "cuda":
-        seconds = sustained_seconds(
-            lambda: torch.mm(a, b), device, repeats, GEMM_BATCH_S, GEMM_WARM_S
-        )
+        seconds = sustained_seconds(product, device, repeats, GEMM_BATCH_S, GEMM_WARM_S)
     else:  # a CPU rank's figure only compares with its peers'
-        seconds = _timed(lambda: torch.mm(a, b), device, repeats)
+        seconds = _timed(product, device, repeats)
     return 2 * size**3 / seconds / 1e12
 
 
