@@ -151,6 +151,30 @@ def test_dry_run_lists_the_jobs_and_writes_nothing(llmb_proc, install, tmp_path)
     assert not Path(install["LLMB_INSTALL"]).exists()
 
 
+@pytest.mark.parametrize("how", ["--gpu", "GPU_TYPE"])
+def test_gpu_fills_the_sweep_file_sections_that_name_none(llmb_proc, install, tmp_path, how):
+    """--gpu (or GPU_TYPE) is the GPU type of a sweep file's sections that name none, as for llmb certify
+    --file; a section that names its own keeps it."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "llama31_8b: {dtypes: [bf16], scales: [1]}\n"
+        "llama31_70b: {gpu: b200, dtypes: [fp8], scales: [1]}\n"
+    )
+    args = ["sweep", "--file", str(path), "--proxy", "tiny", "--dry-run", "--json"]
+    env = dict(install)
+    if how == "--gpu":
+        args += ["--gpu", "h100"]
+    else:
+        env["GPU_TYPE"] = "h100"
+    result = llmb_proc(*args, env=env)
+    assert result.code == 0, result.err
+    assert [job["task"] for job in json.loads(result.out)] == [
+        "llama31 8b h100 bf16 1 GPU",
+        "llama31 70b b200 fp8 1 GPU",
+    ]
+    assert not Path(install["LLMB_INSTALL"]).exists()
+
+
 def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(
     llmb_proc, install, monkeypatch
 ):

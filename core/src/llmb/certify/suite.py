@@ -33,7 +33,14 @@ from llmb.runs.experiment import (
     wrong_shape,
 )
 from llmb.runs.jobs import now
-from llmb.runs.sweeps import LAST, Task, ids_by_recency, load_sweep, published_configurations
+from llmb.runs.sweeps import (
+    LAST,
+    Task,
+    ids_by_recency,
+    load_sweep,
+    published_configurations,
+    with_gpu,
+)
 
 SUITE_FILE = "suite.json"
 EXEMPLAR_SCALE = 512  # GPUs: the scale the Exemplar validation guide certifies at
@@ -262,11 +269,11 @@ def with_options(
             f"configuration."
         )
     out = []
-    for task in tasks:
+    for task in with_gpu(tasks, gpu):
         merged = {**options, **task.options}
         if profile_last and task.repeat == task.repeats:
             merged["profile"] = True
-        out.append(replace(task, gpu=task.gpu or gpu, options=merged))
+        out.append(replace(task, options=merged))
     return sorted(out, key=lambda t: -t.gpus)
 
 

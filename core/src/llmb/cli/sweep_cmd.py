@@ -274,7 +274,10 @@ def _tasks(
             "--max-gpus goes with --all-workloads (every published configuration up to that many GPUs)."
         )
     if sweep_file:
-        return sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names())
+        # --gpu (or GPU_TYPE) for the sections that name no GPU type, as llmb certify --file does
+        return sweeps.with_gpu(
+            sweeps.tasks_from_file(sweep_file, host.workloads(), parameter_names()), gpu
+        )
     if all_workloads:
         fixed = [
             flag
@@ -344,7 +347,11 @@ def _tasks(
 @click.option(
     "--gpus", "scales", multiple=True, help="GPU counts, comma-separated or repeated, e.g. 8,16,32."
 )
-@click.option("--gpu", help="GPU type, e.g. h100.")
+@click.option(
+    "--gpu",
+    envvar="GPU_TYPE",
+    help="GPU type, e.g. h100; with --file, of the sections that name none. [env: GPU_TYPE]",
+)
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),

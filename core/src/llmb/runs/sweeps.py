@@ -375,6 +375,15 @@ def tasks_from_file(path: str, workloads: dict, option_names: Mapping[str, str])
     return tasks
 
 
+def with_gpu(tasks: list[Task], gpu: str | None) -> list[Task]:
+    """Each task with GPU type ``gpu`` (--gpu, or GPU_TYPE) where it names none; a sweep or suite file's
+    section that names its own (or whose ``defaults`` does) keeps it. llmb sweep --file and llmb certify
+    --file both fill their file's tasks through this."""
+    if not gpu:
+        return list(tasks)
+    return [task if task.gpu else replace(task, gpu=gpu) for task in tasks]
+
+
 def _apply_task_overrides(
     task: Task, entries: list, where: str, option_names: Mapping[str, str]
 ) -> Task:
