@@ -228,6 +228,38 @@ def test_report_from_a_results_file_and_a_proxy_without_published_figures(llmb_p
     assert f"{101.0 / (104.0 * 4):.1%}" in page
 
 
+def test_gpu_gives_foreign_logs_their_gpu_type_and_mfu(llmb_proc, tmp_path):
+    """A log in the replaced tool's layout (``pretrain_llama3.1_8b_fp8_8``: no GPU type in its name) has
+    no MFU until --gpu says its GPU type, as for llmb results and llmb compare; the page says where the
+    GPU type came from."""
+    experiments = tmp_path / "experiments"
+    make_run(
+        experiments,
+        "pretrain_llama3.1_8b_fp8_8",
+        loggen.nemo2_lines(range(50), step_s=dict.fromkeys(range(50), 10.08)),
+        stamp="20251106101010",
+    )
+    env = {"LLMB_INSTALL": str(tmp_path / "install")}  # no cluster file: no GPU type from it
+    plain = llmb_proc("report", str(experiments), "--out", str(tmp_path / "plain"), env=env)
+    assert plain.code == 0, plain.err
+    assert "MFU vs GPU count: no run has an MFU" in (tmp_path / "plain" / "index.html").read_text()
+
+    out = tmp_path / "h100"
+    given = llmb_proc(
+        "report", str(experiments), "--gpu", "h100", "--out", str(out), "--json", env=env
+    )
+    assert given.code == 0, given.err
+    assert str(out / "mfu.png") in json.loads(given.out)["plots"]
+    summary = (out / "summary.md").read_text()
+    assert "### llama31 nemo2 8b h100 fp8, weak scaling" in summary
+    assert "- GPU type h100 taken from --gpu: the logs do not record it" in summary
+    # MFU and the published 8-GPU step time (9.33 s) beside the measured 10.08 s
+    assert re.search(
+        r"\| 8 \| 1 \| 10,080\.0 \| [\d,]+ \| [\d,.]+ \| \d+\.\d\d \| - \| 9,330\.0 \| \+8\.0% \|",
+        summary,
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -12,8 +12,9 @@ from llmb.cli.output import emit_json
 from llmb.errors import UsageError
 
 
-def _collected_rows(ctx, paths: list[str]) -> list[dict]:
-    """``llmb results``' rows for the runs under ``paths`` (none: the install's experiments)."""
+def _collected_rows(ctx, paths: list[str], gpu: str | None) -> list[dict]:
+    """``llmb results``' rows for the runs under ``paths`` (none: the install's experiments); ``gpu``:
+    ``llmb results --gpu``'s (only that GPU type; logs that do not say are taken to be it)."""
     from llmb.cli.results_cmd import display_name, select
     from llmb.results.export import row
 
@@ -22,7 +23,7 @@ def _collected_rows(ctx, paths: list[str]) -> list[dict]:
         tuple(paths),
         window_text=None,
         workload=None,
-        gpu=None,
+        gpu=gpu,
         dtype=None,
         since=None,
         from_db=False,
@@ -35,7 +36,7 @@ def _collected_rows(ctx, paths: list[str]) -> list[dict]:
     ]
 
 
-def _rows_from_results(ctx, paths: tuple[str, ...]) -> tuple[list[dict], str]:
+def _rows_from_results(ctx, paths: tuple[str, ...], gpu: str | None) -> tuple[list[dict], str]:
     """Rows from experiment directories and files written by ``llmb results --format json``."""
     from llmb.paths import install_dir
     from llmb.results.export import read_rows
@@ -44,13 +45,13 @@ def _rows_from_results(ctx, paths: tuple[str, ...]) -> tuple[list[dict], str]:
     directories = [p for p in paths if p not in json_files]
     rows = [r for path in json_files for r in read_rows(path, "the results file")]
     if directories or not json_files:
-        rows += _collected_rows(ctx, directories)
+        rows += _collected_rows(ctx, directories, gpu)
     if not paths:
         return rows, f"the experiments under {install_dir()}/workloads"
     return rows, ", ".join(paths)
 
 
-def _rows_from_sweep(ctx, sweep_id: str) -> tuple[list[dict], str]:
+def _rows_from_sweep(ctx, sweep_id: str, gpu: str | None) -> tuple[list[dict], str]:
     """Rows for each submitted job of the sweep, read from the job's run directory."""
     from llmb.results.collect import Collector
     from llmb.results.experiments import RunLocation
@@ -61,7 +62,7 @@ def _rows_from_sweep(ctx, sweep_id: str) -> tuple[list[dict], str]:
     sweep = load_sweep(sweep_id)
     jobs = [load_job(job_id) for job_id in sweep.job_ids]
     present = [job.run_dir for job in jobs if os.path.isdir(job.run_dir)]
-    rows = _collected_rows(ctx, present) if present else []
+    rows = _collected_rows(ctx, present, gpu) if present else []
     for job in jobs:
         if job.run_dir not in present:
             name = os.path.basename(job.run_dir)
@@ -105,9 +106,15 @@ def _nothing_found(results: tuple[str, ...], sweep_id: str | None, source: str) 
     type=click.Path(file_okay=False),
     help="Directory for index.html, summary.md and the PNG plots (created if missing).",
 )
+@click.option(
+    "--gpu",
+    help="Only this GPU type (logs that do not say, such as the replaced tool's, are taken to be this "
+    "type, as llmb results --gpu takes them: their MFU needs it). Rows of a results JSON file are "
+    "used as they are.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.pass_context
-def report_command(ctx, results, sweep_id, out_dir, as_json):
+def report_command(ctx, results, sweep_id, out_dir, gpu, as_json):
     """Plot runs against GPU count and write a report to --out: step time,
     tokens/s, scaling efficiency and MFU, one line per configuration
     (workload, variant, size, GPU type, dtype, scaling, proxy) with repeats
@@ -117,7 +124,8 @@ def report_command(ctx, results, sweep_id, out_dir, as_json):
 
     RESULTS are experiment directories (as llmb results takes) and JSON
     files written by llmb results --format json; --sweep takes a sweep's
-    runs instead; neither: every experiment in $LLMB_INSTALL."""
+    runs instead; neither: every experiment in $LLMB_INSTALL. A run's GPU
+    type is what it recorded, else --gpu, else the cluster file's."""
     from llmb.report.plots import require_matplotlib
     from llmb.report.series import build_report
     from llmb.report.write import write_report
@@ -125,7 +133,9 @@ def report_command(ctx, results, sweep_id, out_dir, as_json):
     if sweep_id and results:
         raise UsageError("give either --sweep ID or RESULTS (directories, JSON files), not both.")
     require_matplotlib()
-    rows, source = _rows_from_sweep(ctx, sweep_id) if sweep_id else _rows_from_results(ctx, results)
+    rows, source = (
+        _rows_from_sweep(ctx, sweep_id, gpu) if sweep_id else _rows_from_results(ctx, results, gpu)
+    )
     if not rows:
         raise UsageError(_nothing_found(results, sweep_id, source))
     data = build_report(rows, get_host(ctx).workloads())

@@ -72,7 +72,8 @@ MFU = MetricPlot(
     "MFU (%)",
     lambda p: p.mfu_pct,
     lambda r: r.mfu_pct,
-    "no run has an MFU (it needs the GPU type and dtype; CPU runs have none)",
+    "no run has an MFU (it needs the GPU type and dtype, and --gpu gives the GPU type of logs that do "
+    "not record it; CPU runs have none)",
     printed=lambda r: r.printed_mfu_pct,
 )
 EFFICIENCY = "scaling_efficiency"

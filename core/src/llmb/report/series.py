@@ -24,6 +24,7 @@ from typing import Any
 
 from llmb.recipes.records import ReferenceResult, Workload
 from llmb.results.analyze import delta_pct, mean_std
+from llmb.results.records import ASSUMED_GPU_SOURCES
 
 STRONG = "strong"
 EFFICIENCY_FORMULAS = (
@@ -52,6 +53,7 @@ class Run:
     tokens_per_s: float | None
     tflops_per_gpu: float | None
     mfu_pct: float | None
+    gpu_source: str | None = None  # recipe | provenance | --gpu | cluster file (the row's)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:
@@ -71,6 +73,7 @@ class Run:
             tokens_per_s=row.get("tokens_per_s"),
             tflops_per_gpu=row.get("tflops_per_gpu_mean"),
             mfu_pct=row.get("mfu_pct"),
+            gpu_source=row.get("gpu_source"),
         )
 
     @property
@@ -284,6 +287,11 @@ def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) 
         notes.append("proxy run: not compared with the published figures")
     elif not published:
         notes.append(_unpublished_note(key, workloads))
+    assumed = sorted({r.gpu_source for r in runs if r.gpu_source in ASSUMED_GPU_SOURCES})
+    if key.gpu and assumed:
+        notes.append(
+            f"GPU type {key.gpu} taken from {' and '.join(assumed)}: the logs do not record it"
+        )
     if len(points) == 1:
         notes.append(f"one GPU count only ({points[0].gpus}): no scaling-efficiency curve")
     published_efficiency = efficiency_curve(
