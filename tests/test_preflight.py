@@ -114,6 +114,29 @@ def test_two_nodes_share_one_pair_which_names_neither():
     assert report["verdict"] == "pass"
 
 
+def test_a_verdict_that_applied_no_threshold_is_not_a_pass():
+    """One node of CPU ranks has nothing to be held against: not judged, and says why. Peers alone (CPU
+    ranks on three nodes) or a datasheet alone (one GPU node) are a pass that names what was not applied."""
+    one = build(measurements({"a": 1.0}), expected("h100", "cpu"))
+    assert (one["verdict"], one["exclude"]) == ("not_judged", [])
+    assert one["not_applied"] == ["CPU ranks: no datasheet figure", "1 node: no peers"]
+    three = build(
+        measurements({"a": 1.0, "b": 1.0, "c": 1.0}, {"0-1": 5.0, "1-2": 5.0, "0-2": 5.0}),
+        expected("h100", "cpu"),
+    )
+    assert (three["verdict"], three["not_applied"]) == ("pass", ["CPU ranks: no datasheet figure"])
+    two = build(measurements({"a": 1.0, "b": 1.0}, {"0-1": 5.0}), expected("h100", "cpu"))
+    assert two["verdict"] == "pass"
+    assert two["not_applied"] == [
+        "CPU ranks: no datasheet figure",
+        "2 nodes: their one pair cannot say which end is slow (inter)",
+    ]
+    want = expected("h100")
+    gpu = build(measurements({"a": want.gemm}, device="cuda"), want)
+    assert gpu["verdict"] == "pass"
+    assert gpu["not_applied"] == ["1 node: no peers", "no nvidia-smi report from any node"]
+
+
 def test_a_gpu_node_below_the_datasheet_fraction_is_flagged_even_among_equals():
     want = expected("h100")
     low = FRACTION["gemm"] * want.gemm * 0.9
@@ -265,16 +288,19 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
         env=env,
         timeout=300,
     )
-    assert result.code == 0, result.err[-3000:]
+    # CPU ranks on one node: no datasheet figure, no peers. Nothing was held against anything, which is
+    # no pass: its own verdict and exit 3 (docs/preflight.md), not 0.
+    assert result.code == 3, result.err[-3000:]
     report = json.loads(result.out)
-    assert report["verdict"] == "pass" and report["exclude"] == []
+    assert report["verdict"] == "not_judged" and report["exclude"] == []
+    assert report["not_applied"] == ["CPU ranks: no datasheet figure", "1 node: no peers"]
     (row,) = report["rows"]
     assert row["gemm"] > 0 and row["memory"] > 0 and row["intra"] > 0 and row["inter"] is None
     assert Path(report["path"]).is_file()
     status = json.loads(llmb_proc("status", report["job_id"], "--json", env=env).out)
     assert status["state"] == "SUCCEEDED"
     text = llmb_proc("status", report["job_id"], env=env).out
-    assert "preflight   pass; flagged nodes: none" in text
+    assert "preflight   not_judged; flagged nodes: none" in text
     # The table and verdict, as a person reads them.
     again = llmb_proc(
         "preflight",
@@ -291,9 +317,18 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
         env=env,
         timeout=300,
     )
-    assert again.code == 0, again.err[-3000:]
+    assert again.code == 3, again.err[-3000:]
     assert again.out.splitlines()[0].split()[:3] == ["NODE", "GEMM", "TFLOP/S"]
-    assert "preflight: PASS" in again.out
+    assert "PASS" not in again.out
+    assert (
+        "preflight: NOT JUDGED - no thresholds applied (CPU ranks: no datasheet figure; 1 node: no "
+        "peers)" in again.out
+    )
+    # where the report is, for --exclude-from: shown under $LLMB_INSTALL, as llmb shows paths
+    [shown] = [line for line in again.out.splitlines() if line.startswith("report: ")]
+    path = shown.removeprefix("report: ").replace("$LLMB_INSTALL", env["LLMB_INSTALL"], 1)
+    assert shown.startswith("report: $LLMB_INSTALL/preflight/") and Path(path).is_file()
+    assert json.loads(Path(path).read_text())["verdict"] == "not_judged"
 
 
 def test_more_nodes_than_this_machine_is_refused(llmb_proc, tmp_path):

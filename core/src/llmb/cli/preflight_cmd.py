@@ -45,15 +45,46 @@ def table(report: dict) -> str:
     return render_table(headers, rows)
 
 
+# llmb preflight's exit when no threshold could be applied (CPU ranks on one node): not 0, which says the
+# nodes passed, nor 1, which says one was flagged; llmb compare exits 3 as well for what it could not compare.
+NOT_JUDGED_EXIT = 3
+
+
 def verdict_line(report: dict) -> str:
-    if report["verdict"] == "pass":
+    """The verdict, what it could not check, and where the report (the file --exclude-from takes) is."""
+    from llmb.paths import shown_path
+    from llmb.preflight.verdict import NOT_JUDGED, PASS
+
+    path = shown_path(report["path"]) if report.get("path") else "preflight.json"
+    nodes = len(report["nodes"])
+    counted = f"{nodes} node{'s' if nodes != 1 else ''}"
+    skipped = "; ".join(report.get("not_applied") or ())
+    if report["verdict"] == NOT_JUDGED:
         return (
-            f"preflight: PASS - none of the {len(report['nodes'])} node(s) is below the thresholds."
+            f"preflight: NOT JUDGED - no thresholds applied ({skipped}): the figures were measured "
+            f"but held against nothing; no node is flagged and none passed.\n"
+            f"report: {path}"
+        )
+    if report["verdict"] == PASS:
+        return (
+            f"preflight: PASS - none of the {counted} is below the thresholds applied"
+            + (f" (not applied: {skipped})" if skipped else "")
+            + f".\nreport: {path} (llmb run/sweep/certify --exclude-from takes it)"
         )
     return (
         f"preflight: FLAGGED {', '.join(report['exclude'])} - give llmb run/sweep/certify --exclude-from "
-        f"{report.get('path', 'preflight.json')} to keep jobs off them."
+        f"{path} to keep jobs off them."
     )
+
+
+def exit_code(report: dict, state: str) -> int:
+    """0: every node passed the thresholds that could be applied; 1: a node was flagged, or the job
+    failed; ``NOT_JUDGED_EXIT`` (3): no threshold could be applied, so nothing passed (docs/preflight.md)."""
+    from llmb.preflight.verdict import NOT_JUDGED, PASS
+
+    if state != "SUCCEEDED" or report["verdict"] not in (PASS, NOT_JUDGED):
+        return 1
+    return 0 if report["verdict"] == PASS else NOT_JUDGED_EXIT
 
 
 @click.command("preflight")
@@ -98,8 +129,11 @@ def preflight_command(
     errors and clocks, and NCCL's transport (InfiniBand or sockets). Flags a
     node below a documented fraction of its GPU's datasheet figures or below
     its peers' median (docs/preflight.md), prints a table and the verdict,
-    and writes preflight.json, which llmb run/sweep/certify --exclude-from
-    take. Exits 0 when no node is flagged, 1 otherwise."""
+    and writes preflight.json (its path is printed), which llmb
+    run/sweep/certify --exclude-from take. Exits 0 when no node is flagged,
+    1 when one is (or the job failed), 3 when no threshold could be applied
+    (CPU ranks have no datasheet figure, one node has no peers): NOT JUDGED,
+    not a pass."""
     from llmb.cli.jobs_cmd import detaching, report_detached
     from llmb.lifecycle.run_option_values import options_from
     from llmb.preflight import job as preflight_job
@@ -131,11 +165,13 @@ def preflight_command(
         for warning in submitted.warnings:
             warn(warning)
         if detach:
-            path = preflight_job.report_path(job.run_dir)
+            from llmb.paths import shown_path
+
+            path = shown_path(preflight_job.report_path(job.run_dir))
             report_detached(job, as_json, then=f"; its report: {path}")
             return
         final, report = wait_for_report(ctx, job, nodes, per_node, as_json)
-    ctx.exit(0 if report["verdict"] == "pass" and final.state == "SUCCEEDED" else 1)
+    ctx.exit(exit_code(report, final.state))
 
 
 def wait_for_report(ctx, job, nodes: int, per_node: int, as_json: bool):
@@ -186,6 +222,11 @@ def preflight_first(ctx, gpu: str | None, nodes: int, run_kw: dict) -> str:
     if final.state != "SUCCEEDED":
         raise UsageError(
             f"the preflight {submitted.job.id} ended {final.state}; the suite was not started."
+        )
+    if exit_code(report, final.state) == NOT_JUDGED_EXIT:
+        warn(
+            f"the preflight {submitted.job.id} judged no node (no thresholds applied: "
+            f"{'; '.join(report.get('not_applied') or ())}); the suite runs on every node."
         )
     return report["path"]
 

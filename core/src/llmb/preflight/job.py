@@ -210,6 +210,7 @@ def finish_summary(job: Job) -> dict:
     return {
         "kind": WORKLOAD,
         "verdict": report["verdict"],
+        "not_applied": report.get("not_applied") or [],
         "exclude": report["exclude"],
         "report": report_path(job.run_dir),
     }
