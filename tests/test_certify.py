@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from fault_plugin import ENV as FAULTS  # loads tests/fault_plugin.py in the ran
 from llmb.certify.gates import MAX_STEP_CV, judge, passed
 from llmb.certify.suite import EXEMPLAR_SCALE, Attempt, published_suite
 from llmb.certify.verdict import EXERCISED, FAIL, PASS, PENDING, Configuration, Judged, SuiteVerdict
+from llmb.recipes.references import Figure
 from llmb.results.records import RunContext, RunResult, Sample, WindowStats
 from llmb.runs.sweeps import Task
 from readme_blocks import walkthrough_commands
@@ -69,6 +71,21 @@ def crafted(
         reference_source=None
         if published_ms is None
         else "Llama 3.1 NeMo 2 recipes table 5, row 5",
+        reference=None
+        if proxy or published_ms is None
+        else asdict(
+            Figure(
+                "recipe",
+                "published",
+                "Llama 3.1 NeMo 2 recipes table 5, row 5",
+                128,
+                published_ms,
+                None,
+                None,
+                None,
+                None,
+            )
+        ),
     )
 
 

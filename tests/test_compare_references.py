@@ -120,7 +120,7 @@ def test_plan_names_the_other_variants_figure(cli):
     )
     assert "the nemo2 recipe's figure: 12.27 s per step, 85,459 tokens/s" in text
     assert (
-        "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01) table 4, row 1"
+        "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.02.01) table 4, row 1"
         in text
     )
     assert "llmb compare --reference nemo2" in text
@@ -144,32 +144,112 @@ def test_plan_names_the_other_variants_figure(cli):
     assert (figure["step_time_ms"], figure["gbs"], figure["container"]) == (
         12270.0,
         128,
-        "25.04.01",
+        "25.02.01",
     )
 
 
-def test_a_megatron_bridge_run_is_compared_with_the_nemo2_figure_on_request(cli, experiments):
+MB_RECIPE = {
+    "workload": "llama31",
+    "variant": "megatron-bridge",
+    "size": "8b",
+    "gpu": "h100",
+    "dtype": "bf16",
+    "gpus": 8,
+    "gbs": 128,
+    "seq_len": 8192,
+}
+
+
+def test_one_reference_policy_results_compare_report_and_certify_judge_alike(
+    cli, experiments, host
+):
+    """Issue 31, case 3: the Megatron-Bridge recipe publishes no figure for 8b BF16 on 8 H100s; the NeMo 2
+    recipe does, at the same GBS 128. Before, compare said NOT_COMPARED (exit 3), results '-', report drew
+    no published line, and certify alone judged the run against the NeMo 2 figure."""
+    from llmb.certify.gates import FAIL, performance_gate
+    from llmb.report.series import build_report
+    from llmb.results.collect import Collector
+    from llmb.results.experiments import find_runs
+
     run = make_run(
         experiments,
         MB_BF16,
         loggen.megatron_bridge_lines(range(1, 51), step_ms={i: 13500.0 for i in range(1, 51)}),
+        recipe=MB_RECIPE,
     )
-    default = cli("compare", str(run), "--gpu", "h100", "--json")
-    assert default.code == NOT_COMPARED_EXIT
+    default = cli("compare", str(run), "--json")
+    assert default.code == 1  # 12.27 / 13.5 = 90.9%: a regression, by default
     [verdict] = verdicts(default)
+    assert (verdict["against"], verdict["outcome"]) == ("nemo2", "regress")
+    assert verdict["ratio"] == pytest.approx(12.27 / 13.5)
+    assert "the nemo2 recipe's figure" in verdict["detail"] and "by step time" in verdict["detail"]
+    assert json.loads(default.out)[0]["reference"]["figure"]["document"].startswith(
+        "Llama 3.1 NeMo 2 recipe"
+    )
+
+    [row] = cli("results", str(run), "--format", "json").json()
+    assert row["reference_step_time_ms"] == pytest.approx(12270.0)
+    assert row["reference_delta_pct"] == pytest.approx(100 * (13500 - 12270) / 12270, abs=0.01)
+
+    [series] = build_report([row], host.workloads()).series
+    assert [(r.gpus, r.step_time_s) for r in series.published][0] == (8, pytest.approx(12.27))
+    assert any("from other documents" in n and "NeMo 2 recipe" in n for n in series.notes)
+
+    [location] = find_runs([str(run)])
+    gate = performance_gate(Collector(host).collect_one(location).result)
+    assert gate.outcome == FAIL and gate.value == f"{12270 / 13500:.1%}"
+    assert "the nemo2 recipe's figure: Llama 3.1 NeMo 2 recipe" in gate.detail
+
+    strict = cli("compare", str(run), "--reference", "recipe", "--json")
+    assert strict.code == NOT_COMPARED_EXIT
+    [verdict] = verdicts(strict)
     assert verdict["outcome"] == "not_compared"
     assert "publishes no figure for 8b bf16 on 8 h100 GPUs" in verdict["detail"]
     assert "12.27 s per step (--reference nemo2)" in verdict["detail"]
 
-    other = cli("compare", str(run), "--gpu", "h100", "--reference", "nemo2", "--json")
-    assert other.code == 1  # 12.27 / 13.5 = 90.9%
-    [verdict] = verdicts(other)
-    assert (verdict["against"], verdict["outcome"]) == ("nemo2", "regress")
-    assert verdict["ratio"] == pytest.approx(12.27 / 13.5)
-    assert "the nemo2 recipe's figure" in verdict["detail"] and "by step time" in verdict["detail"]
-    assert json.loads(other.out)[0]["reference"]["figure"]["document"].startswith(
-        "Llama 3.1 NeMo 2 recipe"
+
+def test_a_figure_at_another_batch_size_is_never_a_step_time_reference(cli, experiments):
+    """Issue 31, case 4: the performance summary's 70b FP8 figure on 64 H100s was measured at GBS 256; the
+    recipe runs GBS 128. plan took its 19.69 s for the time limit, compare showed it as PUBLISHED ms."""
+    plan = json.loads(
+        cli(
+            "plan",
+            "llama31",
+            "--size",
+            "70b",
+            "--gpu",
+            "h100",
+            "--dtype",
+            "fp8",
+            "--gpus",
+            "64",
+            "--json",
+        ).out
     )
+    [summary] = [f for f in plan["other_figures"] if f["source"] == "summary"]
+    assert (summary["gbs"], summary["other_batch_of"]) == (256, 128)
+    assert plan["time_limit"]["step_s"] != pytest.approx(summary["step_time_ms"] / 1000)
+    assert plan["judged_against"] == "nemo2"
+    text = cli(
+        "plan", "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "64"
+    )
+    assert "19.69 s per step at GBS 256" in text.out
+    assert "not this configuration's GBS 128: not comparable by step time" in " ".join(
+        text.out.split()
+    )
+
+    run = make_run(
+        experiments,
+        "pretrain_llama3_70b_fp8_gpus64_tp4_pp8_cp1_vp5_ep1_etpNone_mbs1_gbs128",
+        loggen.megatron_bridge_lines(range(1, 51), step_ms={i: 9900.0 for i in range(1, 51)}),
+    )
+    result = cli("compare", str(run), "--gpu", "h100", "--reference", "summary", "--json")
+    [verdict] = verdicts(result)
+    assert verdict["reference_ms"] is None  # never 19,692 beside a 9.9 s run
+    assert "tokens/s per GPU (GBS 128 vs 256)" in verdict["detail"]
+    assert "not comparable by step time" in verdict["detail"]
+    table = cli("compare", str(run), "--gpu", "h100", "--reference", "summary")
+    assert "19,692" not in table.out.split("\n\n")[0]
 
 
 def test_an_unknown_reference_source_is_refused_with_the_valid_ones(cli, experiments):
@@ -177,7 +257,7 @@ def test_an_unknown_reference_source_is_refused_with_the_valid_ones(cli, experim
     assert result.code == 2
     assert (
         "--reference vibes" in result.err
-        and "valid: recipe" in result.err
+        and "valid: auto, recipe" in result.err
         and "nemo2" in result.err
     )
 
@@ -204,60 +284,3 @@ def test_a_proxy_run_is_never_a_pass(cli, experiments):
     assert result.code == NOT_COMPARED_EXIT
     [verdict] = verdicts(result)
     assert verdict["outcome"] == "not_compared" and verdict["detail"].startswith("proxy run")
-
-
-def test_a_report_of_a_megatron_bridge_series_names_the_nemo2_recipes_figures(
-    cli, experiments, host
-):
-    from llmb.report.series import build_report
-
-    make_run(
-        experiments,
-        MB_BF16,
-        loggen.megatron_bridge_lines(range(1, 51)),
-        recipe={
-            "workload": "llama31",
-            "variant": "megatron-bridge",
-            "size": "8b",
-            "gpu": "h100",
-            "dtype": "bf16",
-            "gpus": 8,
-            "gbs": 128,
-            "seq_len": 8192,
-        },
-    )
-    [series] = build_report(cli("results", "--format", "json").json(), host.workloads()).series
-    [note] = [n for n in series.notes if "publishes no figures" in n]
-    assert "the nemo2 recipe at 8 GPUs 12.27 s, 16 GPUs 12.3 s" in note
-    assert note.endswith("(llmb compare --reference nemo2)")
-
-
-def test_certification_judges_a_megatron_bridge_run_against_the_figure_another_document_publishes(
-    experiments, host
-):
-    from llmb.certify.gates import PASS, performance_gate
-    from llmb.results.collect import Collector
-    from llmb.results.experiments import find_runs
-    from llmb.results.references import best
-
-    make_run(
-        experiments,
-        MB_BF16,
-        loggen.megatron_bridge_lines(range(1, 51), step_ms={i: 12000.0 for i in range(1, 51)}),
-        recipe={
-            "workload": "llama31",
-            "variant": "megatron-bridge",
-            "size": "8b",
-            "gpu": "h100",
-            "dtype": "bf16",
-            "gpus": 8,
-            "gbs": 128,
-            "seq_len": 8192,
-        },
-    )
-    [location] = find_runs([str(experiments)])
-    result = Collector(host).collect_one(location).result
-    assert result.reference_step_time_ms is None  # its own recipe publishes nothing for it
-    gate = performance_gate(result, best(host.workloads()["llama31"], result.context))
-    assert gate.outcome == PASS and gate.value == f"{12270 / 12000:.1%}"
-    assert "the nemo2 recipe's figure: Llama 3.1 NeMo 2 recipe" in gate.detail

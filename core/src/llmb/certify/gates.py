@@ -129,9 +129,9 @@ def cv_gate(result: RunResult) -> Gate:
 
 
 def performance_gate(result: RunResult, figure: Figure | Missing | None = None) -> Gate:
-    """Against ``figure`` (``llmb.results.references.best``: the run's own recipe's, else another
-    document's for the same configuration, named in the detail); None: the recipe figure stored
-    with the result."""
+    """Against ``figure``; None: the figure the run's analysis chose by the one reference policy (its own
+    recipe's, else another document's for exactly its configuration and batch, named in the detail), the
+    one ``results`` and ``compare`` show."""
     if result.context.proxy:
         return Gate("performance", NA, "proxy", "proxy run: not compared with published figures")
     verdict = compare(result, None, PERFORMANCE, figure)[0]
@@ -143,8 +143,9 @@ def performance_gate(result: RunResult, figure: Figure | Missing | None = None) 
         "performance",
         PASS if verdict.outcome == "pass" else FAIL,
         f"{verdict.ratio:.1%}",
-        f"step time {result.stats.time_mean_ms:.1f} ms, published {verdict.reference_ms:.1f} ms: "
-        f"{verdict.detail}",
+        f"step time {result.stats.time_mean_ms:.1f} ms"
+        + (f", published {verdict.reference_ms:.1f} ms" if verdict.reference_ms is not None else "")
+        + f": {verdict.detail}",
     )
 
 

@@ -29,7 +29,6 @@ from llmb.lifecycle.sweep_runner import statuses
 from llmb.results.collect import Collector
 from llmb.results.experiments import RunLocation, find_runs
 from llmb.results.records import RunResult
-from llmb.results.references import best
 from llmb.runs.jobs import TERMINAL, Job, load_job
 from llmb.runs.sweeps import Task
 
@@ -222,14 +221,13 @@ def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
         loaded, statuses(host, [j for _, j, _ in loaded]), strict=True
     ):
         result = collector.collect_one(_location(job)).result
-        workload = host.workloads().get(result.context.workload or "")
         run = Judged(
             task,
             job.id,
             attempt,
             status.state,
             result,
-            tuple(judge(result, best(workload, result.context))),
+            tuple(judge(result)),
         )
         configurations.setdefault(configuration(task), Configuration(task)).runs.append(run)
     return SuiteVerdict(suite, list(configurations.values()))

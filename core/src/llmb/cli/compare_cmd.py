@@ -201,9 +201,11 @@ def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
     "--reference",
     "reference",
     metavar="SOURCE",
-    default="recipe",
+    default="auto",
     show_default=True,
-    help="Which published figure: recipe (the run's own recipe document), another variant's recipe "
+    help="Which published figure: auto (the run's own recipe's figure, else another public document's "
+    "for exactly its configuration and global batch size, named in the output: what results, report "
+    "and certify use too), recipe (the run's own recipe document only), another variant's recipe "
     "(Llama 3.1: nemo2), or summary (the framework's per-release performance summary).",
 )
 @click.option(
@@ -266,6 +268,7 @@ def compare_command(
     direct = baselines is not None and len(baselines) == 1 and len(picked) == 1
     report, any_regression, not_compared = [], False, 0
     for where, result, run_id in picked:
+        # auto by default: the same lookup, on the same context, that chose the figure results shows
         figure = references.lookup(
             workloads.get(result.context.workload or ""), result.context, reference
         )
@@ -428,9 +431,11 @@ def _render(
             )
         else:
             parts.append(
-                measured + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {published.label} "
-                f"{_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} TFLOP/s/GPU "
-                f"({published.describe()})"
+                measured
+                + f"{_fmt(result.stats.tflops_mean, 1)} TFLOP/s/GPU; {published.label}"
+                + (" for the official configuration" if tuned else "")
+                + f" {_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} "
+                f"TFLOP/s/GPU ({published.describe()})"
             )
     verdicts = [v for _, _, _, vs, _ in report for v in vs]
     bad = sum(1 for v in verdicts if regressed([v]))

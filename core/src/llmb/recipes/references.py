@@ -2,7 +2,10 @@
 
 A workload's figures come from several documents; a *source* names one:
 
-``recipe``   the recipe document of the configuration's own variant (the default);
+``auto``     the policy every command judges by (the default): the configuration's own
+             recipe's figure; else the first other public document's figure for exactly
+             that configuration (the same GPU count and global batch size);
+``recipe``   the recipe document of the configuration's own variant, strictly;
 ``VARIANT``  another variant's recipe document for the same model size, GPU type,
              precision, GPU count and scaling (Llama 3.1: ``nemo2`` for a
              Megatron-Bridge configuration, whose own document publishes only one example);
@@ -11,8 +14,10 @@ A workload's figures come from several documents; a *source* names one:
 
 Every figure names its document, the container release it was measured with
 and, where the document dates it, the date; a figure measured with an older
-container than the run's is marked. Where a source has no figure, ``find``
-says so in the user's words and names a document that has one.
+container than the run's is marked, and so is one measured at another global
+batch size than the configuration's (``Figure.batch_note``): such a figure is
+never compared by step time nor taken for a time limit. Where a source has no
+figure, ``find`` says so in the user's words and names a document that has one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,12 @@ from dataclasses import dataclass, replace
 from llmb.recipes.metrics import days_to_train, tokens_per_second
 from llmb.recipes.records import RecipeSeries, ReferenceResult, Workload
 
-DEFAULT_SOURCE = "recipe"
+AUTO = (
+    "auto"  # the one reference policy: the own recipe's figure, else another document's exact one
+)
+DEFAULT_SOURCE = (
+    "recipe"  # the configuration's own recipe document (``--reference recipe``: strictly)
+)
 SUMMARY = "summary"
 _RELEASE = re.compile(r"nemo:(\d{2})\.(\d{2})(?:\.(\d+))?")
 
@@ -39,6 +49,7 @@ class Configuration:
     gpus: int
     scaling: str = "weak"
     container: str | None = None  # the container release the run used, where known
+    gbs: int | None = None  # the run's global batch size (None: the own recipe's at ``gpus``)
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,26 @@ class Figure:
     date: str | None = None
     # the run's newer container release, when the figure's is older
     older_than_run: str | None = None
+    mfu_pct: float | None = None  # the MFU the document publishes with it (recipes), where it does
+    # the configuration's global batch size, when the figure was measured at another one: then it is
+    # shown as such and never compared by step time (``batch_note``)
+    other_batch_of: int | None = None
+
+    @property
+    def same_batch(self) -> bool:
+        """Measured at the configuration's global batch size (and GPU count): comparable by step time."""
+        return self.other_batch_of is None
+
+    def batch_note(self) -> str | None:
+        """``measured at GBS 256, not this configuration's 128: not comparable by step time``; None when the
+        figure is at the configuration's own batch."""
+        if self.other_batch_of is None:
+            return None
+        at = f"GBS {self.gbs}" if self.gbs else "an unstated global batch size"
+        return (
+            f"measured at {at} on {self.gpus} GPUs, not this configuration's GBS {self.other_batch_of}: "
+            f"not comparable by step time"
+        )
 
     def describe(self) -> str:
         """The document, and the container and date where the document's name does not say them."""
@@ -69,13 +100,15 @@ class Figure:
             if self.older_than_run
             else ""
         )
-        notes = "; ".join(part for part in (when, older) if part)
+        notes = "; ".join(part for part in (when, older, self.batch_note()) if part)
         return self.document + (f" ({notes})" if notes else "")
 
     def headline(self) -> str:
+        """``9.86 s per step``; ``19.69 s per step at GBS 256`` for a figure at another batch."""
+        at = f" at GBS {self.gbs}" if self.other_batch_of is not None and self.gbs else ""
         if self.step_time_ms is not None:
-            return f"{self.step_time_ms / 1000:.4g} s per step"
-        return f"{self.tflops_per_gpu:g} TFLOP/s per GPU" if self.tflops_per_gpu else "a figure"
+            return f"{self.step_time_ms / 1000:.4g} s per step{at}"
+        return f"{self.tflops_per_gpu:g} TFLOP/s per GPU{at}" if self.tflops_per_gpu else "a figure"
 
 
 @dataclass(frozen=True)
@@ -103,13 +136,15 @@ def release_text(container: str | None) -> str | None:
 
 
 def sources(workload: Workload) -> list[str]:
-    """The source names this workload has figures from."""
-    names = [DEFAULT_SOURCE] + [v.name for v in workload.variants if len(workload.variants) > 1]
+    """The source names this workload has figures from (``auto`` chooses among them)."""
+    names = [AUTO, DEFAULT_SOURCE] + [
+        v.name for v in workload.variants if len(workload.variants) > 1
+    ]
     return names + ([SUMMARY] if workload.summary else [])
 
 
 def all_sources(workloads) -> list[str]:
-    seen: dict[str, None] = {DEFAULT_SOURCE: None}
+    seen: dict[str, None] = {AUTO: None, DEFAULT_SOURCE: None}
     for workload in workloads.values():
         for name in sources(workload):
             seen.setdefault(name, None)
@@ -178,7 +213,8 @@ def _from_recipe(
         tokens_per_s=throughput(workload, ref).tokens_per_s,
         tflops_per_gpu=ref.tflops_per_gpu,
         gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
-        container=release_text(variant.container if variant else None),
+        container=release_text(ref.container or (variant.container if variant else None)),
+        mfu_pct=ref.mfu_pct,
     )
 
 
@@ -194,21 +230,24 @@ def _from_summary(ref: ReferenceResult) -> Figure:
         gbs=ref.gbs,
         container=release_text(ref.container),
         date=ref.date,
+        mfu_pct=ref.mfu_pct,
     )
 
 
-def candidates(workload: Workload, config: Configuration) -> list[Figure]:
-    """Every figure a document publishes for the configuration, its own recipe's first."""
+def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, ReferenceResult]]:
+    """Every figure a document publishes for the configuration's GPU count, its own recipe's first, each
+    with the published row it comes from and marked where its global batch size is not the configuration's."""
     own = workload.variant(config.variant) or workload.default_variant
-    figures = []
+    wanted = config.gbs or own_gbs(workload, config)
+    found: list[tuple[Figure, ReferenceResult]] = []
     for variant in [own] + [v for v in workload.variants if v is not own]:
-        found = workload.published(
+        refs = workload.published(
             variant.name, config.size, config.gpu, config.dtype, config.scaling, config.gpus
         )
-        if found:
+        if refs:
             source = DEFAULT_SOURCE if variant is own else variant.name
             label = "published" if variant is own else f"the {variant.name} recipe's figure"
-            figures.append(_from_recipe(workload, variant.name, found[0], source, label))
+            found.append((_from_recipe(workload, variant.name, refs[0], source, label), refs[0]))
     for ref in workload.summary:
         if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
             config.size,
@@ -217,14 +256,57 @@ def candidates(workload: Workload, config: Configuration) -> list[Figure]:
             config.gpus,
             config.scaling,
         ):
-            figures.append(_from_summary(ref))
+            found.append((_from_summary(ref), ref))
             break
-    return figures
+    return [
+        (figure if _same_batch(figure, wanted) else replace(figure, other_batch_of=wanted), ref)
+        for figure, ref in found
+    ]
 
 
-def find(
-    workload: Workload, config: Configuration, source: str = DEFAULT_SOURCE
-) -> Figure | Missing:
+def _same_batch(figure: Figure, wanted: int | None) -> bool:
+    """Whether a figure was measured at the configuration's global batch size. Where either is unknown, only
+    the own recipe's figure is taken as its own configuration's."""
+    if figure.gbs is None or wanted is None:
+        return figure.source == DEFAULT_SOURCE
+    return figure.gbs == wanted
+
+
+def own_gbs(workload: Workload, config: Configuration) -> int | None:
+    """The global batch size the configuration's own recipe runs at ``config.gpus`` (None: no such series)."""
+    own = workload.variant(config.variant) or workload.default_variant
+    for series in own.series:
+        if (
+            (series.size, series.gpu, series.scaling) == (config.size, config.gpu, config.scaling)
+            and config.dtype in series.dtypes
+            and series.min_gpus <= config.gpus <= series.max_gpus
+        ):
+            value = series.gbs.at(config.gpus)
+            return int(value) if value.denominator == 1 else None
+    return None
+
+
+def candidates(workload: Workload, config: Configuration) -> list[Figure]:
+    """Every figure a document publishes for the configuration, its own recipe's first (a figure at another
+    global batch size is marked: ``Figure.batch_note``)."""
+    return [figure for figure, _ in _pairs(workload, config)]
+
+
+def chosen(
+    workload: Workload, config: Configuration, source: str = AUTO
+) -> tuple[Figure, ReferenceResult] | None:
+    """The figure ``source`` gives for exactly this configuration and the published row it comes from.
+    ``auto``: the own recipe's figure at the configuration's batch, else the first other document's at it;
+    a named source: its figure, at whatever batch it was measured (marked)."""
+    pairs = _pairs(workload, config)
+    if source == AUTO:
+        return next(((f, r) for f, r in pairs if f.same_batch), None)
+    own = (workload.variant(config.variant) or workload.default_variant).name
+    wanted = DEFAULT_SOURCE if source == own else source
+    return next(((f, r) for f, r in pairs if f.source == wanted), None)
+
+
+def find(workload: Workload, config: Configuration, source: str = AUTO) -> Figure | Missing:
     """The figure ``source`` publishes for exactly this configuration, or why there is none."""
     valid = sources(workload)
     own = (workload.variant(config.variant) or workload.default_variant).name
@@ -233,22 +315,27 @@ def find(
             source,
             f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})",
         )
-    # the configuration's own variant: its recipe
-    wanted = DEFAULT_SOURCE if source == own else source
-    figures = candidates(workload, config)
-    chosen = next((f for f in figures if f.source == wanted), None)
-    if chosen is None:
-        return Missing(source, _none_from(workload, config, wanted, figures))
-    run_release, figure_release = release(config.container), release(chosen.container)
+    picked = chosen(workload, config, source)
+    if picked is None:
+        wanted = DEFAULT_SOURCE if source == own else source
+        return Missing(source, _none_from(workload, config, wanted, candidates(workload, config)))
+    figure = picked[0]
+    run_release, figure_release = release(config.container), release(figure.container)
     if run_release and figure_release and figure_release < run_release:
-        chosen = replace(chosen, older_than_run=release_text(config.container))
-    return chosen
+        figure = replace(figure, older_than_run=release_text(config.container))
+    return figure
 
 
 def _none_from(workload: Workload, config: Configuration, source: str, others: list[Figure]) -> str:
     what = f"{config.size} {config.dtype} on {config.gpus} {config.gpu} GPUs"
     if not others:
         return f"no published document has a figure for {what}"
+    if source == AUTO:
+        shown = "; ".join(
+            f"{f.document}: {f.headline()} ({f.batch_note()}; --reference {f.source})"
+            for f in others
+        )
+        return f"no published document has a figure for {what} at its global batch size: {shown}"
     if source == DEFAULT_SOURCE:
         document = workload.cite(
             (workload.variant(config.variant) or workload.default_variant).seed

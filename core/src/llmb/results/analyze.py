@@ -69,11 +69,13 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from llmb.recipes.gpus import catalogue
 from llmb.recipes.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
-from llmb.recipes.records import ReferenceResult, Variant, Workload
+from llmb.recipes.records import Variant, Workload
+from llmb.recipes.references import AUTO, Figure
+from llmb.results.plausibility import impossible
 from llmb.results.records import (
     FAILURE_KINDS,
     SYMPTOMS,
@@ -86,6 +88,7 @@ from llmb.results.records import (
     Sample,
     WindowStats,
 )
+from llmb.results.references import lookup
 from llmb.results.scan import ScanReport
 
 DEFAULT_WINDOW = (35, 44)
@@ -156,13 +159,29 @@ def variant_for(workload: Workload | None, context: RunContext, fmt: str | None)
 
 def find_reference(
     workload: Workload | None, context: RunContext, variant: Variant | None
-) -> ReferenceResult | None:
-    if workload is None or variant is None or context.proxy or context.gpus is None:
+) -> Figure | None:
+    """The published figure the run is judged against, by the one policy every command uses
+    (``llmb.results.references.lookup``, source ``auto``): its own recipe's, else another document's for
+    exactly its configuration and batch; None for a proxy, an unknown configuration or none published."""
+    if workload is None or variant is None:
         return None
-    found = workload.published(
-        variant.name, context.size, context.gpu, context.dtype, context.scaling, context.gpus
-    )
-    return found[0] if found else None
+    found = lookup(workload, context, AUTO)
+    return found if isinstance(found, Figure) else None
+
+
+def _tflops_by_count(
+    stats: WindowStats | None, gbs: int | None, gpus: int | None, flops: float | None
+) -> dict[str, float]:
+    """The window's TFLOP/s per GPU on each FLOP count the run has: the log's own figure, and the
+    workload's formula over the mean step time."""
+    counts: dict[str, float] = {}
+    if stats is None or not stats.time_mean_ms:
+        return counts
+    if stats.tflops_source == "log" and stats.tflops_mean is not None:
+        counts["the log"] = stats.tflops_mean
+    if flops and gbs and gpus:
+        counts["the workload's formula"] = gbs * flops / (stats.time_mean_ms / 1000.0) / gpus / 1e12
+    return counts
 
 
 def analyze(
@@ -214,17 +233,22 @@ def analyze(
         tokens = tokens_per_second(context.seq_len, gbs, stats.time_mean_ms / 1000.0)
         # a proxy model's time to train means nothing
         days = None if context.proxy else days_to_train(tokens)
+    by_count = _tflops_by_count(stats, gbs, context.gpus, flops_per_sample)
     if stats and stats.time_mean_ms and peaks:
         use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
-        model_tflops = None
-        if use_log and stats.tflops_mean is not None:
-            model_tflops = stats.tflops_mean
-        elif flops_per_sample and gbs and context.gpus:
-            model_tflops = (
-                gbs * flops_per_sample / (stats.time_mean_ms / 1000.0) / context.gpus / 1e12
-            )
+        model_tflops = by_count.get("the log") if use_log else None
+        if model_tflops is None:
+            model_tflops = by_count.get("the workload's formula")
         if model_tflops is not None:
             mfu_pct, mfu_bf16_pct = mfu_pcts(model_tflops, peaks, context.dtype)
+    # Before any verdict: figures the GPU type cannot produce make the run implausible, never a pass.
+    if impossible_why := impossible(
+        context, peaks=peaks, tflops=by_count, tokens_per_s=tokens, workload=workload
+    ):
+        if status == "success":
+            status, reason = "implausible", impossible_why
+        else:
+            notes.append(f"implausible figures: {impossible_why}")
 
     transport = findings.get("nccl_transport")
     if transport is not None and transport.over_sockets(context.nodes):
@@ -233,12 +257,12 @@ def analyze(
     reference = find_reference(workload, context, variant)
     ref_ms = delta = ref_mfu_bf16 = None
     if reference is not None:
-        ref_ms = reference.step_time_s * 1000.0
-        if stats and stats.time_mean_ms:
+        ref_ms = reference.step_time_ms
+        if stats and stats.time_mean_ms and ref_ms and status != "implausible":
             delta = delta_pct(stats.time_mean_ms, ref_ms)
-        if reference.gpu in catalogue():
+        if context.gpu in catalogue() and context.dtype:
             ref_mfu_bf16 = mfu_at_bf16_pct(
-                reference.mfu_pct, catalogue()[reference.gpu].peak_tflops, reference.dtype
+                reference.mfu_pct, catalogue()[context.gpu].peak_tflops, context.dtype
             )
     if context.proxy:
         notes.append("proxy run: not compared with the published figures")
@@ -267,7 +291,8 @@ def analyze(
         reference_mfu_pct=reference.mfu_pct if reference else None,
         reference_mfu_bf16_pct=ref_mfu_bf16,
         reference_delta_pct=delta,
-        reference_source=reference.provenance.describe() if reference else None,
+        reference_source=reference.describe() if reference else None,
+        reference=asdict(reference) if reference else None,
         notes=tuple(notes),
         bytes_read=report.bytes_read,
         extra={k: v for k, v in findings.items() if k not in _CORE_FINDINGS},

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmb.recipes.references import DEFAULT_SOURCE, Figure, Missing
+from llmb.recipes.references import AUTO, DEFAULT_SOURCE, Figure, Missing
 from llmb.results.export import read_rows
 from llmb.results.records import RunResult
 
@@ -193,44 +193,40 @@ def _judge(
 
 
 def stored_figure(result: RunResult) -> Figure | Missing:
-    """The run's own recipe figure as its analysis found it (what ``llmb results`` shows)."""
+    """The published figure the run's analysis chose by the one reference policy (what ``llmb results``
+    shows and ``llmb compare`` judges by default)."""
     if result.context.proxy:
         return Missing(
-            DEFAULT_SOURCE,
+            AUTO,
             "proxy run: a scaled-down model is never compared with published figures",
         )
-    if result.reference_step_time_ms is None:
-        return Missing(DEFAULT_SOURCE, "no published figure for this configuration")
-    return Figure(
-        DEFAULT_SOURCE,
-        "published",
-        result.reference_source or "the published recipe",
-        result.context.gpus or 0,
-        result.reference_step_time_ms,
-        result.reference_tokens_per_s,
-        None,
-        None,
-        None,
-    )
+    if not result.reference:
+        return Missing(AUTO, "no published figure for this configuration")
+    return Figure(**result.reference)
 
 
 def against_name(figure: Figure | Missing) -> str:
-    """The AGAINST column: ``published`` for the run's own recipe, else the --reference name."""
+    """The AGAINST column: ``published`` for the run's own recipe, else the source's name (``nemo2``,
+    ``summary``; ``auto`` where the policy found none)."""
     return "published" if figure.source == DEFAULT_SOURCE else figure.source
 
 
 def judge_published(result: RunResult, figure: Figure | Missing, threshold: float) -> Verdict:
     """The run against a published figure: by step time where both ran the same global batch on the
-    same GPU count, else by tokens/s, else by TFLOP/s per GPU (the detail names the measure)."""
+    same GPU count, else by tokens/s per GPU, else by TFLOP/s per GPU (the detail names the measure and
+    the other batch). A figure at another batch is never a step-time reference (``reference_ms`` None)."""
     against = against_name(figure)
     if isinstance(figure, Missing):
         return Verdict(against, NOT_COMPARED, None, None, figure.reason)
     stats, context = result.stats, result.context
-    same_batch = figure.gpus == context.gpus and (
-        figure.gbs is None or context.gbs is None or figure.gbs == context.gbs
+    same_batch = (
+        figure.same_batch
+        and figure.gpus == context.gpus
+        and (figure.gbs is None or context.gbs is None or figure.gbs == context.gbs)
     )
-    if figure.step_time_ms is not None and same_batch:
-        ratio, measure = figure.step_time_ms / stats.time_mean_ms, "step time"
+    reference_ms = figure.step_time_ms if same_batch else None
+    if reference_ms is not None:
+        ratio, measure = reference_ms / stats.time_mean_ms, "step time"
     elif figure.tokens_per_s and result.tokens_per_s and figure.gpus and context.gpus:
         ratio = (result.tokens_per_s / context.gpus) / (figure.tokens_per_s / figure.gpus)
         measure = f"tokens/s per GPU (GBS {context.gbs} vs {figure.gbs})"
@@ -241,7 +237,7 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
             against,
             NOT_COMPARED,
             None,
-            figure.step_time_ms,
+            None,
             f"{figure.describe()} gives no measure this run has",
         )
     label = "" if figure.source == DEFAULT_SOURCE else f"{figure.label}: "
@@ -249,7 +245,7 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
         against,
         _outcome(ratio, threshold),
         ratio,
-        figure.step_time_ms,
+        reference_ms,
         f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})",
     )
 

@@ -49,6 +49,7 @@ COLUMNS = LEGACY_COLUMNS + (
     "reference_mfu_pct",
     "reference_mfu_bf16_pct",
     "reference_delta_pct",
+    "reference_source",
     "failure_reason",
     "failure_hint",
     "tuned",
@@ -100,6 +101,8 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "reference_mfu_pct": _round(result.reference_mfu_pct, 2),
         "reference_mfu_bf16_pct": _round(result.reference_mfu_bf16_pct, 2),
         "reference_delta_pct": _round(result.reference_delta_pct, 2),
+        # the document, table, row and container of the figure the one reference policy chose
+        "reference_source": result.reference_source,
         "failure_reason": result.reason,
         "failure_hint": result.failure.hint if result.failure else None,
         # --set: the settings that differ from the official configuration, whose published figure it is compared with

@@ -16,8 +16,10 @@ from llmb.recipes.records import FAILURE_KINDS  # noqa: F401 - part of the resul
 # The statuses of the tool being replaced, then llmb's own: ``failed`` (the log
 # says why), ``invalid_step_time`` (an inf, nan or absurd step time in the window),
 # ``unreadable`` (the log is not a regular file, or reading it failed),
-# ``too_short`` (the run's final iteration is before the statistics window's end) and
-# ``cancelled`` (its job was cancelled). One vocabulary: llmb run's summary,
+# ``too_short`` (the run's final iteration is before the statistics window's end),
+# ``cancelled`` (its job was cancelled) and ``implausible`` (its figures are impossible for
+# the GPU type it is said to have run on: above the dense peak, or far beyond every
+# published figure; ``llmb.results.plausibility``). One vocabulary: llmb run's summary,
 # status, results, compare and report all say these words for a run's result.
 STATUSES = (
     "success",
@@ -30,13 +32,15 @@ STATUSES = (
     "unreadable",
     "too_short",
     "cancelled",
+    "implausible",
 )
 
 
 # The version of what llmb derives from a log; bump it when a change adds or alters a result's
 # fields (2: MFU against both peaks, NCCL transports; 3: the first real error in log order is the
-# failure, new failure kinds, torchtitan logs, unusable step times), so stored results are computed again.
-ANALYSIS = 3
+# failure, new failure kinds, torchtitan logs, unusable step times; 4: implausible figures, one reference
+# policy with the figure's source and batch), so stored results are computed again.
+ANALYSIS = 4
 
 
 _ATOMIC = frozenset((type(None), bool, int, float, complex, str, bytes))
@@ -243,6 +247,9 @@ class RunResult:
     reference_mfu_bf16_pct: float | None = None
     reference_delta_pct: float | None = None
     reference_source: str | None = None
+    # the published figure the run is judged against (``llmb.recipes.references.Figure`` as a dict: its
+    # source, label, document, GPU count and batch), as the one reference policy chose it; None: none
+    reference: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     bytes_read: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -9,10 +9,10 @@ run is reported as not compared rather than passed.
 from __future__ import annotations
 
 from llmb.recipes.records import Workload
-from llmb.recipes.references import DEFAULT_SOURCE, Configuration, Figure, Missing, candidates, find
+from llmb.recipes.references import AUTO, DEFAULT_SOURCE, Configuration, Figure, Missing, find
 from llmb.results.records import RunContext
 
-__all__ = ["DEFAULT_SOURCE", "Figure", "Missing", "best", "lookup", "unknown"]
+__all__ = ["AUTO", "DEFAULT_SOURCE", "Figure", "Missing", "lookup", "unknown"]
 
 
 def unknown(context: RunContext) -> str | None:
@@ -42,10 +42,10 @@ def unknown(context: RunContext) -> str | None:
     return None
 
 
-def lookup(
-    workload: Workload | None, context: RunContext, source: str = DEFAULT_SOURCE
-) -> Figure | Missing:
-    """The figure ``source`` publishes for the run's exact configuration, or why there is none."""
+def lookup(workload: Workload | None, context: RunContext, source: str = AUTO) -> Figure | Missing:
+    """The figure ``source`` publishes for the run's exact configuration, or why there is none. ``auto``
+    (every command's default: ``results``, ``compare``, ``report``, ``certify``): the run's own recipe's
+    figure, else another public document's for exactly its configuration, GPU count and global batch."""
     if (reason := unknown(context)) is not None:
         return Missing(source, reason)
     if workload is None:
@@ -63,16 +63,5 @@ def configuration_of(context: RunContext) -> Configuration:
         context.gpus,
         context.scaling,
         context.container,
+        context.gbs,
     )
-
-
-def best(workload: Workload | None, context: RunContext) -> Figure | Missing:
-    """The run's own recipe figure, else the first another document publishes for exactly its
-    configuration (another variant's recipe, the performance summary): what a certification
-    judges performance against. The figure's label says which document it is."""
-    own = lookup(workload, context)
-    if isinstance(own, Figure) or workload is None or unknown(context) is not None:
-        return own
-    config = configuration_of(context)
-    found = [f for f in candidates(workload, config) if f.source != DEFAULT_SOURCE]
-    return find(workload, config, found[0].source) if found else own
