@@ -12,7 +12,8 @@ from llmb.results.experiments import infer_from_name
 
 STRONG = "pretrain_nemotron4_340b_fp8_gpus128_tp8_pp8_cp2_vp12_mbs1_gbs512"
 WEAK = "pretrain_nemotron4_340b_fp8_gpus128_tp8_pp8_cp2_vp12_mbs1_gbs32"
-LLAMA4 = "pretrain_llama4_e128_fp8_64nodes_tp1_pp2_cp1_vp12_ep64_mbs1_gbs1024"
+# GB200's recipe at 64 nodes (256 GPUs): TP 1, PP 2, VP 12, EP 64, GBS 2048; H100's at 512 GPUs is TP 4, EP 128, GBS 1024
+LLAMA4 = "pretrain_llama4_e128_fp8_64nodes_tp1_pp2_cp1_vp12_ep64_mbs1_gbs2048"
 
 
 @pytest.fixture
@@ -63,10 +64,15 @@ def test_a_name_that_counts_nodes_gives_the_gpu_count(cli, install, host):
     make_run(
         experiments,
         LLAMA4,
-        loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 6.2), gbs=1024),
+        loggen.nemo2_lines(range(0, 50), step_s=dict.fromkeys(range(50), 6.2), gbs=2048),
     )
     [gb200] = cli("results", "--json", "--gpu", "gb200").json()
     assert gb200["gpus"] == 256 and gb200["mfu_pct"] is not None  # 64 nodes of 4 GPUs
     assert gb200["reference_step_time_ms"] == pytest.approx(6223.0)
+    assert gb200["tuned"] is None  # the name's layout is GB200's recipe's
     [h100] = cli("results", "--json", "--gpu", "h100", "--rescan").json()
     assert h100["gpus"] == 512  # 64 nodes of 8 GPUs
+    # and not H100's: the run is tuned, each setting as llmb plan --set words it
+    assert h100["tuned"] == (
+        "tp 4 -> 1, pp 1 -> 2, ep 128 -> 64, vp - -> 12, dp 128 -> 256, gbs 1024 -> 2048"
+    )

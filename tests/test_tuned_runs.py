@@ -5,6 +5,7 @@ and compare show the tuned result beside that figure, with the settings."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -71,14 +72,51 @@ def test_results_and_compare_show_a_tuned_run_beside_the_official_figure(cli, tm
     (row,) = json.loads(cli("results", str(tmp_path), "--json").out)
     assert row["tuned"] == "tp 8 -> 4" and row["reference_step_time_ms"] == 15892.0
     table = cli("results", str(tmp_path)).out
-    assert "nemotronh_56b_fp8_gpus256_tp4_pp1_mbs1_gbs768_tuned" in table
+    short = "nemotronh_56b_fp8_gpus256_tp4_pp1_mbs1_gbs768_tuned"
+    # JOB: '-', since this install has no job slurm-0a1b2c (llmb logs would refuse it): notes name the run
+    assert re.search(rf"^{short}\s+-\s+success\s", table, re.M), table
     assert (
-        "slurm-0a1b2c: tuned (tp 8 -> 4); VS PUBLISHED is against the official configuration's"
-        in table
+        f"{short}: tuned (tp 8 -> 4); VS PUBLISHED is against the official configuration's" in table
     )
     compared = cli("compare", str(tmp_path))
     assert compared.code == 0, compared.out
     assert (
-        "slurm-0a1b2c tuned (tp 8 -> 4): measured 14,000.0 ms per step" in compared.out
+        f"{short} tuned (tp 8 -> 4): measured 14,000.0 ms per step" in compared.out
         and "the official configuration's published 15,892.0 ms" in compared.out
     ), compared.out
+
+
+def test_a_name_that_gives_another_layout_than_the_recipe_is_a_tuned_run(cli, tmp_path):
+    # The replaced tool's name of Nemotron-H 56B on 256 GPUs at TP 4, no recipe.json: on H100 (TP 8 published)
+    # it is tuned, in the plan's words for --set tp=4, and shown beside the official figure as a --set run is.
+    name = NH256.removesuffix("_tuned")
+    make_run(
+        tmp_path,
+        name,
+        loggen.nemo2_lines(
+            range(0, 50),
+            step_s=dict.fromkeys(range(50), 14.0),
+            gbs=768,
+            tflops=dict.fromkeys(range(50), 0.0),
+        ),
+    )
+    plan = cli(
+        "plan", "nemotronh", "--gpu", "h100", "--dtype", "fp8", "--gpus", "256", "--set", "tp=4"
+    )
+    (words,) = [
+        ln.split("tuned", 1)[1].strip() for ln in plan.out.splitlines() if "  tuned  " in ln
+    ]
+    assert words.startswith("tp 8 -> 4")
+    (row,) = json.loads(cli("results", str(tmp_path), "--gpu", "h100", "--json").out)
+    assert row["tuned"] == words and row["reference_step_time_ms"] == 15892.0
+    short = "nemotronh_56b_fp8_gpus256_tp4_pp1_mbs1_gbs768"
+    table = cli("results", str(tmp_path), "--gpu", "h100").out
+    assert f"{short}: tuned ({words}); VS PUBLISHED is against the official" in table, table
+    compared = cli("compare", str(tmp_path), "--gpu", "h100")
+    assert (
+        f"{short} tuned ({words}): measured 14,000.0 ms per step" in compared.out
+        and "the official configuration's published 15,892.0 ms" in compared.out
+    ), compared.out
+    # with no GPU type to look its recipe up by, it is not known to be tuned
+    (row,) = json.loads(cli("results", str(tmp_path), "--json", "--rescan").out)
+    assert row["tuned"] is None

@@ -134,9 +134,11 @@ def gpu_assumption(gpu: str | None) -> tuple[str | None, str]:
 
 
 def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan):
-    """The (name, result, run id) triples the options ask for."""
+    """The (location, result, run id) triples the options ask for: where each run was found (for a stored
+    run, where it was when stored), so that a scan and --from-db name runs alike."""
     from llmb.paths import experiments_dirs
     from llmb.results.collect import Collector
+    from llmb.results.experiments import stored_location
 
     window = parse_window(window_text)
     since_at = parse_since(since)
@@ -147,7 +149,14 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
         rows = store.query(
             workload, gpu, dtype, since_at.isoformat(timespec="seconds") if since_at else None
         )
-        return [(r.result.context.experiment, r.result, r.id) for r in rows]
+        return [
+            (
+                _named(stored_location(r.key or r.result.log or "", r.result), r.result),
+                r.result,
+                r.id,
+            )
+            for r in rows
+        ]
     paths = list(dirs) or experiments_dirs()
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
@@ -173,8 +182,17 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
             continue
         if since_at and item.location.log and _mtime(item.location.log) < since_at:
             continue
-        picked.append((item.location, item.result, item.run_id))
+        picked.append((_named(item.location, item.result), item.result, item.run_id))
     return picked
+
+
+def _named(location, result):
+    """The location, keeping in its short name the parts that say how the run differs from its recipe."""
+    from dataclasses import replace
+
+    from llmb.results.experiments import differing_settings
+
+    return replace(location, kept_parts=differing_settings(result.context))
 
 
 def _mtime(path: str) -> datetime:
@@ -194,7 +212,8 @@ def display_name(where, full_names: bool) -> str:
 
 def table_name(where, full_names: bool) -> str:
     """A run's name in a table: the experiment name's short form (the JOB column tells its runs apart),
-    or with --full-names its log's path, shown from $LLMB_INSTALL or ~."""
+    which keeps the parts that differ from its recipe's layout, or with --full-names its log's path,
+    shown from $LLMB_INSTALL or ~."""
     from llmb.runs.experiment import compact_name
 
     if isinstance(where, str):
@@ -203,18 +222,17 @@ def table_name(where, full_names: bool) -> str:
         from llmb.paths import shown_path
 
         return shown_path(where.log or where.run_dir)
-    return compact_name(where.experiment)
+    return compact_name(where.experiment, getattr(where, "kept_parts", ()))
 
 
 def job_label(result, where=None) -> str:
-    """The job that produced a run (what ``llmb status`` lists); where the run does not record one, the
-    number its run directory ends with (the Slurm job id in the replaced tool's layout, a timestamp in
-    llmb's), so that runs of one configuration stay apart; '-' when there is neither."""
-    from llmb.results.experiments import run_stamp
+    """The job that produced a run, by an id ``llmb logs`` and ``llmb compare --baseline`` both take: the
+    llmb job id (``llmb status`` lists them), also for a foreign log named for a Slurm job of an llmb
+    job; '-' where llmb knows no job of it (a foreign log's directory ends with a timestamp, which
+    names no job, and two runs started in the same second share it)."""
+    from llmb.results.experiments import accepted_job_id
 
-    if result.context.job_id:
-        return result.context.job_id
-    return run_stamp(getattr(where, "run_dir", "") or "") or "-"
+    return accepted_job_id(result.context.job_id) or "-"
 
 
 def _f(value, digits: int) -> str:
@@ -302,9 +320,11 @@ def render(
     ]
     text = render_table(results_columns(full_names), table)
     notes = []
+    shared = {name for name in names if names.count(name) > 1}
     for name, r, result, where in zip(names, rows, results, places, strict=True):
         run = job_label(result, where)  # the JOB column's id where there is one: short, and unique
-        run = name if run == "-" else run
+        if run == "-":  # no job: the name, or where several runs have it, the run's directory's
+            run = display_name(where, False) if name in shared and where is not None else name
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
         if result.context.tuned:

@@ -42,6 +42,9 @@ class RunLocation:
     run_dir: str
     experiment: str
     short_name: str
+    # The name's parts that say a dimension is unused (``cp1``, ``vpNone``, ``ep1``) but differ from the
+    # recipe's layout for the run's configuration: its short form keeps them (``compact_name``).
+    kept_parts: tuple[str, ...] = ()
 
 
 def _is_run_dir(path: str) -> bool:
@@ -212,11 +215,46 @@ def _tuned(settings) -> str | None:
     return ", ".join(parts)[:500] or None
 
 
-def run_stamp(run_dir: str) -> str | None:
-    """The number a run directory's name ends with (``<exp>_<stamp>``): llmb's timestamp, or the Slurm job
-    id in the replaced tool's layout; None for a directory not named so."""
-    found = _RUN_DIR.match(os.path.basename(run_dir or ""))
-    return found.group("stamp") if found else None
+def stored_location(key: str, result) -> RunLocation:
+    """Where a stored run was found, from its key in the results database (its log, or without one its run
+    directory): the same names a scan of that directory gives, the directory being there or not."""
+    if result.log:
+        return _location(result.log)
+    run_dir = os.path.abspath(key)
+    name = os.path.basename(run_dir)
+    found = _RUN_DIR.match(name)
+    return RunLocation(None, run_dir, found.group("exp") if found else name, name)
+
+
+def differing_settings(context: RunContext) -> tuple[str, ...]:
+    """The settings a tuned run's words name (``cp 2 -> 1, mbs 1 -> 4``: ``cp``, ``mbs``)."""
+    return tuple(part.split(" ", 1)[0] for part in (context.tuned or "").split(", ") if part)
+
+
+_LLMB_JOB_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+
+def accepted_job_id(job_id: str | None) -> str | None:
+    """The id of the llmb job that ran a run, as ``llmb logs`` and ``llmb compare --baseline`` take it:
+    the llmb job id the run recorded, when llmb has that job; for a Slurm job id (the number a foreign
+    log's name ends with), the llmb job one of whose attempts it was. None where llmb knows no such job:
+    a number in a foreign run's name or directory names nothing a command accepts."""
+    if not job_id or not _LLMB_JOB_ID.fullmatch(job_id) or not job_id.strip("."):
+        return None
+    from llmb.runs.jobs import Job, list_job_ids, read_job
+
+    try:
+        if not job_id.isdigit():
+            return job_id if isinstance(read_job(job_id), Job) else None
+        for candidate in list_job_ids():
+            job = read_job(candidate)
+            attempts = job.details.get("attempts") if isinstance(job, Job) else None
+            for attempt in attempts if isinstance(attempts, list) else ():
+                if isinstance(attempt, dict) and str(attempt.get("slurm_id")) == job_id:
+                    return job.id
+    except Exception:  # noqa: BLE001 - a damaged job store must not hide the run's result
+        return None
+    return None
 
 
 def _job_state(job_id) -> str | None:
@@ -307,7 +345,10 @@ def complete_from_recipes(context: RunContext, workload: Workload | None) -> Run
     - the GPU count of a name that gives nodes, by the GPU type's GPUs per node (or the one count per
       node every matching recipe has);
     - strong scaling, when the name's GBS is the strong-scaling recipe's GBS at that scale and no
-      weak-scaling recipe has it (Nemotron-4's ..._gpus128_..._gbs512 is its strong series)."""
+      weak-scaling recipe has it (Nemotron-4's ..._gpus128_..._gbs512 is its strong series);
+    - once the GPU type is known (the name's own, --gpu, the cluster file, provenance: every place that
+      gives it calls this), whether the name's layout is the recipe's: where it is not, the run is tuned
+      (``layout_differences``)."""
     if context.source != "name" or workload is None:
         return context
     series = [
@@ -338,4 +379,80 @@ def complete_from_recipes(context: RunContext, workload: Workload | None) -> Run
         }
         if kinds == {"strong"}:
             scaling = "strong"
-    return replace(context, gpus=gpus, scaling=scaling)
+    context = replace(context, gpus=gpus, scaling=scaling)
+    return replace(context, tuned=layout_differences(context, workload))
+
+
+# The layout parts of a Megatron-Bridge experiment name: ``..._tp1_pp1_cp1_vpNone_ep1_etpNone_mbs4_gbs128``.
+_LAYOUT_PARTS = {
+    setting: re.compile(rf"(?:^|_){setting}(\d+|none)(?=_|$)")
+    for setting in ("tp", "pp", "cp", "vp", "ep", "etp", "mbs")
+}
+
+
+def name_layout(name: str) -> dict[str, int | None]:
+    """The parallel layout and micro batch an experiment name gives (None: the name says ``None``);
+    a part the name lacks is left out."""
+    lowered = name.lower()
+    found = {}
+    for setting, pattern in _LAYOUT_PARTS.items():
+        if (part := pattern.search(lowered)) is not None:
+            found[setting] = None if part.group(1) == "none" else int(part.group(1))
+    return found
+
+
+def _same_setting(setting: str, published, named, official, layout: dict) -> bool:
+    """Whether the name's value is the recipe's, in the names' ways of saying "unused": no expert
+    parallelism is EP None or 1; an expert TP of None (or a recipe's None) is the TP; a virtual pipeline
+    means nothing without a pipeline (llmb drops one: ``without_idle_vp``)."""
+    if setting == "ep":
+        return (published or 1) == (named or 1)
+    if setting == "etp":
+        return named is None or named == (official.tp if published is None else published)
+    if setting == "vp" and layout.get("pp", official.pp) == 1 and official.pp == 1:
+        return True
+    return published == named
+
+
+def layout_differences(context: RunContext, workload: Workload) -> str | None:
+    """Where a run's experiment name gives another layout (TP, PP, CP, VP, EP, ETP, MBS) or GBS than the
+    published recipe resolves to for its configuration (workload, variant, size, GPU type, dtype, GPU
+    count, scaling), what ``llmb plan --set`` says of those settings (``cp 2 -> 1, dp 4 -> 8, mbs 1 -> 4,
+    ga 32 -> 4``: the derived DP and GA too): the run is tuned, not the official configuration. None
+    where they agree, or where the configuration is not known in full (no GPU type yet) or resolves to
+    no recipe."""
+    from llmb.errors import LlmbError
+    from llmb.recipes.planning import tuned_settings
+    from llmb.recipes.records import RecipeRequest
+    from llmb.recipes.resolve import resolve_from_tables
+
+    layout = name_layout(context.experiment)
+    if context.gbs is not None:
+        layout["gbs"] = context.gbs
+    if not layout or None in (context.gpu, context.size, context.dtype, context.gpus):
+        return None
+    request = RecipeRequest(
+        workload.name,
+        context.size,
+        context.gpu,
+        context.dtype,
+        context.gpus,
+        variant=context.variant,
+        strong_scaling=context.scaling == "strong",
+    )
+    try:  # as ``llmb plan`` resolves the configuration: without --set, then with the name's settings
+        official = resolve_from_tables(workload, request)
+    except LlmbError:
+        return None
+    ran = {
+        setting: named
+        for setting, named in layout.items()
+        if not _same_setting(setting, getattr(official, setting), named, official, layout)
+    }
+    if not ran:
+        return None
+    try:
+        tuned = resolve_from_tables(workload, replace(request, overrides=ran))
+    except LlmbError:  # a layout llmb would refuse to run here: the settings as the name gives them
+        tuned = replace(official, **ran)
+    return ", ".join(s.text() for s in tuned_settings(official, tuned))[:500] or None

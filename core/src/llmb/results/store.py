@@ -67,6 +67,8 @@ class StoredRun:
     id: int
     recorded_at: str
     result: RunResult
+    # its log, or without one its run directory: where it was found (``experiments.stored_location``)
+    key: str | None = None
 
 
 class StoreError(LlmbError):
@@ -264,9 +266,11 @@ class ResultStore:
     def get(self, run_id: int) -> StoredRun | None:
         with self._guard("cannot be read"):
             row = self.db.execute(
-                "SELECT id, recorded_at, result FROM runs WHERE id = ?", (run_id,)
+                "SELECT id, recorded_at, result, key FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
-        return None if row is None else StoredRun(row[0], row[1], self._result(row[0], row[2]))
+        return (
+            None if row is None else StoredRun(row[0], row[1], self._result(row[0], row[2]), row[3])
+        )
 
     def query(
         self,
@@ -286,9 +290,9 @@ class ResultStore:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._guard("cannot be read"):
             rows = self.db.execute(
-                f"SELECT id, recorded_at, result FROM runs {where} ORDER BY id", values
+                f"SELECT id, recorded_at, result, key FROM runs {where} ORDER BY id", values
             ).fetchall()
-        return [StoredRun(r[0], r[1], self._result(r[0], r[2])) for r in rows]
+        return [StoredRun(r[0], r[1], self._result(r[0], r[2]), r[3]) for r in rows]
 
     def count(self) -> int:
         with self._guard("cannot be read"):

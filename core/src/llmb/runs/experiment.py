@@ -49,14 +49,20 @@ _UNUSED_PARTS = re.compile(r"_(?:cp1|vpNone|epNone|ep1)(?=_|$)")
 _RUN_STAMP = re.compile(r"_\d{6,}$")
 
 
-def compact_name(name: str) -> str:
+def compact_name(name: str, keep: tuple[str, ...] = ()) -> str:
     """An experiment name (or a run directory's ``<name>_<timestamp>``) in the short form tables show:
-    no ``pretrain_`` prefix, no timestamp (the JOB column tells runs apart), and no part that says a
-    dimension is unused: ``pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128_1795668434``
-    -> ``llama31_8b_bf16_gpus8_tp1_pp1_mbs2_gbs128``. ``--full-names`` and ``--json`` show the whole one."""
+    no ``pretrain_`` prefix, no timestamp (the JOB column, or --full-names, tells runs apart), and no
+    part that says a dimension is unused: ``pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp1_vpNone_ep1_mbs2
+    _gbs128_1795668434`` -> ``llama31_8b_bf16_gpus8_tp1_pp1_mbs2_gbs128``, except the settings in
+    ``keep`` (``cp``: the recipe's CP is not 1, so ``cp1`` says how the run differs from it).
+    ``--full-names`` and ``--json`` show the whole one."""
     if not name.startswith("pretrain_"):
         return name  # not one of llmb's (or the replaced tool's) names: shown as it is
-    return _UNUSED_PARTS.sub("", _RUN_STAMP.sub("", name.removeprefix("pretrain_")))
+
+    def unused(part: re.Match) -> str:
+        return part.group(0) if part.group(0)[1:3].lower() in keep else ""
+
+    return _UNUSED_PARTS.sub(unused, _RUN_STAMP.sub("", name.removeprefix("pretrain_")))
 
 
 @dataclass(frozen=True)
