@@ -918,7 +918,7 @@ def _worker(run_json: Path, env: dict, rank: int = 0) -> subprocess.CompletedPro
             ("8b", "b200", "nvfp4", 8),
             "megatron.bridge",
             "Megatron-Bridge",
-            "nvcr.io#nvidia/nemo:26.04.01",
+            "nvcr.io#nvidia/nemo:25.11.01",
         ),
         (
             "nemotronh",

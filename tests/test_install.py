@@ -169,8 +169,8 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(
         [
             "import",
             "-o",
-            str(images / "nvidia+nemo+26.04.01.sqsh"),
-            "docker://nvcr.io#nvidia/nemo:26.04.01",
+            str(images / "nvidia+nemo+25.11.01.sqsh"),
+            "docker://nvcr.io#nvidia/nemo:25.11.01",
         ],
         [
             "import",
@@ -180,8 +180,8 @@ def test_install_imports_images_fetches_files_and_keeps_the_token_secret(
         ],
     ]
     assert (
-        images / "nvidia+nemo+26.04.01.sqsh"
-    ).read_text() == "squashfs of docker://nvcr.io#nvidia/nemo:26.04.01"
+        images / "nvidia+nemo+25.11.01.sqsh"
+    ).read_text() == "squashfs of docker://nvcr.io#nvidia/nemo:25.11.01"
     assert "Fetching image manifest list" in result.err  # enroot's progress reaches the user
     assert (install / "workloads" / "llama4" / "experiments").is_dir()
 
@@ -255,8 +255,8 @@ def test_dry_run_prints_every_step_and_masks_the_token(llmb_proc, tmp_path, hub)
     assert result.code == 0, result.err
     assert (
         "enroot import -o "
-        + str(install / "images" / "nvidia+nemo+26.04.01.sqsh")
-        + " docker://nvcr.io#nvidia/nemo:26.04.01"
+        + str(install / "images" / "nvidia+nemo+25.11.01.sqsh")
+        + " docker://nvcr.io#nvidia/nemo:25.11.01"
         in result.out
     )
     for repo in (
@@ -275,14 +275,14 @@ def test_dry_run_prints_every_step_and_masks_the_token(llmb_proc, tmp_path, hub)
 
 def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enroot, hub):
     install = tmp_path / "install"
-    env = run_env(install, enroot, hub, FAKE_ENROOT_FAIL="nemo:26.04.01")
+    env = run_env(install, enroot, hub, FAKE_ENROOT_FAIL="nemo:25.11.01")
     result = llmb_proc("install", "llama31", env=env)
     assert result.code == 1
-    assert "enroot import of nvcr.io#nvidia/nemo:26.04.01 exited with code 3" in result.out
+    assert "enroot import of nvcr.io#nvidia/nemo:25.11.01 exited with code 3" in result.out
     assert "fake enroot: unauthorized" in result.err
     # no half image taken as done later
-    assert not (install / "images" / "nvidia+nemo+26.04.01.sqsh").exists()
-    assert (install / "images" / "nvidia+nemo+25.04.01.sqsh").exists()  # the NeMo 2 variant's image
+    assert not (install / "images" / "nvidia+nemo+25.11.01.sqsh").exists()
+    assert (install / "images" / "nvidia+nemo+25.02.01.sqsh").exists()  # the NeMo 2 variant's image
     config = (
         install
         / ".cache/huggingface/hub/models--meta-llama--Meta-Llama-3-8B/snapshots"
@@ -293,7 +293,7 @@ def test_a_failed_step_is_reported_and_the_rest_is_kept(llmb_proc, tmp_path, enr
     retry = llmb_proc("install", "llama31", "--json", env={**env, "FAKE_ENROOT_FAIL": ""})
     assert retry.code == 0
     done = [s for s in retry.json()["steps"] if s["status"] == "done"]
-    assert [s["what"] for s in done] == ["nvcr.io#nvidia/nemo:26.04.01"]
+    assert [s["what"] for s in done] == ["nvcr.io#nvidia/nemo:25.11.01"]
 
 
 def test_a_refused_repository_fails_with_a_reason(llmb_proc, tmp_path, enroot, hub):
@@ -343,7 +343,7 @@ def test_gpu_type_comes_from_the_seed_variable(llmb_proc, tmp_path, enroot):
     report = result.json()
     assert report["gpu"] == "b200" and report["workloads"] == ["llama31", "nemotron4"]
     images = [s["what"] for s in report["steps"] if s["kind"] == "image"]
-    assert images == ["nvcr.io#nvidia/nemo:26.04.01", "nvcr.io#nvidia/nemo:25.04.01"]
+    assert images == ["nvcr.io#nvidia/nemo:25.11.01", "nvcr.io#nvidia/nemo:25.04.01"]
 
 
 def test_install_help_imports_no_framework(llmb_proc, tmp_path):

@@ -216,7 +216,7 @@ def test_one_node_is_a_training(llmb_proc, env, fake):
     (create,) = workload_requests(fake, "POST")
     assert create.path == "/api/v1/workloads/trainings"
     assert "masterSpecSameAsWorker" not in create.body and "numWorkers" not in create.body["spec"]
-    assert create.body["spec"]["image"] == "nvcr.io/nvidia/nemo:26.04.01"
+    assert create.body["spec"]["image"] == "nvcr.io/nvidia/nemo:25.11.01"
 
 
 def test_phases_map_to_states_and_a_failure_says_why(llmb_proc, env, fake):

@@ -321,7 +321,7 @@ def test_container_mode_needs_the_worker_library_and_says_when_pyxis_is_missing(
     install = env["LLMB_INSTALL"]
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert (
-        "--container-image=nvcr.io#nvidia/nemo:26.04.01" in srun
+        "--container-image=nvcr.io#nvidia/nemo:25.11.01" in srun
         and f"--container-mounts={install}:{install}" in srun
     )
     assert "python3 -m llmb.worker" in srun and f"export PYTHONPATH={install}/python" in script

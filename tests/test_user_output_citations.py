@@ -66,14 +66,14 @@ def test_sources_name_the_public_recipe_document(cli):
         "--json",
     ).json()
     assert re.fullmatch(
-        r"Llama 3\.1 Megatron-Bridge recipe \(NVIDIA LLM Benchmarking Collection, nemo:26\.04\.01\) "
+        r"Llama 3\.1 Megatron-Bridge recipe \(NVIDIA LLM Benchmarking Collection, nemo:25\.11\.01\) "
         r"table \d+, rows? [\d, ]+",
         plan["source"],
     )
     assert (
         plan["model_flops_formula"]
         == "Llama 3.1 NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, "
-        "nemo:25.04.01), Notes"
+        "nemo:25.02.01), Notes"
     )
 
 

@@ -92,7 +92,7 @@ on_signal() {
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
-srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=4 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:26.04.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HOME,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_NET_GDR_C2C,NCCL_NET_GDR_LEVEL,NCCL_NVLS_ENABLE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TORCH_NCCL_HIGH_PRIORITY,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 2 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
+srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=4 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:25.11.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HOME,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_NET_GDR_C2C,NCCL_NET_GDR_LEVEL,NCCL_NVLS_ENABLE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TORCH_NCCL_HIGH_PRIORITY,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 2 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
 srun_pid=$!
 wait "$srun_pid"
 code=$?

@@ -240,6 +240,8 @@ def render_plan(plan) -> str:
         f"  model        {r.layers} layers, sequence {r.seq_len}, FSDP {'on' if r.fsdp else 'off'}, "
         f"CUDA graphs {'on' if r.cuda_graphs else 'off'}, {r.steps} steps",
     ]
+    if plan.variant.upstream:  # the public recipe these tables are, and the current release's
+        lines.insert(2, f"follows: {plan.variant.upstream.follows(plan.variant.container)}")
     if plan.flops:
         terms = " + ".join(f"{name} {value:.4e}" for name, value in plan.flops.terms.items())
         lines.append(

@@ -299,6 +299,8 @@ class Plan:
             "env": dict(r.env),
             "overrides": {k: str(v) for k, v in r.overrides},
             "source": r.provenance.describe() if r.provenance else None,
+            # the public recipe the tables are (release, commit, container) and the current release's
+            "follows": (u := self.variant.upstream) and u.as_dict(self.variant.container),
             "warnings": list(self.warnings),
             "errata": [asdict(e) for e in r.errata],
             "adjustments": list(r.adjustments),

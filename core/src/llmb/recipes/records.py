@@ -286,6 +286,49 @@ class Production:
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class UpstreamRecipe:
+    """Which public recipe a variant's document is (the collection's release, the file at that commit),
+    and the collection's current release where its recipe is another one."""
+
+    repository: str  # NVIDIA/dgxc-benchmarking
+    release: str  # the release tag whose file the document is, e.g. v25.12.01
+    commit: str  # that tag's commit
+    path: str  # the recipe README in it, e.g. llama3.1/README.md
+    current_release: str = ""  # the collection's current release, where its recipe differs
+    current_container: str = ""  # the container the current release's recipe runs
+    # how the current release's recipe differs, e.g. "prints other layouts"
+    current_differs: str = ""
+
+    def follows(self, container: str) -> str:
+        """One line: the recipe llmb follows and why, and the current release's where it differs."""
+        text = f"the {self.release} recipe ({_image_name(container)}), whose tables these are"
+        if self.current_release and self.current_release != self.release:
+            text += (
+                f"; the current release's recipe ({self.current_release}, "
+                f"{_image_name(self.current_container)}) {self.current_differs}"
+            )
+        return text
+
+    def as_dict(self, container: str) -> dict[str, str]:
+        return {
+            "repository": self.repository,
+            "release": self.release,
+            "commit": self.commit,
+            "path": self.path,
+            "container": container,
+            "current_release": self.current_release,
+            "current_container": self.current_container,
+            "current_differs": self.current_differs,
+            "text": self.follows(container),
+        }
+
+
+def _image_name(image: str) -> str:
+    """``nvcr.io#nvidia/nemo:25.11.01`` -> ``nemo:25.11.01``."""
+    return image.replace("#", "/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Variant:
     """One recipe family of a workload (Llama 3.1 has two: Megatron-Bridge
     and NeMo 2), with the production framework that runs it."""
@@ -304,6 +347,8 @@ class Variant:
     # how the seed computes MFU: "formula" (GBS*FLOPs/step/GPUs) or "log" (logged TFLOPS)
     mfu_from: str = "formula"
     production: Production | None = None  # None: the torch engine only
+    # the public recipe its document is, and the collection's current one (None: not recorded)
+    upstream: UpstreamRecipe | None = None
 
 
 # What a run's log can say it failed of (``llmb.results`` finds them), causes first, then the symptoms

@@ -30,6 +30,7 @@ from llmb.recipes.records import (
     RecipeSeries,
     ReferenceResult,
     SeedRow,
+    UpstreamRecipe,
     Variant,
     Workload,
 )
@@ -316,6 +317,10 @@ def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
     if raw.get("production") is not None:
         with _context("production"):
             production = production_from_dict(raw["production"], series)
+    upstream = None
+    if raw.get("upstream") is not None:
+        with _context("upstream"):
+            upstream = _upstream(raw["upstream"])
     return Variant(
         name=name,
         framework=framework,
@@ -330,7 +335,18 @@ def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
         log_tflops_valid=_cell_bool(raw.get("log_tflops_valid", True)),
         mfu_from=_one_of(raw.get("mfu_from", "formula"), MFU_METHODS, "MFU method"),
         production=production,
+        upstream=upstream,
     )
+
+
+def _upstream(raw: Any) -> UpstreamRecipe:
+    """The public recipe a variant's document is (``upstream:``), and the collection's current one."""
+    if not isinstance(raw, dict):
+        raise ValueError("upstream must be a mapping: repository, release, commit, path, current_*")
+    valid = {f.name for f in fields(UpstreamRecipe)}
+    if unknown := set(raw) - valid:
+        raise ValueError(f"unknown keys {sorted(unknown)}; valid: {', '.join(sorted(valid))}")
+    return UpstreamRecipe(**{k: " ".join(str(v).split()) for k, v in raw.items()})
 
 
 def _cell_none(value: Any) -> Any:
