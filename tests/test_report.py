@@ -306,3 +306,28 @@ def test_labels_from_data_are_drawn_as_text_and_bounded(cli, experiments, monkey
         plot.png.startswith(b"\x89PNG") and len(plot.png) < 2_000_000 for plot in plots
     )
     assert all(len(series.label) < 300 for series in data.series)
+
+
+def test_a_tuned_run_is_its_own_series_without_the_official_published_curve(host):
+    """A run whose layout differs from the recipe's (issue 31) is never drawn as the official configuration."""
+    official = {
+        "filename": "a",
+        "status": "success",
+        "workload": "llama31",
+        "variant": "nemo2",
+        "size": "8b",
+        "gpu": "h100",
+        "dtype": "bf16",
+        "gpus": 8,
+        "scaling": "weak",
+        "time_mean_ms": 12400.0,
+    }
+    tuned = {**official, "filename": "b", "tuned": "cp 2 -> 1, mbs 1 -> 4"}
+    data = build_report([official, tuned], host.workloads())
+    plain, retuned = data.series
+    assert (plain.key.tuned, retuned.key.tuned) == (None, "cp 2 -> 1, mbs 1 -> 4")
+    assert plain.published and not retuned.published
+    assert retuned.label.endswith("tuned (cp 2 -> 1, mbs 1 -> 4)")
+    assert any(
+        n.startswith("tuned (cp 2 -> 1, mbs 1 -> 4): not the official") for n in retuned.notes
+    )

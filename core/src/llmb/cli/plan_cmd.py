@@ -287,6 +287,14 @@ def render_plan(plan) -> str:
         )
     if not plan.expected and not plan.other_figures and not r.overrides:
         lines.append("               no other published document has a figure for it either")
+    elif not plan.expected and not r.overrides:
+        judge = next((f for f in plan.other_figures if f.source == plan.judged_against), None)
+        lines.append(
+            f"               results, compare, report and certify judge a run by {judge.label}"
+            if judge
+            else "               results, compare, report and certify judge it by none: no document "
+            f"publishes a figure at GBS {r.gbs}"
+        )
     from llmb.recipes.gpus import peak_source
 
     peak = peak_source(r.gpu, r.dtype)

@@ -327,12 +327,21 @@ def render(
             run = display_name(where, False) if name in shared and where is not None else name
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
+        borrowed = result.reference and result.reference.get("source") != "recipe"
         if result.context.tuned:
             notes.append(
                 (
                     run,
                     f"tuned ({result.context.tuned}); VS PUBLISHED is against the official "
                     f"configuration's published figure",
+                )
+            )
+        if borrowed and r["reference_delta_pct"] is not None:
+            # its own recipe publishes none: say whose figure VS PUBLISHED is against
+            notes.append(
+                (
+                    run,
+                    f"VS PUBLISHED is against {result.reference['label']} ({result.reference_source})",
                 )
             )
         notes += [(run, n) for n in result.notes]

@@ -200,8 +200,10 @@ class Plan:
         """The cluster job's time limit when none is given (``llmb.recipes.time_limit``): from the published
         step time, else an estimate from the model FLOPs and the GPUs' peak."""
         r = self.recipe
+        # only a figure measured at this configuration's batch: another batch's step time is another job's
         others = sorted(
-            (f for f in self.other_figures if f.step_time_ms), key=lambda f: -f.step_time_ms
+            (f for f in self.other_figures if f.step_time_ms and f.same_batch),
+            key=lambda f: -f.step_time_ms,
         )
         if self.expected is not None:
             step, source = self.expected.step_time_s, "published"
@@ -220,6 +222,16 @@ class Plan:
             )
             source = "estimate" if step else "none"
         return derive_time_limit(r.steps, step, source, count_params(self.arch).total)
+
+    @property
+    def judged_against(self) -> str | None:
+        """The source of the figure a run of this configuration is judged against by the one reference
+        policy (``auto``): ``recipe`` (its own), another document's at exactly its batch, or None."""
+        if self.recipe.overrides:
+            return None
+        if self.expected is not None:
+            return "recipe"
+        return next((f.source for f in self.other_figures if f.same_batch), None)
 
     @property
     def expected_throughput(self) -> Throughput | None:
@@ -294,6 +306,7 @@ class Plan:
             "memory": self.memory.as_dict(),
             "expected": _expected(self.expected, self.expected_throughput),
             "other_figures": [asdict(f) for f in self.other_figures],
+            "judged_against": self.judged_against,
             "mfu_peak": asdict(peak) if (peak := peak_source(r.gpu, r.dtype)) else None,
             "time_limit": self.time_limit.as_dict(),  # a cluster job's, when none is given
             "env": dict(r.env),
@@ -382,7 +395,13 @@ def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
         others(
             workload,
             Configuration(
-                recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.gpus, recipe.scaling
+                recipe.variant,
+                recipe.size,
+                recipe.gpu,
+                recipe.dtype,
+                recipe.gpus,
+                recipe.scaling,
+                gbs=recipe.gbs,
             ),
         )
     )

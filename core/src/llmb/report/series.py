@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmb.recipes.records import ReferenceResult, Workload
+from llmb.recipes.references import AUTO, Configuration, candidates, chosen
 from llmb.results.analyze import delta_pct, mean_std
 from llmb.results.records import ASSUMED_GPU_SOURCES
 
@@ -54,6 +55,9 @@ class Run:
     tflops_per_gpu: float | None
     mfu_pct: float | None
     gpu_source: str | None = None  # recipe | provenance | --gpu | cluster file (the row's)
+    tuned: str | None = (
+        None  # the settings that differ from the official configuration's (the row's)
+    )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:
@@ -74,12 +78,20 @@ class Run:
             tflops_per_gpu=row.get("tflops_per_gpu_mean"),
             mfu_pct=row.get("mfu_pct"),
             gpu_source=row.get("gpu_source"),
+            tuned=row.get("tuned") if isinstance(row.get("tuned"), str) else None,
         )
 
     @property
     def series_key(self) -> SeriesKey:
         return SeriesKey(
-            self.workload, self.variant, self.size, self.gpu, self.dtype, self.scaling, self.proxy
+            self.workload,
+            self.variant,
+            self.size,
+            self.gpu,
+            self.dtype,
+            self.scaling,
+            self.proxy,
+            self.tuned,
         )
 
 
@@ -99,6 +111,8 @@ class SeriesKey:
     dtype: str | None
     scaling: str
     proxy: bool
+    # a tuned run's differences: its own series, never drawn as the official configuration
+    tuned: str | None = None
 
     @property
     def label(self) -> str:
@@ -112,13 +126,14 @@ class SeriesKey:
             " ".join(parts)
             + f", {_bounded(self.scaling)} scaling"
             + (", proxy" if self.proxy else "")
+            + (f", tuned ({_bounded(self.tuned)})" if self.tuned else "")
         )
 
     def sort_key(self) -> tuple:
         return tuple(
             "" if v is None else v
             for v in (self.workload, self.variant, self.size, self.gpu, self.dtype)
-        ) + (self.scaling, self.proxy)
+        ) + (self.scaling, self.proxy, self.tuned or "")
 
 
 @dataclass(frozen=True)
@@ -226,37 +241,65 @@ def _why_unplotted(run: Run) -> str | None:
 
 
 def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[ReferenceResult, ...]:
+    """The published figure at each GPU count a document publishes one for the series' configuration, by
+    the one reference policy ``results`` and ``compare`` use: the own recipe's, else another document's at
+    exactly that configuration's batch (``llmb.recipes.references.chosen``)."""
     workload = workloads.get(key.workload) if key.workload else None
-    if key.proxy or workload is None:
+    if key.proxy or key.tuned or workload is None or None in (key.size, key.gpu, key.dtype):
         return ()
-    return workload.published(key.variant, key.size, key.gpu, key.dtype, key.scaling)
+    counts = sorted(
+        {
+            ref.gpus
+            for ref in (*workload.references, *workload.summary)
+            if (ref.size, ref.gpu, ref.dtype, ref.scaling)
+            == (key.size, key.gpu, key.dtype, key.scaling)
+        }
+    )
+    found = []
+    for n in counts:
+        config = Configuration(key.variant, key.size, key.gpu, key.dtype, n, key.scaling)
+        picked = chosen(workload, config, AUTO)
+        if picked is not None and picked[1].step_time_s:
+            found.append(picked[1])
+    return tuple(found)
 
 
-def _unpublished_note(key: SeriesKey, workloads: Mapping[str, Workload]) -> str:
-    """Why the series has no published curve, naming the other variants' recipes that publish one."""
+def _published_notes(key: SeriesKey, workloads: Mapping[str, Workload], published) -> list[str]:
+    """Which documents the published curve comes from where not the own recipe, or why there is none."""
+    if published:
+        borrowed = [
+            r for r in published if r.variant != key.variant or r in _summary_of(key, workloads)
+        ]
+        if not borrowed:
+            return []
+        return [
+            "published figures from other documents (its own recipe has none at these counts): "
+            + "; ".join(f"{r.gpus} GPUs: {r.note or r.provenance.describe()}" for r in borrowed)
+        ]
     workload = workloads.get(key.workload) if key.workload else None
     others = (
         []
-        if workload is None
+        if workload is None or None in (key.size, key.gpu, key.dtype)
         else [
-            (variant.name, found)
-            for variant in workload.variants
-            if variant.name != key.variant
-            and (
-                found := workload.published(variant.name, key.size, key.gpu, key.dtype, key.scaling)
+            f
+            for n in sorted({r.gpus for r in (*workload.references, *workload.summary)})
+            for f in candidates(
+                workload, Configuration(key.variant, key.size, key.gpu, key.dtype, n, key.scaling)
             )
         ]
     )
     if not others:
-        return "no published document has figures for this configuration"
-    listed = "; ".join(
-        f"the {name} recipe at " + ", ".join(f"{r.gpus} GPUs {r.step_time_s:g} s" for r in refs)
-        for name, refs in others
-    )
-    return (
-        f"its own recipe publishes no figures for this configuration; {listed} "
-        f"(llmb compare --reference {others[0][0]})"
-    )
+        return ["no published document has figures for this configuration"]
+    listed = "; ".join(f"{f.gpus} GPUs {f.headline()} ({f.describe()})" for f in others)
+    return [
+        f"no document publishes a figure at this configuration's batch: {listed} "
+        f"(llmb compare --reference {others[0].source})"
+    ]
+
+
+def _summary_of(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[ReferenceResult, ...]:
+    workload = workloads.get(key.workload) if key.workload else None
+    return workload.summary if workload is not None else ()
 
 
 def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) -> Series:
@@ -285,8 +328,13 @@ def _series(key: SeriesKey, runs: list[Run], workloads: Mapping[str, Workload]) 
     notes = []
     if key.proxy:
         notes.append("proxy run: not compared with the published figures")
-    elif not published:
-        notes.append(_unpublished_note(key, workloads))
+    elif key.tuned:
+        notes.append(
+            f"tuned ({key.tuned}): not the official configuration, so no published curve is drawn "
+            "(llmb compare shows each run beside the official configuration's figure)"
+        )
+    else:
+        notes += _published_notes(key, workloads, published)
     assumed = sorted({r.gpu_source for r in runs if r.gpu_source in ASSUMED_GPU_SOURCES})
     if key.gpu and assumed:
         notes.append(
