@@ -22,6 +22,16 @@ import loggen  # noqa: E402
 NEMO2 = "pretrain_llama3.1_8b_fp8_8"  # the llmb-run name for NeMo 2's Llama 3.1 8B FP8 on 8 GPUs
 MB_BF16 = "pretrain_llama3_8b_bf16_gpus8_tp1_pp1_cp2_vpNone_ep1_etpNone_mbs1_gbs128"
 NOT_COMPARED_EXIT = 3
+MB_RECIPE = {  # the recipe.json of an official Megatron-Bridge 8b BF16 run on 8 H100s
+    "workload": "llama31",
+    "variant": "megatron-bridge",
+    "size": "8b",
+    "gpu": "h100",
+    "dtype": "bf16",
+    "gpus": 8,
+    "gbs": 128,
+    "seq_len": 8192,
+}
 
 
 @pytest.fixture
@@ -148,18 +158,6 @@ def test_plan_names_the_other_variants_figure(cli):
     )
 
 
-MB_RECIPE = {
-    "workload": "llama31",
-    "variant": "megatron-bridge",
-    "size": "8b",
-    "gpu": "h100",
-    "dtype": "bf16",
-    "gpus": 8,
-    "gbs": 128,
-    "seq_len": 8192,
-}
-
-
 def test_one_reference_policy_results_compare_report_and_certify_judge_alike(
     cli, experiments, host
 ):
@@ -211,28 +209,13 @@ def test_one_reference_policy_results_compare_report_and_certify_judge_alike(
 def test_a_figure_at_another_batch_size_is_never_a_step_time_reference(cli, experiments):
     """Issue 31, case 4: the performance summary's 70b FP8 figure on 64 H100s was measured at GBS 256; the
     recipe runs GBS 128. plan took its 19.69 s for the time limit, compare showed it as PUBLISHED ms."""
-    plan = json.loads(
-        cli(
-            "plan",
-            "llama31",
-            "--size",
-            "70b",
-            "--gpu",
-            "h100",
-            "--dtype",
-            "fp8",
-            "--gpus",
-            "64",
-            "--json",
-        ).out
-    )
+    args = ("plan", "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "64")
+    plan = json.loads(cli(*args, "--json").out)
     [summary] = [f for f in plan["other_figures"] if f["source"] == "summary"]
     assert (summary["gbs"], summary["other_batch_of"]) == (256, 128)
     assert plan["time_limit"]["step_s"] != pytest.approx(summary["step_time_ms"] / 1000)
     assert plan["judged_against"] == "nemo2"
-    text = cli(
-        "plan", "llama31", "--size", "70b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "64"
-    )
+    text = cli(*args)
     assert "19.69 s per step at GBS 256" in text.out
     assert "not this configuration's GBS 128: not comparable by step time" in " ".join(
         text.out.split()
@@ -268,14 +251,7 @@ def test_a_proxy_run_is_never_a_pass(cli, experiments):
         MB_BF16,
         loggen.megatron_bridge_lines(range(1, 51)),
         recipe={
-            "workload": "llama31",
-            "variant": "megatron-bridge",
-            "size": "8b",
-            "gpu": "h100",
-            "dtype": "bf16",
-            "gpus": 8,
-            "gbs": 128,
-            "seq_len": 8192,
+            **MB_RECIPE,
             "proxy": True,
             "layers": 2,
         },
