@@ -196,3 +196,66 @@ def test_chained_tracebacks_report_the_first_exception(tmp_path):
     )
     found = {f.kind: f.message for f in scan_text(tmp_path, text).findings["failures"]}
     assert found["python_exception"] == "KeyError: 'tp'"
+
+
+def test_step_time_lines_are_a_finding_only_without_iteration_lines(tmp_path):
+    lines = list(loggen.megatron_bridge_lines(range(1, 4)))
+    assert scan_text(tmp_path, "\n".join(lines) + "\n").findings["step_time_lines"] is None
+    alone = "\n".join(lines[0::2]) + "\n"  # rank 0's lines alone
+    found = scan_text(tmp_path, alone, chunk_size=64).findings["step_time_lines"]
+    assert found["lines"] == 3 and found["median_tflops"] is not None
+
+
+def test_training_done_is_where_the_failures_parser_counts(tmp_path):
+    # the NCCL trace lines the nccl parser takes out are not counted by either
+    text = "".join(line + "\n" for line in loggen.nccl_lines(50)) + (
+        "[after training is done] datetime: 2025-12-03 14:45:03 \n"
+        "slurmstepd: error: *** STEP 4226796.2 ON eos0117 CANCELLED AT 2025-12-03T14:53:02 DUE TO TIME LIMIT ***\n"
+    )
+    findings = scan_text(tmp_path, text, chunk_size=256).findings
+    done, [limit] = findings["training_done"], findings["failures"]
+    assert done["line"] == "[after training is done] datetime: 2025-12-03 14:45:03"
+    assert limit.kind == "time_limit" and limit.offset > done["offset"]
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [
+        "*** JOB 1 ON " * 20,  # a Slurm line that never ends its fields
+        "failed (exitcode: " * 20,
+        "Step Time : 1" * 20,
+        "  rank      : " * 20,
+        "[after training is done] datetime: " * 20,
+    ],
+)
+def test_the_failure_readers_stay_linear_in_a_line(tmp_path, piece):
+    import time
+
+    def seconds(repeats: int) -> float:
+        text = "Root Cause (first observed failure):\n" + piece * repeats + " CANCELLED AT x\n"
+        start = time.perf_counter()
+        scan_text(tmp_path, text)
+        return time.perf_counter() - start
+
+    small, large = seconds(1_000), seconds(4_000)  # lines of about 0.3 and 1 MiB
+    assert large < 8 * small + 0.5, (small, large)
+
+
+def test_colour_codes_around_fields_are_read_through(tmp_path):
+    # loggen's lines with a terminal's colour codes around the iteration, a value and an exception
+    step, line = list(loggen.megatron_bridge_lines([35], step_ms={35: 1004.9}))
+    coloured = (
+        line.replace(" iteration ", " \x1b[32miteration ", 1)
+        .replace("(ms): 1004.9", "(ms): \x1b[1;33m1004.9\x1b[0m", 1)
+        .replace(" | consumed", "\x1b[0m | consumed", 1)
+    )
+    nemo = next(loggen.nemo2_lines([45], step_s={45: 6.08})).replace(
+        "6.08", "\x1b[36m6.08\x1b[39m", 1
+    )
+    error = "\x1b[31m[rank3]: RuntimeError: bad tensor shape\x1b[0m"
+    text = "\n".join([step, coloured, nemo, "Traceback (most recent call last):", error]) + "\n"
+    findings = scan_text(tmp_path, text).findings
+    assert findings["megatron_bridge"].samples[35].step_time_ms == 1004.9  # before: None
+    assert findings["nemo2"].samples[45].step_time_ms == pytest.approx(6080.0)
+    [failure] = findings["failures"]
+    assert failure.message == "RuntimeError: bad tensor shape"

@@ -2,7 +2,8 @@
 
 tests/real_logs/MANIFEST.yaml lists each log (text unchanged from the cited
 source), where it was published, and the reading worked out by hand: status,
-window means, failure kind and message. Each entry goes through ``llmb results
+window means, failure kind and message, and a part of the reason where the status
+needs explaining. Each entry goes through ``llmb results
 --format json`` as a user runs it, and through the ``Collector`` for what the
 JSON rounds or leaves out (the failure's kind, unrounded means).
 """
@@ -66,6 +67,13 @@ def test_real_log_reads_as_expected(entry, cli, host, install_root):
         assert _close(stats.time_mean_ms if stats else None, expect["time_mean_ms"])
     if "tflops_mean" in expect:
         assert _close(stats.tflops_mean if stats else None, expect["tflops_mean"]), stats
+    if "reason_contains" in expect:
+        assert expect["reason_contains"] in (result.reason or ""), result.reason
+        assert expect["reason_contains"] in (row["failure_reason"] or "")
+    if "step_time_lines" in expect:
+        found = result.extra.get("step_time_lines") or {}
+        for key, value in expect["step_time_lines"].items():
+            assert _close(found.get(key), value), (key, found)
     failure = expect.get("failure")
     if failure is None:
         assert result.failure is None, result.failure

@@ -57,21 +57,25 @@ def install(tmp_path, monkeypatch):
 
 def test_table_lists_every_run_with_its_status(cli, install):
     out = cli("results").out
-    # each run by its experiment's short form and, with no job recorded, its run directory's number
-    for name, stamp, status in (
-        (NH, "1766132151", "success"),
-        (NH, "1766139999", "failed"),
-        (MB, "1766132151", "success"),
-        (MB, "1766140000", "no_log"),
-    ):
-        assert re.search(rf"^{re.escape(compact_name(name))}\s+{stamp}\s+{status}\s", out, re.M), (
-            name,
-            status,
-        )
+    # each run by its experiment's short form; no llmb job ran these, so JOB is "-" (never the run
+    # directory's timestamp, which no command takes as a job id)
+    rows = out.splitlines()[2:6]
+    assert [re.match(r"^(\S+)\s+(\S+)\s+(\S+)\s", line).groups() for line in rows] == [
+        (compact_name(MB), "-", "success"),
+        (compact_name(MB), "-", "no_log"),
+        (compact_name(NH), "-", "success"),
+        (compact_name(NH), "-", "failed"),
+    ], out
+    assert out.splitlines()[6] == "", out  # and no other run
+    assert "1766132151" not in out  # no directory's number stands in for a job
     assert compact_name(NH) == "nemotronh_56b_fp8_gpus256_tp8_pp1_mbs1_gbs768"
-    assert "1766139999: failed: cuda oom: torch.OutOfMemoryError: CUDA out of memory" in out
+    # the note names the run by its directory, as its short name is shared with another run
+    assert (
+        f"\n{NH}_1766139999: failed: cuda oom: torch.OutOfMemoryError: CUDA out of memory" in out
+    ), out
+    assert f"\n{MB}_1766140000: no_log: no log-*.out file in " in out, out
     full = cli("results", "--full-names").out  # the log paths, whole
-    assert re.search(rf"/{NH}_1766132151/{NH}/log-{NH}\.out\s+1766132151\s+success\s", full), full
+    assert re.search(rf"/{NH}_1766132151/{NH}/log-{NH}\.out\s+-\s+success\s", full), full
 
 
 def test_csv_starts_with_the_replaced_tools_columns_and_stays_valid(cli, install):
@@ -112,9 +116,18 @@ def test_full_names_window_and_filters(cli, install):
 
 
 def test_gpu_filter_supplies_unknown_gpu_types(cli, install):
+    # on an H100, Llama 3.1 8B FP8 at GBS 128 on 8 GPUs takes at least ~3.8 s a step by the workload's
+    # FLOP formula: the fixture's 1 s step would make the run implausible once --gpu names the type
+    log = next((install / "workloads" / "llama31").rglob("log-*.out"))
+    step = dict.fromkeys(range(1, 51), 9330.0)
+    log.write_text("\n".join(loggen.megatron_bridge_lines(range(1, 51), step_ms=step)) + "\n")
     rows = json.loads(cli("results", "--json", "--gpu", "h100", "--workload", "llama31").out)
+    assert sorted(r["status"] for r in rows) == ["no_log", "success"], rows
     success = next(r for r in rows if r["status"] == "success")
-    assert success["gpu"] == "h100" and success["mfu_pct"] is not None
+    assert success["gpu"] == "h100" and success["gpu_source"] == "--gpu"
+    assert success["mfu_pct"] is not None and 0 < success["mfu_pct"] < 100
+    unknown = json.loads(cli("results", "--json", "--workload", "llama31").out)
+    assert {r["gpu"] for r in unknown} == {None}  # without --gpu the logs give no GPU type
 
 
 def test_every_parsed_run_is_stored_and_reused(cli, install, monkeypatch):
@@ -208,7 +221,7 @@ def test_compare_against_a_baseline_file_directory_or_database_id_never_the_run_
     run_id = next(
         r["run_id"]
         for r in json.loads(cli("results", "--from-db", "--json").out)
-        if r["filename"] == MB and r["status"] == "success"
+        if r["filename"] == good and r["status"] == "success"  # named as a scan names it
     )
     for spec, form, words in (
         (str(baseline), "file", f"file {baseline}: {good}"),
@@ -232,9 +245,12 @@ def test_compare_against_a_baseline_file_directory_or_database_id_never_the_run_
         assert other["baseline"]["log"].endswith(f"{good}/{MB}/log-{MB}.out")
         assert compared.code == 1  # the run without a log fails
     text = cli("compare", str(mb / "experiments" / MB / good), "--baseline", str(mb))
-    assert re.search(r"\s1766132151\s+\S+\s+baseline\s+NOT.COMPARED\s", text.out), text.out
-    # the detail, under the table
-    assert f"1766132151: against baseline: {SELF}" in text.out, text.out
+    # no llmb job ran it: JOB is "-", not its directory's number
+    short = re.escape(compact_name(MB))
+    assert re.search(rf"^{short}\s+-\s+\S+\s+baseline\s+NOT.COMPARED\s", text.out, re.M), text.out
+    assert "1766132151" not in text.out
+    # the detail, under the table, by the run's short name
+    assert f"\n{compact_name(MB)}: against baseline: {SELF}\n" in text.out, text.out
     assert text.code == 3  # compared with nothing
     # a directory whose runs are all compared with each other: each with the other, never with itself
     both = _baseline_verdicts(

@@ -515,3 +515,156 @@ def test_torchtitan_results_carry_its_own_figures(host, tmp_path):
         "the final iteration (50) was not reached; the last logged is 30; window iterations 35-44 are "
         "missing",
     )
+
+
+# Issue 31, item 9: real failure wordings that were read wrong.
+
+# deepspeedai/Megatron-DeepSpeed#207: torchrun's SIGTERMs to the survivors, written before its agent's line.
+TORCHRUN_SIGTERMS = (
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 142438 closing signal SIGTERM",
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 142439 closing signal SIGTERM",
+)
+TORCHRUN_FAILED = (
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: 142437) of "
+    "binary: /opt/conda/bin/python"
+)
+# czp16/Bridge-LLM-reasoning#1: the end of ChildFailedError's report.
+ROOT_CAUSE = (
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2025-11-24_17:05:40",
+    "  host      : user-Rack-Server",
+    "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : -6 (pid: 2195196)",
+    "  error_file: <N/A>",
+    "  traceback : Signal 6 (SIGABRT) received by PID 2195196",
+    "========================================================",
+)
+ROOT_CAUSE_REASON = (
+    "worker failed: Root Cause (first observed failure): rank 1 (local_rank: 1) on user-Rack-Server, "
+    "exitcode -6 (pid: 2195196): Signal 6 (SIGABRT) received by PID 2195196"
+)
+
+
+def test_torchruns_root_cause_is_the_reason_not_the_sigterms_it_sent(host, tmp_path):
+    steps = list(loggen.megatron_bridge_lines(range(1, 31)))
+    make_run(tmp_path / "a", MB8, [*steps, *TORCHRUN_SIGTERMS, TORCHRUN_FAILED, *ROOT_CAUSE])
+    # before: "signal: ...Sending process 142438 closing signal SIGTERM"
+    r = parse(host, tmp_path / "a")[MB8]
+    assert (r.status, r.failure.kind, r.reason) == ("failed", "worker_failed", ROOT_CAUSE_REASON)
+    # the agent's line alone: its words, and the signal its exit code stands for
+    make_run(tmp_path / "b", MB8, [*steps, *TORCHRUN_SIGTERMS, TORCHRUN_FAILED])
+    r = parse(host, tmp_path / "b")[MB8]
+    assert r.reason == (
+        "worker failed: failed (exitcode: -6) local_rank: 0 (pid: 142437) of binary: /opt/conda/bin/python "
+        "(SIGABRT)"
+    )
+    # a worker that said why is the cause; torchrun's account of it is not
+    make_run(tmp_path / "c", MB8, [*steps, *loggen.TRACEBACK, *TORCHRUN_SIGTERMS, *ROOT_CAUSE])
+    assert parse(host, tmp_path / "c")[MB8].failure.kind == "python_exception"
+    # the block read the same across chunk ends
+    lines = [*TORCHRUN_SIGTERMS, TORCHRUN_FAILED, *ROOT_CAUSE]
+    for chunk_size in (64, 200, 1 << 20):
+        found = {f.kind: f for f in failures(tmp_path, lines, chunk_size)}
+        assert found["worker_failed"].message == ROOT_CAUSE_REASON.removeprefix("worker failed: ")
+        assert (
+            found["worker_failed"].offset
+            == len(TORCHRUN_SIGTERMS[0]) + len(TORCHRUN_SIGTERMS[1]) + 2
+        )
+
+
+# banyan-team/banyan-julia#6 (JOB and STEP) and lyulyul/shine-cluster#4 (slurmstepd-<host>): scancel's words.
+CANCEL_JOB = (
+    "slurmstepd: error: *** JOB 3737 ON compute-dy-t3large-2 CANCELLED AT 2021-08-03T16:28:28 ***"
+)
+CANCEL_STEP = (
+    "slurmstepd-localhost: error: *** STEP 204.0 ON localhost CANCELLED AT 2021-02-13T16:38:01 ***"
+)
+
+
+@pytest.mark.parametrize("line", [CANCEL_JOB, CANCEL_STEP])
+def test_a_slurm_cancel_without_a_cause_is_cancelled(host, tmp_path, line):
+    make_run(tmp_path, MB8, [*loggen.megatron_bridge_lines(range(1, 31)), line, TIME_LIMIT_STEP[2]])
+    r = parse(host, tmp_path)[MB8]  # before: incomplete, the cancel unread
+    assert (r.status, r.failure.kind) == ("cancelled", "cancelled")
+    assert r.reason == (
+        f"the job was cancelled at iteration 30: {line} (Slurm names no cause: scancel, by a user, an "
+        "administrator or a tool)"
+    )
+    # one with a cause stays that cause
+    assert {f.kind for f in failures(tmp_path, [TIME_LIMIT_JOB, PREEMPTED])} == {
+        "time_limit",
+        "preempted",
+    }
+
+
+def test_step_time_lines_without_iteration_lines_say_what_they_hold(host, tmp_path):
+    # The log of a node without the last rank: rank 0's Step Time lines, never an iteration line.
+    lines = loggen.megatron_bridge_lines(
+        range(1, 51),
+        step_ms=dict.fromkeys(range(51), 1250.0),
+        tflops=dict.fromkeys(range(51), 900.0),
+    )
+    make_run(tmp_path, MB8, [line for line in lines if "Step Time" in line])
+    r = parse(host, tmp_path)[MB8]  # before: "no iteration lines in N bytes"
+    assert (r.status, r.stats, r.failure) == ("no_data", None, None)
+    assert r.reason.startswith(
+        "no iteration lines, but 50 Megatron-Bridge 'Step Time' lines (median 1.25 s, mean 1.25 s, median "
+        "900.0 TFLOP/s/GPU): Megatron-Bridge prints them on rank 0 and the iteration lines on the last rank"
+    )
+    assert r.extra["step_time_lines"]["lines"] == 50
+
+
+def test_step_time_lines_of_before_november_2025_pair_with_their_iteration(tmp_path):
+    # NVIDIA-NeMo/Megatron-Bridge#388's wording ("...TFLOP/s/GPU", no MODEL_), then its iteration's line.
+    iteration = list(loggen.megatron_bridge_lines([7]))[1]
+    path = tmp_path / "log.txt"
+    path.write_text("Step Time : 12.78s GPU utilization: 528.1 TFLOP/s/GPU\n" + iteration + "\n")
+    log = scan(str(path), list(BUILTIN_PARSERS)).findings["megatron_bridge"]
+    assert log.samples[7].tflops_per_gpu == 528.1  # before: None
+
+
+# NVIDIA-NeMo/Megatron-Bridge#1656: Megatron's line once training finished, then the hang until the time limit.
+TRAINING_DONE = "[after training is done] datetime: 2025-12-03 14:45:03 "
+HUNG = (
+    "warning: training finished (iteration 50/50), but the job did not end cleanly: it did not exit before "
+    f"Slurm's time limit ended it (a hang at exit?) (time limit: {TIME_LIMIT_JOB}); the measurement is complete"
+)
+
+
+def test_a_run_killed_after_training_finished_has_one_status_for_every_covered_window(
+    host, tmp_path
+):
+    make_run(tmp_path / "all", MB8, [*loggen.megatron_bridge_lines(range(1, 51)), TIME_LIMIT_JOB])
+    for window in ((35, 44), (50, 50), (1, 50)):
+        r = parse(host, tmp_path / "all", window=window)[MB8]
+        assert (r.status, r.reason, r.failure.kind) == ("success", HUNG, "time_limit"), window
+    # logged every 10 iterations: the default window is not covered, 40:40 and 50:50 are
+    every10 = [*loggen.megatron_bridge_lines(range(10, 51, 10)), TRAINING_DONE, TIME_LIMIT_JOB]
+    make_run(tmp_path / "every10", MB8, every10)
+    r = parse(host, tmp_path / "every10")[MB8]  # before: "failed", "time limit: ..."
+    assert r.status == "incomplete"
+    assert r.reason == "window iterations 35-39, 41-44 are missing; " + HUNG.removeprefix(
+        "warning: "
+    ).removesuffix("; the measurement is complete")
+    for window in ((40, 40), (50, 50)):
+        assert parse(host, tmp_path / "every10", window=window)[MB8].status == "success", window
+    # Megatron's own line says training finished even where the final iteration is not logged
+    make_run(
+        tmp_path / "done",
+        MB8,
+        [*loggen.megatron_bridge_lines(range(1, 45)), TRAINING_DONE, TIME_LIMIT_JOB],
+    )
+    r = parse(host, tmp_path / "done")[MB8]  # before: "failed", "time limit: ..."
+    assert r.status == "incomplete" and r.failure.kind == "time_limit"
+    assert r.reason.startswith(
+        "the final iteration (50) was not reached; the last logged is 44; training finished (the log says "
+        "'[after training is done] datetime: 2025-12-03 14:45:03'), but the job did not end cleanly"
+    )
+    # a time limit before that line is still the reason
+    make_run(
+        tmp_path / "before",
+        MB8,
+        [*loggen.megatron_bridge_lines(range(1, 31)), TIME_LIMIT_JOB, TRAINING_DONE],
+    )
+    assert parse(host, tmp_path / "before")[MB8].status == "failed"

@@ -351,7 +351,9 @@ class Variant:
     upstream: UpstreamRecipe | None = None
 
 
-# What a run's log can say it failed of (``llmb.results`` finds them), causes first, then the symptoms
+# What a run's log can say it failed of (``llmb.results`` finds them), causes first (``cancelled``: Slurm
+# cancelled the job or step and names no cause), then what a launcher says of the worker that failed first
+# (``worker_failed``: torchrun's root cause, ``llmb.results.records.LAUNCHER_CAUSES``), then the symptoms
 # that follow another failure (``llmb.results.records.SYMPTOMS``). A failure hint names one.
 FAILURE_KINDS = (
     "node_failure",
@@ -361,6 +363,8 @@ FAILURE_KINDS = (
     "python_exception",
     "time_limit",
     "preempted",
+    "cancelled",
+    "worker_failed",
     "task_exit",
     "child_failed",
     "signal",

@@ -13,13 +13,27 @@ Status (the tool being replaced, plus ``failed``, ``unreadable``,
   its statistics would be meaningless;
 * ``success``: the final iteration (``i/N`` with i = N) and every iteration
   of the window are in the log;
-* ``cancelled``: the llmb job that ran it was cancelled (its record says so);
+* ``cancelled``: the llmb job that ran it was cancelled (its record says
+  so), or the reason is Slurm's cancel that names no cause (``*** JOB 123 ON
+  node01 CANCELLED AT 2025-03-01T10:00:00 ***``, or ``*** STEP 123.0 ...``:
+  scancel), the reason naming the job, host and time;
 * ``failed``: a failure was found; which one is the reason is said below;
 * ``too_short``: the run's final iteration (the ``N`` of ``i/N``) is before
   the window's end (``llmb run --steps 20`` with the window 35-44), whether
   the run reached it or stopped earlier: the window can never be reached;
 * ``incomplete``: some iterations, but not the final one or not the whole window;
-* ``no_data``: no iteration line at all.
+* ``no_data``: no iteration line at all (where the log has Megatron-Bridge's
+  ``Step Time`` lines, which rank 0 prints while the last rank prints the
+  iteration lines, the reason counts them and says to read the last rank's log).
+
+A run whose final iteration is in the log finished training, and so did one
+whose log has Megatron's ``[after training is done]`` line before its
+failure: a failure or a cancel after it (a hang at exit until Slurm's time
+limit or a scancel ended the job) is no reason to fail it and never makes
+its status depend on the window. Its status is what its iterations say (``success`` for every window
+they cover, else ``too_short`` or ``incomplete``), and its reason says that
+training finished and how the job then ended (a ``warning:`` for a success:
+the measurement is complete). The failure is still recorded.
 
 The reason of a failed run is the first real error in log order, not the
 last symptom: each failure the parsers found carries its offset in the log
@@ -27,12 +41,18 @@ last symptom: each failure the parsers found carries its offset in the log
 other nodes' errors may reach the log before Slurm's notice, and follow
 from it); otherwise the earliest cause: CUDA out of memory, a NaN or Inf
 found by Megatron-Core's checks (``nan_loss_or_grad``), an NCCL watchdog
-timeout, a Python exception, a Slurm time limit or preemption. A symptom
-(srun's ``task N: Exited with exit code 1``, torchrun's ``ChildFailedError``,
-SIGTERM and ``Killing subprocess``) is the reason only of a log that holds
-no cause. So a CUDA OOM on one rank followed by the others' NCCL timeouts is
-``cuda_oom``, an NCCL timeout that followed a RuntimeError is the
-RuntimeError, and a time limit that followed an exception is the exception.
+timeout, a Python exception, a Slurm time limit, preemption or cancel. Where
+no worker or Slurm said why, torchrun's account of the worker that failed
+first is the reason (``worker_failed``: its ``failed (exitcode: -6)
+local_rank: 6`` line, in the words of its ``Root Cause (first observed
+failure)`` block where there is one: rank, host, exit code, signal). A
+symptom (srun's ``task N: Exited with exit code 1``, torchrun's
+``ChildFailedError``, the SIGTERMs it sends the other workers and ``Killing
+subprocess``) is the reason only of a log that holds neither. So a CUDA OOM
+on one rank followed by the others' NCCL timeouts is ``cuda_oom``, an NCCL
+timeout that followed a RuntimeError is the RuntimeError, a time limit that
+followed an exception is the exception, and a worker killed by SIGABRT is
+its root cause, not the SIGTERMs that torchrun logged before its report.
 
 Megatron-Core's NaN checks (``check_for_nan_in_loss_and_grad``; its rerun
 state machine's "Unexpected result nan", "found NaN in local grad norm")
@@ -361,11 +381,14 @@ def _with_hint(failure: Failure, workload: Workload | None, context: RunContext)
 
 def first_cause(failures: list[Failure]) -> Failure | None:
     """The failure that is the reason (the module's docstring says how it is chosen)."""
+    from llmb.results.records import LAUNCHER_CAUSES
+
     if not failures:
         return None
     causes = (
         [f for f in failures if f.kind == "node_failure"]
-        or [f for f in failures if f.kind not in SYMPTOMS]
+        or [f for f in failures if f.kind not in SYMPTOMS and f.kind not in LAUNCHER_CAUSES]
+        or [f for f in failures if f.kind in LAUNCHER_CAUSES]
         or failures
     )
     order = {kind: i for i, kind in enumerate(FAILURE_KINDS)}
@@ -476,31 +499,73 @@ def _status(
     missing = [i for i in range(window[0], window[1] + 1) if i not in covered]
     present = {s.iteration for s in samples}
     final = iterations.last if iterations else None
-    if samples and final is not None and final in present and not missing:
-        return "success", None
-    if job_state == "CANCELLED":
+    reached = bool(samples) and final is not None and final in present
+    cancelled = job_state == "CANCELLED" or (failure is not None and failure.kind == "cancelled")
+    # Training finished (its final iteration is logged, or Megatron's "[after training is done]" line came
+    # before the failure): what ended the job afterwards (a hang at exit, then Slurm's time limit or a
+    # cancel) neither fails the run nor depends on the window; it is said.
+    done = report.findings.get("training_done")
+    done_first = done is not None and (
+        failure is None or failure.offset is None or failure.offset > done["offset"]
+    )
+    after = ""
+    if (reached or done_first) and (failure is not None or cancelled):
+        ended = {
+            "time_limit": "it did not exit before Slurm's time limit ended it (a hang at exit?)",
+            "cancelled": "it was still running when it was cancelled (a hang at exit?)",
+            "preempted": "it was still running when it was preempted",
+        }.get(failure.kind if failure else "cancelled", "it failed at exit")
+        said = f" ({failure.kind.replace('_', ' ')}: {failure.message})" if failure else ""
+        how = f"iteration {final}/{final}" if reached else f"the log says '{done['line']}'"
+        after = f"training finished ({how}), but the job did not end cleanly: {ended}{said}"
+    if reached and not missing:
+        return "success", (f"warning: {after}; the measurement is complete" if after else None)
+    if not after and cancelled:
         where = f"at iteration {samples[-1].iteration}" if samples else "before its first iteration"
-        return "cancelled", f"the job was cancelled {where}"
-    if failure is not None:
+        said = (
+            f": {failure.message} (Slurm names no cause: scancel, by a user, an administrator or a tool)"
+            if failure is not None and failure.kind == "cancelled"
+            else ""
+        )
+        return "cancelled", f"the job was cancelled {where}{said}"
+    if not after and failure is not None:
         reason = f"{failure.kind.replace('_', ' ')}: {failure.message}"
         return "failed", reason + (f" (hint: {failure.hint})" if failure.hint else "")
-    if samples and final in present and (steps := _steps_needed(iterations, window)):
+    also = f"; {after}" if after else ""
+    if reached and (steps := _steps_needed(iterations, window)):
+        ended = "finished" if after else "ended normally"
         return "too_short", (
-            f"the run ended normally at iteration {final}, before the end of the statistics "
-            f"window {window[0]}-{window[1]}, which it can never reach; run at least {steps} steps"
+            f"the run {ended} at iteration {final}, before the end of the statistics "
+            f"window {window[0]}-{window[1]}, which it can never reach; run at least {steps} steps{also}"
         )
     if samples and (short := _unreachable(iterations, window, samples[-1].iteration)):
-        return "too_short", short
+        return "too_short", short + also
     if samples:
-        return "incomplete", _incomplete(final, present, samples[-1].iteration, missing)
+        return "incomplete", _incomplete(final, present, samples[-1].iteration, missing) + also
     if report.binary:
         return "no_data", f"not a text log (binary data), {report.bytes_read} bytes read"
+    if step_times := report.findings.get("step_time_lines"):
+        count, tflops = step_times["lines"], step_times.get("median_tflops")
+        figures = (
+            f"{step_times['median_s']:.2f} s"
+            if count == 1
+            else f"median {step_times['median_s']:.2f} s, mean {step_times['mean_s']:.2f} s"
+        ) + (
+            "" if tflops is None else f", {'' if count == 1 else 'median '}{tflops:.1f} TFLOP/s/GPU"
+        )
+        return "no_data", (
+            f"no iteration lines, but {count} Megatron-Bridge 'Step Time' line{'' if count == 1 else 's'} "
+            f"({figures}): Megatron-Bridge prints them on rank 0 and the iteration lines on the last rank, "
+            "which holds the last pipeline stage, so this is probably the log of a node or pod without the "
+            "last rank; read the log of the one that has it (its iterations say which step each time is)"
+            + also
+        )
     what = (
         "an empty log"
         if report.bytes_read == 0
         else f"no iteration lines in {report.bytes_read} bytes"
     )
-    return "no_data", what
+    return "no_data", what + also
 
 
 def _incomplete(final: int | None, present: set[int], last: int, missing: list[int]) -> str:

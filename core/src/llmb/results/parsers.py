@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 import re
+import signal
+import statistics
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 
 from llmb.results.records import (
@@ -40,6 +43,15 @@ def _float(text: bytes) -> float | None:
 def _int(text: bytes) -> int | None:
     value = _float(text)
     return int(value) if value is not None and math.isfinite(value) else None
+
+
+# A terminal's colour and style codes (a log written through a pseudo-terminal, or coloured on purpose):
+# removed from a line before its fields are read.
+_ANSI = re.compile(rb"\x1b\[[0-9;]{0,32}[A-Za-z]")
+
+
+def _plain(line: bytes) -> bytes:
+    return _ANSI.sub(b"", line) if b"\x1b" in line else line
 
 
 _RANK_KEY = re.compile(rb"\S+/\d+|\[rank\d+\]:|\d+:")
@@ -106,8 +118,10 @@ class _Iterations:
         return self.log if self.log.samples else None
 
 
+# Megatron-Bridge's train_utils.py, printed by rank 0: "...MODEL_TFLOP/s/GPU" since its commit 23fc545
+# (2025-11), "...TFLOP/s/GPU" from d42316e (2025-09) until then.
 _STEP_TIME = re.compile(
-    rb"Step Time : ([0-9.eE+-]+)s GPU utilization: ?([0-9.eE+-]+) ?MODEL_TFLOP/s/GPU"
+    rb"Step Time : ([0-9.eE+-]{1,32})s GPU utilization: ?([0-9.eE+-]{1,32}) ?(?:MODEL_)?TFLOP/s/GPU"
 )
 _MB_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*)")
 _BEFORE_STEP_TIME = re.compile(rb"(?=Step Time : )")
@@ -115,7 +129,8 @@ _TFLOPS_FIELD = re.compile(rb"([0-9.eE+-]+)\s*MODEL_TFLOP/s/GPU")
 
 
 class MegatronBridgeReader(_Iterations):
-    """``Step Time : 1.00s GPU utilization: 939.5MODEL_TFLOP/s/GPU`` followed
+    """``Step Time : 1.00s GPU utilization: 939.5MODEL_TFLOP/s/GPU`` (before
+    November 2025: ``...939.5TFLOP/s/GPU``) followed
     by `` iteration 35/ 50 | ... elapsed time per iteration (ms): ... |``.
     The Step Time line precedes the iteration line it belongs to; its TFLOPS
     pair with that iteration (per rank prefix), never by position in a list.
@@ -130,9 +145,10 @@ class MegatronBridgeReader(_Iterations):
     def feed(self, chunk: bytes) -> None:
         # Long literals: CPython's search skips faster the longer the needle. A Step Time line may be in
         # an earlier chunk than its iteration line (whatever other output comes between): it waits in pending.
-        if b"elapsed time per iteration" not in chunk and b"MODEL_TFLOP/s/GPU" not in chunk:
+        if b"elapsed time per iteration" not in chunk and b"TFLOP/s/GPU" not in chunk:
             return
-        for _, line in lines_containing(chunk, b"elapsed time per iteration", b"MODEL_TFLOP/s/GPU"):
+        for _, line in lines_containing(chunk, b"elapsed time per iteration", b"TFLOP/s/GPU"):
+            line = _plain(line)
             rank = _line_prefix(line, len(line))
             # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.
             for part in _BEFORE_STEP_TIME.split(line) if b"Step Time : " in line else (line,):
@@ -170,6 +186,49 @@ class MegatronBridgeReader(_Iterations):
         )
 
 
+class StepTimeLinesReader:
+    """Megatron-Bridge's ``Step Time : 1.23s GPU utilization: 456.7MODEL_TFLOP/s/GPU``
+    lines in a log that holds no ``elapsed time per iteration`` line at all.
+    Megatron-Bridge prints the Step Time line on rank 0 and the iteration line
+    on the last rank (the one that holds the last pipeline stage), so the log
+    of a node or pod that holds rank 0 but not the last rank has only these:
+    real step times whose iterations it cannot know. ``analyze`` says so
+    (status ``no_data``) rather than reading nothing. None where the log has an
+    iteration line, or no Step Time line."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.tflops: list[float] = []
+        self.iterations = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.iterations:
+            return
+        if b"elapsed time per iteration" in chunk:
+            self.iterations = True
+            return
+        if b"Step Time : " not in chunk:
+            return
+        for m in _STEP_TIME.finditer(chunk):
+            if len(self.seconds) >= MAX_SAMPLES:
+                return
+            seconds, tflops = _float(m.group(1)), _float(m.group(2))
+            if seconds is not None and math.isfinite(seconds):
+                self.seconds.append(seconds)
+                if tflops is not None and math.isfinite(tflops):
+                    self.tflops.append(tflops)
+
+    def finish(self) -> dict | None:
+        if self.iterations or not self.seconds:
+            return None
+        return {
+            "lines": len(self.seconds),
+            "median_s": statistics.median(self.seconds),
+            "mean_s": statistics.fmean(self.seconds),
+            "median_tflops": statistics.median(self.tflops) if self.tflops else None,
+        }
+
+
 _NEMO = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*train_step_timing[^\n]*)")
 
 
@@ -184,7 +243,7 @@ class NeMo2Reader(_Iterations):
         if b"train_step_timing in s" not in chunk:
             return
         for _, line in lines_containing(chunk, b"train_step_timing in s"):
-            m = _NEMO.search(line)
+            m = _NEMO.search(_plain(line))
             if m is None:
                 continue
             fields = _fields(m.group(3))
@@ -204,7 +263,6 @@ class NeMo2Reader(_Iterations):
             )
 
 
-_ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 _TITAN = re.compile(rb"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 _TITAN_STEP = re.compile(rb" - INFO - step:\s*(\d{1,12})\s+(.*)")
 _TITAN_FIELD = re.compile(rb"(\w+):\s+(\S+)")
@@ -260,7 +318,7 @@ class TorchTitanReader(_Iterations):
             b"Training starts at step",
             b"Training completed",
         ):
-            line = _ANSI.sub(b"", line) if b"\x1b" in line else line
+            line = _plain(line)
             if (stamp := _TITAN.search(line)) is None:
                 continue
             rank = line[: stamp.start()].strip()
@@ -516,6 +574,8 @@ class NcclTransportReader:
 # memory'"); Megatron-Core's NaN checks (megatron/core/rerun_state_machine.py: "Unexpected result nan ...
 # (message='found NaN in local grad norm ...')"); Slurm's "*** JOB 123 ON node CANCELLED AT ... DUE TO TIME
 # LIMIT ***" and "srun: error: node: task 3: Exited with exit code 1"; torchrun's "closing signal SIGTERM".
+# A Slurm cancel that names no cause ("*** JOB 123 ON node CANCELLED AT 2025-03-01T10:00:00 ***", the same
+# for "*** STEP 123.0 ON ..."): scancel, by a user, an administrator or a tool.
 _OOM = (
     b"CUDA out of memory",
     b"CUDA error: out of memory",
@@ -543,8 +603,27 @@ _FAILURE_NEEDLES = {
     ),
     "time_limit": ((b"CANCELLED AT",), (b"DUE TO TIME LIMIT",)),
     "preempted": ((b"CANCELLED AT",), (b"DUE TO PREEMPTION",)),
+    "cancelled": ((b"CANCELLED AT",), (b"CANCELLED AT",)),
     "task_exit": ((b"srun: error:",), (b": Exited with exit code", b": Terminated")),
+    # torch.distributed.elastic's agent: "failed (exitcode: -6) local_rank: 6 (pid: 1234) of binary: ..."
+    "worker_failed": ((b"failed (exitcode: ",), (b"failed (exitcode: ",)),
 }
+_SLURM_CANCEL = re.compile(rb"\*\*\* (?:JOB|STEP) \S{1,64} ON \S{1,256} CANCELLED AT \S{1,64}")
+_SLURM_CAUSES = (b"DUE TO TIME LIMIT", b"DUE TO PREEMPTION", b"DUE TO NODE FAILURE")
+_WORKER_FAILED = re.compile(rb"failed \(exitcode: (-?\d{1,9})\) local_rank: \d{1,9}")
+# A kind's line must also pass this test (the others: their words are enough).
+_ACCEPT = {
+    "cancelled": lambda line: (
+        _SLURM_CANCEL.search(line) is not None and not any(c in line for c in _SLURM_CAUSES)
+    ),
+    "worker_failed": lambda line: _WORKER_FAILED.search(line) is not None,
+}
+# torch/distributed/elastic/multiprocessing/errors: ChildFailedError's report ends with the failure it
+# observed first, "Root Cause (first observed failure):" then "[0]:" and "  key : value" lines (time, host,
+# rank, exitcode, error_file, traceback: "Signal 6 (SIGABRT) received by PID 1234" for a signalled worker).
+_ROOT_CAUSE = b"Root Cause (first observed failure):"
+_ROOT_FIELD = re.compile(rb"(time|host|rank|exitcode|error_file|traceback)\s{0,32}:\s?(.{0,400})")
+_ROOT_LINES = 12  # lines of a root-cause block read at most
 # Read in the log's last TAIL bytes only, where they are: the last words of a launcher, and llmb's own
 # note on an attempt that Slurm ended (a retry's log names its predecessor's end differently).
 TAIL = 1 << 20
@@ -579,7 +658,8 @@ _CONTINUATION = 4
 def _clean(line: bytes, at: int | None = None) -> bytes:
     """The error text alone: the ``\\r``-separated segment of ``line`` that holds
     ``at`` (None: the last one with text; a progress bar redraws its line after a
-    ``\\r``), less a progress bar and rank prefixes (``[rank3]:``, ``0:``, ``job/3``) before it."""
+    ``\\r``), less a progress bar, colour codes and rank prefixes (``[rank3]:``, ``0:``,
+    ``job/3``) before it."""
     if at is None:
         segments = [s for s in line.split(b"\r") if s.strip()]
         text = segments[-1] if segments else b""
@@ -592,6 +672,7 @@ def _clean(line: bytes, at: int | None = None) -> bytes:
     bars = list(_BAR.finditer(text, low, high))
     if bars:
         text = text[bars[-1].end() :]
+    text = _plain(text)
     rank = _RANK_PREFIX.match(text)
     return text[rank.end() :] if rank else text
 
@@ -602,6 +683,27 @@ def _message(text: bytes, detail: bytes = b"") -> str:
         more = f" ({detail.decode('utf-8', 'replace').strip()})"
         return message[: max(0, MAX_MESSAGE - len(more))] + more
     return message[:MAX_MESSAGE]
+
+
+def _signal_name(exitcode: bytes) -> bytes:
+    """The signal a worker's negative exit code stands for (torch's ``-6``: ``SIGABRT``), else b""."""
+    try:
+        return signal.Signals(-int(exitcode)).name.encode() if int(exitcode) < 0 else b""
+    except ValueError:
+        return b""
+
+
+def _root_cause_message(fields: dict[bytes, bytes]) -> str:
+    """One line of a root-cause block's fields: who failed and how, in torch's words."""
+    rank, host = fields.get(b"rank"), fields.get(b"host")
+    code, trace = fields.get(b"exitcode", b""), fields.get(b"traceback", b"")
+    text = _ROOT_CAUSE + b" rank " + (rank or b"?")
+    text += b" on " + host if host else b""
+    text += b", exitcode " + code if code else b""
+    if trace.startswith(b"Signal "):  # "Signal 6 (SIGABRT) received by PID 1234"
+        return _message(text + b": " + trace)
+    number = re.match(rb"-?\d{1,9}", code)
+    return _message(text, _signal_name(number.group(0)) if number else b"")
 
 
 def _kind_of(text: bytes) -> str:
@@ -640,16 +742,19 @@ def _lines_from(chunk: bytes, position: int, count: int) -> list[bytes]:
 
 
 def _first_line(
-    chunk: bytes, marks: tuple[bytes, ...], words: tuple[bytes, ...]
+    chunk: bytes,
+    marks: tuple[bytes, ...],
+    words: tuple[bytes, ...],
+    accept: Callable[[bytes], bool] | None = None,
 ) -> tuple[int, int] | None:
     """(line start, mark position) of the first line of ``chunk`` that holds one of
-    ``marks`` and one of ``words``, or None."""
+    ``marks`` and one of ``words`` (and passes ``accept``), or None."""
     first = None
     for mark in marks:
         position = chunk.find(mark)
         while position >= 0 and (first is None or position < first[1]):
             start, line = _line_at(chunk, position)
-            if any(word in line for word in words):
+            if any(word in line for word in words) and (accept is None or accept(line)):
                 first = (start, position)
                 break
             position = chunk.find(mark, start + len(line))
@@ -660,13 +765,17 @@ class FailureReader:
     """The lines that say why a run stopped, each kind's first in log order with
     its offset (``Failure``): CUDA out of memory (PyTorch's and NCCL's words),
     a NaN or Inf found by Megatron-Core's checks, an NCCL watchdog timeout, a
-    node failure, a Slurm time limit or preemption (Slurm's words), the
+    node failure, a Slurm time limit, preemption or cancel (Slurm's words), the
     exception that ends a Python traceback (the first that is not a symptom:
     later ranks usually fail because the first did; an exception's kind follows
-    its words, so ``torch.OutOfMemoryError`` is ``cuda_oom``), and the
-    symptoms that follow a failure (srun's task exits, torchrun's
-    ``ChildFailedError`` and its signals: SIGTERM ones are looked for in the
-    log's last ``TAIL`` bytes). ``analyze`` picks the reason among them."""
+    its words, so ``torch.OutOfMemoryError`` is ``cuda_oom``), torchrun's
+    account of the worker that failed first (``worker_failed``: its agent's
+    ``failed (exitcode: -6) local_rank: 6`` line, in the words of the first
+    ``Root Cause (first observed failure)`` block where there is one: rank,
+    host, exit code, signal), and the symptoms that follow a failure (srun's
+    task exits, torchrun's ``ChildFailedError`` and its signals: SIGTERM ones
+    are looked for in the log's last ``TAIL`` bytes). ``analyze`` picks the
+    reason among them."""
 
     def __init__(self) -> None:
         self.found: dict[str, tuple[int, str]] = {}  # kind -> (offset, message) of its first
@@ -676,6 +785,9 @@ class FailureReader:
         self.open: tuple[bytes, int] | None = None
         # the last chunks, holding the last TAIL bytes (joined once, at the end)
         self.tail: list[bytes] = []
+        # torchrun's first root-cause block: (offset, fields) while its lines are read, then (offset, message)
+        self.reading: tuple[int, dict[bytes, bytes], int] | None = None
+        self.root_cause: tuple[int, str] | None = None
 
     def _record(self, kind: str, offset: int, message: str) -> None:
         if kind not in self.found or offset < self.found[kind][0]:
@@ -683,6 +795,8 @@ class FailureReader:
 
     def feed(self, chunk: bytes) -> None:
         self._needles(chunk)
+        if self.reading is not None or (self.root_cause is None and _ROOT_CAUSE in chunk):
+            self._root_causes(chunk)
         position = 0
         if self.open is not None:
             prefix, at = self.open
@@ -715,11 +829,46 @@ class FailureReader:
         for kind, (cheap, marks) in _FAILURE_NEEDLES.items():
             if kind in self.found or not any(has(literal) for literal in cheap):
                 continue
-            if found := _first_line(chunk, marks, cheap):
+            if found := _first_line(chunk, marks, cheap, _ACCEPT.get(kind)):
                 start, at = found
-                self._record(
-                    kind, self.offset + start, _message(_clean(_line_at(chunk, at)[1], at - start))
-                )
+                line = _line_at(chunk, at)[1]
+                # worker_failed: from torch's words on (the logger's prefix says nothing)
+                if kind == "worker_failed":
+                    text = line[at - start :]
+                    code = _WORKER_FAILED.search(text)
+                    message = _message(text, _signal_name(code.group(1) if code else b""))
+                else:
+                    message = _message(_clean(line, at - start))
+                self._record(kind, self.offset + start, message)
+
+    def _root_causes(self, chunk: bytes) -> None:
+        """The first root-cause block of torchrun's report, its fields read on however many chunks."""
+        position = self._root_fields(chunk, 0) if self.reading is not None else 0
+        if self.root_cause is None and self.reading is None:
+            if (at := chunk.find(_ROOT_CAUSE, position)) >= 0:
+                start = chunk.rfind(b"\n", 0, at) + 1
+                end = chunk.find(b"\n", at)
+                self.reading = (self.offset + start, {}, 0)
+                if end >= 0:
+                    self._root_fields(chunk, end + 1)
+
+    def _root_fields(self, chunk: bytes, position: int) -> int:
+        """Read a root-cause block's ``key : value`` lines from ``position``; the position after them."""
+        offset, fields, seen = self.reading
+        while position < len(chunk):
+            end = chunk.find(b"\n", position)
+            end = len(chunk) if end < 0 else end
+            text = _clean(chunk[position:end]).strip()
+            position, seen = end + 1, seen + 1
+            if (m := _ROOT_FIELD.match(text)) is not None:
+                fields[m.group(1)] = m.group(2).strip()
+            elif not (text.startswith(b"[") and text.endswith(b"]:")):  # "[0]:" opens the entry
+                seen = _ROOT_LINES  # "=====": the block's end
+            if b"traceback" in fields or seen >= _ROOT_LINES:
+                self.reading, self.root_cause = None, (offset, _root_cause_message(fields))
+                return position
+        self.reading = (offset, fields, seen)
+        return position
 
     def _follow(self, chunk: bytes, position: int, prefix: bytes, at: int) -> int:
         """Walk the traceback's lines (those with its prefix) to the exception;
@@ -769,10 +918,47 @@ class FailureReader:
                     start + line_start,
                     _message(_clean(_line_at(tail, at)[1], at - line_start)),
                 )
+        if self.reading is not None:  # a block cut off by the end of the log
+            self.root_cause = (self.reading[0], _root_cause_message(self.reading[1]))
+        if self.root_cause is not None:
+            # torchrun's own account of the worker that failed first names more than its agent's
+            # "failed (exitcode: ...)" line (the rank, the host, the signal): its words, the earlier place
+            offset, message = self.root_cause
+            if (line := self.found.get("worker_failed")) is not None:
+                offset = min(offset, line[0])
+            self.found["worker_failed"] = (offset, message)
         return [
             Failure(kind=kind, message=message, offset=offset)
             for kind, (offset, message) in sorted(self.found.items(), key=lambda item: item[1][0])
         ]
+
+
+# Megatron-LM's and Megatron-Bridge's pretrain() print it on rank 0 once the training loop returned after its
+# last iteration (an early exit, by signal, duration or interval, leaves by sys.exit before it).
+_TRAINING_DONE = b"[after training is done] datetime: "
+
+
+class TrainingDoneReader:
+    """Where Megatron's ``[after training is done] datetime: 2025-12-03 14:45:03``
+    is, in the text the failures parser reads (so ``analyze`` can tell a failure
+    that came after training finished, a hang at exit until Slurm's time limit,
+    from one that ended training), and its words: ``{"offset": ..., "line": ...}``
+    or None. It must be registered just before that parser: both then read the
+    same chunks, the NCCL trace lines taken out."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.found: dict | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.found is None and _TRAINING_DONE in chunk:
+            at = chunk.find(_TRAINING_DONE)
+            start, line = _line_at(chunk, at)
+            self.found = {"offset": self.offset + start, "line": _message(_clean(line, at - start))}
+        self.offset += len(chunk)
+
+    def finish(self) -> dict | None:
+        return self.found
 
 
 BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the others read
@@ -785,6 +971,11 @@ BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the
     LogParser(
         "megatron_bridge", "Megatron-Bridge iteration and Step Time lines", MegatronBridgeReader
     ),
+    LogParser(
+        "step_time_lines",
+        "Megatron-Bridge Step Time lines in a log without iteration lines (a rank-0-only log)",
+        StepTimeLinesReader,
+    ),
     LogParser("nemo2", "NeMo 2 (Lightning) iteration lines", NeMo2Reader),
     LogParser(
         "torchtitan",
@@ -795,9 +986,13 @@ BUILTIN_PARSERS = (  # NCCL first: it takes the collective lines out of what the
         "checkpoint", "checkpoint save and load timings (Megatron and NeMo)", CheckpointReader
     ),
     LogParser(
+        "training_done", "Megatron's [after training is done] line, where it is", TrainingDoneReader
+    ),
+    LogParser(
         "failures",
         "why a run stopped: CUDA OOM, NaN check, NCCL watchdog timeout, node failure, Slurm time "
-        "limit or preemption, Python exception, and the symptoms that follow them",
+        "limit, preemption or cancel, Python exception, torchrun's root cause, and the symptoms that "
+        "follow them",
         FailureReader,
     ),
 )

@@ -39,8 +39,10 @@ STATUSES = (
 # The version of what llmb derives from a log; bump it when a change adds or alters a result's
 # fields (2: MFU against both peaks, NCCL transports; 3: the first real error in log order is the
 # failure, new failure kinds, torchtitan logs, unusable step times; 4: implausible figures, one reference
-# policy with the figure's source and batch), so stored results are computed again.
-ANALYSIS = 4
+# policy with the figure's source and batch; 5: torchrun's root cause and Slurm's cancels are read, Step
+# Time lines without iteration lines, a failure after training finished no longer fails the run), so
+# stored results are computed again.
+ANALYSIS = 5
 
 
 _ATOMIC = frozenset((type(None), bool, int, float, complex, str, bytes))
@@ -155,6 +157,11 @@ class Failure:
 # symptoms: what a launcher or Slurm says once something else failed (analyze never names one while the
 # log holds a cause).
 SYMPTOMS = ("task_exit", "child_failed", "signal")
+# What a launcher says of the worker that failed first, when that worker said nothing itself (torchrun's
+# "failed (exitcode: -6) local_rank: 6" and its "Root Cause (first observed failure)" block: the rank, its
+# exit code or signal): a reason over every symptom (the SIGTERMs torchrun then sends the other workers),
+# never over a cause a worker or Slurm named.
+LAUNCHER_CAUSES = ("worker_failed",)
 
 
 @dataclass(frozen=True)
