@@ -368,12 +368,15 @@ def _render(
     """The comparison table (each run by its short name and job), the verdicts' details under it, what was
     measured against what was published, and the tally."""
     from llmb.cli.output import Column, fit_text
-    from llmb.cli.results_cmd import grouped_notes, job_label
+    from llmb.cli.results_cmd import grouped_notes, job_label, note_labels
     from llmb.recipes.references import Figure
     from llmb.results.compare import regressed
 
+    labels = note_labels(names, [result for _, result, _, _, _ in report], places)
     rows, details = [], []
-    for shown, (_, result, _, verdicts, _), where in zip(names, report, places, strict=True):
+    for shown, label, (_, result, _, verdicts, _), where in zip(
+        names, labels, report, places, strict=True
+    ):
         run = job_label(result, where)
         for v in verdicts:
             step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
@@ -391,7 +394,7 @@ def _render(
             )
             if v.detail:
                 detail = v.detail if v.against == "run" else f"against {v.against}: {v.detail}"
-                details.append((shown if run == "-" else run, detail))
+                details.append((label, detail))
     parts = [
         render_table(
             [
@@ -409,13 +412,12 @@ def _render(
     ]
     if details:
         parts.append("\n" + fit_text("\n".join(grouped_notes(details))))
-    for shown, (_, result, _, _, published), where in zip(names, report, places, strict=True):
+    for label, (_, result, _, _, published) in zip(labels, report, strict=True):
         if not isinstance(published, Figure) or not (result.stats and result.stats.time_mean_ms):
             continue
-        run = job_label(result, where)
         tuned = result.context.tuned
         measured = (
-            f"\n{shown if run == '-' else run}"
+            f"\n{label}"
             + (f" tuned ({tuned})" if tuned else "")
             + f": measured {_fmt(result.stats.time_mean_ms, 1)} ms per step, "
             + f"{_fmt(result.tokens_per_s, 0)} tokens/s, "

@@ -235,6 +235,19 @@ def job_label(result, where=None) -> str:
     return accepted_job_id(result.context.job_id) or "-"
 
 
+def note_labels(names: list[str], results: list, places: list) -> list[str]:
+    """What each run's notes under a table start with: its JOB column's id where it has one (short, and
+    unique); else its name in the table, or where several runs share that name, its run directory's."""
+    shared = {name for name in names if names.count(name) > 1}
+    labels = []
+    for name, result, where in zip(names, results, places, strict=True):
+        run = job_label(result, where)
+        if run == "-":
+            run = display_name(where, False) if name in shared and where is not None else name
+        labels.append(run)
+    return labels
+
+
 def _f(value, digits: int) -> str:
     from llmb.figures import figure
 
@@ -320,11 +333,9 @@ def render(
     ]
     text = render_table(results_columns(full_names), table)
     notes = []
-    shared = {name for name in names if names.count(name) > 1}
-    for name, r, result, where in zip(names, rows, results, places, strict=True):
-        run = job_label(result, where)  # the JOB column's id where there is one: short, and unique
-        if run == "-":  # no job: the name, or where several runs have it, the run's directory's
-            run = display_name(where, False) if name in shared and where is not None else name
+    labels = note_labels(names, results, places)
+    for label, r, result in zip(labels, rows, results, strict=True):
+        run = label
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
         borrowed = result.reference and result.reference.get("source") != "recipe"
