@@ -236,6 +236,7 @@ def test_the_verdict_matrix(cli, tmp_path, monkeypatch, status, reference, gpu_s
     if gpu_source != "unknown":
         shown = {"flag": "--gpu"}.get(gpu_source, gpu_source)
         assert (row["gpu"], row["gpu_source"]) == (config.gpu, shown)
+        assert bool(row["tuned"]) == tuned, row["tuned"]
     # the table says the same, and a tuned run is never shown as the official configuration
     text = cli(*args)
     assert text.code == code

@@ -287,6 +287,9 @@ def compare_command(
                     "status": result.status,
                     "gpu": result.context.gpu,
                     "gpu_source": result.context.gpu_source,
+                    # the settings that differ from the official configuration (--set, or the layout its
+                    # name gives); its published figure is the official configuration's
+                    "tuned": result.context.tuned,
                     "time_mean_ms": result.stats.time_mean_ms if result.stats else None,
                     "tokens_per_s": result.tokens_per_s,
                     "mfu_pct": result.mfu_pct,
