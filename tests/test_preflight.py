@@ -300,7 +300,10 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
     status = json.loads(llmb_proc("status", report["job_id"], "--json", env=env).out)
     assert status["state"] == "SUCCEEDED"
     text = llmb_proc("status", report["job_id"], env=env).out
-    assert "preflight   not_judged; flagged nodes: none" in text
+    assert (
+        "preflight   not judged; flagged nodes: none; no threshold applied for: CPU ranks: no "
+        "datasheet figure; 1 node: no peers" in text
+    )
     # The table and verdict, as a person reads them.
     again = llmb_proc(
         "preflight",
@@ -391,3 +394,42 @@ def test_exclude_from_puts_the_flagged_nodes_in_the_sbatch_script(llmb_proc, tmp
     )
     assert result.code == 0, result.err[-3000:]
     assert "#SBATCH --exclude=node9,node3" in result.out
+
+
+def test_exclude_from_a_preflight_that_judged_nothing_warns(llmb_proc, tmp_path):
+    """A not_judged preflight flags no node because it checked none: a run that uses it is told so."""
+    path = tmp_path / "preflight.json"
+    path.write_text(
+        json.dumps(
+            {
+                "job_id": "local-1",
+                "verdict": "not_judged",
+                "not_applied": ["CPU ranks: no datasheet figure", "1 node: no peers"],
+                "exclude": [],
+            }
+        )
+    )
+    result = llmb_proc(
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "2",
+        "--proxy",
+        "tiny",
+        "--exclude-from",
+        str(path),
+        "--dry-run",
+        env={"LLMB_INSTALL": str(tmp_path / "install")},
+        timeout=120,
+    )
+    assert result.code == 0, result.err[-3000:]
+    assert (
+        f"llmb: warning: --exclude-from {path}: that preflight applied no thresholds (CPU ranks: no "
+        "datasheet figure; 1 node: no peers), so it flags no node and checked none" in result.err
+    )

@@ -140,7 +140,12 @@ def summary(status: JobStatus) -> str:
             lines.append(f"  preflight   {preflight['error']}")
         else:
             flagged = ", ".join(preflight.get("exclude") or ()) or "none"
-            lines.append(f"  preflight   {preflight.get('verdict')}; flagged nodes: {flagged}")
+            verdict = str(preflight.get("verdict")).replace("_", " ")
+            skipped = "; ".join(str(n) for n in preflight.get("not_applied") or ())
+            lines.append(
+                f"  preflight   {verdict}; flagged nodes: {flagged}"
+                + (f"; no threshold applied for: {skipped}" if skipped else "")
+            )
             lines.append(f"  report      {preflight.get('report')}")
     elif result:
 

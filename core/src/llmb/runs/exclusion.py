@@ -34,6 +34,14 @@ def read(path: str) -> dict:
             f"--exclude-from {path}: no list of node names under 'exclude'; give the preflight.json "
             f"llmb preflight wrote."
         )
+    if data.get("verdict") == "not_judged":  # llmb.preflight.verdict.NOT_JUDGED
+        from llmb.log import warn
+
+        skipped = "; ".join(str(n) for n in data.get("not_applied") or ()) or "none applied"
+        warn(
+            f"--exclude-from {path}: that preflight applied no thresholds ({skipped}), so it flags no "
+            f"node and checked none; the job may land on a slow node."
+        )
     return {
         "path": os.path.abspath(path),
         "sha256": hashlib.sha256(raw).hexdigest(),
