@@ -259,3 +259,22 @@ def test_colour_codes_around_fields_are_read_through(tmp_path):
     assert findings["nemo2"].samples[45].step_time_ms == pytest.approx(6080.0)
     [failure] = findings["failures"]
     assert failure.message == "RuntimeError: bad tensor shape"
+
+
+def test_torchtitan_lines_from_before_its_titan_prefix_are_read(tmp_path):
+    # torchtitan's logger had no "[titan]" before pytorch/torchtitan#861 (2025-02-19); here under
+    # srun --label and in its colours, as tests/real_logs/torchtitan/srun-label-colour-codes-* has them
+    def line(stamp: str, step: int, loss: str) -> str:
+        return (
+            f"1: 2025-03-04 {stamp} - root - INFO - \x1b[36mstep: {step}  \x1b[32mloss:  {loss}  "
+            "\x1b[33mmemory: 68.57GiB(86.69%)  \x1b[34mtps: 6,785  \x1b[35mmfu: 39.73%\x1b[39m"
+        )
+
+    text = line("00:44:34,441", 1980, "3.4500") + "\n" + line("00:44:44,441", 1990, "3.4370") + "\n"
+    log = scan_text(tmp_path, text).findings["torchtitan"]
+    assert log is not None  # before: None, no "[titan] " in the log
+    sample = log.samples[1990]
+    assert (sample.step_time_ms, sample.loss, sample.mfu_pct) == (1000.0, 3.437, 39.73)
+    # another program's root-logger line is not torchtitan's
+    other = "2025-03-04 00:44:44,441 - trainer - INFO - step: 5  loss:  1.0\n"
+    assert scan_text(tmp_path, other).findings["torchtitan"] is None

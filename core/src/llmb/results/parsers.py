@@ -263,7 +263,13 @@ class NeMo2Reader(_Iterations):
             )
 
 
-_TITAN = re.compile(rb"\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+# torchtitan's logger stamp: "[titan] 2025-04-03 16:32:20,143 " since pytorch/torchtitan#861
+# (2025-02-19); before it, no "[titan]": "2025-03-04 00:44:44,441 - root - INFO - ..." (then the
+# stamp must be followed by the root logger's name; a fixed-length look-ahead)
+_TITAN = re.compile(
+    rb"(?:\[titan\] |(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - root - ))"
+    rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) "
+)
 _TITAN_STEP = re.compile(rb" - INFO - step:\s*(\d{1,12})\s+(.*)")
 _TITAN_FIELD = re.compile(rb"(\w+):\s+(\S+)")
 _TITAN_TOTAL = re.compile(rb"total steps (\d{1,12})\b")
@@ -308,8 +314,9 @@ class TorchTitanReader(_Iterations):
         self.previous: dict[bytes, tuple[int, float]] = {}
 
     def feed(self, chunk: bytes) -> None:
-        # its logger's "[titan] 2025-04-03 16:32:20,143 - ": a long literal is cheap
-        if b"[titan] 20" not in chunk:
+        # its logger's "[titan] 2025-04-03 16:32:20,143 - " (before #861: "... - root - INFO - "):
+        # long literals are cheap
+        if b"[titan] 20" not in chunk and b" - root - INFO - " not in chunk:
             return
         for _, line in lines_containing(
             chunk,
