@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from llmb.recipes import references
 from llmb.yamlio import load_yaml_file
 
 COPIES = Path(__file__).parent / "upstream_copies" / "NVIDIA+dgxc-benchmarking"
@@ -39,7 +41,8 @@ def copy(tag: str) -> dict:
 
 
 def lines(tag: str, path: str) -> list[str]:
-    return [text for _, text in sorted((copy(tag)["files"][path].get("lines") or {}).items())]
+    recorded = copy(tag)["files"][path].get("lines") or {}
+    return [recorded[n] for n in sorted(recorded, key=int)]  # in line order
 
 
 def containers(tag: str, folder: str, model: str) -> dict[str, set[str]]:
@@ -230,19 +233,165 @@ def test_plan_of_a_workload_without_a_recorded_recipe_has_no_follows_line(cli):
     assert shown["follows"] is None
 
 
-# ---------------------------------------------------------------- known: Nemotron-4's label
+# ---------------------------------------------------------------- Nemotron-4: one container per GPU type
+
+NEMOTRON4 = ("v25.12.01", "nemotron4-340b")
+HEADINGS = {"## H100": "h100", "## GB200": "gb200", "## GB300": "gb300", "## B200": "b200"}
+SECTIONS = {"### GB300 Workloads": "gb300", "### GB200 Workloads": "gb200", "### B200 Workloads": "b200",
+            "### H100 Workloads": "h100"}  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seeds/nemotron4-340b.md flattens the v25.10-v25.12.02 nemotron4-340b recipe, which runs "
-    "nemo:25.09.00 (nemo:25.07.01 on GB200 and B200, metadata.yaml container.images.by_gpu); llmb labels "
-    "it nemo:25.04.01 and has one container per variant, not per GPU type",
-)
-def test_nemotron4s_container_is_one_its_recipe_release_runs(host):
-    said = {
-        m.group(1)
-        for text in lines("v25.12.01", "nemotron4-340b/metadata.yaml")
-        if (m := re.search(r"- '(.+)'", text))
+def nemotron4_containers_by_gpu() -> dict[str, dict[str, str]]:
+    """What each recorded place of the v25.12.01 nemotron4-340b recipe says each GPU type runs in."""
+    tag, folder = NEMOTRON4
+    metadata = lines(tag, f"{folder}/metadata.yaml")
+    by_gpu, key = {}, None
+    for text in metadata[metadata.index("    by_gpu:") + 1 :]:
+        if m := re.fullmatch(r"      (\w+):", text):
+            key = m.group(1)
+        elif m := re.fullmatch(r"        - '(.+)'", text):
+            by_gpu[key] = m.group(1)
+
+    def version(text: str) -> str:
+        return re.search(r"FW_VERSION=(\S+)", text).group(1)
+
+    # launch.sh: FW_VERSION for gb200 and b200, then for the others; setup.sh: for gb300 and h100, then others
+    launch = lines(tag, f"{folder}/launch.sh")
+    assert (
+        launch[1] == "if [ $GPU_TYPE = gb200 ] || [ $GPU_TYPE = b200 ]; then"
+        and launch[3] == "else"
+    )
+    then, otherwise = version(launch[2]), version(launch[4])
+    setup = lines(tag, f"{folder}/setup.sh")
+    assert (
+        setup[0] == "if [ $GPU_TYPE = gb300 ] || [ $GPU_TYPE = h100 ]; then" and setup[2] == "else"
+    )
+    first, second = version(setup[1]), version(setup[3])
+    readme, section = {}, None
+    for text in lines(tag, "README.md"):
+        section = SECTIONS.get(text, section)
+        if f"]({folder}/README.md)" in text:
+            readme[section] = [c.strip() for c in text.split("|")][4]
+    nemo = "nvcr.io#nvidia/nemo:"
+    gpus = ("h100", "gb200", "gb300", "b200")
+    return {
+        "metadata.yaml container.images.by_gpu": {
+            g: by_gpu.get(g, by_gpu["default"]) for g in gpus
+        },
+        "launch.sh FW_VERSION": {
+            g: nemo + (then if g in ("gb200", "b200") else otherwise) for g in gpus
+        },
+        "setup.sh FW_VERSION": {
+            g: nemo + (first if g in ("gb300", "h100") else second) for g in gpus
+        },
+        "README.md Container Version": {g: nemo + readme[g] for g in gpus},
     }
-    assert host.workload("nemotron4").variant("nemo2").container in said
+
+
+def test_nemotron4s_container_is_one_its_recipe_release_runs(host):
+    """The v25.12.01 recipe the document flattens runs nemo:25.09.00, and nemo:25.07.01 on GB200 and
+    B200: its metadata, launch and set-up scripts and the collection's per-GPU tables agree, and the
+    variant's container on each GPU type of its tables (its default image there) is that one."""
+    workload = host.workload("nemotron4")
+    variant = workload.variant("nemo2")
+    said = nemotron4_containers_by_gpu()
+    (upstream,) = {tuple(sorted(by_gpu.items())) for by_gpu in said.values()}
+    assert dict(upstream) == {
+        "h100": "nvcr.io#nvidia/nemo:25.09.00",
+        "gb300": "nvcr.io#nvidia/nemo:25.09.00",
+        "gb200": "nvcr.io#nvidia/nemo:25.07.01",
+        "b200": "nvcr.io#nvidia/nemo:25.07.01",
+    }
+    ours = {s.gpu: variant.container_for(s.gpu) for s in variant.series}
+    assert ours == dict(upstream)
+    # the default (a GPU type the recipe has no table for) is the metadata's default
+    assert variant.container == variant.container_for(None) == variant.container_for("b300")
+    assert variant.container == said["metadata.yaml container.images.by_gpu"]["h100"]
+    assert variant.containers() == ("nvcr.io#nvidia/nemo:25.09.00", "nvcr.io#nvidia/nemo:25.07.01")
+    title = workload.documents[variant.seed]
+    assert "nemo:25.09.00" in title and "nemo:25.07.01 on GB200 and B200" in title
+    assert "25.04.01" not in title
+
+
+def test_nemotron4_records_the_release_its_document_flattens(host, seeds):
+    """The document's tables are the v25.12.01 README's, in its order (H100, GB200, GB300, B200, under
+    headings the flattened document lost), and the variant says which release and commit that is."""
+    tag, folder = NEMOTRON4
+    variant = host.workload("nemotron4").variant("nemo2")
+    upstream = variant.upstream
+    assert (upstream.repository, upstream.release, upstream.commit, upstream.path) == (
+        REPOSITORY,
+        tag,
+        copy(tag)["commit"],
+        f"{folder}/README.md",
+    )
+    recorded = lines(tag, f"{folder}/README.md")
+    headings = [HEADINGS[text] for text in recorded if text in HEADINGS]
+    assert headings == list(dict.fromkeys(t.gpu for t in variant.series))
+    cells = [[c.strip() for c in text.strip("|").split("|")] for text in recorded if "340b" in text]
+    ours = (seeds / variant.seed).read_text().splitlines()
+    firsts = [ours[i + 2] for i, line in enumerate(ours) if line.startswith("| Size |")]
+    first_rows = [[c.strip() for c in row.strip("|").split("|")] for row in firsts]
+    # the first row of H100's one table and of each other GPU type's first (weak scaling) one
+    assert [first_rows[0], *first_rows[1::2]] == cells
+    # the current release has no such recipe: it lists it as deprecated, last in v26.02.01
+    deprecated = [t for t in lines(upstream.current_release, "README.md") if "Nemotron4 340B" in t]
+    assert [c.strip() for c in deprecated[0].split("|")][-2] == "26.02.01"
+    assert (
+        upstream.current_container == ""
+        and "deprecated, last in v26.02.01" in upstream.current_differs
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpu", "gpus", "image"),
+    [
+        ("gb200", "128", "nvcr.io#nvidia/nemo:25.07.01"),
+        ("b200", "128", "nvcr.io#nvidia/nemo:25.07.01"),
+        ("h100", "256", "nvcr.io#nvidia/nemo:25.09.00"),
+        ("gb300", "128", "nvcr.io#nvidia/nemo:25.09.00"),
+    ],
+)
+def test_a_nemotron4_runs_default_image_is_its_gpu_types(cli, gpu, gpus, image):
+    """The image a run launches (the run spec's and the sbatch script's), what the plan says it follows
+    and the "measured with" of its figures are the GPU type's container."""
+    args = ("nemotron4", "--gpu", gpu, "--dtype", "fp8", "--gpus", gpus)
+    run = cli("run", *args, "--backend", "slurm", "--dry-run", "--json")
+    assert run.code == 0, run.err
+    shown = json.loads(run.out)
+    assert shown["run_spec"]["container"] == image
+    assert re.findall(r"--container-image=([^'\s]+)", shown["script"]) == [image]
+    plan = cli("plan", *args, "--json")
+    assert plan.code == 0, plan.err
+    follows = json.loads(plan.out)["follows"]
+    assert follows["container"] == image
+    assert follows["text"].startswith(f"the v25.12.01 recipe (nemo:{image.rsplit(':', 1)[1]})")
+
+
+def test_llmb_install_imports_each_gpu_types_nemotron4_container(cli):
+    def images(*args):
+        result = cli("install", "nemotron4", *args, "--dry-run", "--json")
+        assert result.code == 0, result.err
+        return [s["what"] for s in json.loads(result.out)["steps"] if s["kind"] == "image"]
+
+    assert images() == ["nvcr.io#nvidia/nemo:25.09.00", "nvcr.io#nvidia/nemo:25.07.01"]
+    assert images("--gpu", "gb200") == images("--gpu", "b200") == ["nvcr.io#nvidia/nemo:25.07.01"]
+    assert images("--gpu", "h100") == images("--gpu", "gb300") == ["nvcr.io#nvidia/nemo:25.09.00"]
+
+
+def test_the_figures_of_nemotron4_name_their_gpu_types_container(host):
+    """Each worked example's "measured with" is its GPU type's container (the 21.542 s GB200 output
+    nemo:25.07.01, the 4.31 s H100 example nemo:25.09.00)."""
+    workload = host.workload("nemotron4")
+    for gpu, dtype, gpus, scaling, container in (
+        ("gb200", "fp8", 128, "strong", "25.07.01"),
+        ("h100", "bf16", 256, "weak", "25.09.00"),
+    ):
+        config = references.Configuration("nemo2", "340b", gpu, dtype, gpus, scaling)
+        figure = references.find(workload, config)
+        assert figure.container == container, (gpu, figure)
+        newer = references.find(workload, replace(config, container="26.04.01"))
+        assert (
+            f"measured with nemo:{container}, older than the run's nemo:26.04.01"
+            in newer.describe()
+        )

@@ -139,6 +139,40 @@ def test_base_architectures_copy_and_convert():
         workload_from_dict(data)
 
 
+def test_a_variant_names_its_container_per_gpu_type():
+    """``containers_by_gpu`` names the image a GPU type of the variant's tables runs in where it is not
+    ``container`` (Nemotron-4 340B: nemo:25.07.01 on GB200 and B200); every other runs ``container``."""
+    data = minimal_workload()
+    h100_table = data["variants"][0]["tables"][0]
+    data["variants"][0]["tables"].append({**h100_table, "table": 3, "gpu": "gb200"})
+    data["variants"][0]["container"] = "nvcr.io#nvidia/nemo:25.09.00"
+    data["variants"][0]["containers_by_gpu"] = {"GB200": " nvcr.io#nvidia/nemo:25.07.01 "}
+    variant = workload_from_dict(data).variant("v")
+    assert variant.containers_by_gpu == {"gb200": "nvcr.io#nvidia/nemo:25.07.01"}
+    assert variant.container_for("gb200") == "nvcr.io#nvidia/nemo:25.07.01"
+    assert variant.container_for("h100") == variant.container_for(None) == variant.container
+    assert variant.containers() == ("nvcr.io#nvidia/nemo:25.09.00", "nvcr.io#nvidia/nemo:25.07.01")
+    assert variant.containers("gb200") == ("nvcr.io#nvidia/nemo:25.07.01",)
+    assert variant.containers("b200") == ()
+    plain = workload_from_dict(minimal_workload()).variant("v")
+    assert (plain.containers_by_gpu, plain.containers()) == ({}, ())  # no container named
+
+    for by_gpu, container, message in (
+        ({"gb200": "x"}, None, "variant v: containers_by_gpu: needs the variant's container too"),
+        ({"a100": "x"}, "c", "containers_by_gpu: unknown GPU type 'a100'; valid: "),
+        ({"b200": "x"}, "c", "containers_by_gpu: b200 has no table in this variant; its GPU types: h100, gb200"),
+        ({"gb200": "a b"}, "c", "containers_by_gpu: gb200: expected one container image"),
+        ({"gb200": None}, "c", "containers_by_gpu: gb200: expected one container image"),
+        ({"gb200": "x", "GB200": "y"}, "c", "containers_by_gpu: gb200 is named twice"),
+        (["gb200"], "c", "containers_by_gpu: expected a mapping of GPU types to container images"),
+        ({}, "c", "containers_by_gpu: expected a mapping of GPU types to container images"),
+    ):  # fmt: skip
+        data["variants"][0]["container"] = container
+        data["variants"][0]["containers_by_gpu"] = by_gpu
+        with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+            workload_from_dict(data)
+
+
 def test_load_workload_wraps_errors_with_the_file(monkeypatch):
     monkeypatch.setattr(
         "llmb.recipes.workload_file._read",

@@ -164,7 +164,7 @@ def test_every_seed_row_becomes_the_seeds_configuration(host, seeds, fixed_insta
         assert config["precision"]["preset"] == expected_preset(
             variant.framework, series.gpu, series.size, dtype, gpus
         ), where
-        assert config["container"] == variant.container, where
+        assert config["container"] == variant.container_for(series.gpu), where
 
         # The benchmark's fixed settings (field-facts §3).
         t = config["training"]

@@ -343,7 +343,8 @@ def test_gpu_type_comes_from_the_seed_variable(llmb_proc, tmp_path, enroot):
     report = result.json()
     assert report["gpu"] == "b200" and report["workloads"] == ["llama31", "nemotron4"]
     images = [s["what"] for s in report["steps"] if s["kind"] == "image"]
-    assert images == ["nvcr.io#nvidia/nemo:25.11.01", "nvcr.io#nvidia/nemo:25.04.01"]
+    # Nemotron-4's recipe runs nemo:25.07.01 on B200 (nemo:25.09.00 on H100 and GB300)
+    assert images == ["nvcr.io#nvidia/nemo:25.11.01", "nvcr.io#nvidia/nemo:25.07.01"]
 
 
 def test_install_help_imports_no_framework(llmb_proc, tmp_path):

@@ -153,7 +153,7 @@ def test_submission_sends_exactly_the_documented_requests(llmb_proc, env, fake):
     pvc = str(Path(env["PVC_DIR"]).parent)
     assert {k: v for k, v in spec.items() if k not in ("args", "environmentVariables")} == {
         "command": "bash",
-        "image": "nvcr.io/nvidia/nemo:25.04.01",
+        "image": "nvcr.io/nvidia/nemo:25.09.00",  # Nemotron-4's H100 container
         "compute": {"gpuDevicesRequest": 8, "largeShmRequest": True},
         "storage": {
             "pvc": [

@@ -93,7 +93,7 @@ on_signal() {
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
-srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=8 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:25.04.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_NVLS_ENABLE,NCCL_P2P_NET_CHUNKSIZE,NEMO_LOG_MEMORY_USAGE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FLASH_ATTN,NVTE_FUSED_ATTN,NVTE_FWD_LAYERNORM_SM_MARGIN,NVTE_NORM_BWD_USE_CUDNN,NVTE_NORM_FWD_USE_CUDNN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 4 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
+srun --kill-on-bad-exit=1 --wait=60 --ntasks-per-node=8 --mpi=pmix '--container-image=nvcr.io#nvidia/nemo:25.07.01' --no-container-mount-home --container-writable --container-mounts=$LLMB_INSTALL:$LLMB_INSTALL --container-env=CUDA_DEVICE_MAX_CONNECTIONS,HF_HUB_OFFLINE,LLMB_JOB_ID,MASTER_ADDR,MASTER_PORT,NCCL_NVLS_ENABLE,NCCL_P2P_NET_CHUNKSIZE,NEMO_LOG_MEMORY_USAGE,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FLASH_ATTN,NVTE_FUSED_ATTN,NVTE_FWD_LAYERNORM_SM_MARGIN,NVTE_NORM_BWD_USE_CUDNN,NVTE_NORM_FWD_USE_CUDNN,PYTHONPATH,PYTHONUNBUFFERED,TOKENIZERS_PARALLELISM,TORCH_NCCL_AVOID_RECORD_STREAMS,TRANSFORMERS_OFFLINE bash -c "$bind_rank" llmb-bind 4 0 0 python3 -m llmb.worker $LLMB_INSTALL/jobs/slurm-JOBID/run.json >> "$log_file" 2>&1 &
 srun_pid=$!
 wait "$srun_pid"
 code=$?

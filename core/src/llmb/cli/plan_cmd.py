@@ -241,7 +241,7 @@ def render_plan(plan) -> str:
         f"CUDA graphs {'on' if r.cuda_graphs else 'off'}, {r.steps} steps",
     ]
     if plan.variant.upstream:  # the public recipe these tables are, and the current release's
-        lines.insert(2, f"follows: {plan.variant.upstream.follows(plan.variant.container)}")
+        lines.insert(2, f"follows: {plan.variant.upstream.follows(plan.container)}")
     if plan.flops:
         terms = " + ".join(f"{name} {value:.4e}" for name, value in plan.flops.terms.items())
         lines.append(

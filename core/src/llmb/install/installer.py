@@ -161,7 +161,9 @@ def plan(
                 step.gated = step.gated or spec.gated
     folders = [os.path.join(install, "workloads", name, "experiments") for name in result.workloads]
     references = (
-        list(dict.fromkeys(v.container for _, v, _ in chosen if v.container)) if with_images else []
+        list(dict.fromkeys(c for _, v, _ in chosen for c in v.containers(gpu)))
+        if with_images
+        else []
     )
     if references:
         folders.insert(0, os.path.join(install, "images"))

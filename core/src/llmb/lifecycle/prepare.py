@@ -198,7 +198,7 @@ def where_it_runs(
         ):
             raise UsageError(
                 f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
-                f"({plan.workload.variant(recipe.variant).container}); it is not installed here. "
+                f"({plan.container}); it is not installed here. "
                 f"Use a cluster backend, or the torch engine (--engine torch)."
             )
         return options, device
@@ -517,7 +517,7 @@ def _spec(
         env=run.env,
         wrapper=run.wrapper,
         framework_config=framework_config,
-        container=plan.workload.variant(recipe.variant).container,
+        container=plan.container,
     )
 
 
@@ -599,7 +599,7 @@ def prepare(
         recipe_record(plan, spec, shape, backend_name, options, tuned, warnings),
         options.submit,
         where,
-        plan.workload.variant(recipe.variant).container,
+        plan.container,
         secret_names,
         options.preflight,
     )

@@ -185,6 +185,11 @@ class Plan:
         return self.workload.variant(self.recipe.variant) or self.workload.default_variant
 
     @property
+    def container(self) -> str:
+        """The container image the recipe runs in on its GPU type (a run's default image)."""
+        return self.variant.container_for(self.recipe.gpu)
+
+    @property
     def flops_use(self) -> tuple[FlopsUse, ...]:
         return flops_use(self.variant)
 
@@ -313,7 +318,7 @@ class Plan:
             "overrides": {k: str(v) for k, v in r.overrides},
             "source": r.provenance.describe() if r.provenance else None,
             # the public recipe the tables are (release, commit, container) and the current release's
-            "follows": (u := self.variant.upstream) and u.as_dict(self.variant.container),
+            "follows": (u := self.variant.upstream) and u.as_dict(self.container),
             "warnings": list(self.warnings),
             "errata": [asdict(e) for e in r.errata],
             "adjustments": list(r.adjustments),

@@ -295,7 +295,8 @@ class UpstreamRecipe:
     commit: str  # that tag's commit
     path: str  # the recipe README in it, e.g. llama3.1/README.md
     current_release: str = ""  # the collection's current release, where its recipe differs
-    current_container: str = ""  # the container the current release's recipe runs
+    # the container the current release's recipe runs (empty: that release has no such recipe)
+    current_container: str = ""
     # how the current release's recipe differs, e.g. "prints other layouts"
     current_differs: str = ""
 
@@ -306,6 +307,8 @@ class UpstreamRecipe:
             text += (
                 f"; the current release's recipe ({self.current_release}, "
                 f"{_image_name(self.current_container)}) {self.current_differs}"
+                if self.current_container
+                else f"; the current release ({self.current_release}) {self.current_differs}"
             )
         return text
 
@@ -336,6 +339,9 @@ class Variant:
     name: str
     framework: str  # "megatron_bridge" | "nemo2"
     seed: str
+    # The container image its recipes run in: the default image of a run, the one its document's tables were
+    # measured with. ``containers_by_gpu`` names another for a GPU type where the recipe runs another there
+    # (Nemotron-4 340B: nemo:25.07.01 on GB200 and B200); ``container_for`` picks.
     container: str
     window: tuple[int, int]
     description: str
@@ -349,6 +355,19 @@ class Variant:
     production: Production | None = None  # None: the torch engine only
     # the public recipe its document is, and the collection's current one (None: not recorded)
     upstream: UpstreamRecipe | None = None
+    # GPU type -> the container its recipes run in there, where not ``container`` (``containers_by_gpu:``)
+    containers_by_gpu: Mapping[str, str] = field(default_factory=dict)
+
+    def container_for(self, gpu: str | None) -> str:
+        """The container image this variant's recipe runs in on ``gpu``: the GPU type's own where the recipe
+        names one, else ``container`` (also for ``None``, no GPU type known)."""
+        return self.containers_by_gpu.get(gpu, self.container) if gpu else self.container
+
+    def containers(self, gpu: str | None = None) -> tuple[str, ...]:
+        """Every container image the variant's recipes on ``gpu`` run in (on any GPU type its tables have
+        when None), each once, in table order; empty where the variant names none."""
+        gpus = dict.fromkeys(s.gpu for s in self.series if gpu is None or s.gpu == gpu)
+        return tuple(c for c in dict.fromkeys(map(self.container_for, gpus)) if c)
 
 
 # What a run's log can say it failed of (``llmb.results`` finds them), causes first (``cancelled``: Slurm

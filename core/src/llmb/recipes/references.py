@@ -213,7 +213,9 @@ def _from_recipe(
         tokens_per_s=throughput(workload, ref).tokens_per_s,
         tflops_per_gpu=ref.tflops_per_gpu,
         gbs=ref.gbs or _recipe_gbs(workload, variant_name, ref),
-        container=release_text(ref.container or (variant.container if variant else None)),
+        container=release_text(
+            ref.container or (variant.container_for(ref.gpu) if variant else None)
+        ),
         mfu_pct=ref.mfu_pct,
     )
 

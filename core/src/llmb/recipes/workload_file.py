@@ -321,11 +321,17 @@ def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
     if raw.get("upstream") is not None:
         with _context("upstream"):
             upstream = _upstream(raw["upstream"])
+    container = str(raw.get("container") or "").strip()
+    by_gpu = {}
+    if raw.get("containers_by_gpu") is not None:
+        with _context("containers_by_gpu"):
+            by_gpu = _containers_by_gpu(raw["containers_by_gpu"], container, series)
     return Variant(
         name=name,
         framework=framework,
         seed=seed,
-        container=str(raw.get("container", "")),
+        container=container,
+        containers_by_gpu=by_gpu,
         window=(window[0], window[1]),
         description=str(raw.get("description", "")),
         defaults={k: str(v).lower() for k, v in (raw.get("defaults") or {}).items()},
@@ -337,6 +343,35 @@ def _variant(raw: dict[str, Any], titles: dict[str, str]) -> Variant:
         production=production,
         upstream=upstream,
     )
+
+
+def _containers_by_gpu(raw: Any, default: str, series: tuple[RecipeSeries, ...]) -> dict[str, str]:
+    """``containers_by_gpu:``: GPU type -> the container image the recipe runs in on it, where that is not
+    the variant's ``container`` (the default, which every other GPU type of its tables runs in)."""
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(
+            "expected a mapping of GPU types to container images, e.g. "
+            "{gb200: 'nvcr.io#nvidia/nemo:25.07.01'}"
+        )
+    if not default:
+        raise ValueError("needs the variant's container too: the image of its other GPU types")
+    tables = list(dict.fromkeys(s.gpu for s in series))
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        gpu = _one_of(key, list(catalogue()), "GPU type")
+        if gpu not in tables:
+            raise ValueError(
+                f"{gpu} has no table in this variant; its GPU types: {', '.join(tables)}"
+            )
+        if gpu in out:
+            raise ValueError(f"{gpu} is named twice")
+        image = value.strip() if isinstance(value, str) else ""
+        if not image or any(c.isspace() for c in image):
+            raise ValueError(
+                f"{gpu}: expected one container image, e.g. nvcr.io#nvidia/nemo:25.07.01, got {value!r}"
+            )
+        out[gpu] = image
+    return out
 
 
 def _upstream(raw: Any) -> UpstreamRecipe:

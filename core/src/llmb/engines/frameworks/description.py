@@ -345,7 +345,7 @@ def describe(
     huggingface = _huggingface(production, recipe.size)
     config: dict[str, Any] = {
         "framework": framework.NAME,
-        "container": workload.variant(recipe.variant).container,
+        "container": workload.variant(recipe.variant).container_for(recipe.gpu),
         "workload": workload.name,
         "variant": recipe.variant,
         "size": recipe.size,
