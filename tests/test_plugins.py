@@ -246,3 +246,92 @@ def test_a_plugin_named_in_llmb_plugins_that_fails_to_import_is_reported_like_an
     failed = [p for p in json.loads(result.out) if p["name"] == "no_such_llmb_plugin_module"]
     assert len(failed) == 1 and failed[0]["status"] == "failed", result.out
     assert "ModuleNotFoundError" in failed[0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "raising"),
+    [
+        ("grabby", "raise KeyboardInterrupt"),
+        ("closer", "raise GeneratorExit('no more')"),
+        (
+            "hooky",
+            "from llmb import hookimpl\n\n@hookimpl\ndef llmb_workloads():\n    raise KeyboardInterrupt\n",
+        ),
+    ],
+    ids=[
+        "keyboard-interrupt-at-import",
+        "generator-exit-at-import",
+        "keyboard-interrupt-registering",
+    ],
+)
+def test_a_plugin_raising_keyboard_interrupt_itself_is_a_broken_plugin_not_a_ctrl_c(
+    llmb_proc, tmp_path, name, raising
+):
+    """Issue 32, item 12: a KeyboardInterrupt (or GeneratorExit) that a plugin raises at import or in its
+    registration hook is no Ctrl-C: list and plugins go on, with one warning naming it."""
+    install_fake_distribution(tmp_path, name, f"{raising}\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    listed = llmb_proc("list", env=env)
+    assert listed.code == 0 and "llama31" in listed.out, listed.err
+    warnings = [line for line in listed.err.splitlines() if line.startswith("llmb: warning:")]
+    assert len(warnings) == 1 and f"plugin: {name}" in warnings[0], listed.err
+    assert "llmb: error" not in listed.err
+    shown = llmb_proc("plugins", "--json", env=env)
+    assert shown.code == 0, shown.err
+    (mine,) = [p for p in json.loads(shown.out) if p["name"] == name]
+    expected = "GeneratorExit: no more" if name == "closer" else "KeyboardInterrupt"
+    assert mine["status"] == "failed" and mine["error"] == expected
+
+
+SLOW_IMPORT = """
+import pathlib, time
+pathlib.Path({marker!r}).write_text("importing")
+{sleep}
+"""
+
+
+@pytest.mark.parametrize(
+    "sleep",
+    [
+        "time.sleep(60)",
+        # a plugin that swallows the KeyboardInterrupt cannot keep the command going either
+        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    pass",
+    ],
+    ids=["plain", "swallowed"],
+)
+def test_a_real_ctrl_c_while_a_plugin_imports_still_aborts_with_130(tmp_path, sleep):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import _llmb_executable
+
+    marker = tmp_path / "importing"
+    site = tmp_path / "site"
+    install_fake_distribution(site, "sleepy", SLOW_IMPORT.format(marker=str(marker), sleep=sleep))
+    env = {**os.environ, "PYTHONPATH": str(site), "LLMB_INSTALL": str(tmp_path / "install")}
+    env.pop("LLMB_LOG_FORMAT", None)
+    proc = subprocess.Popen(
+        [_llmb_executable(), "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                "the plugin was never imported"
+            )
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "llmb: error:" in err and "Traceback" not in err
+    assert "warning" not in err and "llama31" not in out

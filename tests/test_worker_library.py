@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -247,3 +248,159 @@ def test_a_worker_whose_environment_breaks_a_dependency_says_which_first_and_exi
         r"\[llmb\] worker: Python \S+ \(\S+\); cannot import what llmb needs: (.*)", first
     ), first
     assert first.endswith(expected) and "Traceback" not in shown.stderr
+
+
+def installed_distribution(
+    site: Path,
+    name: str,
+    entry_points: dict[str, str],
+    files: dict[str, str],
+    *,
+    editable: Path | None = None,
+) -> None:
+    """A distribution as pip leaves it in ``site``: its files, and a .dist-info whose RECORD lists them
+    (an editable install's lists none: its direct_url.json names the project instead)."""
+    for relative, text in files.items():
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        (site / relative).write_text(text)
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    lines = "".join(f"{k} = {v}\n" for k, v in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[llmb]\n{lines}" if entry_points else "")
+    record = [] if editable else list(files)
+    if editable:
+        url = editable.as_uri()
+        (info / "direct_url.json").write_text(
+            json.dumps({"url": url, "dir_info": {"editable": True}})
+        )
+        record.append(f"{info.name}/direct_url.json")
+    record += [f"{info.name}/METADATA", f"{info.name}/entry_points.txt", f"{info.name}/RECORD"]
+    (info / "RECORD").write_text("".join(f"{r},,\n" for r in record))
+
+
+LEFT_OUT = "llmb: warning: plugin left out of the worker library: it will not load on the cluster"
+
+
+def install_library(llmb_proc, tmp_path: Path, *path: Path):
+    """``llmb install`` of the worker library alone, with ``path`` on PYTHONPATH: its result, its library."""
+    install = tmp_path / "install"
+    result = llmb_proc(
+        "install",
+        "--no-images",
+        "--no-huggingface",
+        "--json",
+        env={
+            "LLMB_INSTALL": str(install),
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.pathsep.join(str(p) for p in path),
+        },
+    )
+    assert result.code == 0, result.err
+    (step,) = [s for s in result.json()["steps"] if s["kind"] == "library"]
+    assert step["status"] == "done", step
+    library = install / "python"
+    top = {p.name for p in library.iterdir() if not p.name.endswith(".dist-info")}
+    warnings = [line for line in result.err.splitlines() if line.startswith("llmb: warning:")]
+    return library, top, warnings
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "entry point inside yaml",
+        "files in another's package",
+        "the container's name",
+        "editable, elsewhere",
+    ],
+)
+def test_a_plugin_cannot_put_another_package_in_front_of_the_containers(
+    llmb_proc, tmp_path, attack
+):
+    """Issue 32, item 3: the library copied the top-level package of every entry point's module, so a
+    plugin could put this machine's yaml (or another distribution's package, or a package named as the
+    container's framework) at the front of the container's path. Now such an entry point is left out, with
+    one warning naming the plugin, the package and whose it is, and its plugin is not in the library."""
+    site, path = tmp_path / "site", [tmp_path / "site"]
+    if attack == "entry point inside yaml":  # PyYAML's own yaml, nothing of the plugin's in it
+        installed_distribution(site, "llmb-plugin-evil", {"evil": "yaml.constructor"}, {})
+        package, reason = "yaml", "yaml is PyYAML's, not llmb-plugin-evil's"
+    elif attack == "files in another's package":
+        # the plugin installs a module into victim-lib's package
+        installed_distribution(site, "victim-lib", {}, {"victim/__init__.py": "VICTIM = 1\n"})
+        installed_distribution(
+            site, "llmb-plugin-evil", {"evil": "victim.hook"}, {"victim/hook.py": "\n"}
+        )
+        package, reason = "victim", "victim is victim-lib's, not llmb-plugin-evil's"
+    elif attack == "the container's name":
+        # its own package, but named as NeMo's, which the container has
+        files = {"nemo/__init__.py": "\n", "nemo/plugin.py": "\n"}
+        installed_distribution(site, "llmb-plugin-evil", {"evil": "nemo.plugin"}, files)
+        package, reason = "nemo", "nemo is a package of the container's own"
+    else:  # an editable install whose entry point's package is not in its project
+        (tmp_path / "elsewhere" / "strayed").mkdir(parents=True)
+        (tmp_path / "elsewhere" / "strayed" / "__init__.py").write_text("\n")
+        (tmp_path / "project").mkdir()
+        installed_distribution(
+            site, "llmb-plugin-evil", {"evil": "strayed"}, {}, editable=tmp_path / "project"
+        )
+        path.append(tmp_path / "elsewhere")
+        package, reason = "strayed", "strayed lies outside llmb-plugin-evil's project"
+    library, top, warnings = install_library(llmb_proc, tmp_path, *path)
+    assert package not in top and {"llmb", "llmb_plugin_llama31", "llmb_backend_slurm"} <= top, top
+    assert not list(library.glob("llmb_plugin_evil-*"))
+    (warning,) = warnings
+    assert warning.startswith(
+        f"{LEFT_OUT} (plugin: evil; distribution: llmb-plugin-evil; package: {package}; reason: {reason}"
+    ), warning
+
+
+def test_of_a_plugin_the_library_holds_what_its_distribution_installed(llmb_proc, tmp_path):
+    """Only the files its RECORD lists (not what else lies in the directory), its entry points less those
+    left out; an editable install's package from its project. A job's Python then loads both plugins."""
+    site, project = tmp_path / "site", tmp_path / "project"
+    installed_distribution(
+        site,
+        "llmb-plugin-good",
+        {"good": "llmb_good.plugin", "good_yaml": "yaml"},
+        {
+            "llmb_good/__init__.py": "\n",
+            "llmb_good/plugin.py": "\n",
+            "llmb_good/data.yaml": "a: 1\n",
+        },
+    )
+    (site / "llmb_good" / "left_behind.txt").write_text("not the distribution's\n")
+    # editable: the package in the project's src, on the path as the install's .pth puts it
+    (project / "src" / "llmb_editable").mkdir(parents=True)
+    (project / "src" / "llmb_editable" / "__init__.py").write_text("\n")
+    installed_distribution(
+        site, "llmb-plugin-editable", {"editable": "llmb_editable"}, {}, editable=project
+    )
+    library, top, warnings = install_library(llmb_proc, tmp_path, site, project / "src")
+    assert {"llmb_good", "llmb_editable"} <= top and "yaml" not in top, top
+    assert sorted(p.name for p in (library / "llmb_good").iterdir()) == [
+        "__init__.py",
+        "data.yaml",
+        "plugin.py",
+    ]
+    (good,) = library.glob("llmb_plugin_good-*.dist-info")
+    assert (good / "entry_points.txt").read_text().strip() == "[llmb]\ngood = llmb_good.plugin"
+    (warning,) = warnings
+    assert warning.startswith(
+        f"{LEFT_OUT} (plugin: good_yaml; distribution: llmb-plugin-good; package: yaml"
+    )
+    # what a job imports: both plugins load from the library
+    probe = (
+        "from llmb.plugins.host import PluginHost; "
+        "print(' '.join(sorted(p.name + '=' + p.status for p in PluginHost().plugins())))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(library), "LLMB_NO_CACHE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert shown.returncode == 0 and "warning" not in shown.stderr, shown.stderr
+    names = set(shown.stdout.split())
+    assert {"good=loaded", "editable=loaded", "llama31=loaded", "slurm=loaded"} <= names, names
+    assert not [n for n in names if n.startswith("good_yaml=")]

@@ -5,12 +5,17 @@ Discovery reads the entry-point group ``llmb``, then the modules named in
 (or whose registration hook raises) is recorded as failed and reported as a
 warning; the rest keeps working, and selecting a workload that the failed
 plugin would have provided raises ``PluginError`` with the original error.
+Whatever the import raises counts, ``KeyboardInterrupt`` and ``SystemExit``
+too: only a real Ctrl-C (a SIGINT that reached this process meanwhile) ends
+the command.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import signal
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +75,49 @@ class PluginInfo:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _CtrlC:
+    """Tells a real Ctrl-C from a ``KeyboardInterrupt`` (or ``SystemExit``, ...) that a plugin's code
+    raises itself: while plugin code runs, SIGINT's handler is wrapped by one that first records that
+    the signal arrived. ``pressed`` is then True even where the plugin caught what the signal raised.
+    Outside the main thread no signal reaches the code, so nothing it raises is a Ctrl-C; where SIGINT
+    is ignored or not handled in Python (SIG_IGN, SIG_DFL), there is nothing to wrap."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+        self._handler: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous):
+            return self
+
+        def handler(signum, frame):
+            self.pressed = True
+            return previous(signum, frame)  # the default one raises KeyboardInterrupt
+
+        try:
+            signal.signal(signal.SIGINT, handler)
+        except (ValueError, OSError):  # no signals here (an embedding interpreter)
+            return self
+        self._previous, self._handler = previous, handler
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # a plugin that installed its own handler meanwhile keeps it
+        if self._handler is not None and signal.getsignal(signal.SIGINT) is self._handler:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt where a real Ctrl-C arrived (a plugin may have swallowed it)."""
+        if self.pressed:
+            raise KeyboardInterrupt
 
 
 class PluginHost:
@@ -105,6 +152,12 @@ class PluginHost:
     # ------------------------------------------------------------ discovery
 
     def _discover(self) -> None:
+        with _CtrlC() as ctrl_c:
+            self._installed_plugins(ctrl_c)
+            self._named_plugins(ctrl_c)
+        ctrl_c.check()
+
+    def _installed_plugins(self, ctrl_c: _CtrlC) -> None:
         seen: set[tuple[str, str]] = set()
         for ep in entry_points(group=GROUP):
             if (ep.name, ep.value) in seen:
@@ -115,13 +168,13 @@ class PluginHost:
             try:
                 plugin = ep.load()
                 self.pm.register(plugin, name=key)
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a sys.exit too) is a warning
+            except BaseException as exc:  # noqa: BLE001 - whatever an import raises (a sys.exit, a KeyboardInterrupt of its own) is a warning
+                ctrl_c.check()  # ... but a real Ctrl-C ends the command
                 self._failed(key, ep.name, ep.value, dist_name, version, exc)
                 continue
             self._infos[key] = PluginInfo(ep.name, ep.value, dist_name, version, "loaded")
-        self._named_plugins()
 
-    def _named_plugins(self) -> None:
+    def _named_plugins(self, ctrl_c: _CtrlC) -> None:
         """The modules named in ``LLMB_PLUGINS`` (comma-separated, importable: as pytest's PYTEST_PLUGINS),
         registered under their module name after the installed plugins. Set in a run's environment, the
         variable reaches its ranks, whose worker loads them too (tests load ``tests/fault_plugin.py`` so).
@@ -131,7 +184,8 @@ class PluginHost:
         ):
             try:
                 self.pm.register(importlib.import_module(name), name=name)
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - as an entry point's import failure
+            except BaseException as exc:  # noqa: BLE001 - as an entry point's import failure
+                ctrl_c.check()
                 self._failed(name, name, name, None, None, exc)
                 continue
             self._infos[name] = PluginInfo(name, name, None, None, "loaded")
@@ -177,8 +231,12 @@ class PluginHost:
         for impl in self.pm.hook.llmb_workloads.get_hookimpls():
             key = impl.plugin_name
             try:
-                records = list(impl.function() or ())
-            except Exception as exc:  # noqa: BLE001
+                with _CtrlC() as ctrl_c:
+                    records = list(impl.function() or ())
+                ctrl_c.check()
+            except BaseException as exc:  # noqa: BLE001 - as at import: only a real Ctrl-C ends the command
+                if ctrl_c.pressed:
+                    raise
                 info = self._infos.get(key)
                 if info is not None:
                     self._failed(key, info.name, info.module, info.distribution, info.version, exc)
@@ -301,8 +359,12 @@ class PluginHost:
         found: dict[str, object] = {}
         for impl in self.pm.hook.llmb_backends.get_hookimpls():
             try:
-                records = list(impl.function() or ())
-            except Exception as exc:  # noqa: BLE001
+                with _CtrlC() as ctrl_c:
+                    records = list(impl.function() or ())
+                ctrl_c.check()
+            except BaseException as exc:  # noqa: BLE001 - as at import: only a real Ctrl-C ends the command
+                if ctrl_c.pressed:
+                    raise
                 self.log.warning(
                     "plugin's backends failed; skipped",
                     plugin=impl.plugin_name,
