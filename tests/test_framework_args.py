@@ -37,7 +37,9 @@ def test_values_are_checked_by_the_kind_of_their_field():
         ("model.attention_backend", {"ref": "megatron.core.transformer.enums:AttnBackend.flash"}),
     )
     with pytest.raises(
-        UsageError, match=r"model.recompute_num_layers takes a whole number or null\."
+        UsageError,
+        match=r"model.recompute_num_layers takes a whole number from 0 to 9,007,199,254,740,992 "
+        r"\(ASCII digits\) or null\.",
     ):
         check(("model.recompute_num_layers=two",), "megatron_bridge")
     with pytest.raises(UsageError, match=r"takes one of full, selective or null"):

@@ -29,6 +29,17 @@ REFUSED = {  # item -> the option sbatch reads it as
     "wr=hostname": "--wrap",
     "comme=mine": "--comment",
     "--output=/tmp/x": "--output",
+    # issue 32: the script's own --open-mode=append and --no-requeue, the GPUs it derives, and what
+    # would keep sbatch from submitting the job llmb tracks
+    "open-mode=truncate": "--open-mode",
+    "ope=truncate": "--open-mode",
+    "requeue": "--requeue",
+    "no-requeue": "--no-requeue",
+    "no-r": "--no-requeue",
+    "gpus=8": "--gpus",
+    "gpus-per-node=8": "--gpus-per-node",
+    "wait": "--wait",
+    "test-only": "--test-only",
 }
 
 
@@ -42,7 +53,7 @@ def test_ambiguous_abbreviations_that_could_be_an_option_llmb_sets_are_refused_w
     with pytest.raises(
         UsageError,
         match=r"'o' abbreviates several sbatch options \(--open-mode, --output, "
-        r"--overcommit, --oversubscribe\), among them --output",
+        r"--overcommit, --oversubscribe\), among them --open-mode",
     ):
         params.parse("o=/tmp/x")
     with pytest.raises(UsageError, match="among them --export"):
@@ -84,6 +95,29 @@ def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoti
                 assert not meanings & set(params.OWNED), key
 
 
+def test_a_bare_word_must_be_an_option_that_takes_no_value():
+    """Issue 32: 'qos=x;y' made '#SBATCH --y'. A bare item is one of sbatch's flag options (or an
+    unambiguous abbreviation of one), never a word sbatch does not know or an option that needs a value."""
+    for text, said in (
+        ("qos=x;y", "item 'y' has no '=value' and is no sbatch option"),
+        ("partition", "is sbatch's --partition, which takes a value"),
+        ("mail", "is an abbreviation of several sbatch options (--mail-type, --mail-user)"),
+        ("exclusive;newflag", "item 'newflag' has no '=value' and is no sbatch option"),
+    ):
+        with pytest.raises(UsageError, match=re.escape(said)):
+            params.parse(text)
+    assert params.parse("exclusive;hol;contiguous;spread-job;nice") == [
+        ("exclusive", None),
+        ("hol", None),
+        ("contiguous", None),
+        ("spread-job", None),
+        ("nice", None),
+    ]
+    # every flag option that llmb does not set passes bare
+    for flag in sorted(sbatch_options.FLAGS - set(params.OWNED)):
+        assert params.parse(flag) == [(flag, None)]
+
+
 # ---------------------------------------------------------------- the data against the installed sbatch
 
 
@@ -105,7 +139,12 @@ def sbatch(tmp_path_factory):
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["sbatch", *args], capture_output=True, text=True, env=env, timeout=30
+            ["sbatch", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            stdin=subprocess.DEVNULL,  # an option that takes '--version' as its value reads the script
         )
 
     version = run("--version").stdout
@@ -141,3 +180,12 @@ def test_sbatch_reads_every_abbreviation_of_every_option_as_the_data_says(sbatch
             )
         else:
             assert len(expected) == 1, (key, expected, said)
+
+
+def test_the_flag_options_are_those_sbatch_takes_without_a_value(sbatch):
+    """``--name --version``: an option that takes no value (or an optional one) leaves --version to
+    print the version; one that needs a value takes '--version' as it."""
+    for option in sorted(sbatch_options.OPTIONS):
+        said = sbatch(f"--{option}", "--version")
+        printed = said.stdout.startswith("slurm") or option in ("help", "usage")
+        assert printed == (option in sbatch_options.FLAGS), (option, said.stdout, said.stderr)

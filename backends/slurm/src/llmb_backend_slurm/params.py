@@ -3,11 +3,14 @@
 Semicolon-separated items, each ``key=value`` or a bare flag; values may
 hold commas (``nodelist=node001,node002;constraint=gpu&memory;exclusive``),
 which is why the separator is a semicolon. Each item becomes one
-``#SBATCH --key=value`` (or ``#SBATCH --flag``) line.
+``#SBATCH --key=value`` (or ``#SBATCH --flag``) line. A bare word must be
+one of sbatch's options that take no value (``sbatch_options.FLAGS``):
+``qos=x;y`` is refused, never read as ``--y``.
 
 sbatch takes any unambiguous abbreviation of an option (``outpu`` is
 ``output``), so an item is refused when sbatch could read it as an option
-llmb sets itself, whatever its spelling.
+llmb sets itself (``OWNED``: the script's own lines, ``script.OWNED_OPTIONS``,
+and what its submission depends on), whatever its spelling.
 
 An item for an option llmb has a setting of its own for (``nodelist=``,
 ``qos=``, ``gres=``, ``account=``, ``time=``, ...; ``CHECKED``), under
@@ -20,24 +23,29 @@ from __future__ import annotations
 from llmb import UsageError, value_checks
 
 from llmb_backend_slurm import sbatch_options
+from llmb_backend_slurm.script import OWNED_OPTIONS
 
 _BLANKS = " \t"
 _RECIPE = "llmb sets it from the recipe; change the recipe (--gpus, --gpus-per-node) instead"
 _LAYOUT = "llmb sets it: the job's name, output and directory follow the published recipes' experiment layout"
 _SUBMISSION = "llmb sets it: its submission and tracking depend on it"
+_NO_JOB = "sbatch would then not submit the job llmb tracks (or not answer until it ended)"
 # sbatch options llmb sets itself, and why: giving them here would contradict the recipe or the job's bookkeeping.
 OWNED = {
-    "nodes": _RECIPE,
+    **OWNED_OPTIONS,
     "ntasks": _RECIPE,
-    "ntasks-per-node": _RECIPE,
-    "job-name": _LAYOUT,
-    "output": _LAYOUT,
+    "gpus": _RECIPE,
     "error": _LAYOUT,
     "chdir": _LAYOUT,
     "parsable": _SUBMISSION,
     "wrap": _SUBMISSION,
     "export": _SUBMISSION,
     "comment": "llmb sets it: it marks each submission, to find the job again when sbatch's answer is lost",
+    "test-only": _NO_JOB,
+    "wait": _NO_JOB,
+    "help": _NO_JOB,
+    "usage": _NO_JOB,
+    "version": _NO_JOB,
 }
 
 
@@ -56,6 +64,8 @@ def parse(text: str | None) -> list[tuple[str, str | None]]:
             key.strip(_BLANKS).lstrip("-"), f"ADDITIONAL_SLURM_PARAMS item {item!r}"
         )
         _refuse_owned(key)
+        if not sep:
+            _refuse_valued(key)
         if sep and (name := checked_option(key)):
             where = f"ADDITIONAL_SLURM_PARAMS item {key}" + (
                 "" if key == name else f" (sbatch's --{name})"
@@ -120,6 +130,25 @@ def _refuse_owned(key: str) -> None:
         how = " (sbatch takes any unambiguous abbreviation of an option)"
     raise UsageError(
         f"ADDITIONAL_SLURM_PARAMS item {key!r} is sbatch's --{name}{how}; {OWNED[name]}."
+    )
+
+
+def _refuse_valued(key: str) -> None:
+    """UsageError when a bare ``key`` is not an option sbatch takes without a value."""
+    meanings = {sbatch_options.canonical(name) for name in sbatch_options.resolve(key)}
+    if len(meanings) == 1 and meanings <= sbatch_options.FLAGS:
+        return
+    what = (
+        f"sbatch's --{next(iter(meanings))}, which takes a value"
+        if len(meanings) == 1
+        else "no sbatch option"
+        if not meanings
+        else f"an abbreviation of several sbatch options ({', '.join('--' + m for m in sorted(meanings))})"
+    )
+    raise UsageError(
+        f"ADDITIONAL_SLURM_PARAMS item {key!r} has no '=value' and is {what}; give key=value, or one of "
+        f"the options that take none ({', '.join(sorted(sbatch_options.FLAGS - set(OWNED)))}). Items "
+        f"are separated by ';', so no value can hold one."
     )
 
 

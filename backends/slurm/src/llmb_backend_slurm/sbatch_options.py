@@ -10,6 +10,7 @@ name can stand for; ``canonical`` names the option an alias sets.
 Slurm 22.05 (tests/test_slurm_options.py compares them with the installed
 sbatch). ``UNLISTED``: options sbatch 22.05 accepts that neither prints
 (most are in ``man sbatch``). ``ALIASES``: unlisted names that set a listed option.
+``FLAGS``: the options that take no value.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ tasks-per-node test-only wait-all-nodes
 )
 
 ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
+
+# The options sbatch 22.05 takes with no value (or an optional one, as --name=value): the only ones an
+# ADDITIONAL_SLURM_PARAMS item may give as a bare word (tests/test_slurm_options.py asks the installed
+# sbatch which options these are).
+FLAGS = frozenset(
+    """
+contiguous exclusive get-user-env help hold ignore-pbs nice no-kill no-requeue overcommit oversubscribe parsable
+propagate quiet reboot requeue spread-job test-only usage use-min-nodes verbose version wait
+""".split()
+)
 
 OPTIONS = LISTED | UNLISTED
 

@@ -33,6 +33,30 @@ EXITED = "attempt-{attempt}.exit"
 # matched whole: the last line of defence
 _SAFE_DIRECTIVE = re.compile(r"[A-Za-z0-9_.,:/@%+=&|\[\]-]*")
 
+_RECIPE = "llmb sets it from the recipe; change the recipe (--gpus, --gpus-per-node) instead"
+_LAYOUT = "llmb sets it: the job's name, output and directory follow the published recipes' experiment layout"
+_REQUEUE = (
+    "llmb sets --no-requeue itself, or --requeue with llmb run --requeue: use that flag instead"
+)
+# The #SBATCH options render() writes from the job itself (an ADDITIONAL_SLURM_PARAMS item for one would
+# come after llmb's line, and sbatch keeps the last): why each is llmb's, and what to use instead.
+OWNED_OPTIONS = {
+    "job-name": _LAYOUT,
+    "nodes": _RECIPE,
+    "ntasks-per-node": _RECIPE,
+    "output": _LAYOUT,
+    "open-mode": (
+        "llmb sets it to append: every attempt of a job writes one output file, and a requeued or "
+        "retried attempt must not wipe what the first one wrote"
+    ),
+    "requeue": _REQUEUE,
+    "no-requeue": _REQUEUE,
+    "gpus-per-node": (
+        "llmb sets it from SBATCH_GPUS_PER_NODE, where the cluster schedules GPUs that way; the "
+        "recipe's GPUs per node is --gpus-per-node"
+    ),
+}
+
 
 @dataclass(frozen=True)
 class Container:

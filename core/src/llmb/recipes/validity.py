@@ -6,12 +6,19 @@ DP and GA are derived, never read from a table:
 
 and both must be whole numbers with GA >= 1. Expert layers additionally
 split each pipeline stage's GPUs into EP * ETP groups.
+
+Bounds that need the GPU count or the layout: GBS at the run's GPU count is at
+most ``MAX_GBS`` (2^24; ``--set gbs=GPUs*N`` is bounded per GPU when read), and
+recompute and offload layers are at most the run's layers.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 from typing import Protocol
+
+# 16,777,216 samples per step (llmb.recipes.overrides reads --set gbs within it too)
+MAX_GBS = 1 << 24
 
 
 class LayoutLike(Protocol):
@@ -46,6 +53,13 @@ def check_layout(layout: LayoutLike, gpus: int, gbs: Fraction | None = None) -> 
     """A sentence saying why ``layout`` is impossible at ``gpus``, or None."""
     mp = layout.tp * layout.pp * layout.cp
     dp, gbs, ga = derive(layout, gpus, gbs)
+    if gbs > MAX_GBS:
+        return f"GBS would be {_fmt(gbs)} at {gpus} GPUs, more than the {MAX_GBS:,} llmb accepts"
+    layers = getattr(layout, "layers", None)
+    for name in ("recompute_layers", "offload_layers"):
+        count = getattr(layout, name, 0) or 0
+        if layers is not None and count > layers:
+            return f"{name} {count} is more than the {layers} layers (valid: 0 to {layers})"
     if dp.denominator != 1 or dp < 1:
         return (
             f"TP*PP*CP = {layout.tp}*{layout.pp}*{layout.cp} = {mp} does not divide {gpus} GPUs "

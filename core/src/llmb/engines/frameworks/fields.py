@@ -17,6 +17,8 @@ import dataclasses
 import difflib
 import enum
 import json
+import math
+import re
 import typing
 from functools import cache
 from typing import Any
@@ -26,6 +28,46 @@ from llmb.errors import UsageError
 CATALOGUE = "framework_fields.json"
 MAX_DEPTH = 6
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
+# A number's value: ASCII digits (int() and float() read other scripts' digits: '١٢' is 12), at most
+# MAX_NUMBER_CHARS characters, finite (no NaN or Infinity: run.json is strict JSON), |x| <= 2^53 (every
+# integer up to it is exact in the JSON readers of every language), and not below a field's least value.
+MAX_NUMBER_CHARS = 40
+MAX_MAGNITUDE = 2**53
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# Lightning's fields that take -1 as "no limit" / "all": no least value by name.
+_NEGATIVE_SENTINEL = frozenset({"num_sanity_val_steps"})
+
+
+def least_value(path: str) -> int | None:
+    """The least value a numeric field takes, by its name: 1 for the parallel and batch sizes and
+    ``train_iters``; 0 for the other iteration counts, sizes, layer counts and ``num_*`` counts; None
+    (no bound but the magnitude) otherwise."""
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in _NEGATIVE_SENTINEL:
+        return None
+    if leaf.endswith(("_parallel_size", "_batch_size")) or leaf == "train_iters":
+        return 1
+    if leaf.endswith(("_iters", "_size", "_layers")) or leaf.startswith("num_"):
+        return 0
+    return None
+
+
+def _number(raw: str, kind_type: str, path: str) -> int | float:
+    """``raw`` as the int or float a field of ``kind_type`` takes; ValueError when it is none."""
+    if len(raw) > MAX_NUMBER_CHARS or not (_INT if kind_type == "int" else _FLOAT).fullmatch(raw):
+        raise ValueError
+    value = int(raw) if kind_type == "int" else float(raw)
+    least = least_value(path)
+    if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
+        raise ValueError
+    if least is not None and value < least:
+        raise ValueError
+    return value
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:16]}...{text[-8:]} ({len(text):,} characters)"
 
 
 def _kind_of(hint: Any) -> dict[str, Any] | None:
@@ -133,10 +175,8 @@ def _convert(path: str, text: str, kind: dict[str, Any]) -> Any:
             if lowered in ("false", "0", "no", "off"):
                 return False
             raise ValueError
-        if kind_type == "int":
-            return int(raw)
-        if kind_type == "float":
-            return float(raw)
+        if kind_type in ("int", "float"):
+            return _number(raw, kind_type, path)
         if kind_type == "choice":
             for choice in kind["choices"]:
                 if raw == str(choice) or (
@@ -147,14 +187,16 @@ def _convert(path: str, text: str, kind: dict[str, Any]) -> Any:
             raise ValueError
         return raw
     except ValueError:
+        least = least_value(path)
+        span = f" from {-MAX_MAGNITUDE if least is None else least:,} to {MAX_MAGNITUDE:,} (ASCII digits)"
         expected = {
             "bool": "true or false",
-            "int": "a whole number",
-            "float": "a number",
+            "int": "a whole number" + span,
+            "float": "a finite number" + span,
             "choice": "one of " + ", ".join(map(str, kind.get("choices", ()))),
         }[kind_type]
         raise UsageError(
-            f"--framework-arg {path}={text}: {path} takes {expected}"
+            f"--framework-arg {path}={_shown(text)}: {path} takes {expected}"
             + (" or null" if kind.get("null") else "")
             + "."
         ) from None
