@@ -333,3 +333,136 @@ def test_without_a_usable_slot_directory_a_job_runs_and_its_log_says_why(tmp_pat
     assert (
         "no local slot could be taken" in log and "runs without waiting for other local jobs" in log
     )
+
+
+# ------------------------------------------------------------------ what stands where the slots go
+
+UNENFORCED = "llmb: warning: the local job limit (1 at once; LLMB_LOCAL_JOBS) cannot be enforced: "
+
+
+@pytest.fixture
+def reaped(tmp_path):
+    """The install; whatever of its jobs still lives when the test ends is killed (a job that hangs
+    must not outlive its test)."""
+    install = tmp_path / "install"
+    yield install
+    for procs in tagged(install).values() if jobs_dir(install).exists() else ():
+        for pid, start in procs:
+            if alive(pid, start):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def run_plainly(install: Path, timeout: float = 180) -> tuple[dict, str, str]:
+    """A foreground one-step run with LLMB_LOCAL_JOBS=1, its warnings as plain lines: (its final
+    state, its stderr, its log)."""
+    env = environment(install, "1")
+    env.pop("LLMB_LOG_FORMAT")
+    proc = subprocess.run(
+        [_llmb_executable(), *RUN, *ONE_STEP, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    final = json.loads(proc.stdout)
+    return final, proc.stderr, Path(final["log"]).read_text()
+
+
+def slots_path(install: Path) -> Path:
+    path = Path(local_slots.slots_dir(str(install)))
+    (path / local_slots.QUEUE).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_a_fifo_as_a_slot_file_neither_blocks_nor_goes_unsaid(reaped, torch_engine):
+    """A FIFO where slot 0's lock file goes: opening it waited for a writer, forever, and every later
+    local job queued behind it. It is no regular file: the job runs, and the terminal says the limit
+    cannot be enforced, and why."""
+    fifo = slots_path(reaped) / "slot-0.lock"
+    os.mkfifo(fifo)
+    final, err, log = run_plainly(reaped)
+    assert final["state"] == "SUCCEEDED", err[-3000:]
+    said = f"$LLMB_INSTALL/.local-jobs/{local_slots.host_key()}/slot-0.lock is a FIFO (named pipe)"
+    assert f"{UNENFORCED}{said}, not a regular file; this job runs without waiting" in err, err
+    assert f"no local slot could be taken in {fifo.parent} ({said}" in log
+    assert fifo.is_fifo()  # left as it was
+
+
+def test_a_fifo_in_the_queue_is_no_ticket(reaped, torch_engine):
+    """A FIFO named as the oldest ticket: no job waited behind it forever. It is passed over, and the
+    limit still holds (nothing to say)."""
+    fifo = slots_path(reaped) / local_slots.QUEUE / f"{0:020d}-planted.lock"
+    os.mkfifo(fifo)
+    final, err, log = run_plainly(reaped)
+    assert final["state"] == "SUCCEEDED", err[-3000:]
+    assert "cannot be enforced" not in err and "no local slot could be taken" not in log
+    assert slot_record(reaped, final["job_id"])["slot"] == 0
+    assert fifo.is_fifo()
+
+
+def test_a_symlinked_slot_file_makes_nothing_outside_the_install(reaped, tmp_path, torch_engine):
+    """slot-0.lock, a symbolic link to a file outside the install that does not exist: the open
+    made it there. No link is followed: nothing appears outside, and the terminal says why the
+    limit cannot be enforced."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    link = slots_path(reaped) / "slot-0.lock"
+    link.symlink_to(outside / "made-through-a-link")
+    final, err, _ = run_plainly(reaped)
+    assert final["state"] == "SUCCEEDED", err[-3000:]
+    assert list(outside.iterdir()) == []
+    assert "slot-0.lock is a symbolic link, not a regular file" in err and UNENFORCED in err, err
+    assert link.is_symlink()
+
+
+@pytest.fixture
+def unwritable_slots(reaped):
+    """The slots' directory, made so that no file can be made in it: immutable as root (root passes
+    every file mode), mode 0o500 otherwise."""
+    directory = slots_path(reaped)
+    if os.geteuid() == 0:
+        made = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot make a directory immutable here: {made.stderr.strip()}")
+        undo = ["chattr", "-i", str(directory)]
+    else:
+        directory.chmod(0o500)
+        undo = ["chmod", "755", str(directory)]
+    try:
+        yield reaped, directory
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_an_unwritable_slot_directory_is_said_on_the_terminal(unwritable_slots, torch_engine):
+    """Every job ran at once with nothing said but a line in each log: the terminal hears it too."""
+    install, directory = unwritable_slots
+    final, err, log = run_plainly(install)
+    assert final["state"] == "SUCCEEDED", err[-3000:]
+    shown = f"$LLMB_INSTALL/.local-jobs/{local_slots.host_key()}"
+    assert f"{UNENFORCED}{shown} cannot be written; this job runs without waiting" in err, err
+    assert "no local slot could be taken" in log
+    assert [p.name for p in directory.iterdir()] == [local_slots.QUEUE]  # no slot file made
+
+
+def test_a_file_where_the_slots_directory_goes_is_said_before_the_job_starts(tmp_path):
+    """Said by a dry run too: nothing is written, and nothing needs to run."""
+    install = tmp_path / "install"
+    install.mkdir()
+    (install / local_slots.DIRECTORY).write_text("a file where the slots' directory goes\n")
+    env = environment(install, "1")
+    env.pop("LLMB_LOG_FORMAT")
+    proc = subprocess.run(
+        [_llmb_executable(), *RUN, *ONE_STEP, "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        f"{UNENFORCED}$LLMB_INSTALL/.local-jobs is a regular file, not a directory" in proc.stderr
+    )
+    assert sorted(p.name for p in install.iterdir()) == [local_slots.DIRECTORY]

@@ -10,7 +10,8 @@ logs the scanner reads (``results/scan.py``), the YAML files users write
 (``runs/experiment.load_json_state``: suites, sweeps, jobs, recipes).
 
 ``open_regular`` refuses anything but a regular file before opening it and
-opens without blocking; ``read_regular`` and ``read_tail`` read no more
+opens without blocking; ``open_regular_at`` does so for a file that llmb
+also creates (the local job slots' lock files) and follows no symbolic link; ``read_regular`` and ``read_tail`` read no more
 than a limit, and no more than the file's size when it was opened (a file
 that grows meanwhile is not followed); ``why_unreadable`` turns their
 errors into a reason a person can act on.
@@ -73,6 +74,55 @@ def open_regular(path: str | os.PathLike[str]):
     except BaseException:
         os.close(fd)
         raise
+
+
+def kind_of(st: os.stat_result) -> str:
+    """What ``st`` describes, in words: ``a regular file``, ``a FIFO (named pipe)``, ``a symbolic
+    link`` (from ``lstat``)..."""
+    if stat.S_ISREG(st.st_mode):
+        return "a regular file"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    return next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+
+
+def open_regular_at(
+    name: str, dir_fd: int, create: bool = False, exclusive: bool = False, shown: str | None = None
+) -> int:
+    """A read-only descriptor of the regular file ``name`` in the directory ``dir_fd`` (made there,
+    empty, with ``create``; only made, never an existing one, with ``exclusive``). Unlike
+    ``open_regular`` a symbolic link is not followed (nothing is made or opened where it points):
+    it, and anything else that is no regular file, raises NotRegularFile, after an open that never
+    blocks (``O_NONBLOCK``: a FIFO) and is closed again; ``shown`` is its path in that error."""
+    flags = (
+        os.O_RDONLY
+        | os.O_NOFOLLOW
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | (os.O_CREAT if create or exclusive else 0)
+        | (os.O_EXCL if exclusive else 0)
+    )
+    try:
+        fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+        try:  # a link (ELOOP), a directory, a socket...: say which
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            raise exc from None
+        if stat.S_ISREG(st.st_mode):
+            raise
+        raise NotRegularFile(shown or name, kind_of(st)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(shown or name, kind_of(st))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:

@@ -331,9 +331,19 @@ class LocalBackend:
     @staticmethod
     def check(submit: SubmitOptions) -> list[str]:
         """Before anything of a run is written (``llmb.lifecycle.prepare``): a bad ``LLMB_LOCAL_JOBS`` is
-        refused (``UsageError``); the warnings: the cluster options given, which this backend ignores."""
-        from llmb.backends.local_slots import job_limit
+        refused (``UsageError``); the warnings: the cluster options given, which this backend ignores,
+        and why the local job limit cannot be kept (the job's supervisor, detached, only tells its log)."""
+        from llmb.backends.local_slots import LIMIT_VARIABLE, job_limit, unenforceable
+        from llmb.paths import install_dir
 
-        job_limit()
+        limit = job_limit()
         given = submit.given()
-        return [f"the local backend ignores {', '.join(given)} (cluster options)."] if given else []
+        warnings = (
+            [f"the local backend ignores {', '.join(given)} (cluster options)."] if given else []
+        )
+        if why := unenforceable(install_dir(), limit):
+            warnings.append(
+                f"the local job limit ({limit} at once; {LIMIT_VARIABLE}) cannot be enforced: {why}; "
+                f"this job runs without waiting for other local jobs."
+            )
+        return warnings

@@ -14,6 +14,15 @@ ticket (``queue/<time>-<job>.lock``, also flocked, so a killed waiter
 leaves no live ticket) and only the oldest waiting ticket takes a slot as
 one frees. ``llmb status`` says the job is QUEUED, waiting for a local
 slot (the supervisor records that in the job's ``slot.json``).
+
+Only regular files and real directories are used (``llmb.files.open_regular_at``):
+no symbolic link is followed (nothing is made outside the install), no FIFO
+is waited on. Where the slots cannot be kept (a file where their directory
+goes, a directory that cannot be written, no file locks, a slot file that is
+no regular file) the job runs without waiting for others: ``unenforceable``
+says why before the job is submitted (a warning on the terminal), the
+supervisor again in the job's log. A queue entry that is no regular file is
+no ticket and is passed over.
 """
 
 from __future__ import annotations
@@ -23,12 +32,14 @@ import fcntl
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from llmb.errors import UsageError
+from llmb.files import NotRegularFile, kind_of, open_regular_at
 
 LIMIT_VARIABLE = "LLMB_LOCAL_JOBS"
 MAX_LIMIT = 1024
@@ -103,8 +114,128 @@ def queued_reason(record: dict | None) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def _open(path: str) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+class SlotsUnusable(OSError):
+    """The slots cannot be kept here; the message says why, in words."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "the local slots cannot be kept"
+
+
+def why(exc: OSError) -> str:
+    """``exc`` from ``take`` as a reason a person can act on."""
+    if isinstance(exc, NotRegularFile | SlotsUnusable):
+        return str(exc)
+    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
+
+
+def _shown(path: str) -> str:
+    from llmb.paths import shown_path
+
+    return shown_path(path)
+
+
+def _slot_name(index: int) -> str:
+    return f"slot-{index}.lock"
+
+
+def _directory(name: str, shown: str, dir_fd: int | None = None) -> int:
+    """The directory ``name`` (in ``dir_fd``), made if missing, opened without following a link."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    flags = (
+        os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (os.O_NOFOLLOW if dir_fd is not None else 0)
+    )
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            raise exc from None
+        if stat.S_ISDIR(st.st_mode):
+            raise
+        raise SlotsUnusable(f"{shown} is {kind_of(st)}, not a directory") from None
+
+
+def _open_slots(install: str) -> tuple[int, int]:
+    """(slots directory, queue directory), each made if missing and opened (no link followed)."""
+    os.makedirs(install, exist_ok=True)
+    opened: list[int] = []
+    try:
+        opened.append(_directory(install, _shown(install)))
+        path = install
+        for name in (DIRECTORY, host_key(), QUEUE):
+            path = os.path.join(path, name)
+            opened.append(_directory(name, _shown(path), opened[-1]))
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    os.close(opened[0])
+    os.close(opened[1])
+    return opened[2], opened[3]
+
+
+def _check_slot_files(slots: int, directory: str, limit: int) -> None:
+    """NotRegularFile when a slot file below ``limit`` is there and is no regular file."""
+    for index in range(limit):
+        try:
+            st = os.stat(_slot_name(index), dir_fd=slots, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(_shown(os.path.join(directory, _slot_name(index))), kind_of(st))
+
+
+def unenforceable(install: str, limit: int) -> str | None:
+    """Why local jobs in ``install`` cannot be kept to ``limit`` at once (found before the job is
+    submitted, without making anything); None when nothing is known to stand in the way."""
+    directory = slots_dir(install)
+    chain = [install, os.path.join(install, DIRECTORY), directory, os.path.join(directory, QUEUE)]
+    existing: list[str] = []
+    for depth, path in enumerate(chain):
+        try:
+            st = os.stat(path) if depth == 0 else os.lstat(path)
+        except FileNotFoundError:
+            break
+        except OSError as exc:
+            return f"{_shown(path)} cannot be read ({why(exc)})"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{_shown(path)} is {kind_of(st)}, not a directory"
+        existing.append(path)
+    if not existing:
+        return None  # no install yet: the run makes it, or fails saying so
+    # where the slot files and tickets are made: the slots' directories, else the deepest one there
+    made_in = [p for p in existing if p in chain[2:]]
+    if len(existing) < len(chain):
+        made_in.append(existing[-1])
+    for path in dict.fromkeys(made_in):
+        if not os.access(path, os.W_OK | os.X_OK):
+            # root passes every mode but not a read-only file system or an immutable directory
+            return f"{_shown(path)} cannot be written"
+    try:
+        fd = os.open(existing[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"{_shown(existing[-1])} cannot be opened ({why(exc)})"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        pass
+    except OSError as exc:  # ENOLCK: a file system without locks
+        return f"{_shown(existing[-1])} takes no file locks ({why(exc)})"
+    finally:
+        os.close(fd)
+    if directory in existing:
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                _check_slot_files(fd, directory, limit)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return why(exc)
+    return None
 
 
 def _lock(fd: int, flags: int) -> bool:
@@ -130,9 +261,10 @@ class Slot:
             self.fd = -1
 
 
-def _free_slot(directory: str, limit: int) -> Slot | None:
+def _free_slot(slots: int, directory: str, limit: int) -> Slot | None:
     for index in range(limit):
-        fd = _open(os.path.join(directory, f"slot-{index}.lock"))
+        shown = _shown(os.path.join(directory, _slot_name(index)))
+        fd = open_regular_at(_slot_name(index), slots, create=True, shown=shown)
         try:
             if _lock(fd, fcntl.LOCK_EX):
                 return Slot(index, fd, stamp())
@@ -146,29 +278,30 @@ def _free_slot(directory: str, limit: int) -> Slot | None:
 class _Ticket:
     """A place in the queue: a flocked file, named so that the oldest sorts first."""
 
-    def __init__(self, queue: str, job_id: str):
+    def __init__(self, queue: int, job_id: str):
+        self.queue = queue
         self.name = f"{time.time_ns():020d}-{host_key(job_id)}.lock"
-        self.path = os.path.join(queue, self.name)
         # never seen unlocked: locked, then renamed
-        hidden = os.path.join(queue, f".{self.name}.{os.getpid()}")
-        self.fd = _open(hidden)
+        hidden = f".{self.name}.{os.getpid()}"
+        self.fd = open_regular_at(hidden, queue, exclusive=True)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-            os.rename(hidden, self.path)
+            os.rename(hidden, self.name, src_dir_fd=queue, dst_dir_fd=queue)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(hidden)
+                os.unlink(hidden, dir_fd=queue)
             os.close(self.fd)
             raise
 
     def leave(self) -> None:
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            os.unlink(self.name, dir_fd=self.queue)
         os.close(self.fd)
 
 
-def _live_tickets(queue: str, before: str | None = None) -> list[str]:
-    """The tickets of jobs waiting (older than ``before``, when given); a dead waiter's ticket is removed."""
+def _live_tickets(queue: int, before: str | None = None) -> list[str]:
+    """The tickets of jobs waiting (older than ``before``, when given); a dead waiter's ticket is
+    removed, and what is no regular file is no ticket."""
     live = []
     for name in sorted(os.listdir(queue)):
         if (
@@ -177,17 +310,16 @@ def _live_tickets(queue: str, before: str | None = None) -> list[str]:
             or (before is not None and name >= before)
         ):
             continue
-        path = os.path.join(queue, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue  # it left the queue meanwhile
+            fd = open_regular_at(name, queue)
+        except (FileNotFoundError, NotRegularFile):
+            continue  # it left the queue meanwhile, or was never a ticket (a FIFO, a link)
         try:
             if not _lock(fd, fcntl.LOCK_SH):
                 live.append(name)
                 continue
             with contextlib.suppress(OSError):
-                os.unlink(path)  # its holder is gone (or just left)
+                os.unlink(name, dir_fd=queue)  # its holder is gone (or just left)
         finally:
             os.close(fd)
     return live
@@ -203,24 +335,29 @@ def take(
 ) -> Slot | None:
     """A slot for ``job_id`` (at most ``limit`` are held at once), once one is free and no job that
     came earlier waits for one; None when ``stop()`` says the job is no longer wanted. ``waiting``
-    is told why the job waits, each time that changes. OSError when the slots cannot be kept."""
+    is told why the job waits, each time that changes. OSError when the slots cannot be kept
+    (``why`` says why)."""
     directory = slots_dir(install)
-    queue = os.path.join(directory, QUEUE)
-    os.makedirs(queue, exist_ok=True)
-    if not _live_tickets(queue) and (slot := _free_slot(directory, limit)) is not None:
-        return slot
-    ticket = _Ticket(queue, job_id)
+    slots, queue = _open_slots(install)
     try:
-        said = None
-        while not stop():
-            ahead = _live_tickets(queue, before=ticket.name)
-            if not ahead and (slot := _free_slot(directory, limit)) is not None:
-                return slot
-            reason = waiting_reason(limit, len(ahead))
-            if reason != said:
-                waiting(reason)
-                said = reason
-            time.sleep(poll)
-        return None
+        _check_slot_files(slots, directory, limit)
+        if not _live_tickets(queue) and (slot := _free_slot(slots, directory, limit)) is not None:
+            return slot
+        ticket = _Ticket(queue, job_id)
+        try:
+            said = None
+            while not stop():
+                ahead = _live_tickets(queue, before=ticket.name)
+                if not ahead and (slot := _free_slot(slots, directory, limit)) is not None:
+                    return slot
+                reason = waiting_reason(limit, len(ahead))
+                if reason != said:
+                    waiting(reason)
+                    said = reason
+                time.sleep(poll)
+            return None
+        finally:
+            ticket.leave()
     finally:
-        ticket.leave()
+        os.close(slots)
+        os.close(queue)

@@ -189,7 +189,7 @@ class Supervisor:
         except OSError as exc:
             self.note(
                 f"no local slot could be taken in {local_slots.slots_dir(install_dir())} "
-                f"({describe_os_error(exc)}); the job runs without waiting for other local jobs"
+                f"({local_slots.why(exc)}); the job runs without waiting for other local jobs"
             )
             return
         if self.slot is not None:
