@@ -285,7 +285,8 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
         "--repeats",
         "3",
         "--json",
-        env=env,
+        # what a Slurm job sees: recorded, for a run's --exclude-from to compare with its own cluster
+        env={**env, "SLURM_CLUSTER_NAME": "alpha"},
         timeout=300,
     )
     # CPU ranks on one node: no datasheet figure, no peers. Nothing was held against anything, which is
@@ -293,6 +294,7 @@ def test_a_one_node_preflight_job_runs_here(llmb_proc, tmp_path):
     assert result.code == 3, result.err[-3000:]
     report = json.loads(result.out)
     assert report["verdict"] == "not_judged" and report["exclude"] == []
+    assert report["cluster"] == "alpha" and report["gpu"] == "h100" and report["written_at"]
     assert report["not_applied"] == ["CPU ranks: no datasheet figure", "1 node: no peers"]
     (row,) = report["rows"]
     assert row["gemm"] > 0 and row["memory"] > 0 and row["intra"] > 0 and row["inter"] is None

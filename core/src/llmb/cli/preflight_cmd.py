@@ -140,7 +140,7 @@ def preflight_command(
     from llmb.recipes.gpus import gpu_type
 
     kind = gpu_type(gpu).name
-    options, backend = options_from(kw, None, None)
+    options, backend = options_from(kw, None, None, gpu=kind)
     per_node = gpus_per_node or options.submit.gpus_per_node or gpu_type(kind).gpus_per_node
     if options.preflight:
         warn(

@@ -106,9 +106,11 @@ def options_from(
     workload: str | None = None,
     gpus_per_node: int | None = None,
     config: ClusterConfig | None = None,
+    gpu: str | None = None,
 ) -> tuple[RunOptions, str]:
     """(RunOptions, backend name) from the run options' values, by parameter name; on a cluster
-    backend, with the cluster file's values (``config``, read when not given) where none was given."""
+    backend, with the cluster file's values (``config``, read when not given) where none was given.
+    ``gpu``: the run's GPU type, which an ``--exclude-from`` preflight of another type is warned of."""
     from llmb.recipes.proxies import PROXIES
     from llmb.runs.profiling import asked_window
     from llmb.runs.runspec import RunOptions, SubmitOptions
@@ -126,7 +128,7 @@ def options_from(
     if kw.get("exclude_from"):
         from llmb.runs.exclusion import merged, read
 
-        preflight = read(kw["exclude_from"])
+        preflight = read(kw["exclude_from"], gpu=gpu, backend=backend)
         exclude = merged(cluster.get("exclude"), preflight["exclude"])
         if exclude:
             cluster["exclude"] = cluster_settings.BY_NAME["exclude"].check(
@@ -210,5 +212,7 @@ def run_inputs(kw: dict, request: RecipeRequest) -> tuple[RecipeRequest, RunOpti
     reading of the cluster file."""
     config = cluster_config_for(kw.get("backend") or "local")
     request = cluster_request(request, config)
-    options, backend = options_from(kw, request.workload, request.gpus_per_node, config)
+    options, backend = options_from(
+        kw, request.workload, request.gpus_per_node, config, gpu=request.gpu
+    )
     return request, options, backend

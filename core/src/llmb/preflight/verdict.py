@@ -126,6 +126,7 @@ def build(data: dict, expected: Expected, log_text: str = "") -> dict:
         "format": FORMAT,
         "job_id": data.get("job_id"),
         "gpu": data.get("gpu"),
+        "cluster": data.get("cluster"),  # SLURM_CLUSTER_NAME; None off Slurm
         "device": data.get("device"),
         "backend": data.get("backend"),
         "nodes": data["nodes"],

@@ -139,6 +139,8 @@ def run(spec, rank: int, world: int, local_rank: int) -> None:
         data = {
             "job_id": spec.job_id,
             "gpu": spec.gpu,
+            # the Slurm cluster it ran on: a run's --exclude-from warns when it is submitted to another
+            "cluster": os.environ.get("SLURM_CLUSTER_NAME") or None,
             "device": "cuda" if cuda else "cpu",
             "torch": torch.__version__,
             "backend": "nccl" if cuda else ("gloo" if distributed else None),
