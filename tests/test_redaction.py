@@ -28,6 +28,10 @@ from llmb.runs import job_env
         "hf_token",
         "NGC_API_KEY",
         "BLOB_SIG",
+        "CI_JOB_JWT",
+        "SLACK_WEBHOOK_URL",
+        "DB_CREDS",
+        "GCP_CREDENTIALS",
     ],
 )
 def test_secret_names_outside_the_old_word_list_are_recognised(name):
@@ -47,6 +51,7 @@ def test_secret_names_outside_the_old_word_list_are_recognised(name):
         "KEYRING_BACKEND",
         "PASSPORT",
         "XDG_SESSION_ID",
+        "BOS_TOKEN",
     ],
 )
 def test_names_that_only_look_like_secrets_are_not(name):

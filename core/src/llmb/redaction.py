@@ -1,38 +1,69 @@
 """Secrets, recognised and written as ``***``: the one masking mechanism behind
-every file llmb writes an environment or a request into (``provenance.json``,
-``--dump-env``'s file, a dry run's requests) and every message made from what
-a server said.
+every file llmb writes (``llmb.runs.experiment.write_json`` and ``write_text``
+pass everything through ``scrub``/``mask``: ``run.json``, ``recipe.json``,
+``provenance.json``, ``--dump-env``'s file, the job records), ``llmb archive``'s
+members, a dry run's requests, and every message made from what a server said.
 
-A secret is recognised two ways (the words and names are ``data/secrets.yaml``):
+A secret is recognised three ways (the words and names are ``data/secrets.yaml``):
 
 - by a variable's **name**: ``HF_TOKEN``, ``SSHPASS``, ``GITHUB_PAT``,
-  ``REGISTRY_AUTH``, ``SESSION_COOKIE``, or a name the caller declares
-  (``--secret NAME``); the whole value is the secret;
-- inside any **value**: the password of a URL (``https://user:pw@host`` keeps
-  the user, ``https://token@host`` keeps nothing of the user part), a
+  ``REGISTRY_AUTH``, ``SESSION_COOKIE``, ``CI_JOB_JWT``, ``SLACK_WEBHOOK_URL``,
+  ``DB_CREDS``, or a name the caller declares (``--secret NAME``, a backend's
+  credentials: ``declare``); the whole value is the secret;
+- inside any **value**: a setting named as a secret by its last word
+  (``--password=X``, ``--token X``, ``--api-key=X``, ``password: X``,
+  ``{"password": "X"}``, ``logger.comet_api_key=X``), the password of a URL
+  (``https://user:pw@host`` keeps the user, also when the password holds ``/``
+  or ``#``; ``https://token@host`` keeps nothing of the user part), a
   credential-bearing query parameter (an Azure SAS ``sig=``, an S3 presigned
-  ``X-Amz-Signature=``, ``?token=``, ``?api_key=``), an ``Authorization`` or
-  ``Cookie`` header, a ``Bearer``/``Basic`` credential, and any declared
-  secret's value where it reappears.
+  ``X-Amz-Signature=``, ``?token=``), an ``Authorization`` or ``Cookie``
+  header, a ``Bearer``/``Basic`` credential, a JSON Web Token, ``mysql -pX``
+  and ``sshpass -p X``;
+- by its **value** where it reappears under any name: the values of the secret
+  variables of this process's environment (``environment_secrets``: HF_TOKEN's
+  value given as ``--env FOO=...`` is masked in FOO too) and the credentials
+  found inside its other variables (a proxy's password).
+
+Every pattern costs time linear in the text's length (no unbounded repetition is
+tried again from many starting points), and the case-insensitive ones run on a
+lower-cased copy: a log of hundreds of megabytes is masked at tens of MB/s.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 MASK = "***"
+# shorter secret values are not searched for in other text: they would mask innocent text
+MIN_SECRET = 6
+_QUOTED_MAX = 1024  # characters: a quoted secret longer than this is masked up to the line's end
+_NAME_MAX = 256  # characters of a setting's name looked at before its credential word
 
-_SCHEME_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/?#'\"<>]*)")
+_declared: set[str] = set()
+
 # ``user:password@host[:port]`` without a scheme, as curl and pip accept a proxy.
 _BARE_USERINFO = re.compile(
-    r"(?<![\w/:@.%+\-])([\w.%+\-]+):([^\s@/,;'\"]+)@(?=[\w.\-]+(?::\d+)?(?:[/\s,;'\"]|$))"
+    r"(?<![\w/:@.%+\-])[\w.%+\-]+:([^\s@/,;'\"]{1,256})@(?=[\w.\-]{1,253}(?::\d{1,5})?(?:[/\s,;'\"]|$))"
 )
-_HEADERS = re.compile(
-    r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*|(?:set-)?cookie\s*[:=]\s*)[^\r\n]+"
-)
-_SCHEMES = re.compile(r"(?i)\b((?:bearer|basic)\s+)[^\s\"',;]+")
+# on the lower-cased text
+_HEADERS = re.compile(r"\b(?:(?:proxy-)?authorization|(?:set-)?cookie)[ \t]*[:=][ \t]*([^\r\n]+)")
+_SCHEMES = re.compile(r"\b(?:bearer|basic)[ \t]+([^\s\"',;]+)")
+_JWT = re.compile(r"(?<![\w\-])eyJ[\w\-]+\.eyJ[\w\-]+\.[\w\-]*")
+_ATTACHED = re.compile(r"(?<![\w\-])-p([^\s'\"]+)")
+_ATTACHED_OR_NEXT = re.compile(r"(?<![\w\-])-p(?:[ \t]+)?([^\s'\"]+)")
+_UNQUOTED = re.compile(r"[^\s'\"&,;}\]\\]+")
+_FLAG_VALUE = re.compile(r"[^\s'\"]+")
+_AFTER_NAME = re.compile(r"(\\?[\"']?)([ \t]*)([:=]?)[ \t]*")
+_NOT_A_VALUE = re.compile(r"(?i)(?:\*\*\*|\$.*|null|none|true|false)$")
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_PORT = re.compile(r"\d+[/?#]")
+_END_OF_WORD = re.compile(r"[\s'\"<>]")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_COUNTS = frozenset({"TOKENS", "KEYS"})  # plurals count things: max_tokens=4096, num_keys=8
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @lru_cache(maxsize=1)
@@ -41,69 +72,350 @@ def _table() -> dict:
     from llmb.yamlio import load_yaml_file
 
     table = load_yaml_file(packaged_data("secrets.yaml"))
-    names = "|".join(
-        re.escape(name) for name in sorted(table["query_parameters"], key=len, reverse=True)
-    )
+
+    def either(words) -> str:
+        return "|".join(re.escape(w.lower()) for w in sorted(words, key=len, reverse=True))
+
+    flags = table["password_flags"]
+    commands = [*flags["attached"], *flags["attached_or_next"]]
     return {
         "parts": frozenset(table["parts"]),
         "not": frozenset(table["not_secrets"]),
         "endings": tuple(table["part_endings"]),
-        "query": re.compile(rf"(?i)(?<![\w.\-])((?:{names})=)[^&#\s'\",;]+"),
+        # all on the lower-cased text
+        "query": re.compile(rf"(?:{either(table['query_parameters'])})=([^&#\s'\",;]+)"),
+        "commands": tuple(c.lower() for c in commands),
+        "command": re.compile(rf"(?<![\w.\-/])(?:{either(commands)})(?![\w.\-])"),
+        "next_word": frozenset(c.lower() for c in flags["attached_or_next"]),
+        # a credential word ending a setting's name: NAME= NAME: "NAME": --NAME VALUE
+        "setting": re.compile(
+            rf"(?:{either({*table['parts'], *table['part_endings']})})"
+            rf"(?=\\?[\"']?[ \t]*[:=]|[ \t])"
+        ),
     }
+
+
+def declare(names: Iterable[str]) -> None:
+    """Make ``names`` secrets for this process (``--secret NAME``, a backend's credentials): every
+    later ``is_secret_name``, ``environment_secrets`` and file written treats them as such."""
+    _declared.update(n for n in names if n)
+
+
+def _is_secret_part(part: str, table: dict) -> bool:
+    return part in table["parts"] or part.endswith(table["endings"])
 
 
 def is_secret_name(name: str, declared: Iterable[str] = ()) -> bool:
     """Whether the variable ``name`` holds a secret (see the module's docstring)."""
-    if name in set(declared):
+    if name in _declared or name in set(declared):
         return True
     table = _table()
     upper = name.upper()
     if upper in table["not"]:
         return False
-    return any(
-        part in table["parts"] or part.endswith(table["endings"])
-        for part in upper.split("_")
-        if part
-    )
+    return any(_is_secret_part(part, table) for part in upper.split("_") if part)
 
 
-def _userinfo(match: re.Match) -> str:
-    scheme, netloc = match[1], match[2]
-    if "@" not in netloc:
-        return match[0]
-    userinfo, host = netloc.rsplit("@", 1)
-    user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
-    return f"{scheme}{user + ':' if user else ''}{MASK}@{host}"
+def is_secret_key(key: str) -> bool:
+    """Whether a setting named ``key`` inside a value (``--api-key``, ``password``,
+    ``logger.comet_api_key``, ``apiKey``) holds a secret: its last word is a credential word.
+    Stricter than a variable's name: ``--key-file`` and ``linear_key_head_dim`` are not."""
+    key = key.lstrip("-\\\"'")
+    return bool(key) and (key in _declared or _is_secret_key(key))
+
+
+@lru_cache(maxsize=4096)
+def _is_secret_key(key: str) -> bool:
+    table = _table()
+    last = re.split(r"[.:/]", key)[-1]
+    if re.sub(r"[\-.]", "_", last).upper() in table["not"]:
+        return False
+    words = _WORDS.findall(last)
+    if not words:
+        return False
+    word = words[-1].upper()
+    return word not in _COUNTS and _is_secret_part(word, table)
+
+
+# ------------------------------------------------------------------ finding secrets in a text
+
+
+def _url_spans(text: str, spans: list) -> None:
+    """The userinfo of ``scheme://user:password@host``: the password (which may hold ``/``, ``#``
+    or ``?``), or the whole user part when it has no password (``https://token@host``)."""
+    start = text.find("://")
+    word_end = -1
+    while start != -1:
+        if start >= word_end:
+            found = _END_OF_WORD.search(text, start)
+            word_end = found.start() if found else len(text)
+        after = start + 3
+        following = text.find("://", after, word_end)
+        bound = following if following != -1 else word_end
+        at = text.find("@", after, bound)
+        if at > after:
+            user, colon, password = text[after:at].partition(":")
+            if any(c in user for c in "/?#"):
+                pass  # an @ in the path or the query: https://host/a@b
+            elif not colon:
+                spans.append((after, at, "url"))
+            elif password and not _PORT.match(password):  # https://host:8080/a@b is a port
+                spans.append((after + len(user) + 1 if user else after, at, "url"))
+        start = following if following != -1 else text.find("://", word_end)
+
+
+def _value_end(text: str, at: int, flag: bool) -> tuple[int, int]:
+    """(start, end) of the value that begins at ``at``: inside its quotes when quoted, else the word."""
+    quote = '\\"' if text.startswith('\\"', at) else text[at : at + 1]
+    if quote in ('"', "'", '\\"'):
+        inner = at + len(quote)
+        close = text.find(quote, inner, inner + _QUOTED_MAX)
+        if close == -1:
+            line = text.find("\n", inner)
+            close = len(text) if line == -1 else line
+        return inner, close
+    found = (_FLAG_VALUE if flag else _UNQUOTED).match(text, at)
+    return at, found.end() if found else at
+
+
+def _setting_spans(text: str, lower: str, spans: list) -> None:
+    """The values of settings named as secrets: ``--password=X``, ``--token X``, ``password: X``,
+    ``"password": "X"``, ``logger.comet_api_key=X``, ``apiKey=X``."""
+    masked_to = 0
+    for found in _table()["setting"].finditer(lower):
+        if found.start() < masked_to:
+            continue  # inside the value just masked
+        start, limit = found.start(), max(found.start() - _NAME_MAX, masked_to, 0)
+        while start > limit and text[start - 1] in _NAME_CHARS:
+            start -= 1
+        name = text[start : found.end()]
+        after = _AFTER_NAME.match(text, found.end())
+        separator, begin = after[3], after.end()
+        flag = name.startswith("-")
+        if (not separator and not (flag and after[2])) or not is_secret_key(name):
+            continue
+        if not separator and (begin >= len(text) or text[begin] == "-"):
+            continue  # --token --next-flag: a flag without a value
+        inner, end = _value_end(text, begin, flag)
+        value = text[inner:end]
+        if value and not _NOT_A_VALUE.match(value):
+            spans.append((inner, end, "setting"))
+            masked_to = end
+
+
+def _command_spans(text: str, lower: str, spans: list) -> None:
+    """``mysql -pPASSWORD``, ``sshpass -p PASSWORD``: the flags after the command, on its line."""
+    table = _table()
+    scanned_to = 0
+    for found in table["command"].finditer(lower):
+        if found.end() < scanned_to:
+            continue  # the rest of this line was read after an earlier command
+        line_end = text.find("\n", found.end())
+        scanned_to = len(text) if line_end == -1 else line_end
+        pattern = _ATTACHED_OR_NEXT if found[0] in table["next_word"] else _ATTACHED
+        spans += [
+            (flag.start(1), flag.end(1), "password")
+            for flag in pattern.finditer(text, found.end(), scanned_to)
+        ]
+
+
+def _a_plain_variable(name: str, table: dict) -> bool:
+    return name.isupper() and name in table["not"]
+
+
+def _spans(text: str, known: Iterable[str]) -> list[tuple[int, int, str]]:
+    spans: list[tuple[int, int, str]] = []
+    for secret in {s for s in known if s}:
+        at = text.find(secret)
+        while at != -1:
+            spans.append((at, at + len(secret), "value"))
+            at = text.find(secret, at + len(secret))
+    table = _table()
+    lower = text.lower()
+    if len(lower) != len(text):  # a letter lowered into two (U+0130): keep the text's positions
+        lower = text.translate(_ASCII_LOWER)
+    if "://" in text:
+        _url_spans(text, spans)
+    if "@" in text:
+        spans += [(m.start(1), m.end(1), "url") for m in _BARE_USERINFO.finditer(text)]
+    if "=" in text:
+        spans += [
+            (m.start(1), m.end(1), "query")
+            for m in table["query"].finditer(lower)
+            if m.start() == 0 or text[m.start() - 1] not in _NAME_CHARS
+            if not m[1].startswith("$")  # a shell's expansion (code=$?), not a value
+            if not _a_plain_variable(text[m.start() : m.start(1) - 1], table)  # PWD=/home/me
+        ]
+    if "authorization" in lower or "cookie" in lower:
+        spans += [(m.start(1), m.end(1), "header") for m in _HEADERS.finditer(lower)]
+    if "bearer" in lower or "basic" in lower:
+        spans += [(m.start(1), m.end(1), "header") for m in _SCHEMES.finditer(lower)]
+    if "eyJ" in text:
+        spans += [(m.start(), m.end(), "token") for m in _JWT.finditer(text)]
+    if " -p" in text and any(c in lower for c in table["commands"]):
+        _command_spans(text, lower, spans)
+    _setting_spans(text, lower, spans)
+    return [s for s in spans if s[1] > s[0] and text[s[0] : s[1]] != MASK]
 
 
 def mask(text: str, known: Iterable[str] = ()) -> str:
-    """``text`` with every secret in it written as ``***``: the values in ``known``
-    (the declared secrets' values), and the credentials any value can carry (see the module's
-    docstring). Mask before cutting a text short: half a secret is not recognised."""
-    for secret in sorted({s for s in known if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    if "://" in text:
-        text = _SCHEME_URL.sub(_userinfo, text)
-    if "@" in text:
-        text = _BARE_USERINFO.sub(lambda m: f"{m[1]}:{MASK}@", text)
-    if "=" in text:
-        text = _table()["query"].sub(lambda m: m[1] + MASK, text)
-    text = _HEADERS.sub(lambda m: m[1] + MASK, text)
-    return _SCHEMES.sub(lambda m: m[1] + MASK, text)
+    """``text`` with every secret in it written as ``***``: the values in ``known`` (the declared
+    secrets' values: ``environment_secrets``), and the credentials any value can carry (see the
+    module's docstring). Mask before cutting a text short: half a secret is not recognised."""
+    spans = sorted(_spans(text, known))
+    if not spans:
+        return text
+    out, at = [], 0
+    for begin, end, _ in spans:
+        if end <= at:
+            continue  # inside the secret just masked
+        if begin > at or not out:
+            out += [text[at:begin], MASK]
+        at = end
+    out.append(text[at:])
+    return "".join(out)
 
 
-def credential_in(value: str) -> str | None:
-    """What credential ``value`` carries in the clear (a URL's password, a secret query
-    parameter, a header), for refusing it where a secret must not be written; or None."""
-    masked = mask(value)
-    if masked == value:
+_KINDS = {
+    "url": "a password (or token) inside a URL",
+    "query": "a credential in a query parameter",
+    "value": "the value of a secret variable of this shell",
+}
+
+
+def credential_in(value: str, known: Iterable[str] = ()) -> str | None:
+    """What credential ``value`` carries in the clear (a URL's password, a secret query parameter,
+    a ``--password=`` setting, a header, one of the ``known`` secret values), for refusing it where
+    a secret must not be written; or None."""
+    kinds = {kind for _, _, kind in _spans(value, known)}
+    if not kinds:
         return None
-    if (
-        "://" in value
-        and _SCHEME_URL.sub(_userinfo, value) != value
-        or _BARE_USERINFO.search(value)
-    ):
-        return "a password (or token) inside a URL"
-    if _table()["query"].search(value):
-        return "a credential in a query parameter"
-    return "a credential"
+    return next((_KINDS[k] for k in ("url", "query", "value") if k in kinds), "a credential")
+
+
+# ------------------------------------------------------------------ the environment's secrets
+
+
+def environment_secrets(
+    environ: Mapping[str, str] | None = None, declared: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """The secret values of ``environ`` (this process's environment by default) to mask wherever
+    they reappear: the values of its secret variables (by name, or declared), and the credentials
+    found inside its other values (a proxy's password); none shorter than ``MIN_SECRET``, and no
+    path of an existing file (``SSH_AUTH_SOCK``, ``AWS_SHARED_CREDENTIALS_FILE``: the file is
+    the secret, not its name)."""
+    environ = os.environ if environ is None else environ
+    return _environment_secrets(tuple(sorted(environ.items())), frozenset({*declared, *_declared}))
+
+
+@lru_cache(maxsize=8)
+def _environment_secrets(items: tuple, declared: frozenset) -> tuple[str, ...]:
+    found = set()
+    for name, value in items:
+        if is_secret_name(name, declared):
+            found.add(value)
+        else:
+            found.update(value[b:e] for b, e, _ in _spans(value, ()))
+    return tuple(
+        sorted(
+            (
+                v
+                for v in found
+                if len(v) >= MIN_SECRET
+                and v != MASK
+                and not (os.path.isabs(v) and os.path.exists(v))
+            ),
+            key=len,
+            reverse=True,
+        )
+    )
+
+
+# ------------------------------------------------------------------ records
+
+
+def scrub(data, known: Iterable[str] | None = None):
+    """``data`` (JSON-like: mappings, lists, strings, numbers) as it may be written down: every
+    string masked (``mask``, with ``known``: by default ``environment_secrets()``); the string value
+    of a key named as a secret (``HF_TOKEN``, ``password``, ``comet_api_key``), and the other strings
+    of a record named as one (``{"name": "HF_TOKEN", "value": ...}``, ``{"setting":
+    "logger.comet_api_key", "run": ...}``), written ``***`` whole. Anything else (a path object, a
+    date) is written as its masked ``str``."""
+    known = environment_secrets() if known is None else tuple(known)
+    return _scrub(data, known)
+
+
+def _scrub(data, known):
+    if isinstance(data, str):
+        return mask(data, known)
+    if isinstance(data, bool | int | float) or data is None:
+        return data
+    if isinstance(data, Mapping):
+        named = _named_secret(data)
+        return {
+            (mask(key, known) if isinstance(key, str) else key): (
+                MASK if _hidden(key, value, named) else _scrub(value, known)
+            )
+            for key, value in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [_scrub(item, known) for item in data]
+    return mask(str(data), known)
+
+
+def differences(data, known: Iterable[str] | None = None, where: str = "") -> list[str]:
+    """The places (``env.FOO``, ``framework_config.logger.comet_api_key``) where ``scrub`` would
+    change ``data``: what a file that a job reads (``run.json``) cannot hold, since masking it would
+    change what runs."""
+    known = environment_secrets() if known is None else tuple(known)
+    return _differences(data, known, where)
+
+
+def _differences(data, known, where):
+    if isinstance(data, Mapping):
+        named = _named_secret(data)
+        found = []
+        for key, value in data.items():
+            here = f"{where}.{key}" if where else str(key)
+            if (isinstance(key, str) and mask(key, known) != key) or _hidden(key, value, named):
+                found.append(here)
+            else:
+                found += _differences(value, known, here)
+        return found
+    if isinstance(data, list | tuple):
+        return [
+            d for i, item in enumerate(data) for d in _differences(item, known, f"{where}[{i}]")
+        ]
+    if isinstance(data, str) and mask(data, known) != data:
+        return [where or "the value"]
+    return []
+
+
+_NAMING = ("name", "setting", "variable")
+
+
+def _named_secret(record: Mapping) -> str | None:
+    """The member of ``record`` that names it, when that name is a secret's."""
+    for member in _NAMING:
+        name = record.get(member)
+        if isinstance(name, str) and _names_secret(name):
+            return member
+    return None
+
+
+def _hidden(key, value, named: str | None) -> bool:
+    """Whether ``value``, under ``key`` of a record named by its member ``named``, is written
+    ``***`` whole."""
+    if not isinstance(value, str) or not value or value == MASK:
+        return False
+    return _names_secret(key) or (named is not None and key != named)
+
+
+def _names_secret(key) -> bool:
+    """A record's key that names a secret: an environment variable's name (upper case: any part
+    of it, as ``is_secret_name``), any other key by its last word (``is_secret_key``)."""
+    if not isinstance(key, str):
+        return False
+    if key.isupper() or key in _declared:
+        return is_secret_name(key)
+    return is_secret_key(key)

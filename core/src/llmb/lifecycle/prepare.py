@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, replace
 
+from llmb import redaction
 from llmb.env_names import env_name_problem
 from llmb.errors import PluginError, UsageError
 from llmb.plugins.host import PluginHost
@@ -162,8 +163,10 @@ def check_options(host: PluginHost, options: RunOptions) -> frozenset[str]:
         )
     backend_secrets = {name for backend in host.backends().values() for name in backend.secrets}
     declared = frozenset({*SECRET_VARIABLES, *backend_secrets, *options.submit.secrets})
+    redaction.declare(declared)  # every file this command writes masks them (llmb.redaction)
+    known = redaction.environment_secrets()
     for name, value in options.env:
-        what = "a secret" if is_secret_name(name, declared) else credential_in(value)
+        what = "a secret" if is_secret_name(name, declared) else credential_in(value, known)
         if what:
             raise UsageError(
                 f"--env {name}=...: {what} would be written into the job's files; export {name} in "
@@ -312,6 +315,19 @@ def framework_args(options: RunOptions, framework: str, torch_engine: bool) -> t
         )
     from llmb.engines.frameworks.fields import check as check_framework_args
 
+    known = redaction.environment_secrets()
+    for item in options.framework_args:
+        path, _, value = item.partition("=")
+        path = path.strip()
+        what = "a secret" if redaction.is_secret_key(path) else credential_in(value, known)
+        if what:  # the job reads its configuration from run.json: masking it would change the run
+            raise UsageError(
+                f"--framework-arg {path}=...: {what} would be written into the job's files "
+                f"(run.json, recipe.json). Give it to the framework through the environment instead: "
+                f"export the variable it reads (COMET_API_KEY, MLFLOW_TRACKING_URI, "
+                f"MLFLOW_TRACKING_PASSWORD, WANDB_API_KEY...) in this shell and pass it with "
+                f"--secret NAME."
+            )
     return check_framework_args(options.framework_args, framework)
 
 
@@ -579,6 +595,7 @@ def prepare(
         config,
         flops.per_sample if flops else 0.0,
     )
+    _refuse_secrets_in(spec)
     job = Job(
         id=job_id,
         backend=backend_name,
@@ -603,6 +620,18 @@ def prepare(
         secret_names,
         options.preflight,
     )
+
+
+def _refuse_secrets_in(spec: RunSpec) -> None:
+    """``run.json`` is the job's input: every file llmb writes masks its secrets
+    (``llmb.redaction``), and a masked run.json would run something else. A run whose spec holds
+    one (through a workload's contributions, a cluster setting) is refused, naming where."""
+    where = redaction.differences(spec.to_dict())
+    if where:
+        raise UsageError(
+            f"this run would write a secret into the job's files ({', '.join(where[:5])}); "
+            f"pass it through the environment: export it in this shell and name it with --secret NAME."
+        )
 
 
 def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:

@@ -227,6 +227,7 @@ def start_job(spec, rank: int, world: int, local_rank: int, environ=os.environ) 
 
 
 def _record_job(spec, world, gpus, check, environ) -> list[str]:
+    from llmb import redaction
     from llmb.runs import job_env
     from llmb.runs.runspec import SECRET_VARIABLES
 
@@ -234,6 +235,7 @@ def _record_job(spec, world, gpus, check, environ) -> list[str]:
     try:
         submitted = (read(spec.run_dir) or {}).get("submission") or {}
         declared = {*SECRET_VARIABLES, *(submitted.get("secret_names") or ())}
+        redaction.declare(declared)  # what the job writes masks them too
         section = job_section(spec, world, gpus, check, environ, declared)
         if environ.get(job_env.DUMP_VARIABLE) == "1":
             path = job_env.dump_path(spec.log, spec.experiment)

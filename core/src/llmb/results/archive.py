@@ -14,6 +14,13 @@ packed wherever it is. Paths inside the archive start at the install directory
 (``workloads/<workload>/experiments/...``) so that unpacking it into an
 empty directory and pointing ``llmb results`` there reads the runs back.
 
+Every member is written with its secrets masked (``llmb.redaction``, the one
+mechanism behind every file llmb writes): a record of an earlier llmb, a log
+a framework printed a credential into, or a secret of this shell's
+environment that reappears in a file, is packed as ``***``. A JSON file's
+records are masked as ``write_json`` masks them; any other text line by line;
+a binary file (a NUL in its first block) is packed as it is.
+
 Two formats: ``gz`` (``.tar.gz``, the default) and ``zst`` (``.tar.zst``,
 Zstandard with a compression thread per CPU: much faster on the large
 logs of a certification suite; ``tar --zstd -xf`` unpacks it).
@@ -22,6 +29,7 @@ logs of a certification suite; ``tar --zstd -xf`` unpacks it).
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import tarfile
 import tempfile
@@ -36,6 +44,9 @@ SUFFIXES = {"gz": (".tar.gz", ".tgz"), "zst": (".tar.zst", ".tzst")}
 GZIP_LEVEL = 6
 # of zstd's 1-22 (its default is 3): smaller files, still quick with a thread per CPU
 ZSTD_LEVEL = 10
+MASKED_JSON_MAX = 64 << 20  # bytes: a larger .json is masked as text, line by line
+_CHUNK = 4 << 20  # bytes of text masked at once, cut at a line's end
+_SPOOL = 32 << 20  # bytes of a masked member kept in memory before it goes to a temporary file
 
 
 @dataclass
@@ -115,6 +126,9 @@ def pack(
 ) -> Packed:
     """Write ``output`` (``fmt``: gz or zst) from ``roots``: (directory, name it has in the archive).
     Written to a temporary file first: an interrupted archive never looks complete."""
+    from llmb.redaction import environment_secrets
+
+    known = environment_secrets()
     packed = Packed(output=os.path.abspath(output))
     # must exist: the command refuses to invent directories
     directory = os.path.dirname(packed.output) or "."
@@ -126,10 +140,8 @@ def pack(
         with _writer(temporary, fmt) as tar:
             for root, arcroot in roots:
                 for path, size in walk(root, packed):
-                    tar.add(
-                        path,
-                        arcname=os.path.join(arcroot, os.path.relpath(path, root)),
-                        recursive=False,
+                    _add_masked(
+                        tar, path, os.path.join(arcroot, os.path.relpath(path, root)), known
                     )
                     packed.files += 1
                     packed.bytes_in += size
@@ -141,3 +153,57 @@ def pack(
         raise
     packed.bytes_out = os.path.getsize(packed.output)
     return packed
+
+
+def _add_masked(tar: tarfile.TarFile, path: str, arcname: str, known: tuple[str, ...]) -> None:
+    """``path`` as ``arcname``, its secrets masked (see the module's docstring)."""
+    from llmb.redaction import mask, scrub
+
+    info = tar.gettarinfo(path, arcname)
+    with open(path, "rb") as source, tempfile.SpooledTemporaryFile(_SPOOL) as masked:
+        head = source.read(_CHUNK)
+        if b"\0" in head[:8192]:
+            tar.addfile(info, _Joined(head, source))
+            return
+        if path.endswith(".json") and info.size <= MASKED_JSON_MAX:
+            text = (head + source.read()).decode("utf-8", "surrogateescape")
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            if data is None:
+                text = mask(text, known)
+            elif (clean := scrub(data, known)) != data:
+                text = json.dumps(clean, indent=2) + "\n"
+            masked.write(text.encode("utf-8", "surrogateescape"))
+        else:
+            rest = b""
+            while head:
+                block = rest + head
+                cut = block.rfind(b"\n") + 1 if len(head) == _CHUNK else len(block)
+                cut = cut or len(block)  # a line longer than a block: cut where the block ends
+                text = block[:cut].decode("utf-8", "surrogateescape")
+                masked.write(mask(text, known).encode("utf-8", "surrogateescape"))
+                rest, head = block[cut:], source.read(_CHUNK)
+            if rest:
+                text = rest.decode("utf-8", "surrogateescape")
+                masked.write(mask(text, known).encode("utf-8", "surrogateescape"))
+        info.size = masked.tell()
+        masked.seek(0)
+        tar.addfile(info, masked)
+
+
+class _Joined:
+    """A file's first block, then the rest of it: what ``tarfile.addfile`` reads."""
+
+    def __init__(self, head: bytes, rest):
+        self.head, self.rest = head, rest
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            if size < 0:
+                out, self.head = self.head + self.rest.read(), b""
+                return out
+            out, self.head = self.head[:size], self.head[size:]
+            return out
+        return self.rest.read(size)

@@ -113,12 +113,23 @@ def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Atomically: readers see the old file or the new one, never half."""
-    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    """Atomically: readers see the old file or the new one, never half.
+    Every secret in ``data`` is written ``***`` (``llmb.redaction.scrub``): every record llmb
+    writes goes through here, ``run.json``, ``recipe.json``, ``provenance.json``, the job records."""
+    from llmb.redaction import scrub
+
+    _write(path, json.dumps(scrub(data), indent=2, default=str) + "\n")
 
 
 def write_text(path: str, text: str) -> None:
-    """Atomically, as ``write_json``."""
+    """Atomically, as ``write_json``; every secret in ``text`` written ``***`` (``llmb.redaction``:
+    ``--dump-env``'s file)."""
+    from llmb.redaction import environment_secrets, mask
+
+    _write(path, mask(text, environment_secrets()))
+
+
+def _write(path: str, text: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
