@@ -113,12 +113,17 @@ def create(workload: str, name: str, root: str | None = None) -> ExperimentDir:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Atomically: readers see the old file or the new one, never half.
+    """Atomically: readers see the old file or the new one, never half. Strict JSON: a NaN or an
+    infinity is a ValueError naming the file, never the non-JSON token ``NaN`` written in it.
     Every secret in ``data`` is written ``***`` (``llmb.redaction.scrub``): every record llmb
     writes goes through here, ``run.json``, ``recipe.json``, ``provenance.json``, the job records."""
     from llmb.redaction import scrub
 
-    _write(path, json.dumps(scrub(data), indent=2, default=str) + "\n")
+    try:
+        text = json.dumps(scrub(data), indent=2, default=str, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not written, as it would not be strict JSON: {exc}") from None
+    _write(path, text + "\n")
 
 
 def write_text(path: str, text: str) -> None:
