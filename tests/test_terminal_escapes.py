@@ -185,3 +185,61 @@ def test_logs_print_no_escape_sequences(hostile, on_tty):
         assert_inert(out)
         assert b"torch.OutOfMemoryError: CUDA out of memory. " in out and b"written" in out
     assert b"iteration" in run(["logs", "local-0a1b2c"], env, on_tty)[1]
+
+
+def _job_of(env: dict[str, str], log: Path) -> str:
+    """An llmb job record whose run is ``log``'s; its id."""
+    job_dir = Path(env["LLMB_INSTALL"]) / "jobs" / "local-0a1b2d"
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text(
+        json.dumps(
+            {
+                "id": "local-0a1b2d",
+                "backend": "local",
+                "workload": "llama31",
+                "experiment": MB,
+                "run_dir": str(log.parent.parent),
+                "log": str(log),
+                "ranks": 1,
+                "submitted_at": "2026-11-21T10:00:00+00:00",
+            }
+        )
+    )
+    return "local-0a1b2d"
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_errors_quoting_a_failure_reason_print_no_escape_sequences(hostile, log_format):
+    """``compare --baseline JOB`` of a failed job quotes the failure reason its log gives, in the error."""
+    root, env, log = hostile
+    env = {**env, "LLMB_LOG_FORMAT": log_format}
+    code, out, err = run(["compare", str(root), "--baseline", _job_of(env, log)], env, False)
+    assert code == 2, err
+    assert out == b""
+    assert err.startswith(
+        b"llmb: error: --baseline local-0a1b2d: job local-0a1b2d has no successful run"
+    )
+    assert b"(failed: " in err and b"CUDA out of memory. " in err
+    assert_inert(err)
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_warnings_and_errors_naming_a_results_file_print_no_escape_sequences(hostile, log_format):
+    """A results file's name is untrusted text: the warning for a row it skips, and the error refusing it."""
+    root, env, _ = hostile
+    env = {**env, "LLMB_LOG_FORMAT": log_format}
+    code, out, err = run(["results", str(root), "--format", "json"], env, False)
+    assert code == 0, err
+    good = next(r for r in json.loads(out) if r["status"] == "success")
+    named = root.parent / "base\x1b]0;pwned\x07\x1b[2J.json"
+    named.write_text(json.dumps([{**good, "time_mean_ms": "abc"}, good]))
+    code, out, err = run(["compare", str(root), "--baseline", str(named)], env, False)
+    assert code == 1, err  # the failed runs fail the gate; the good row was read
+    assert_inert(out)
+    assert b"time_mean_ms is" in err and b"that row is skipped" in err
+    assert_inert(err, human=log_format == "console")
+    named.write_text("not json \x1b[2J")
+    code, out, err = run(["compare", str(root), "--baseline", str(named)], env, False)
+    assert code == 2, err
+    assert err.startswith(b"llmb: error: the baseline ") and b"is not a results file" in err
+    assert_inert(err)

@@ -141,8 +141,24 @@ def get_host(ctx: click.Context):  # -> PluginHost, imported lazily
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"llmb: error: {message}", err=True)
+    from llmb.terminal import terminal_safe
+
+    # The one place an error is printed: its text may quote a log, a file name or a job's failure
+    # reason, so escape sequences and control characters are made inert here, whoever raised it.
+    click.echo(terminal_safe(f"llmb: error: {message}"), err=True)
     sys.exit(code)
+
+
+def _show(exc: click.ClickException) -> None:
+    """Click's own message for ``exc`` (usage line, hint), made inert as ``_fail``'s are: it quotes the
+    value given, a file name maybe."""
+    import io
+
+    from llmb.terminal import terminal_safe
+
+    text = io.StringIO()
+    exc.show(file=text)
+    click.echo(terminal_safe(text.getvalue()), err=True, nl=False)
 
 
 def _name_the_environment_variable(exc: click.BadParameter) -> None:
@@ -164,10 +180,10 @@ def main(argv: list[str] | None = None, host: object | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.BadParameter as exc:
         _name_the_environment_variable(exc)
-        exc.show()
+        _show(exc)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        _show(exc)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         _fail("aborted", 130)

@@ -127,17 +127,121 @@ def to_json(rows: list[dict[str, Any]]) -> str:
 
 MAX_ROWS_FILE = 256 << 20  # bytes: a results file of a hundred thousand runs is far less
 
+# What a row read back must hold, field by field (absent or null is always allowed: a failed run has no step
+# time). A value of another type, or out of its range, is a corrupt or hand-made row: it is skipped, so no
+# verdict, plot or table is ever made from it.
+_TEXT_FIELDS = (
+    "filename",
+    "status",
+    "workload",
+    "variant",
+    "size",
+    "gpu",
+    "gpu_source",
+    "dtype",
+    "scaling",
+    "window",
+    "tflops_source",
+    "reference_source",
+    "failure_reason",
+    "failure_hint",
+    "tuned",
+    "log",
+)
+_STEP_TIME_FIELDS = ("time_mean_ms", "reference_step_time_ms")  # what verdicts divide by
+MIN_STEP_MS = 1e-3  # a microsecond a step: less is a corrupt number, not a measurement
+# The other figures: finite, and no larger than this (a larger one is a corrupt number; float() of a
+# 400-digit JSON integer would not even be a float).
+MAX_FIGURE = 1e15
+_FIGURE_FIELDS = (
+    "time_std_dev_ms",
+    "tflops_per_gpu_mean",
+    "tflops_per_gpu_std_dev",
+    "tokens_per_s",
+    "mfu_pct",
+    "mfu_bf16_pct",
+    "days_to_train_1t",
+    "checkpoint_save_s",
+    "checkpoint_load_s",
+    "reference_tokens_per_s",
+    "reference_mfu_pct",
+    "reference_mfu_bf16_pct",
+    "reference_delta_pct",
+)
+_COUNT_FIELDS = ("max_iteration", "samples_in_window", "run_id")
+MAX_WARNED_ROWS = 10  # skipped rows named one by one; the rest are counted in one line
+
+
+def _kind(value: Any) -> str:
+    """A value as a message may show it: short, and never a whole nested structure."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "...")
+    if isinstance(value, int) and abs(value) > 10**20:
+        return f"a {len(str(abs(value)))}-digit integer"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def row_problem(item: Any) -> str | None:
+    """Why ``item`` is not a usable result row (None: it is one). Comparisons with ``int`` stay exact, so a
+    huge JSON integer is refused, never converted."""
+    from llmb.recipes.gpus import MAX_GPUS
+    from llmb.results.analyze import MAX_STEP_MS
+
+    for field in _TEXT_FIELDS:
+        value = item.get(field)
+        if value is not None and not isinstance(value, str):
+            return f"{field} is {_kind(value)}, not text"
+    gpus = item.get("gpus")
+    whole = isinstance(gpus, int) or (isinstance(gpus, float) and gpus.is_integer())
+    if gpus is not None and not (_is_number(gpus) and whole and 1 <= gpus <= MAX_GPUS):
+        return f"gpus is {_kind(gpus)}, not a GPU count from 1 to {MAX_GPUS:,}"
+    for field in _STEP_TIME_FIELDS:
+        value = item.get(field)
+        if value is not None and not (_is_number(value) and MIN_STEP_MS <= value <= MAX_STEP_MS):
+            return f"{field} is {_kind(value)}, not a step time in ms from {MIN_STEP_MS:g} to {MAX_STEP_MS:.0e}"
+    for field in _FIGURE_FIELDS:
+        value = item.get(field)
+        if value is not None and not (_is_number(value) and -MAX_FIGURE <= value <= MAX_FIGURE):
+            return f"{field} is {_kind(value)}, not a finite number of at most {MAX_FIGURE:.0e}"
+    for field in _COUNT_FIELDS:
+        value = item.get(field)
+        if value is not None and not (
+            isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**53
+        ):
+            return f"{field} is {_kind(value)}, not a count"
+    proxy = item.get("proxy")
+    if proxy is not None and not isinstance(proxy, bool):
+        return f"proxy is {_kind(proxy)}, not true or false"
+    return None
+
 
 def read_rows(path: str, what: str) -> list[dict[str, Any]]:
-    """The rows of a file written by ``llmb results --format json`` (a list of
-    rows, or one row); ``what`` names the file in errors ("the baseline")."""
+    """The rows of a file written by ``llmb results --format json`` (a list of rows, or one row); ``what``
+    names the file in errors ("the baseline"). Each row is checked field by field (``row_problem``): one
+    that fails is skipped with a warning naming it and why; a file with rows but none usable is refused."""
     from llmb.errors import UsageError
+    from llmb.log import warn
     from llmb.results.scan import read_regular
 
     try:  # a regular file only, and bounded: a FIFO or a device must not hang the command
         data = json.loads(read_regular(path, MAX_ROWS_FILE + 1))
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}.") from None
+    except RecursionError:  # arrays or objects nested thousands deep: no results file is
+        raise UsageError(
+            f"{what} {path} is not a results file (its JSON is nested too deeply); write one with "
+            f"llmb results --format json > results.json, a new file."
+        ) from None
     except ValueError as exc:  # also a file cut at the bound, and bytes that are not UTF-8
         raise UsageError(
             f"{what} {path} is not a results file (not valid JSON: {exc}); write one with "
@@ -150,7 +254,24 @@ def read_rows(path: str, what: str) -> list[dict[str, Any]]:
                 f"{what} {path} entry {index + 1} is not a result row "
                 f"(expected the output of llmb results --format json)."
             )
-    return rows
+    usable, skipped = [], []
+    for index, item in enumerate(rows):
+        problem = row_problem(item)
+        if problem is None:
+            usable.append(item)
+        else:
+            skipped.append(f"entry {index + 1}: {problem}")
+    if skipped and not usable:
+        more = f" (and {len(skipped) - 1} more entries like it)" if len(skipped) > 1 else ""
+        raise UsageError(
+            f"{what} {path} has no usable result row: {skipped[0]}{more}; write one with "
+            f"llmb results --format json > results.json, a new file."
+        )
+    for problem in skipped[:MAX_WARNED_ROWS]:
+        warn(f"{what} {path}: {problem}; that row is skipped.")
+    if len(skipped) > MAX_WARNED_ROWS:
+        warn(f"{what} {path}: {len(skipped) - MAX_WARNED_ROWS} more unusable rows are skipped.")
+    return usable
 
 
 def nccl_rows(result: RunResult) -> list[dict[str, Any]]:
