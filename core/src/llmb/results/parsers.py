@@ -123,9 +123,15 @@ class _Iterations:
 _STEP_TIME = re.compile(
     rb"Step Time : ([0-9.eE+-]{1,32})s GPU utilization: ?([0-9.eE+-]{1,32}) ?(?:MODEL_)?TFLOP/s/GPU"
 )
-_MB_ITERATION = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*)")
+# Every pattern's work is linear in the length of the line it is given, whatever the line holds (issue 32):
+# numbers and runs of spaces are bounded, a group that may start anywhere starts only where its run does (a
+# look-behind), and a free-form tail is found with bytes.find or rstrip rather than by a lazy group that
+# would rescan the rest of the line from every start. tests/test_parse_adversarial_lines.py attacks each.
+_MB_ITERATION = re.compile(
+    rb"iteration\s{1,64}(\d{1,12})\s{0,64}/\s{0,64}(\d{1,12})\s{0,64}\|([^\n]*)"
+)
 _BEFORE_STEP_TIME = re.compile(rb"(?=Step Time : )")
-_TFLOPS_FIELD = re.compile(rb"([0-9.eE+-]+)\s*MODEL_TFLOP/s/GPU")
+_TFLOPS_FIELD = re.compile(rb"(?<![0-9.eE+-])([0-9.eE+-]{1,64})\s{0,64}MODEL_TFLOP/s/GPU")
 
 
 class MegatronBridgeReader(_Iterations):
@@ -169,7 +175,11 @@ class MegatronBridgeReader(_Iterations):
             if (b"throughput per gpu (tflop/s/gpu)" in fields)
             else None
         )
-        if tflops is None and (inline := _TFLOPS_FIELD.search(m.group(3))):
+        if (
+            tflops is None
+            and b"MODEL_TFLOP/s/GPU" in m.group(3)
+            and (inline := _TFLOPS_FIELD.search(m.group(3)))
+        ):
             tflops = _float(inline.group(1))
         pending = self.pending.pop(rank, None)
         self.add(
@@ -229,7 +239,9 @@ class StepTimeLinesReader:
         }
 
 
-_NEMO = re.compile(rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|([^\n]*train_step_timing[^\n]*)")
+# The first "iteration i/N |" of the line, whose rest must hold train_step_timing: tested with "in" (a
+# "[^\n]*train_step_timing" in the pattern would backtrack over the rest of the line from every "iteration").
+_NEMO = _MB_ITERATION
 
 
 class NeMo2Reader(_Iterations):
@@ -244,7 +256,7 @@ class NeMo2Reader(_Iterations):
             return
         for _, line in lines_containing(chunk, b"train_step_timing in s"):
             m = _NEMO.search(_plain(line))
-            if m is None:
+            if m is None or b"train_step_timing" not in m.group(3):
                 continue
             fields = _fields(m.group(3))
             seconds = _float(fields.get(b"train_step_timing in s", b""))
@@ -270,8 +282,9 @@ _TITAN = re.compile(
     rb"(?:\[titan\] |(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - root - ))"
     rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) "
 )
-_TITAN_STEP = re.compile(rb" - INFO - step:\s*(\d{1,12})\s+(.*)")
-_TITAN_FIELD = re.compile(rb"(\w+):\s+(\S+)")
+_TITAN_STEP = re.compile(rb" - INFO - step:\s{0,64}(\d{1,12})\s+(.*)")
+# a key starts where its word does: "(\w+):" tried from inside a long word would rescan the word's rest
+_TITAN_FIELD = re.compile(rb"(?<!\w)(\w{1,64}):\s{1,64}(\S+)")
 _TITAN_TOTAL = re.compile(rb"total steps (\d{1,12})\b")
 _TITAN_GBS = re.compile(rb"global batch size (\d{1,12})\b")
 _TITAN_START = re.compile(rb"Training starts at step (\d{1,12})\b")
@@ -396,15 +409,23 @@ def _seconds(stamp: re.Match) -> float | None:
 _EPOCH = datetime(1970, 1, 1)
 
 
-_CKPT_TIMER = re.compile(rb"(save|load)-checkpoint\s*\.*:\s*\(\s*([0-9.]+)\s*,\s*([0-9.]+)\s*\)")
-_CKPT_SAVED = re.compile(rb"successfully saved checkpoint from iteration\s+(\d+)")
+_CKPT_TIMER = re.compile(
+    rb"(save|load)-checkpoint\s{0,64}\.*:\s{0,64}\(\s{0,64}([0-9.]{1,64})\s{0,64},\s{0,64}([0-9.]{1,64})\s{0,64}\)"
+)
+_CKPT_SAVED = re.compile(rb"successfully saved checkpoint from iteration\s{1,64}(\d{1,12})")
+# NeMo's fields up to the duration may be anything, but never another "Global Checkpoint" (a lazy
+# "[^\n]*?" would rescan the rest of the line from each of them): one pass over the line in all
+_NOT_ANOTHER = rb"(?:(?!Global Checkpoint )[^\n])*?"
 _NEMO_SAVE = re.compile(
-    rb"Global Checkpoint Save\s*:\s*Rank\s*:\s*\d+\s*:\s*Iteration\s*:\s*(\d+)\s*:[^\n]*?"
-    rb"Save duration\s*:\s*([0-9.]+)s"
+    rb"Global Checkpoint Save\s{0,64}:\s{0,64}Rank\s{0,64}:\s{0,64}\d{1,12}\s{0,64}:\s{0,64}Iteration\s{0,64}:"
+    rb"\s{0,64}(\d{1,12})\s{0,64}:"
+    + _NOT_ANOTHER
+    + rb"Save duration\s{0,64}:\s{0,64}([0-9.]{1,64})s"
 )
 _NEMO_LOAD = re.compile(
-    rb"Global Checkpoint Load\s*:\s*Rank\s*:\s*\d+\s*:[^\n]*?"
-    rb"Time spent in load_checkpoint\s*:\s*([0-9.]+)s"
+    rb"Global Checkpoint Load\s{0,64}:\s{0,64}Rank\s{0,64}:\s{0,64}\d{1,12}\s{0,64}:"
+    + _NOT_ANOTHER
+    + rb"Time spent in load_checkpoint\s{0,64}:\s{0,64}([0-9.]{1,64})s"
 )
 
 
@@ -452,8 +473,8 @@ class CheckpointReader:
 # NCCL's ncclDataType_t codes and their sizes in bytes.
 NCCL_DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
 _NCCL = re.compile(
-    rb"NCCL INFO (\w+): opCount \S+ sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \S+ root \S+ "
-    rb"comm \S+ \[nranks=(\d+)\]"
+    rb"NCCL INFO (\w{1,64}): opCount \S+ sendbuff \S+ recvbuff \S+ count (\d{1,20}) datatype (\d{1,9}) op \S+ "
+    rb"root \S+ comm \S+ \[nranks=(\d{1,9})\]"
 )
 # The last chunk the nccl parser found no "NCCL INFO" in: the nccl_transport parser, which reads the same
 # chunk next, need not look again (a pass over the chunk; bytes are immutable, so "is" is proof).
@@ -517,13 +538,37 @@ class NcclReader:
 # "host:pid:tid [dev] NCCL INFO ": transport/net.cc, p2p.cc, shm.cc, coll_net.cc, init.cc, plugin/net.
 # a literal prefix: found in C
 _SETUP = re.compile(rb"NCCL INFO (?:Channel |CollNet |Using network |NET/Plugin)")
-_VIA = re.compile(
-    rb"NCCL INFO (?:Channel|CollNet) [^\n]*? via (?:(NET|COLLNET)/(.+?)/\d|P2P/(\w+(?: pointer)?)|(SHM)/)"
-)
-_NETWORK = re.compile(rb"NCCL INFO Using network ([^\n]+?)\s*$")
-_PLUGIN = re.compile(rb"NCCL INFO NET/Plugin ?: Loaded net plugin ([^\n]+?)(?: \(v\d+\))?\s*$")
-_HOST = re.compile(rb"(?:^|\s)([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO ")
+# A channel line's transport: the first " via ..." after its "NCCL INFO Channel " that names one, a net's
+# name running to its first "/" (each " via " is tried in bounded work: a lazy name up to "/<digit>" once
+# rescanned the rest of the line from each of them)
+_CHANNEL = re.compile(rb"NCCL INFO (?:Channel|CollNet) ")
+_VIA = re.compile(rb" via (?:(NET|COLLNET)/([^/\n]{1,64})/\d|P2P/(\w{1,64}(?: pointer)?)|(SHM)/)")
+# "Using network NAME" and "Loaded net plugin NAME (v8)": NAME is the rest of the line, less trailing
+# spaces (rstrip) and the plugin's " (vN)"
+_NETWORK = b"NCCL INFO Using network "
+_PLUGIN = re.compile(rb"NCCL INFO NET/Plugin ?: Loaded net plugin ")
+# NCCL's "host:pid:tid [dev] NCCL INFO " just before the set-up line's words (a host starts after a space
+# or at the line's start: a look-behind, so that no word is rescanned from each of its letters)
+_HOST = re.compile(rb"(?<!\S)([\w.-]{1,256}):\d{1,12}:\d{1,12} \[\d{1,6}\] NCCL INFO ")
+_HOST_SPAN = 512  # bytes before the set-up line's "NCCL INFO " its host prefix is looked for in
 MAX_HOSTS = 1 << 16
+
+
+def _network(line: bytes) -> bytes | None:
+    at = line.find(_NETWORK)
+    if at < 0:
+        return None
+    return line[at + len(_NETWORK) :].rstrip() or None
+
+
+def _plugin(line: bytes) -> bytes | None:
+    if (m := _PLUGIN.search(line)) is None:
+        return None
+    name = line[m.end() :].rstrip()
+    head, sep, version = name.rpartition(b" (v")
+    if sep and head and version.endswith(b")") and version[:-1].isdigit():
+        return head
+    return name or None
 
 
 class NcclTransportReader:
@@ -544,26 +589,31 @@ class NcclTransportReader:
     def feed(self, chunk: bytes) -> None:
         if chunk is _WITHOUT_NCCL[0] or b"NCCL INFO" not in chunk:
             return
-        previous = -1
-        for found in _SETUP.finditer(chunk):
+        position = 0
+        while (found := _SETUP.search(chunk, position)) is not None:
+            # each line once, however many set-up lines ran into it: the next search starts after it
             start = chunk.rfind(b"\n", 0, found.start()) + 1
-            if start == previous:
-                continue  # each line once, however many set-up lines ran into it
-            previous = start
             end = chunk.find(b"\n", found.end())
-            line = chunk[start : end if end >= 0 else len(chunk)]
-            if (m := _VIA.search(line)) is not None:
+            end = len(chunk) if end < 0 else end
+            position = end + 1
+            line = chunk[start:end]
+            if (channel := _CHANNEL.search(line)) is not None and (
+                m := _VIA.search(line, channel.end())
+            ) is not None:
                 kind, name, p2p, shm = m.groups()
                 label = shm or (b"P2P/" + p2p if p2p else kind + b"/" + name)
                 self.channels[label.decode("utf-8", "replace")] += 1
-            elif (m := _NETWORK.search(line)) is not None:
-                self.networks.setdefault(m.group(1).decode("utf-8", "replace"))
-            elif (m := _PLUGIN.search(line)) is not None:
-                self.plugins.setdefault(m.group(1).decode("utf-8", "replace"))
+            elif (network := _network(line)) is not None:
+                self.networks.setdefault(network.decode("utf-8", "replace"))
+            elif (plugin := _plugin(line)) is not None:
+                self.plugins.setdefault(plugin.decode("utf-8", "replace"))
             else:
                 continue
-            if len(self.hosts) < MAX_HOSTS and (host := _HOST.search(line)) is not None:
-                self.hosts.add(host.group(1))
+            if len(self.hosts) < MAX_HOSTS:
+                prefix_end = found.start() - start + len(b"NCCL INFO ")
+                host = _HOST.search(line, max(0, prefix_end - _HOST_SPAN), prefix_end)
+                if host is not None:
+                    self.hosts.add(host.group(1))
 
     def finish(self) -> NcclTransport | None:
         if not (self.channels or self.networks or self.plugins):
@@ -658,6 +708,8 @@ _BAR_SPAN = 8192  # a bar is looked for in this much text before the error, howe
 _RANK_PREFIX = re.compile(
     rb"(?:\s*(?:\[rank\d+\]:|\[default\d+\]:|\d+:(?=\s)|[\w.-]+/\d+(?=\s)))+\s*"
 )
+# rank prefixes are looked for at most this far into a line (the regex's work is bounded)
+_PREFIX_SPAN = 1024
 # lines after an exception's that may carry its message on (torch's NCCL errors do)
 _CONTINUATION = 4
 
@@ -680,16 +732,22 @@ def _clean(line: bytes, at: int | None = None) -> bytes:
     if bars:
         text = text[bars[-1].end() :]
     text = _plain(text)
-    rank = _RANK_PREFIX.match(text)
+    rank = _RANK_PREFIX.match(text, 0, _PREFIX_SPAN)
     return text[rank.end() :] if rank else text
 
 
+def _shown(text: bytes) -> str:
+    """``text`` decoded and stripped, at most ``MAX_MESSAGE`` characters: only
+    what can be shown is decoded (a line may be a megabyte)."""
+    return text.lstrip()[: 4 * MAX_MESSAGE].decode("utf-8", "replace").strip()[:MAX_MESSAGE]
+
+
 def _message(text: bytes, detail: bytes = b"") -> str:
-    message = text.decode("utf-8", "replace").strip()
+    message = _shown(text)
     if detail:
-        more = f" ({detail.decode('utf-8', 'replace').strip()})"
+        more = f" ({_shown(detail)})"
         return message[: max(0, MAX_MESSAGE - len(more))] + more
-    return message[:MAX_MESSAGE]
+    return message
 
 
 def _signal_name(exitcode: bytes) -> bytes:
@@ -726,7 +784,7 @@ def _traceback_prefix(head: bytes) -> bytes:
     segment = head[head.rfind(b"\r") + 1 :]
     if _BAR.search(segment, max(0, len(segment) - _BAR_SPAN)) is None:
         return segment
-    rank = _RANK_PREFIX.match(segment)
+    rank = _RANK_PREFIX.match(segment, 0, _PREFIX_SPAN)
     return rank.group(0) if rank else b""
 
 
