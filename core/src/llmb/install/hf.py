@@ -20,12 +20,17 @@ The exchange goes through ``llmb.http_safety``, as Run:ai's does, rather than
 ``huggingface_hub``: that library has per-request timeouts but no deadline
 for a whole download (a server answering a byte every few seconds holds it
 indefinitely) and no size cap, and it is a large import for four small files.
-Each file has ``DEADLINE_S`` and ``MAX_FILE_BYTES``.
+Each file has ``DEADLINE_S`` (``LLMB_HF_FILE_TIMEOUT``) and ``MAX_FILE_BYTES``; all
+of an install's files together have ``TOTAL_DEADLINE_S`` (``LLMB_HF_TIMEOUT``), and a
+file that times out raises ``DownloadTimedOut``, on which ``llmb install`` stops asking
+that endpoint (``llmb.install.installer``): a stalled mirror costs one file's wait, not
+one per file.
 """
 
 from __future__ import annotations
 
 import http.client
+import math
 import os
 import re
 import urllib.error
@@ -34,7 +39,7 @@ import urllib.request
 from collections.abc import Callable
 
 from llmb import http_safety
-from llmb.errors import LlmbError
+from llmb.errors import LlmbError, UsageError
 from llmb.http_safety import KeepAuthOnOrigin
 from llmb.paths import hf_home  # noqa: F401 - where they live; the frameworks' side reads it from llmb.paths
 from llmb.redaction import mask
@@ -55,12 +60,71 @@ ASSET_FILES = {
 MAX_FILE_BYTES = 64 << 20
 # One file's whole exchange, however the server paces it: 64 MiB at a slow site link's 0.25 MB/s.
 DEADLINE_S = 300.0
+# All of one install's downloads together: a whole install's files are about 60 MB (four
+# tokenizers of 9 to 27 MB), four minutes at that link.
+TOTAL_DEADLINE_S = 900.0
+# Their settings, in seconds; an empty variable counts as unset.
+FILE_TIMEOUT_VARIABLE = "LLMB_HF_FILE_TIMEOUT"
+TIMEOUT_VARIABLE = "LLMB_HF_TIMEOUT"
+MAX_TIMEOUT_S = 86400.0
 CONNECT_TIMEOUT_S = 60.0
 _COMMIT = re.compile(r"[0-9a-f]{40}")  # a server's answer, matched whole (fullmatch)
 
 
 class DownloadError(LlmbError):
     """A Hugging Face file could not be fetched; the message never holds the token."""
+
+
+class DownloadTimedOut(DownloadError):
+    """The endpoint did not answer ``filename`` in time: no connection, or no complete answer by
+    the deadline. ``reason`` is the message without the advice on what to do."""
+
+    def __init__(self, reason: str, advice: str):
+        super().__init__(f"{reason}; {advice}")
+        self.reason = reason
+
+
+def timeouts(environ: dict | None = None) -> tuple[float, float]:
+    """(per file, all files) in seconds, from ``LLMB_HF_FILE_TIMEOUT`` and ``LLMB_HF_TIMEOUT``;
+    UsageError naming the variable for a value that is not a number of seconds."""
+    problems = timeout_problems(environ)
+    if problems:
+        raise UsageError(problems[0] + ".")
+    env = os.environ if environ is None else environ
+    return (
+        _seconds(env.get(FILE_TIMEOUT_VARIABLE)) or DEADLINE_S,
+        _seconds(env.get(TIMEOUT_VARIABLE)) or TOTAL_DEADLINE_S,
+    )
+
+
+def timeout_problems(environ: dict | None = None) -> list[str]:
+    """One sentence for each timeout variable whose value is not a number of seconds."""
+    env = os.environ if environ is None else environ
+    problems = []
+    for name, default in (
+        (FILE_TIMEOUT_VARIABLE, DEADLINE_S),
+        (TIMEOUT_VARIABLE, TOTAL_DEADLINE_S),
+    ):
+        value = env.get(name)
+        if value and _seconds(value) is None:
+            problems.append(
+                f"{name}={mask(value)[:40]!r} is not a number of seconds above 0 and at most "
+                f"{MAX_TIMEOUT_S:.0f} (default {default:.0f})"
+            )
+    return problems
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float((value or "").strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S else None
+
+
+def shown_seconds(seconds: float) -> str:
+    """``2``, ``1.5``, ``300``: as a person writes a timeout."""
+    return f"{seconds:.0f}" if seconds >= 10 or seconds == int(seconds) else f"{seconds:.1f}"
 
 
 def endpoint(environ: dict | None = None) -> str:
@@ -184,9 +248,10 @@ def download(
                 if os.path.exists(partial):
                     os.unlink(partial)
     except http_safety.DeadlineExceeded:
-        raise DownloadError(
-            f"{where}: no complete answer from {_shown_endpoint()} within {deadline_s:.0f} s; "
-            f"rerun llmb install to retry (set HF_ENDPOINT for a nearer mirror)"
+        raise DownloadTimedOut(
+            f"{where}: no complete answer from {_shown_endpoint()} within "
+            f"{shown_seconds(deadline_s)} s",
+            _RETRY,
         ) from None
     except http_safety.TooLarge as exc:
         raise DownloadError(
@@ -197,6 +262,10 @@ def download(
         raise DownloadError(f"{where}: {mask(str(exc))}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):  # a connection that stalled before the deadline
+            raise DownloadTimedOut(
+                f"{where}: {_shown_endpoint()} did not answer ({mask(str(reason))})", _RETRY
+            ) from None
         raise DownloadError(
             f"cannot reach {_shown_endpoint()} for {where}: {mask(str(reason))} "
             f"(set HF_ENDPOINT for a mirror)"
@@ -222,6 +291,9 @@ def _refusal(response, repo: str, filename: str, home: str, required: bool) -> N
     raise DownloadError(
         f"{mask(url_of(repo, filename))} answered HTTP {response.status} {reason}".rstrip()
     )
+
+
+_RETRY = "rerun llmb install to retry (set HF_ENDPOINT for a nearer mirror)"
 
 
 def _shown_endpoint() -> str:

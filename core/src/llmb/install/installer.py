@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -37,7 +38,8 @@ PROGRESS_FROM = 10 << 20  # bytes: a file this large shows its progress in tenth
 @dataclass
 class Step:
     """One thing ``llmb install`` makes. ``status``: ``present`` (already there),
-    ``planned``, ``done``, ``absent`` (an optional file the repository lacks), ``failed``."""
+    ``planned``, ``done``, ``absent`` (an optional file the repository lacks), ``failed``,
+    ``skipped`` (a Hugging Face file not asked for once its endpoint timed out: ``error`` says why)."""
 
     kind: str  # folder | config | library | image | huggingface
     what: str
@@ -243,6 +245,8 @@ def missing(steps: Plan, environ: dict | None = None) -> list[str]:
             f"Create a token at https://huggingface.co/settings/tokens, request access to those "
             f"repositories, and export HF_TOKEN=<token> (or add --no-huggingface)"
         )
+    if steps.pending("huggingface"):
+        problems += hf.timeout_problems(env)
     return problems
 
 
@@ -288,7 +292,72 @@ def _remove(path: str) -> None:
         pass
 
 
-def _fetch(step: Step, home: str, token: str | None, echo: Callable[[str], None]) -> None:
+class _Downloads:
+    """The Hugging Face steps' clocks: each file has the per-file deadline, cut to what is left
+    of the one for all files, which starts with the first download."""
+
+    def __init__(self):
+        self.file_s, self.total_s = hf.timeouts()
+        self.ends: float | None = None
+
+    def deadline(self) -> float:
+        """Seconds for the next file (0 or less: the overall deadline has passed)."""
+        if self.ends is None:
+            self.ends = time.monotonic() + self.total_s
+        return min(self.file_s, self.ends - time.monotonic())
+
+    def ran_out(self) -> bool:
+        """Whether the overall deadline has passed."""
+        return self.ends is not None and time.monotonic() >= self.ends
+
+
+_RETRY = (
+    "rerun llmb install to fetch what is missing (what was fetched is kept), set HF_ENDPOINT for "
+    "another mirror, {file_variable} (seconds per file) or {variable} (seconds for all files) "
+    "for a longer wait, or add --no-huggingface"
+)
+
+
+def _stop_asking(steps: list[Step], failed: Step, reason: str, total: float | None) -> None:
+    """``failed`` timed out: the Hugging Face steps still planned are not asked for; ``failed``'s
+    error says so in one line (which endpoint, after which file, how many not fetched, how to retry)."""
+    endpoint = mask(hf.endpoint())
+    rest = [
+        s for s in steps if s.kind == "huggingface" and s.status == "planned" and s is not failed
+    ]
+    fetched = sum(1 for s in steps if s.kind == "huggingface" and s.status == "done")
+    where = f"{failed.repo}/{failed.filename}"
+    for step in rest:
+        step.status, step.error = "skipped", f"not asked for: {endpoint} timed out on {where}"
+    parts = [reason]
+    if total is not None:
+        parts[0] += (
+            f" (the {hf.TIMEOUT_VARIABLE}={hf.shown_seconds(total)} s for all Hugging Face "
+            f"downloads ran out)"
+        )
+    if rest:
+        parts.append(
+            f"llmb install stopped asking {endpoint} after {where}: {len(rest)} more Hugging Face "
+            f"file{'s' if len(rest) != 1 else ''} not fetched, {fetched} fetched"
+        )
+    parts.append(
+        _RETRY.format(file_variable=hf.FILE_TIMEOUT_VARIABLE, variable=hf.TIMEOUT_VARIABLE)
+    )
+    failed.status, failed.error = "failed", "; ".join(parts)
+
+
+def _fetch(
+    step: Step,
+    home: str,
+    token: str | None,
+    echo: Callable[[str], None],
+    clocks: _Downloads,
+    steps: list[Step],
+) -> None:
+    deadline_s = clocks.deadline()
+    if deadline_s <= 0:
+        _stop_asking(steps, step, f"{step.repo}/{step.filename}: not asked for", clocks.total_s)
+        return
     shown = [0]
 
     def progress(done: int, total: int | None) -> None:
@@ -298,8 +367,17 @@ def _fetch(step: Step, home: str, token: str | None, echo: Callable[[str], None]
 
     try:
         path = hf.download(
-            step.repo, step.filename, home, token, required=step.required, progress=progress
+            step.repo,
+            step.filename,
+            home,
+            token,
+            required=step.required,
+            progress=progress,
+            deadline_s=deadline_s,
         )
+    except hf.DownloadTimedOut as exc:
+        _stop_asking(steps, step, exc.reason, clocks.total_s if clocks.ran_out() else None)
+        return
     except hf.DownloadError as exc:
         step.status, step.error = "failed", str(exc)
         return
@@ -310,10 +388,14 @@ def _fetch(step: Step, home: str, token: str | None, echo: Callable[[str], None]
 
 
 def execute(steps: Plan, token: str | None, echo: Callable[[str], None]) -> None:
-    """Run the pending steps in order; a failed step is recorded and the rest still run."""
+    """Run the pending steps in order; a failed step is recorded and the rest still run, except
+    that once a Hugging Face file times out no other is asked for (``skipped``)."""
     pending = steps.pending()
     home = hf.hf_home(steps.install)
+    clocks = _Downloads() if any(s.kind == "huggingface" for s in pending) else None
     for number, step in enumerate(pending, start=1):
+        if step.status != "planned":  # skipped: its endpoint timed out
+            continue
         echo(f"[{number}/{len(pending)}] {step.kind} {step.what}")
         if step.kind == "folder":
             os.makedirs(step.target, exist_ok=True)
@@ -338,6 +420,6 @@ def execute(steps: Plan, token: str | None, echo: Callable[[str], None]) -> None
                 os.makedirs(os.path.dirname(step.target), exist_ok=True)
             _import_image(step)
         else:
-            _fetch(step, home, token, echo)
+            _fetch(step, home, token, echo, clocks, pending)
         if step.status == "failed":
             echo(f"  failed: {step.error}")
