@@ -54,11 +54,15 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
     the published recipes' installer does: the folders, each container image imported
     with enroot (images/<name>.sqsh) and the Hugging Face configs and
     tokenizers the production frameworks read. What is already there is
-    skipped; a failed step is reported and the others still run.
+    skipped; a failed step is reported and the others still run, except that
+    the first Hugging Face file that times out stops the downloads from that
+    endpoint (the rest are reported skipped; a rerun fetches only what is missing).
 
     \b
     Needs: enroot on PATH for the images; HF_TOKEN for the gated Llama
-    repositories; HF_ENDPOINT for a Hugging Face mirror. Exit codes: 0 done,
+    repositories; HF_ENDPOINT for a Hugging Face mirror; LLMB_HF_FILE_TIMEOUT
+    (seconds per file, default 300) and LLMB_HF_TIMEOUT (all files, default
+    900) bound the downloads. Exit codes: 0 done,
     1 a step failed, 2 something missing or a bad request (nothing was done).
     """
     from llmb.errors import UsageError
