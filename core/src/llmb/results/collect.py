@@ -24,7 +24,7 @@ from llmb.recipes.gpus import catalogue
 from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
 from llmb.results.records import ASSUMED_GPU_SOURCES, RunContext, RunResult
-from llmb.results.scan import scan, why_unreadable
+from llmb.results.scan import SEGMENTED_MIN, scan, why_unreadable
 from llmb.results.store import NOT_STORED, ResultStore, StoreError, encode, warn_in_log
 
 
@@ -77,6 +77,8 @@ class Collector:
         self._store = store
         self._parsers = None
         self._warn = warn or warn_in_log
+        # processes that may read one large log in segments (scan's jobs); None: parallel_jobs()
+        self.scan_jobs: int | None = None
 
     @property
     def store(self) -> ResultStore | None:
@@ -138,7 +140,9 @@ class Collector:
         if context.gpu in catalogue() and context.device != "cpu":  # no GPU peak for a CPU run
             peaks = catalogue()[context.gpu].peak_tflops
         try:
-            report = scan(location.log, self.parsers) if location.log else None
+            report = (
+                scan(location.log, self.parsers, jobs=self._scan_jobs()) if location.log else None
+            )
         except OSError as exc:
             return unreadable(
                 location.log,
@@ -156,6 +160,20 @@ class Collector:
             peaks=peaks,
             missing_log_reason=f"no log-*.out file in {location.run_dir}",
         )
+
+    def _scan_jobs(self) -> int:
+        """How many processes may read one large log (in segments, ``scan``'s
+        ``jobs``): ``parallel_jobs()``, but 1 in a worker of the pool (every
+        CPU already parses a log) or where ``LLMB_RESULTS_JOBS`` is no number
+        (the pool's start reports that)."""
+        if self.scan_jobs is None:
+            from llmb.errors import UsageError
+
+            try:
+                self.scan_jobs = parallel_jobs()
+            except UsageError:
+                self.scan_jobs = 1
+        return self.scan_jobs
 
     def collect(
         self,
@@ -186,26 +204,71 @@ class Collector:
             for index, hit in enumerate(out)
             if hit is None
         ]
-        parsed = self._parse_in_parallel(
+        early = self._parse_dominant(
             todo, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source, progress=progress
         )
+        parsed = self._parse_in_parallel(
+            [item for item in todo if item[0] not in early],
+            window=window,
+            assume_gpu=assume_gpu,
+            gpu_source=gpu_source,
+            progress=progress
+            and (lambda done, total, where: progress(done + len(early), total + len(early), where)),
+        )
         for index, location in enumerate(locations):
-            if parsed is None and progress:
+            if parsed is None and progress and index not in early:
                 progress(index, len(locations), location)
             if out[index] is not None:
                 continue
             # A run no worker parsed (one process, or the pool failed it) is parsed here; results are
             # stored in the order found, by this process only: the run ids one process would give.
-            result, encoded = (parsed or {}).pop(index, None) or (
-                self.result_for(
-                    location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
-                ),
-                None,
+            result, encoded = (
+                early.pop(index, None)
+                or (parsed or {}).pop(index, None)
+                or (
+                    self.result_for(
+                        location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
+                    ),
+                    None,
+                )
             )
             out[index] = self._stored(
                 location, result, *stamps[index], window=window, encoded=encoded
             )
         return out
+
+    def _parse_dominant(
+        self,
+        todo: list[tuple[int, RunLocation, int]],
+        *,
+        window: tuple[int, int] | None,
+        assume_gpu: str | None,
+        gpu_source: str,
+        progress: Callable[[int, int, RunLocation], None] | None,
+    ) -> dict[int, tuple[RunResult, None]]:
+        """{index: (result, None)} of the logs in ``todo`` (index, location, log
+        size) that alone hold a CPU's share of all there is to read (and at
+        least ``SEGMENTED_MIN`` bytes), parsed here, first, each by every CPU
+        in segments (``scan``'s ``jobs``): in the pool one worker would read
+        such a log while the others, done with the rest, waited. Empty with one
+        CPU, or one log (``result_for`` reads that one in segments anyway)."""
+        jobs = self._scan_jobs()
+        if jobs < 2 or len(todo) < 2:
+            return {}
+        total = sum(size for _, _, size in todo)
+        found: dict[int, tuple[RunResult, None]] = {}
+        for index, location, size in sorted(todo, key=lambda item: -item[2]):
+            if size < SEGMENTED_MIN or size * jobs < total:
+                break
+            if progress:
+                progress(len(found), len(todo), location)
+            found[index] = (
+                self.result_for(
+                    location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
+                ),
+                None,
+            )
+        return found
 
     def _parse_in_parallel(
         self,
@@ -370,6 +433,9 @@ def _encoded(result: RunResult) -> str | None:
 def _parse_in_worker(
     location: RunLocation, window: tuple[int, int] | None, assume_gpu: str | None, gpu_source: str
 ) -> RunResult:
+    _WORKER_COLLECTOR.scan_jobs = (
+        1  # every CPU parses a log already (this copy of it is the worker's)
+    )
     return _WORKER_COLLECTOR.result_for(
         location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
     )
