@@ -21,6 +21,22 @@ from llmb.runs import exclusion
 
 REAL = Path(__file__).parent / "real_logs" / "preflight"
 
+# A 2-rank tiny proxy of Llama 3.1 8B's H100 BF16 recipe: what the --exclude-from tests submit
+TINY_RUN = (
+    "run",
+    "llama31",
+    "--size",
+    "8b",
+    "--gpu",
+    "h100",
+    "--dtype",
+    "bf16",
+    "--gpus",
+    "2",
+    "--proxy",
+    "tiny",
+)
+
 
 # ------------------------------------------------------------------ pairing
 
@@ -371,18 +387,7 @@ def test_exclude_from_puts_the_flagged_nodes_in_the_sbatch_script(llmb_proc, tmp
         "SLURM_CONF": str(tmp_path / "empty-slurm.conf"),
     }
     result = llmb_proc(
-        "run",
-        "llama31",
-        "--size",
-        "8b",
-        "--gpu",
-        "h100",
-        "--dtype",
-        "bf16",
-        "--gpus",
-        "2",
-        "--proxy",
-        "tiny",
+        *TINY_RUN,
         "--backend",
         "slurm",
         "--bare",
@@ -412,18 +417,7 @@ def test_exclude_from_a_preflight_that_judged_nothing_warns(llmb_proc, tmp_path)
         )
     )
     result = llmb_proc(
-        "run",
-        "llama31",
-        "--size",
-        "8b",
-        "--gpu",
-        "h100",
-        "--dtype",
-        "bf16",
-        "--gpus",
-        "2",
-        "--proxy",
-        "tiny",
+        *TINY_RUN,
         "--exclude-from",
         str(path),
         "--dry-run",
