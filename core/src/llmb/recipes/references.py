@@ -151,8 +151,11 @@ def all_sources(workloads) -> list[str]:
     return list(seen)
 
 
-def _series(workload: Workload, variant: str, ref: ReferenceResult) -> RecipeSeries | None:
-    """The recipe series a published figure was measured with: its size, GPU type, dtype, scaling and scale."""
+def _series(
+    workload: Workload, variant: str, ref: ReferenceResult | Configuration
+) -> RecipeSeries | None:
+    """The recipe series a published figure (or a configuration) belongs to: its size, GPU type, dtype,
+    scaling and scale."""
     for series in (s for v in workload.variants if v.name == variant for s in v.series):
         if (
             (series.size, series.gpu, series.scaling) == (ref.size, ref.gpu, ref.scaling)
@@ -163,7 +166,9 @@ def _series(workload: Workload, variant: str, ref: ReferenceResult) -> RecipeSer
     return None
 
 
-def _recipe_gbs(workload: Workload, variant: str, ref: ReferenceResult) -> int | None:
+def _recipe_gbs(
+    workload: Workload, variant: str, ref: ReferenceResult | Configuration
+) -> int | None:
     series = _series(workload, variant, ref)
     if series is None:
         return None
@@ -277,15 +282,7 @@ def _same_batch(figure: Figure, wanted: int | None) -> bool:
 def own_gbs(workload: Workload, config: Configuration) -> int | None:
     """The global batch size the configuration's own recipe runs at ``config.gpus`` (None: no such series)."""
     own = workload.variant(config.variant) or workload.default_variant
-    for series in own.series:
-        if (
-            (series.size, series.gpu, series.scaling) == (config.size, config.gpu, config.scaling)
-            and config.dtype in series.dtypes
-            and series.min_gpus <= config.gpus <= series.max_gpus
-        ):
-            value = series.gbs.at(config.gpus)
-            return int(value) if value.denominator == 1 else None
-    return None
+    return _recipe_gbs(workload, own.name, config)
 
 
 def candidates(workload: Workload, config: Configuration) -> list[Figure]:
