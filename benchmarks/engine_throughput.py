@@ -2,7 +2,7 @@
 """Torch-engine throughput on CPU: achieved GFLOP/s against torch.mm's peak, beside a reference.
 
     .venv/bin/python benchmarks/engine_throughput.py [--rounds 5] [--ga 1] [--ranks 1,2] [--only tiny|8b] [--compile]
-    python benchmarks/engine_throughput.py --gpu h100 --only 8b [--layers 2]     # on one CUDA GPU
+    python benchmarks/engine_throughput.py --gpu h100 --only 8b [--layers 2] [--ga 4]    # on one CUDA GPU
 
 Each row trains the way ``llmb run`` trains: the torch engine's own ``Engine``
 (``llmb.engines.torch.train``) builds the model through the plugin host and runs
@@ -24,6 +24,13 @@ in fp32). Targets at 8B width: the engine at >= 90% of the reference and
 >= 70% of the fp32 peak. Threads: the engine's own default (``cpu_threads``:
 1 per rank unless OMP_NUM_THREADS). Speed is never asserted by a test; this
 script only prints.
+
+On a GPU, where transformers is installed (NVIDIA's PyTorch images have it), the
+Llama rows also time its peer: Hugging Face transformers' ``LlamaForCausalLM`` at
+the same shape and work (``transformers_trainer``: fp32 weights, bf16 autocast,
+SDPA, each decoder layer compiled, fused AdamW, clipping 1.0, full-vocabulary
+loss), and a last line gives the engine's speed as a multiple of the peer's
+(aim: at least 1.05x at 2 and at 10 layers).
 """
 
 from __future__ import annotations
@@ -154,6 +161,82 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str 
     return model, step
 
 
+# ---------------------------------------------------------------- the peer: transformers' Llama
+
+
+def transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except Exception:  # noqa: BLE001 - absent or broken: the peer's row is left out
+        return False
+    return True
+
+
+def transformers_trainer(
+    arch, mbs: int, seq: int, ga: int, seed: int, device: str = "cuda", compile_layers: bool = True
+):
+    """Hugging Face transformers' ``LlamaForCausalLM`` at the row's shape, trained as the engine trains
+    on a GPU: fp32 weights, bf16 autocast, SDPA attention, each decoder layer compiled, the engine's
+    data, AdamW settings (fused), clipping and GA, the full-vocabulary loss in fp32: step(i) -> loss.
+    Returns (model, step)."""
+    from llmb.engines.torch.optim import CLIP_NORM, learning_rate
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=arch.vocab,
+        hidden_size=arch.hidden,
+        intermediate_size=arch.ffn,
+        num_hidden_layers=arch.layers,
+        num_attention_heads=arch.heads,
+        num_key_value_heads=arch.query_groups,
+        head_dim=arch.head_dim,
+        max_position_embeddings=seq,
+        rope_theta=500_000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        use_cache=False,
+    )
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").to(device)
+    model.train()
+    if compile_layers:
+        for layer in model.model.layers:
+            layer.compile()
+    cuda = device == "cuda"
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=learning_rate(1),
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        eps=1e-8,
+        fused=cuda,
+    )
+    generator = torch.Generator().manual_seed(seed * 1000)
+
+    def step(i: int) -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(i)
+        total = 0.0
+        for _ in range(ga):
+            tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator).to(device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                logits = model(input_ids=tokens[:, :-1]).logits
+            loss = (
+                F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
+                / ga
+            )
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total
+
+    return model, step
+
+
 # ---------------------------------------------------------------- the engine, as llmb run drives it
 
 
@@ -264,6 +347,19 @@ def measure_gpu(spec, with_reference: bool, rounds: int, warmup: int) -> dict:
         del reference
         release_gpu_memory()
     return times
+
+
+def measure_peer(spec, rounds: int, warmup: int) -> dict:
+    """Median step seconds and peak allocated GiB of transformers' Llama at the spec's shape."""
+    torch.cuda.reset_peak_memory_stats()
+    model, step = transformers_trainer(
+        spec.model_arch(), spec.mbs, spec.seq_len, spec.ga, spec.seed, device="cuda"
+    )
+    seconds = median_step(step, rounds, warmup)
+    memory = torch.cuda.max_memory_allocated() / 2**30
+    del model, step
+    release_gpu_memory()
+    return {"seconds": seconds, "memory": memory}
 
 
 def measure(spec, with_reference: bool, rounds: int, warmup: int, steps_per_round: int) -> dict:
@@ -471,9 +567,14 @@ def run_gpu(args, host) -> None:
         )
         print("  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)), flush=True)
 
+    peer = transformers_available()
+    if not peer:
+        print("transformers is not installed: no peer row (pip install transformers to add it)")
+    ratios = []
     for label, workload, arch, seq, mbs, has_reference in models(
         host, args.only, args.gpu, args.layers
     ):
+        compiled_s = math.nan
         for compiled in (True, False):
             spec = engine_spec(host, workload, arch, seq, mbs, args.ga, 1, compiled, args.gpu)
             torch.cuda.reset_peak_memory_stats()
@@ -483,6 +584,21 @@ def run_gpu(args, host) -> None:
             row(label, kind, spec.gbs * seq, result["engine"], flops, result["memory"])
             if not math.isnan(result["reference"]):
                 row(label, "reference", spec.gbs * seq, result["reference"], flops, math.nan)
+            if compiled:
+                compiled_s = result["engine"]
+        if (
+            peer and has_reference
+        ):  # the Llama rows: transformers' LlamaForCausalLM is the same model
+            spec = engine_spec(host, workload, arch, seq, mbs, args.ga, 1, True, args.gpu)
+            result = measure_peer(spec, args.rounds, args.warmup)
+            flops = spec.gbs * spec.flops_per_sample
+            row(label, "transformers", spec.gbs * seq, result["seconds"], flops, result["memory"])
+            ratios.append((label, result["seconds"] / compiled_s))
+    for label, ratio in ratios:
+        # the engine's speed relative to the peer's: its step time over the engine's (aim: >= 1.05x)
+        print(
+            f"{label}: the engine (compiled) runs at {ratio:.2f}x transformers' speed (aim >= 1.05x)"
+        )
 
 
 if __name__ == "__main__":
