@@ -2,7 +2,7 @@
 """Torch-engine throughput on CPU: achieved GFLOP/s against torch.mm's peak, beside a reference.
 
     .venv/bin/python benchmarks/engine_throughput.py [--rounds 5] [--ga 1] [--ranks 1,2] [--only tiny|8b] [--compile]
-    python benchmarks/engine_throughput.py --gpu h100 --only 8b [--layers 2] [--ga 4]    # on one CUDA GPU
+    python benchmarks/engine_throughput.py --gpu h100 --only 8b [--layers 2] [--ga 4] [--compiled-only]  # one CUDA GPU
 
 Each row trains the way ``llmb run`` trains: the torch engine's own ``Engine``
 (``llmb.engines.torch.train``) builds the model through the plugin host and runs
@@ -465,6 +465,11 @@ def main() -> None:
     parser.add_argument(
         "--layers", type=int, help="the 8B row's layers (default 1 on CPU, 2 on a GPU)"
     )
+    parser.add_argument(
+        "--compiled-only",
+        action="store_true",
+        help="on a GPU, time the engine compiled only (no eager or reference row), beside the peer",
+    )
     args = parser.parse_args()
     from llmb.engines.torch.runtime import cpu_threads
     from llmb.plugins.host import PluginHost
@@ -575,7 +580,7 @@ def run_gpu(args, host) -> None:
         host, args.only, args.gpu, args.layers
     ):
         compiled_s = math.nan
-        for compiled in (True, False):
+        for compiled in (True,) if args.compiled_only else (True, False):
             spec = engine_spec(host, workload, arch, seq, mbs, args.ga, 1, compiled, args.gpu)
             torch.cuda.reset_peak_memory_stats()
             result = measure_gpu(spec, has_reference and not compiled, args.rounds, args.warmup)
