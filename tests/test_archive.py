@@ -197,3 +197,65 @@ def test_a_symlinked_experiments_directory_is_not_followed_out_of_the_install(
     assert named.code == 0, named.err
     with tarfile.open(tmp_path / "named.tar.gz") as tar:
         assert any(n.endswith("shadow") for n in tar.getnames())
+
+
+def _archive_on_a_terminal(install: Path, output: Path, umask: int) -> bytes:
+    """``llmb archive --output OUTPUT`` with stdout and stderr on one pseudo-terminal (as a user runs
+    it) under ``umask``: what the terminal received."""
+    import pty
+    import select
+
+    from conftest import _llmb_executable
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "LLMB_INSTALL": str(install), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [_llmb_executable(), "archive", "--output", str(output)],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        preexec_fn=lambda: os.umask(umask),
+    )
+    os.close(follower)
+    received = b""
+    try:
+        while select.select([leader], [], [], 120)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            received += chunk
+        assert proc.wait(timeout=120) == 0, received
+    finally:
+        os.close(leader)
+    return received
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)])
+def test_a_small_archive_on_a_terminal_reads_well_and_can_be_handed_on(tmp_path, umask, mode):
+    """Issue 34: no empty first line, sizes in a unit that shows them ("31.2 kB", not "0.0 MB"), and
+    the archive gets the permissions the user's umask gives new files (it is meant for a ticket),
+    not mkstemp's owner-only 0600."""
+    install = tmp_path / "install"
+    experiments(install)
+    output = tmp_path / "experiments.tar.gz"
+    shown = _archive_on_a_terminal(install, output, umask).decode()
+    assert not shown.startswith(("\r", "\n")), repr(shown)
+    assert " kB packed into " in shown and " 0.0 MB" not in shown, shown
+    assert os.stat(output).st_mode & 0o777 == mode
+
+
+def test_byte_size_keeps_small_sizes_visible():
+    from llmb.figures import byte_size
+
+    assert [byte_size(n) for n in (0, 812, 1_536, 31_200, 248_000_000, 3.2e9)] == [
+        "0 B",
+        "812 B",
+        "1.5 kB",
+        "31.2 kB",
+        "248.0 MB",
+        "3.2 GB",
+    ]

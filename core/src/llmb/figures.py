@@ -27,3 +27,14 @@ def signed_pct(value: float | None, decimals: int = 1) -> str:
         return "-"
     text = figure(abs(value), decimals)
     return f"{'-' if value < 0 else '+'}{text}%"
+
+
+def byte_size(count: int | float) -> str:
+    """A file size in the largest decimal unit (B, kB, MB, GB, TB) that keeps it at least 1, one
+    decimal: ``812 B``, ``1.5 kB``, ``248.0 MB``. An archive of 31 kB no longer reads "0.0 MB"."""
+    value, unit = float(count), "B"
+    for larger in ("kB", "MB", "GB", "TB"):
+        if abs(value) < 1000:
+            break
+        value, unit = value / 1000, larger
+    return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"

@@ -12,6 +12,7 @@ import click
 from llmb.cli import get_host
 from llmb.cli.output import emit_json
 from llmb.errors import UsageError
+from llmb.figures import byte_size
 from llmb.log import warn
 
 
@@ -138,21 +139,22 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
     output, fmt = _output(output, fmt, stem)
     tty = sys.stderr.isatty()
     last = [time.monotonic()]  # first line after a moment: small archives print only their summary
+    shown = [False]  # a progress line is on the terminal: end it before the summary
 
     def progress(files: int, size: int) -> None:
         if time.monotonic() - last[0] >= (0.2 if tty else 5.0):
-            last[0] = time.monotonic()
-            text = f"llmb archive: {files:,} files, {size / 1e6:,.1f} MB"
+            last[0], shown[0] = time.monotonic(), True
+            text = f"llmb archive: {files:,} files, {byte_size(size)}"
             click.echo(f"\r{text}\x1b[K" if tty else text, err=True, nl=not tty)
 
     packed = archive.pack(roots, output, progress, fmt)
-    if tty:
+    if tty and shown[0]:
         click.echo("", err=True)
     if as_json:
         emit_json({**packed.__dict__, "format": fmt})
         return
     click.echo(
-        f"{packed.output}: {packed.files:,} files, {packed.bytes_in / 1e6:,.1f} MB packed into "
-        f"{packed.bytes_out / 1e6:,.1f} MB; left out {packed.excluded_files:,} files and "
+        f"{packed.output}: {packed.files:,} files, {byte_size(packed.bytes_in)} packed into "
+        f"{byte_size(packed.bytes_out)}; left out {packed.excluded_files:,} files and "
         f"{packed.excluded_dirs:,} folders (profiles, traces, checkpoints, code)."
     )

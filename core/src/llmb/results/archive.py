@@ -147,12 +147,21 @@ def pack(
                     packed.bytes_in += size
                     if progress:
                         progress(packed.files, packed.bytes_in)
+        # mkstemp made it readable by its owner alone; an archive is meant to be handed on (a ticket, a
+        # colleague): the permissions any new file of this user gets (the umask's)
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, packed.output)
     except BaseException:
         os.unlink(temporary)
         raise
     packed.bytes_out = os.path.getsize(packed.output)
     return packed
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _add_masked(tar: tarfile.TarFile, path: str, arcname: str, known: tuple[str, ...]) -> None:
