@@ -48,6 +48,18 @@ def test_a_short_run_is_warned_before_it_starts(cli, install):
     )
 
 
+def test_the_warning_and_the_result_ask_for_the_same_steps_on_nemo2(cli, install):
+    """NeMo 2 counts iterations from 0: a run reaches iteration 44 in 45 steps. The warning before the
+    run said 44 while the result said 45 (issue 34); both now say what the log format needs."""
+    result = cli(
+        "run",
+        *("llama31", "--variant", "nemo2", "--size", "8b", "--gpu", "h100", "--dtype", "bf16"),
+        *("--gpus", "8", "--backend", "slurm", "--steps", "20", "--dry-run"),
+    )
+    assert result.code == 0, result.err
+    assert "window's end (44)" in result.err and "run at least 45 steps." in result.err
+
+
 def test_a_run_that_ended_before_the_window_is_too_short_everywhere(cli, install):
     make_run(_experiments(install), MB8, loggen.megatron_bridge_lines(range(1, 21), last=20))
     [row] = cli("results", "--json").json()

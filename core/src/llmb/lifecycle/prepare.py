@@ -418,13 +418,21 @@ def contributions(
 
 
 def _window_warning(
-    plan: Plan, steps: int, load_dir: str | None, options: RunOptions
+    plan: Plan, steps: int, load_dir: str | None, options: RunOptions, torch_engine: bool
 ) -> str | None:
-    window_end = max(v.window[1] for v in plan.workload.variants if v.name == plan.recipe.variant)
-    if steps < window_end and not load_dir and not options.nccl_trace:
+    from llmb.results.analyze import steps_to_reach
+
+    window = max(
+        (v.window for v in plan.workload.variants if v.name == plan.recipe.variant),
+        key=lambda w: w[1],
+    )
+    # the torch engine logs as Megatron-Bridge does (from iteration 1); NeMo 2 counts from 0
+    log_format = "nemo2" if plan.recipe.framework == "nemo2" and not torch_engine else None
+    needed = steps_to_reach(window, log_format)
+    if steps < needed and not load_dir and not options.nccl_trace:
         return (
-            f"{steps} steps end before the statistics window's end ({window_end}): the run's result will be "
-            f"too_short, with no step-time statistics to compare; run at least {window_end} steps."
+            f"{steps} steps end before the statistics window's end ({window[1]}): the run's result will be "
+            f"too_short, with no step-time statistics to compare; run at least {needed} steps."
         )
     return None
 
@@ -578,7 +586,7 @@ def prepare(
     if options.dump_env:
         # rank 0 writes its environment beside the log (llmb.runs.provenance)
         run.env[job_env.DUMP_VARIABLE] = "1"
-    if too_short := _window_warning(plan, run.steps, load_dir, options):
+    if too_short := _window_warning(plan, run.steps, load_dir, options, torch_engine):
         warnings.append(too_short)
 
     spec = _spec(

@@ -616,11 +616,18 @@ def _usable(step_time_ms: float | None) -> bool:
     return step_time_ms is not None and math.isfinite(step_time_ms) and step_time_ms <= MAX_STEP_MS
 
 
+def steps_to_reach(window: tuple[int, int], log_format: str | None) -> int:
+    """The steps a run needs for its log to reach the window's last iteration: one more where the
+    log counts from 0 (NeMo 2: a 45-step run's last iteration is 44). ``llmb run``'s warning and the
+    results' reason both say this number."""
+    return window[1] + (1 if log_format in ZERO_BASED else 0)
+
+
 def _steps_needed(iterations: IterationLog | None, window: tuple[int, int]) -> int | None:
     """The steps a run needs to reach the window's end, where its final iteration is before it; else None."""
     if iterations is None or iterations.last is None or iterations.last >= window[1]:
         return None
-    return window[1] + (1 if iterations.format in ZERO_BASED else 0)
+    return steps_to_reach(window, iterations.format)
 
 
 def _unreachable(
