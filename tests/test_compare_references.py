@@ -260,3 +260,20 @@ def test_a_proxy_run_is_never_a_pass(cli, experiments):
     assert result.code == NOT_COMPARED_EXIT
     [verdict] = verdicts(result)
     assert verdict["outcome"] == "not_compared" and verdict["detail"].startswith("proxy run")
+
+
+def test_the_closing_line_counts_regressions_apart_from_runs_without_a_result():
+    """Issue 34: "15 regressed or had no result" was printed when nothing regressed; a failure and a
+    regression are different news. One comparison is "1 comparison"."""
+    from llmb.cli.compare_cmd import closing_line
+    from llmb.results.compare import Verdict
+
+    def verdict(outcome):
+        return Verdict("published", outcome, None, None, "")
+
+    line = closing_line([verdict(o) for o in ("pass", "failed", "incomplete", "failed")], 0.95)
+    assert line == (
+        "4 comparisons: 1 passed, 0 regressed, 3 had no result (failed, incomplete), "
+        "0 not compared (threshold 95%)."
+    )
+    assert closing_line([verdict("regress")], 0.95).startswith("1 comparison: 0 passed, 1 regressed")

@@ -38,3 +38,8 @@ def byte_size(count: int | float) -> str:
             break
         value, unit = value / 1000, larger
     return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 job``, ``2 jobs``, ``1,204 comparisons``: a count and its noun in the number it takes."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

@@ -12,6 +12,7 @@ from llmb.cli.output import Column, emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
 from llmb.cli.sweep_cmd import checked_tasks, follow, following_options, show_planned
 from llmb.errors import UsageError
+from llmb.figures import counted
 
 SUITE_OPTIONS = ("gpu", "scale", "repeats", "profile_last", "suite_file")
 
@@ -383,7 +384,7 @@ def certify_command(
             emit_json({"suite": suite.id, "sweep": run.sweep.id, "jobs": suite.jobs_by_workload()})
         else:
             click.echo(
-                f"{suite.id}: {len(run.sweep.job_ids)} jobs submitted (sweep {run.sweep.id}); "
+                f"{suite.id}: {counted(len(run.sweep.job_ids), 'job')} submitted (sweep {run.sweep.id}); "
                 f"llmb certify status --suite {suite.id} shows the verdict once they ended."
             )
         return

@@ -11,7 +11,7 @@ from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table, terminal_safe
 from llmb.cli.results_cmd import display_name, open_store, select, selection_options
 from llmb.errors import UsageError
-from llmb.figures import figure
+from llmb.figures import counted, figure
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -365,6 +365,21 @@ def gpu_label(context) -> str:
     return f"{context.gpu} ({where})" if where else context.gpu
 
 
+def closing_line(verdicts: list, threshold: float) -> str:
+    """``12 comparisons: 9 passed, 1 regressed, 2 had no result (failed, too_short), 0 not compared``:
+    a regression and a run without a result are different news, and are counted apart."""
+    outcomes = [v.outcome for v in verdicts]
+    passed, regress = outcomes.count("pass"), outcomes.count("regress")
+    missing = outcomes.count("not_compared")
+    no_result = [o for o in outcomes if o not in ("pass", "regress", "not_compared")]
+    kinds = ", ".join(dict.fromkeys(sorted(no_result)))
+    return (
+        f"{counted(len(verdicts), 'comparison')}: {passed} passed, {regress} regressed, "
+        f"{len(no_result)} had no result{f' ({kinds})' if kinds else ''}, {missing} not compared "
+        f"(threshold {threshold:.0%})."
+    )
+
+
 def _render(
     report: list, threshold: float, names: list[str], places: list, full_names: bool = False
 ) -> str:
@@ -373,7 +388,6 @@ def _render(
     from llmb.cli.output import Column, fit_text
     from llmb.cli.results_cmd import grouped_notes, job_label, note_labels
     from llmb.recipes.references import Figure
-    from llmb.results.compare import regressed
 
     labels = note_labels(names, [result for _, result, _, _, _ in report], places)
     rows, details = [], []
@@ -443,11 +457,6 @@ def _render(
                 f"TFLOP/s/GPU ({published.describe()})"
             )
     verdicts = [v for _, _, _, vs, _ in report for v in vs]
-    bad = sum(1 for v in verdicts if regressed([v]))
-    missing = sum(1 for v in verdicts if v.outcome == "not_compared")
-    parts.append(
-        f"\n{len(verdicts)} comparisons: {len(verdicts) - bad - missing} passed, {bad} regressed or had no "
-        f"result, {missing} not compared (threshold {threshold:.0%})."
-    )
+    parts.append("\n" + closing_line(verdicts, threshold))
     # the table fits already; the text is wrapped
     return parts[0] + "\n" + fit_text("\n".join(parts[1:]))

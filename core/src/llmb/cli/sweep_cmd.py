@@ -11,6 +11,7 @@ from llmb.cli import get_host
 from llmb.cli.output import emit_json, render_table
 from llmb.cli.run_options import parameter_names, run_options
 from llmb.errors import UsageError
+from llmb.figures import counted
 
 
 def _values(items: tuple[str, ...], cast=str) -> list:
@@ -191,7 +192,9 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
         )
     )
     also = f", {len(skipped)} skipped" if skipped else ""
-    click.echo(f"\n{len(checked)} jobs{also}; nothing was submitted (--dry-run).", err=True)
+    click.echo(
+        f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
+    )
 
 
 def follow(
@@ -218,7 +221,7 @@ def follow(
     if on_created:
         on_created(run)
     click.echo(
-        f"{run.sweep.id}: {len(checked)} jobs on {', '.join(sorted(backends))}"
+        f"{run.sweep.id}: {counted(len(checked), 'job')} on {', '.join(sorted(backends))}"
         + (f", {parallel} at a time" if parallel else ""),
         err=True,
     )
@@ -456,7 +459,7 @@ def sweep_command(
         )
     elif detach:
         click.echo(
-            f"{sweep.id}: {len(sweep.job_ids)} jobs submitted; llmb status lists them, llmb report --sweep "
+            f"{sweep.id}: {counted(len(sweep.job_ids), 'job')} submitted; llmb status lists them, llmb report --sweep "
             f"{sweep.id} --out DIR plots them once they ended."
         )
     else:
