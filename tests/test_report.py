@@ -331,3 +331,100 @@ def test_a_tuned_run_is_its_own_series_without_the_official_published_curve(host
     assert any(
         n.startswith("tuned (cp 2 -> 1, mbs 1 -> 4): not the official") for n in retuned.notes
     )
+
+
+# ------------------------------------------------------------------ tick labels
+
+
+def _rows(
+    points: dict[int, tuple[float, float, float | None]], scaling: str = "weak"
+) -> list[dict]:
+    """Result rows as a results file holds them: GPUs -> (step time ms, tokens/s, MFU %)."""
+    return [
+        {
+            "filename": f"run{n}",
+            "status": "success",
+            "workload": "llama31",
+            "variant": "megatron-bridge",
+            "size": "8b",
+            "gpu": "h100",
+            "dtype": "bf16",
+            "gpus": n,
+            "scaling": scaling,
+            "proxy": True,
+            "time_mean_ms": step_ms,
+            "tokens_per_s": tokens,
+            "mfu_pct": mfu,
+        }
+        for n, (step_ms, tokens, mfu) in points.items()
+    ]
+
+
+# tokens/s within one decade (the issue's 6×10³: minor ticks labelled), and over six decades down to
+# a CPU proxy's fractions (decade ticks only, some below 1)
+ONE_DECADE = _rows(
+    {1: (1510.0, 5200.0, 41.3), 2: (1580.0, 6100.0, 40.9), 4: (1660.0, 6900.0, 39.7)}
+)
+SIX_DECADES = _rows(
+    {
+        1: (0.9, 0.35, 0.0041),
+        4: (14.0, 12.0, 0.021),
+        16: (2300.0, 480.0, 0.9),
+        64: (41000.0, 9e4, 7.5),
+    },
+    scaling="strong",
+)
+
+
+def _number(label: str) -> float:
+    """A tick label's value: ``6,000`` is 6000, ``95%`` is 0.95, ``−20%`` (matplotlib's minus) is -0.2."""
+    text = label.replace(",", "").replace("\N{MINUS SIGN}", "-")
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
+@pytest.mark.parametrize("source", ["experiments", "one decade", "six decades"])
+def test_every_tick_label_of_every_plot_is_a_plain_number(
+    cli, experiments, monkeypatch, host, source
+):
+    """Tick labels are drawn as text (math parsing is off), so matplotlib's log formatter showed its
+    source, ``$\\mathdefault{6\\times10^{3}}$``: every label of both axes, major and minor, of every plot
+    is a plain number, and it is the value of its tick."""
+    from llmb.report.plots import PLOT_NAMES, draw_figures, text_as_drawn
+
+    if source == "experiments":
+        monkeypatch.setenv("LLMB_INSTALL", str(experiments))
+        rows = cli("results", "--format", "json").json()
+    else:
+        rows = ONE_DECADE if source == "one decade" else SIX_DECADES
+    data = build_report(rows, host.workloads())
+    seen: dict[tuple[str, str, bool], list[str]] = {}
+    with text_as_drawn():
+        drawings, _ = draw_figures(data)
+        for drawing in drawings:
+            drawing.figure.canvas.draw()
+            [axes] = drawing.figure.axes
+            for name, axis in (("x", axes.xaxis), ("y", axes.yaxis)):
+                for minor in (False, True):
+                    labels = (axes.get_xticklabels if name == "x" else axes.get_yticklabels)(
+                        minor=minor
+                    )
+                    texts = [label.get_text() for label in labels]
+                    assert not [t for t in texts if "$" in t or "\\" in t], (drawing.name, texts)
+                    for loc, text in zip(axis.get_ticklocs(minor=minor), texts, strict=True):
+                        if text:
+                            assert _number(text) == pytest.approx(loc, rel=1e-6), (
+                                drawing.name,
+                                text,
+                            )
+                    seen[drawing.name, name, minor] = [t for t in texts if t]
+    drawn = {name for name, _, _ in seen}
+    assert drawn == set(PLOT_NAMES)
+    assert all(seen[name, "x", False] for name in drawn)  # the GPU counts
+    assert all(seen[name, "y", False] or seen[name, "y", True] for name in drawn)
+    tokens = seen["tokens_per_s", "y", False] + seen["tokens_per_s", "y", True]
+    if source == "one decade":
+        assert "6,000" in tokens
+    if source == "six decades":
+        assert {"1", "10", "100", "1,000", "10,000"} <= set(tokens) and "0.1" in tokens
+    if source == "experiments":
+        assert "100,000" in tokens, tokens

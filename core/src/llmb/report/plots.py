@@ -8,8 +8,10 @@ says how to install it when it is missing.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from llmb.errors import UsageError
 from llmb.recipes.records import ReferenceResult
@@ -32,6 +34,21 @@ class Plot:
     @property
     def filename(self) -> str:
         return f"{self.name}.png"
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """A plot as a matplotlib figure, before it is rendered: what ``draw_plots`` turns into a ``Plot``."""
+
+    name: str
+    title: str
+    description: str
+    figure: Any  # matplotlib.figure.Figure
+
+    def plot(self) -> Plot:
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", bbox_inches="tight")
+        return Plot(self.name, self.title, self.description, buffer.getvalue())
 
 
 @dataclass(frozen=True)
@@ -117,13 +134,14 @@ def _gpu_axis(axes, counts: set[int]) -> None:
     axes.grid(True, alpha=0.3)
 
 
-def _finish(figure, axes, title: str, y_label: str, subtitle: str | None = None) -> bytes:
+def _finish(axes, title: str, y_label: str, subtitle: str | None = None) -> None:
+    """What every plot ends with: title, axis label, legend, and tick labels as plain numbers."""
+    from llmb.report.ticks import plain_ticks
+
     axes.set_title(title if subtitle is None else f"{title}\n{subtitle}", fontsize="medium")
     axes.set_ylabel(y_label)
     axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    return buffer.getvalue()
+    plain_ticks(axes)
 
 
 def _style(index: int) -> dict:
@@ -165,7 +183,7 @@ def _published_line(
                 )
 
 
-def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
+def _metric_plot(spec: MetricPlot, data: ReportData) -> Drawing | None:
     figure, axes = _axes()
     counts: set[int] = set()
     drawn = False
@@ -208,10 +226,11 @@ def _metric_plot(spec: MetricPlot, data: ReportData) -> Plot | None:
     description = MEASURED_HOW + "".join(
         f" Published {spec.title.split(' vs ')[0]}, {c}." for c in corrections
     )
-    return Plot(spec.name, spec.title, description, _finish(figure, axes, spec.title, spec.y_label))
+    _finish(axes, spec.title, spec.y_label)
+    return Drawing(spec.name, spec.title, description, figure)
 
 
-def _efficiency_plot(data: ReportData) -> Plot | None:
+def _efficiency_plot(data: ReportData) -> Drawing | None:
     curves = [(i, s) for i, s in enumerate(data.series) if s.has_efficiency]
     if not curves:
         return None
@@ -238,26 +257,36 @@ def _efficiency_plot(data: ReportData) -> Plot | None:
             va="top",
             wrap=True,
         )
-    return Plot(
-        EFFICIENCY,
-        EFFICIENCY_TITLE,
-        EFFICIENCY_FORMULAS,
-        _finish(figure, axes, EFFICIENCY_TITLE, "scaling efficiency", EFFICIENCY_SUBTITLE),
-    )
+    _finish(axes, EFFICIENCY_TITLE, "scaling efficiency", EFFICIENCY_SUBTITLE)
+    return Drawing(EFFICIENCY, EFFICIENCY_TITLE, EFFICIENCY_FORMULAS, figure)
 
 
-def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
-    """The plots there is data for, and a sentence for each one left out. Every text is drawn as it is:
-    labels come from logs and directory names, and a ``$`` must not start matplotlib's math parser."""
+@contextmanager
+def text_as_drawn() -> Iterator[None]:
+    """Every text is drawn as it is: labels come from logs and directory names, and a ``$`` must not
+    start matplotlib's math parser. Figures are made and rendered inside it."""
     from matplotlib import rc_context
 
     with rc_context({"text.parse_math": False}):
-        candidates = (
-            (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
-            (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
-            (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
-            (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
-        )
-    return [plot for plot, _ in candidates if plot], [
-        why for plot, why in candidates if plot is None
+        yield
+
+
+def draw_figures(data: ReportData) -> tuple[list[Drawing], list[str]]:
+    """The figures there is data for, and a sentence for each one left out; call it, and render what
+    it returns, inside ``text_as_drawn``."""
+    candidates = (
+        (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
+        (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
+        (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
+        (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
+    )
+    return [drawing for drawing, _ in candidates if drawing], [
+        why for drawing, why in candidates if drawing is None
     ]
+
+
+def draw_plots(data: ReportData) -> tuple[list[Plot], list[str]]:
+    """The plots there is data for, as PNG, and a sentence for each one left out."""
+    with text_as_drawn():
+        drawings, omitted = draw_figures(data)
+        return [drawing.plot() for drawing in drawings], omitted
