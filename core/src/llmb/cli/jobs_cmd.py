@@ -227,7 +227,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     A job whose record or state cannot be read is shown as UNKNOWN with
     what is wrong; the others are listed as usual."""
     from llmb.lifecycle.follow import summary
-    from llmb.runs.jobs import BrokenJob, list_job_ids, load_job, read_job
+    from llmb.runs.jobs import BrokenJob, list_job_ids, load_job, read_job, state_text
 
     if job_id:
         found = read_job(job_id)
@@ -274,7 +274,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
                 else fit_text(
                     f"{status.job.id}: {status.state}"
                     + (f" ({status.progress})" if status.progress else "")
-                    + (f" - {status.reason}" if status.reason else "")
+                    + state_text(status.state, status.reason).removeprefix(status.state)
                     + "\n"
                     + where_lines(status.job)
                 )
@@ -456,7 +456,7 @@ def cancel_command(ctx, job_id, as_json):
     """Stop a job (every process of it, for the local backend, even when its
     record is gone or unreadable) and report its state once it has really
     ended."""
-    from llmb.runs.jobs import TERMINAL, BrokenJob, read_job, store_error
+    from llmb.runs.jobs import TERMINAL, BrokenJob, read_job, state_text, store_error
 
     job = read_job(job_id)
     if job is None or isinstance(job, BrokenJob):
@@ -473,7 +473,7 @@ def cancel_command(ctx, job_id, as_json):
     if as_json:
         emit_json({"job_id": job_id, "state": state, "reason": reason, "ended": ended})
     else:
-        click.echo(f"{job_id}: {state}" + (f" - {reason}" if reason else ""))
+        click.echo(f"{job_id}: {state_text(state, reason)}")
     ctx.exit(0 if ended else 1)
 
 

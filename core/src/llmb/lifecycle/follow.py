@@ -14,7 +14,7 @@ from collections.abc import Callable
 from llmb.figures import figure
 from llmb.results.parsers import MegatronBridgeReader, NeMo2Reader
 from llmb.results.records import tflops_source_words
-from llmb.runs.jobs import TERMINAL, Job, JobStatus
+from llmb.runs.jobs import TERMINAL, Job, JobStatus, state_text
 
 
 class Progress:
@@ -131,7 +131,7 @@ def follow(
 def summary(status: JobStatus) -> str:
     """The run summary: window statistics, tokens/s, TFLOPS/GPU, MFU where a peak applies."""
     job = status.job
-    lines = [f"{job.id}: {status.state}" + (f" - {status.reason}" if status.reason else "")]
+    lines = [f"{job.id}: {state_text(status.state, status.reason)}"]
     result = (status.exit or {}).get("result")
     preflight = (status.exit or {}).get("preflight")
     # llmb preflight's job: its verdict and report (llmb.preflight.job.finish_summary)

@@ -133,6 +133,13 @@ class JobStatus:
     ending: Ending | None = None  # a backend's status of a job that ended and is not recorded yet
 
 
+def state_text(state: str, reason: str | None) -> str:
+    """``CANCELLED - by the user``: a job's state and, where it says more than the state, its reason
+    (``CANCELLED``, not ``CANCELLED - cancelled``)."""
+    said = (reason or "").strip()
+    return f"{state} - {said}" if said and said.lower() != state.lower() else state
+
+
 @dataclass(frozen=True)
 class BrokenJob:
     """A job directory whose record cannot be read: its id and why."""
