@@ -67,11 +67,11 @@ def test_the_pair_is_against_the_dtypes_peak_and_the_bf16_peak():
     assert at_dtype == at_bf16 == pytest.approx(100 * 900 / 989)
     # H100 lists no NVFP4 peak
     assert mfu_pcts(900.0, h100, "nvfp4") == (None, pytest.approx(100 * 900 / 989))
-    # no H200 peak is known
-    assert mfu_pcts(900.0, catalogue()["h200"].peak_tflops, "bf16") == (None, None)
+    # a GPU type listing no peak has no MFU
+    assert mfu_pcts(900.0, {}, "bf16") == (None, None)
     assert mfu_pcts(900.0, catalogue()["b200"].peak_tflops, None) == (None, pytest.approx(40.0))
     assert mfu_at_bf16_pct(20.0, catalogue()["gb200"].peak_tflops, "fp8") == pytest.approx(40.0)
-    assert mfu_at_bf16_pct(20.0, catalogue()["h200"].peak_tflops, "fp8") is None
+    assert mfu_at_bf16_pct(20.0, {}, "fp8") is None
     assert mfu_at_bf16_pct(None, catalogue()["h100"].peak_tflops, "fp8") is None
 
 
@@ -81,8 +81,9 @@ def test_the_pair_is_against_the_dtypes_peak_and_the_bf16_peak():
         ("h100", "fp8", 100 * TFLOPS / 1979, 100 * TFLOPS / 989),
         ("h100", "bf16", 100 * TFLOPS / 989, 100 * TFLOPS / 989),
         ("b200", "nvfp4", 100 * TFLOPS / 9000, 100 * TFLOPS / 2250),
-        ("h200", "fp8", None, None),  # no peak listed: no MFU, not the H100's
-        ("h200", "bf16", None, None),
+        # the H200 runs the H100's recipes and takes its peaks (gpus.yaml runs_recipes_of; tests/test_h200.py)
+        ("h200", "fp8", 100 * TFLOPS / 1979, 100 * TFLOPS / 989),
+        ("h200", "bf16", 100 * TFLOPS / 989, 100 * TFLOPS / 989),
     ],
 )
 def test_a_runs_mfu_against_both_peaks(host, tmp_path, gpu, dtype, at_dtype, at_bf16):
@@ -240,16 +241,21 @@ def test_the_run_summary_shows_the_bf16_figure_of_an_fp8_run():
 
 
 def test_every_peak_names_the_public_source_that_gives_exactly_it_and_the_ones_that_disagree(cli):
-    from llmb.recipes.gpus import _peak_sources, catalogue, peak_source
+    from llmb.recipes.gpus import _peak_sources, catalogue, peak_source, recipes_of
 
     documents = _peak_sources()["documents"]
     for gpu, spec in catalogue().items():
         for dtype, peak in spec.peak_tflops.items():
-            entries = _peak_sources()["gpus"][gpu][dtype]["sources"]
+            # a type that runs another's recipes (the H200) takes its peak, and so its source
+            entries = _peak_sources()["gpus"][recipes_of(gpu)][dtype]["sources"]
             # the source llmb's figure is from comes first
             assert float(entries[0]["value"]) == peak, (gpu, dtype)
             assert all(e["source"] in documents for e in entries), (gpu, dtype)
             assert peak_source(gpu, dtype).document == "NVIDIA LLM Benchmarking Collection README"
+            if recipes_of(gpu) != gpu:  # and its own entries give the same figure, rounded at most
+                own = _peak_sources()["gpus"][gpu][dtype]["sources"]
+                assert own and all(abs(float(e["value"]) - peak) < 1 for e in own), (gpu, dtype)
+                assert all(e["source"] in documents for e in own), (gpu, dtype)
     # GB200 BF16: tools disagree (2450 here, NVIDIA's NVL72 figure halved 2500, 2250 elsewhere), and llmb says so
     gb200 = peak_source("gb200", "bf16")
     assert gb200.tflops == 2450 and {value for _, value in gb200.others} == {2500, 2250}

@@ -444,7 +444,8 @@ def _render(
             parts.append(
                 measured
                 + f"{_mfu(result.mfu_pct, result.mfu_bf16_pct, dtype)}; "
-                + ("the official configuration's published " if tuned else "published ")
+                + ("the official configuration's " if tuned else "")
+                + f"{published.label} "  # published, or published (h100) for an H200 run
                 + f"{_fmt(published.step_time_ms, 1)} ms, {_fmt(result.reference_tokens_per_s, 0)} tokens/s, "
                 f"{_mfu(result.reference_mfu_pct, result.reference_mfu_bf16_pct, dtype)} ({published.describe()})"
             )

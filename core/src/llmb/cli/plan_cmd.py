@@ -144,8 +144,10 @@ def _expected_lines(plan) -> list[str]:
         else _count(made.tokens_per_s)
     )
     days = figure(made.days_1t, 1) if "days_1t" in made.computed else _na(made.days_1t)
+    # a type that runs another's recipe is shown that type's figure (an H200 the H100's)
+    whose = f"the {e.gpu}'s published figure: " if e.gpu != r.gpu else ""
     lines = [
-        f"  expected     step {e.step_time_s:g} s, {tokens} tokens/s, MFU {e.mfu_label()}"
+        f"  expected     {whose}step {e.step_time_s:g} s, {tokens} tokens/s, MFU {e.mfu_label()}"
         + (f" ({at_bf16:g}% of the BF16 peak)" if at_bf16 is not None else "")
         + f", {days} days per 1T tokens ({e.provenance.describe()})"
     ]

@@ -338,7 +338,10 @@ def render(
         run = label
         if r["failure_reason"]:
             notes.append((run, f"{r['status']}: {r['failure_reason']}"))
-        borrowed = result.reference and result.reference.get("source") != "recipe"
+        # another document's figure, or another GPU type's (an H200 run: the H100's, "published (h100)")
+        borrowed = result.reference and (
+            result.reference.get("source") != "recipe" or result.reference.get("of_gpu")
+        )
         if result.context.tuned:
             notes.append(
                 (

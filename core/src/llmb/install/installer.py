@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 from llmb.errors import UsageError
 from llmb.install import cluster_config, hf, images, worker_library
-from llmb.recipes.gpus import gpu_type
+from llmb.recipes.gpus import gpu_type, recipes_of
 from llmb.recipes.records import Variant, Workload
 from llmb.redaction import MASK, mask
 
@@ -85,8 +85,10 @@ class Plan:
 def select(
     workloads: list[Workload], gpu: str | None, variant: str | None, named: bool
 ) -> list[tuple[Workload, Variant, list[str]]]:
-    """(workload, variant, sizes) with recipes on ``gpu`` (any GPU when None).
-    A workload named by the user with nothing there is a usage error."""
+    """(workload, variant, sizes) with recipes on ``gpu`` (any GPU when None; a type that runs another's
+    recipes, the other's: an H200 the H100's). A workload named by the user with nothing there is a
+    usage error."""
+    table = recipes_of(gpu)
     chosen = []
     for workload in workloads:
         variants = workload.variants
@@ -102,7 +104,7 @@ def select(
             variants = (found,)
         hits = []
         for v in variants:
-            sizes = list(dict.fromkeys(s.size for s in v.series if gpu is None or s.gpu == gpu))
+            sizes = list(dict.fromkeys(s.size for s in v.series if gpu is None or s.gpu == table))
             if sizes:
                 hits.append((workload, v, sizes))
         if named and not hits:
@@ -163,7 +165,7 @@ def plan(
                 step.gated = step.gated or spec.gated
     folders = [os.path.join(install, "workloads", name, "experiments") for name in result.workloads]
     references = (
-        list(dict.fromkeys(c for _, v, _ in chosen for c in v.containers(gpu)))
+        list(dict.fromkeys(c for _, v, _ in chosen for c in v.containers(recipes_of(gpu))))
         if with_images
         else []
     )

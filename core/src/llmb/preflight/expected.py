@@ -74,7 +74,7 @@ def expected(gpu: str, device: str = "cuda") -> Expected:
     peak = catalogue()[gpu].peak_tflops.get("bf16") if gpu in catalogue() else None
     if peak is not None:
         found = peak_source(gpu, "bf16")
-        sources["gemm"] = found.document if found else "data/gpus.yaml"
+        sources["gemm"] = found.cited() if found else "data/gpus.yaml"
 
     def take(key: str, kind: str, scale: float) -> float | None:
         entry = row.get(key)

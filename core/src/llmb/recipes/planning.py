@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from llmb.recipes.flops import megatron_bridge_step
-from llmb.recipes.gpus import catalogue, gpu_type, peak_source
+from llmb.recipes.gpus import catalogue, gpu_type, peak_source, recipes_of
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.metrics import mfu_at_bf16_pct
 from llmb.recipes.params import count_params
@@ -186,8 +186,9 @@ class Plan:
 
     @property
     def container(self) -> str:
-        """The container image the recipe runs in on its GPU type (a run's default image)."""
-        return self.variant.container_for(self.recipe.gpu)
+        """The container image the recipe runs in on its GPU type (a run's default image): that of the type
+        whose recipe it is (an H200 runs the H100's)."""
+        return self.variant.container_for(recipes_of(self.recipe.gpu))
 
     @property
     def flops_use(self) -> tuple[FlopsUse, ...]:
@@ -382,11 +383,17 @@ def _expected(ref: ReferenceResult | None, made: Throughput | None) -> dict[str,
 
 
 def find_reference(workload: Workload, recipe: Recipe) -> ReferenceResult | None:
-    """The published figures for exactly this configuration, if the recipe document has them."""
+    """The published figures for exactly this configuration, if the recipe document has them: those of the
+    GPU type whose recipe it runs (an H200's are the H100's; ``ReferenceResult.gpu`` says whose)."""
     if recipe.overrides:
         return None
     found = workload.published(
-        recipe.variant, recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+        recipe.variant,
+        recipe.size,
+        recipes_of(recipe.gpu),
+        recipe.dtype,
+        recipe.scaling,
+        recipe.gpus,
     )
     return found[0] if found else None
 

@@ -26,6 +26,10 @@ class GpuType:
     peak_tflops: Mapping[str, float]  # dtype -> dense peak TFLOP/s
     source: str = ""
     sm: int | None = None  # architecture (SM version): 90 Hopper, 100 and 103 Blackwell
+    # The GPU type whose recipes, published figures and peaks this one uses (``runs_recipes_of``: the H200
+    # runs the H100's), and why in the user's words; None: its own.
+    runs_recipes_of: str | None = None
+    why: str = ""
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s used for MFU at ``dtype``; None when unknown."""

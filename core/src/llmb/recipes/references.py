@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from llmb.recipes.gpus import recipes_of
 from llmb.recipes.metrics import days_to_train, tokens_per_second
 from llmb.recipes.records import RecipeSeries, ReferenceResult, Workload
 
@@ -72,6 +73,9 @@ class Figure:
     # the configuration's global batch size, when the figure was measured at another one: then it is
     # shown as such and never compared by step time (``batch_note``)
     other_batch_of: int | None = None
+    # the GPU type the figure is published for, where not the configuration's: an H200 is judged against
+    # the H100's figure (gpus.yaml runs_recipes_of), and ``label`` says so (``published (h100)``)
+    of_gpu: str | None = None
 
     @property
     def same_batch(self) -> bool:
@@ -241,9 +245,19 @@ def _from_summary(ref: ReferenceResult) -> Figure:
     )
 
 
+def of_tables(config: Configuration) -> Configuration:
+    """The configuration as the published tables know it: on the GPU type whose recipes and figures its
+    own runs (``llmb.recipes.gpus.recipes_of``: an H200's are the H100's)."""
+    table = recipes_of(config.gpu)
+    return config if table == config.gpu else replace(config, gpu=table)
+
+
 def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, ReferenceResult]]:
     """Every figure a document publishes for the configuration's GPU count, its own recipe's first, each
-    with the published row it comes from and marked where its global batch size is not the configuration's."""
+    with the published row it comes from and marked where its global batch size is not the configuration's.
+    A GPU type that runs another's recipes gets the other's figures, labelled with it (``published (h100)``)."""
+    asked, config = config.gpu, of_tables(config)
+    whose = f" ({config.gpu})" if config.gpu != asked else ""
     own = workload.variant(config.variant) or workload.default_variant
     wanted = config.gbs or own_gbs(workload, config)
     found: list[tuple[Figure, ReferenceResult]] = []
@@ -253,7 +267,9 @@ def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, Refe
         )
         if refs:
             source = DEFAULT_SOURCE if variant is own else variant.name
-            label = "published" if variant is own else f"the {variant.name} recipe's figure"
+            label = (
+                "published" if variant is own else f"the {variant.name} recipe's figure"
+            ) + whose
             found.append((_from_recipe(workload, variant.name, refs[0], source, label), refs[0]))
     for ref in workload.summary:
         if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
@@ -263,10 +279,17 @@ def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, Refe
             config.gpus,
             config.scaling,
         ):
-            found.append((_from_summary(ref), ref))
+            summary = _from_summary(ref)
+            found.append((replace(summary, label=summary.label + whose), ref))
             break
+    mapped = {"of_gpu": config.gpu} if whose else {}
     return [
-        (figure if _same_batch(figure, wanted) else replace(figure, other_batch_of=wanted), ref)
+        (
+            replace(figure, **mapped)
+            if _same_batch(figure, wanted)
+            else replace(figure, other_batch_of=wanted, **mapped),
+            ref,
+        )
         for figure, ref in found
     ]
 
@@ -282,7 +305,7 @@ def _same_batch(figure: Figure, wanted: int | None) -> bool:
 def own_gbs(workload: Workload, config: Configuration) -> int | None:
     """The global batch size the configuration's own recipe runs at ``config.gpus`` (None: no such series)."""
     own = workload.variant(config.variant) or workload.default_variant
-    return _recipe_gbs(workload, own.name, config)
+    return _recipe_gbs(workload, own.name, of_tables(config))
 
 
 def candidates(workload: Workload, config: Configuration) -> list[Figure]:
@@ -327,6 +350,8 @@ def find(workload: Workload, config: Configuration, source: str = AUTO) -> Figur
 
 def _none_from(workload: Workload, config: Configuration, source: str, others: list[Figure]) -> str:
     what = f"{config.size} {config.dtype} on {config.gpus} {config.gpu} GPUs"
+    if (table := recipes_of(config.gpu)) != config.gpu:
+        what += f" (the {table}'s figures: {config.gpu} runs the {table} recipes)"
     if not others:
         return f"no published document has a figure for {what}"
     if source == AUTO:

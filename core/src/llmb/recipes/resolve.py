@@ -26,7 +26,7 @@ from dataclasses import fields, replace
 from fractions import Fraction
 
 from llmb.errors import RecipeError
-from llmb.recipes.gpus import MAX_GPUS, gpu_type
+from llmb.recipes.gpus import MAX_GPUS, catalogue, gpu_type, recipes_of, runs_note
 from llmb.recipes.records import (
     Recipe,
     RecipeLayout,
@@ -125,10 +125,11 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
         "GPU_TYPE",
         request.gpu,
         variant.defaults.get("gpu"),
-        _unique(s.gpu for s in series),
+        with_runners(_unique(s.gpu for s in series)),
         label,
     )
-    series = [s for s in series if s.gpu == gpu]
+    # a GPU type that runs another's recipes (gpus.yaml runs_recipes_of: an H200 the H100's) takes its rows
+    series = [s for s in series if s.gpu == recipes_of(gpu)]
     label = f"{workload.name} {size} on {gpu}"
 
     dtype = _pick(
@@ -146,8 +147,8 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
     scaling = "strong" if request.strong_scaling else "weak"
     matching = [s for s in series if s.scaling == scaling]
     if not matching:
-        offered = _unique(
-            f"{s.gpu}" for s in variant.series if s.size == size and s.scaling == scaling
+        offered = with_runners(
+            _unique(f"{s.gpu}" for s in variant.series if s.size == size and s.scaling == scaling)
         )
         where = (
             f"it has {scaling} scaling on: {_join(offered)}"
@@ -178,7 +179,17 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
                 f"use a multiple of {per_node} ({_valid_counts(chosen, per_node)})."
             )
         return build_recipe(
-            workload, variant, chosen, request, dtype, gpus, per_node, validated, warnings, label
+            workload,
+            variant,
+            chosen,
+            request,
+            dtype,
+            gpus,
+            per_node,
+            validated,
+            warnings,
+            label,
+            gpu=gpu,
         )
     except RecipeError:
         if not request.any_scale:
@@ -187,8 +198,29 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
     # recipe and what it changes is llmb.recipes.proxies.proxy_run's.
     smallest = min(series, key=lambda s: s.min_gpus)
     return build_recipe(
-        workload, variant, smallest, request, dtype, smallest.min_gpus, per_node, True, [], label
+        workload,
+        variant,
+        smallest,
+        request,
+        dtype,
+        smallest.min_gpus,
+        per_node,
+        True,
+        [],
+        label,
+        gpu=gpu,
     )
+
+
+def with_runners(tables: list[str]) -> list[str]:
+    """The GPU types of a workload's tables and, after them, every type that runs one of their recipes
+    (gpus.yaml ``runs_recipes_of``: the H200 with the H100's)."""
+    runners = [
+        name
+        for name, spec in catalogue().items()
+        if spec.runs_recipes_of in tables and name not in tables
+    ]
+    return tables + runners
 
 
 def _scales(series: list[RecipeSeries]) -> str:
@@ -253,8 +285,14 @@ def build_recipe(
     validated: bool,
     warnings: list[str],
     label: str,
+    gpu: str | None = None,
 ) -> Recipe:
-    """Apply ``request.overrides`` to ``series`` at ``gpus`` and derive the rest."""
+    """Apply ``request.overrides`` to ``series`` at ``gpus`` and derive the rest. ``gpu``: the GPU type the
+    run is on, where it runs another's recipes (an H200 the H100's row): the recipe keeps it, and a
+    warning says whose recipe it runs; None: the series' own."""
+    gpu = gpu or series.gpu
+    if (note := runs_note(gpu)) is not None:
+        warnings = [note, *warnings]
     layout = {key: getattr(series, key) for key in LAYOUT_KEYS}
     overrides = dict(request.overrides)
     steps = int(overrides.pop("steps", 50))
@@ -292,7 +330,7 @@ def build_recipe(
             variant=variant.name,
             framework=variant.framework,
             size=series.size,
-            gpu=series.gpu,
+            gpu=gpu,
             dtype=dtype,
             gpus=gpus,
             nodes=gpus // per_node,

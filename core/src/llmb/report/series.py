@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmb.recipes.gpus import recipes_of, runs_note
 from llmb.recipes.records import ReferenceResult, Workload
 from llmb.recipes.references import AUTO, Configuration, candidates, chosen
 from llmb.results.analyze import delta_pct, mean_std
@@ -252,7 +253,7 @@ def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[Refer
             ref.gpus
             for ref in (*workload.references, *workload.summary)
             if (ref.size, ref.gpu, ref.dtype, ref.scaling)
-            == (key.size, key.gpu, key.dtype, key.scaling)
+            == (key.size, recipes_of(key.gpu), key.dtype, key.scaling)  # an H200's are the H100's
         }
     )
     found = []
@@ -265,14 +266,20 @@ def _published(key: SeriesKey, workloads: Mapping[str, Workload]) -> tuple[Refer
 
 
 def _published_notes(key: SeriesKey, workloads: Mapping[str, Workload], published) -> list[str]:
-    """Which documents the published curve comes from where not the own recipe, or why there is none."""
+    """Which documents the published curve comes from where not the own recipe (or not the series' GPU
+    type's: an H200's are the H100's), or why there is none."""
     if published:
+        whose = (
+            [f"published figures are the {recipes_of(key.gpu)}'s: {note}"]
+            if (note := runs_note(key.gpu))
+            else []
+        )
         borrowed = [
             r for r in published if r.variant != key.variant or r in _summary_of(key, workloads)
         ]
         if not borrowed:
-            return []
-        return [
+            return whose
+        return whose + [
             "published figures from other documents (its own recipe has none at these counts): "
             + "; ".join(f"{r.gpus} GPUs: {r.note or r.provenance.describe()}" for r in borrowed)
         ]

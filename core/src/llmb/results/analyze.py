@@ -91,7 +91,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 
-from llmb.recipes.gpus import catalogue
+from llmb.recipes.gpus import catalogue, peak_source
 from llmb.recipes.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
 from llmb.recipes.records import Variant, Workload
 from llmb.recipes.references import AUTO, Figure
@@ -189,6 +189,16 @@ def find_reference(
     return found if isinstance(found, Figure) else None
 
 
+def borrowed_peak_note(context: RunContext, at_dtype: bool) -> str | None:
+    """Which peak the MFU is against and its source, for a GPU type that takes another's (gpus.yaml
+    ``runs_recipes_of``: an H200's MFU is against the H100's peak); None for a type's own peak."""
+    dtype = context.dtype if at_dtype and context.dtype else "bf16"
+    source = peak_source(context.gpu, dtype) if context.gpu in catalogue() else None
+    if source is None or source.of_gpu is None:
+        return None
+    return f"MFU is against the {dtype.upper()} peak {source.describe()}"
+
+
 def _tflops_by_count(
     stats: WindowStats | None, gbs: int | None, gpus: int | None, flops: float | None
 ) -> dict[str, float]:
@@ -261,6 +271,8 @@ def analyze(
             model_tflops = by_count.get("the workload's formula")
         if model_tflops is not None:
             mfu_pct, mfu_bf16_pct = mfu_pcts(model_tflops, peaks, context.dtype)
+            if note := borrowed_peak_note(context, mfu_pct is not None):
+                notes.append(note)
     # Before any verdict: figures the GPU type cannot produce make the run implausible, never a pass.
     if impossible_why := impossible(
         context, peaks=peaks, tflops=by_count, tokens_per_s=tokens, workload=workload

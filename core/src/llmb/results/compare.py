@@ -207,8 +207,11 @@ def stored_figure(result: RunResult) -> Figure | Missing:
 
 def against_name(figure: Figure | Missing) -> str:
     """The AGAINST column: ``published`` for the run's own recipe, else the source's name (``nemo2``,
-    ``summary``; ``auto`` where the policy found none)."""
-    return "published" if figure.source == DEFAULT_SOURCE else figure.source
+    ``summary``; ``auto`` where the policy found none); with the GPU type the figure is published for
+    where it is another's (``published (h100)`` for an H200 run, which runs the H100's recipes)."""
+    name = "published" if figure.source == DEFAULT_SOURCE else figure.source
+    of_gpu = getattr(figure, "of_gpu", None)
+    return f"{name} ({of_gpu})" if of_gpu else name
 
 
 def judge_published(result: RunResult, figure: Figure | Missing, threshold: float) -> Verdict:

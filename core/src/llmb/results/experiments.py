@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from llmb.recipes.gpus import catalogue
+from llmb.recipes.gpus import catalogue, recipes_of
 from llmb.recipes.records import Workload
 from llmb.results.records import RunContext
 from llmb.results.scan import read_regular
@@ -358,7 +358,7 @@ def complete_from_recipes(context: RunContext, workload: Workload | None) -> Run
         for s in v.series
         if s.size == context.size
         and (context.dtype is None or context.dtype in s.dtypes)
-        and (context.gpu is None or s.gpu == context.gpu)
+        and (context.gpu is None or s.gpu == recipes_of(context.gpu))  # an H200 runs the H100's
     ]
     gpus = context.gpus
     if gpus is None and context.nodes:

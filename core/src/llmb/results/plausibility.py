@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmb.figures import figure
+from llmb.recipes.gpus import recipes_of
 from llmb.recipes.records import Workload
 from llmb.recipes.references import throughput
 from llmb.results.records import RunContext
@@ -52,14 +53,15 @@ def peak_for(peaks: Mapping[str, float], dtype: str | None) -> tuple[float, str]
 def best_published_per_gpu(
     workload: Workload | None, context: RunContext
 ) -> tuple[float, str] | None:
-    """The highest tokens/s per GPU any document publishes for the run's workload, size and GPU type, and
-    where; None where none does."""
+    """The highest tokens/s per GPU any document publishes for the run's workload, size and GPU type (the
+    type whose recipes it runs: an H200's are the H100's), and where; None where none does."""
     if workload is None or context.size is None or context.gpu is None:
         return None
+    gpu = recipes_of(context.gpu)
     best = None
     summary = set(map(id, workload.summary))
     for ref in (*workload.references, *workload.summary):
-        if ref.size != context.size or ref.gpu != context.gpu or not ref.gpus:
+        if ref.size != context.size or ref.gpu != gpu or not ref.gpus:
             continue
         tokens = throughput(workload, ref).tokens_per_s
         if not tokens:
@@ -102,9 +104,11 @@ def impossible(
     if best is not None and tokens_per_s and context.gpus:
         per_gpu = tokens_per_s / context.gpus
         if per_gpu > BEYOND_PUBLISHED * best[0]:
+            table = recipes_of(gpu)
+            on = gpu if table == gpu else f"{table} (whose recipes the {gpu} runs)"
             return (
                 f"{figure(per_gpu, 0)} tokens/s per GPU is {per_gpu / best[0]:.1f}x the best any document "
-                f"publishes for {context.workload} {context.size} on {gpu} ({figure(best[0], 0)}, {best[1]}): "
+                f"publishes for {context.workload} {context.size} on {on} ({figure(best[0], 0)}, {best[1]}): "
                 f"the GPU type is probably not {gpu}, or the log is not of this configuration; check {check}"
             )
     return None

@@ -40,9 +40,10 @@ STATUSES = (
 # fields (2: MFU against both peaks, NCCL transports; 3: the first real error in log order is the
 # failure, new failure kinds, torchtitan logs, unusable step times; 4: implausible figures, one reference
 # policy with the figure's source and batch; 5: torchrun's root cause and Slurm's cancels are read, Step
-# Time lines without iteration lines, a failure after training finished no longer fails the run), so
-# stored results are computed again.
-ANALYSIS = 5
+# Time lines without iteration lines, a failure after training finished no longer fails the run; 6: a
+# GPU type that runs another's recipes is judged by the other's figures and peaks: an H200 by the
+# H100's), so stored results are computed again.
+ANALYSIS = 6
 
 
 _ATOMIC = frozenset((type(None), bool, int, float, complex, str, bytes))

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from llmb.errors import LlmbError
 from llmb.paths import packaged_data
-from llmb.recipes.gpus import catalogue
+from llmb.recipes.gpus import catalogue, recipes_of
 from llmb.yamlio import load_yaml_file
 
 NO_GPU = "no GPU"
@@ -125,11 +125,17 @@ def check(requested: str, gpus: GpusSeen) -> list[str]:
     if wrong:
         seen_text = ", ".join(f"{name} ({gpu})" for name, gpu in wrong.items())
         other = next(iter(wrong.values()))
+        # two types that run the same recipes (an H200 runs the H100's) share its peaks: what goes wrong is
+        # the record and the memory the run is planned for
+        why = (
+            f"it would be recorded as a {requested} run and planned for the {requested}'s memory"
+            if recipes_of(other) == recipes_of(requested)
+            else f"its TFLOP/s per GPU and MFU would be computed against the {requested} peak and be wrong"
+        )
         raise GpuMismatchError(
-            f"this job runs on {seen_text} but the run was planned for {requested} (--gpu {requested}); its "
-            f"TFLOP/s per GPU and MFU would be computed against the {requested} peak and be wrong, so it stops "
-            f"before training. Run it with --gpu {other}, or on {requested} nodes (--partition, --constraint or "
-            f"--nodelist)."
+            f"this job runs on {seen_text} but the run was planned for {requested} (--gpu {requested}); "
+            f"{why}, so it stops before training. Run it with --gpu {other}, or on {requested} nodes "
+            f"(--partition, --constraint or --nodelist)."
         )
     known = ", ".join(catalogue())
     return [

@@ -458,12 +458,17 @@ class Published:
 
 def published_configurations(workloads: dict, gpu: str | None = None) -> list[Published]:
     """Every configuration with published figures (for GPU type ``gpu``; None: every type), in the workloads'
-    order; a UsageError when ``gpu`` has none."""
+    order; a UsageError when ``gpu`` has none. A type that runs another's recipes (an H200 the H100's)
+    gets the other's configurations, run on itself."""
+    from llmb.recipes.gpus import recipes_of
+
+    table = recipes_of(gpu)
     found: dict[tuple, tuple[set[int], str]] = {}
     for workload in workloads.values():
         for ref in workload.references:
-            if gpu is None or ref.gpu == gpu.lower():
-                key = (workload.name, ref.variant, ref.size, ref.gpu, ref.dtype, ref.scaling)
+            if gpu is None or ref.gpu == table:
+                on = ref.gpu if gpu is None else gpu.strip().lower()
+                key = (workload.name, ref.variant, ref.size, on, ref.dtype, ref.scaling)
                 found.setdefault(key, (set(), ref.provenance.document))[0].add(ref.gpus)
     if not found:
         types = sorted({ref.gpu for w in workloads.values() for ref in w.references})

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from llmb.engines.frameworks import settings
 from llmb.errors import UsageError
 from llmb.paths import hf_home, install_dir
-from llmb.recipes.gpus import gpu_type
+from llmb.recipes.gpus import gpu_type, recipes_of
 from llmb.recipes.records import Production, Recipe, Workload
 from llmb.runs.runspec import NCCL_TRACE_STEPS, RunOptions
 
@@ -272,7 +272,7 @@ def _precision(framework: Framework, production: Production, recipe: Recipe) -> 
     preset, source = framework.PRESETS[recipe.dtype], f"{framework.TITLE}'s {recipe.dtype} preset"
     for rule in production.rules:
         if rule.precision and rule.applies(
-            recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+            recipe.size, recipes_of(recipe.gpu), recipe.dtype, recipe.scaling, recipe.gpus
         ):
             preset, source = rule.precision, rule.why
     name = framework.PRECISION_NAMES.get(preset, preset)
@@ -305,7 +305,7 @@ def _environment(
         env["HF_HOME"] = config["huggingface"]["home"]
     for rule in production.rules:
         if rule.env and rule.applies(
-            recipe.size, recipe.gpu, recipe.dtype, recipe.scaling, recipe.gpus
+            recipe.size, recipes_of(recipe.gpu), recipe.dtype, recipe.scaling, recipe.gpus
         ):
             env.update(rule.env)
     env.update(asked)  # the recipe's and the user's variables win
@@ -345,7 +345,8 @@ def describe(
     huggingface = _huggingface(production, recipe.size)
     config: dict[str, Any] = {
         "framework": framework.NAME,
-        "container": workload.variant(recipe.variant).container_for(recipe.gpu),
+        # the recipe's GPU type's (an H200 runs the H100's recipe, in its container)
+        "container": workload.variant(recipe.variant).container_for(recipes_of(recipe.gpu)),
         "workload": workload.name,
         "variant": recipe.variant,
         "size": recipe.size,
