@@ -118,8 +118,7 @@ def _chromium() -> str:
     return found
 
 
-def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
-    """The DOM after load, and the console messages, as headless Chromium sees the file."""
+def _headless(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [
             _chromium(),
@@ -132,7 +131,7 @@ def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
             "--enable-logging=stderr",
             "--v=0",
             "--virtual-time-budget=5000",
-            "--dump-dom",
+            *args,
             page.as_uri(),
         ],
         capture_output=True,
@@ -140,8 +139,27 @@ def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def render(page: Path, tmp_path: Path, *args: str) -> tuple[str, list[str]]:
+    """The DOM after load, and the console messages, as headless Chromium sees the file."""
+    proc = _headless(page, tmp_path, *args, "--dump-dom")
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     return proc.stdout, console
+
+
+def render_screenshot(page: Path, shot: Path, tmp_path: Path, width: int, height: int) -> None:
+    """A PNG of the page as a ``width`` × ``height`` window shows it, at one pixel per CSS pixel."""
+    _headless(
+        page,
+        tmp_path,
+        f"--window-size={width},{height}",
+        "--force-device-scale-factor=1",
+        "--hide-scrollbars",
+        f"--screenshot={shot}",
+    )
+    assert shot.is_file(), f"chromium wrote no screenshot at {shot}"
 
 
 def _images(dom: str) -> list[dict[str, str]]:
@@ -428,3 +446,101 @@ def test_every_tick_label_of_every_plot_is_a_plain_number(
         assert {"1", "10", "100", "1,000", "10,000"} <= set(tokens) and "0.1" in tokens
     if source == "experiments":
         assert "100,000" in tokens, tokens
+
+
+# ------------------------------------------------------------------ the page at 1280 px
+
+DATA_PATH = (  # within the 400 characters a failure's reason keeps
+    "/lustre/fsw/coreai_dlalgo_llm/llmb_workloads/llama31_pretrain/datasets/slimpajama_627b_llama3/"
+    "train_split_000017_of_000128/text_document.idx-"
+    + "0123456789abcdef"
+    * 8  # a token no rule breaks
+)
+MISSING_DATA = [
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "/opt/NeMo/nemo/collections/llm/gpt/data/pre_training.py", line 212, in build',
+    f"[rank0]: FileNotFoundError: [Errno 2] No such file or directory: '{DATA_PATH}'",
+]
+# what makes a page wider than its window, measured once it has loaded: the document's scroll width
+# and client width, the right edge of the widest table, the most any cell's content overflows its cell
+PROBE = (
+    'addEventListener("load",function(){var d=document.documentElement,r=0,o=0;'
+    'for(var t of document.querySelectorAll("table"))r=Math.max(r,t.getBoundingClientRect().right);'
+    'for(var c of document.querySelectorAll("td,th"))o=Math.max(o,c.scrollWidth-c.clientWidth);'
+    'd.setAttribute("data-scroll-width",d.scrollWidth);d.setAttribute("data-client-width",d.clientWidth);'
+    'd.setAttribute("data-scroll-height",d.scrollHeight);'
+    'd.setAttribute("data-table-right",Math.ceil(r));d.setAttribute("data-cell-overflow",o)})'
+)
+WINDOW_WIDTH = 1280
+
+
+def _probed(page: Path, out: Path) -> Path:
+    """A copy of ``page`` that measures itself (``PROBE``), its own Content-Security-Policy kept and
+    allowing the probe by its hash, as it allows the page's own script."""
+    import base64
+    import hashlib
+
+    digest = base64.b64encode(hashlib.sha256(PROBE.encode()).digest()).decode()
+    text = page.read_text()
+    assert text.count("script-src ") == 1 and text.count("</head>") == 1
+    # the policy is an attribute's value: its quotes are written &#x27;
+    text = text.replace("script-src ", f"script-src &#x27;sha256-{digest}&#x27; ").replace(
+        "</head>", f"<script>{PROBE}</script>\n</head>"
+    )
+    out.write_text(text)
+    return out
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_report_page_fits_a_1280_px_window(llmb_proc, experiments, tmp_path):
+    """The table of runs without a result was wider than a 1280-px window, its reason column off-screen:
+    the page's tables wrap long cells (a path, a run name) inside the page, and a screenshot at that
+    width shows it."""
+    root = experiments / "workloads" / "llama31" / "experiments"
+    make_run(
+        root,
+        EXP.format(n=128, gbs=2048),
+        [*loggen.nemo2_lines(range(0, 3), gbs=2048), *MISSING_DATA],
+        stamp="1766200000",
+        recipe=_recipe(128),
+    )
+    out = tmp_path / "report"
+    result = llmb_proc("report", "--out", str(out), env={"LLMB_INSTALL": str(experiments)})
+    assert result.code == 0, result.err
+    page = out / "index.html"
+    # the whole reason is on the page, not cut (<wbr>: where a path may break first)
+    assert DATA_PATH in page.read_text().replace("<wbr>", "")
+
+    dom, console = render(
+        _probed(page, tmp_path / "probed.html"), tmp_path, f"--window-size={WINDOW_WIDTH},900"
+    )
+    assert console == []
+    measured = {
+        key: int(value)
+        for key, value in re.findall(
+            r'data-(scroll-width|client-width|scroll-height|table-right|cell-overflow)="(\d+)"', dom
+        )
+    }
+    assert len(measured) == 5, dom[:500]
+    # the window is 1280 px wide (less a vertical scroll bar, where it takes room)
+    assert WINDOW_WIDTH - 20 <= measured["client-width"] <= WINDOW_WIDTH
+    assert measured["scroll-width"] <= measured["client-width"], measured
+    assert measured["table-right"] <= measured["client-width"], measured
+    assert measured["cell-overflow"] == 0, measured
+
+    shot = tmp_path / "report-1280.png"
+    render_screenshot(page, shot, tmp_path, WINDOW_WIDTH, measured["scroll-height"])
+    width, height = _png_size(shot.read_bytes())
+    assert (width, height) == (WINDOW_WIDTH, measured["scroll-height"])
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(shot) as image:
+        pixels = image.convert("RGB")
+    assert len(pixels.getcolors(1 << 20) or ()) > 100  # text, plots and tables, not a blank page
+    # the body's right padding (1em) is bare page: nothing drawn past the tables' right edge
+    margin = pixels.crop((width - 12, 0, width, height))
+    assert margin.getcolors() == [(12 * height, (255, 255, 255))]

@@ -19,10 +19,16 @@ MARK_LOADED = (
     'addEventListener("load",function(){for(var i of document.images)'
     'i.setAttribute("data-loaded",i.naturalWidth>0?"yes":"no")})'
 )
+# Nothing is wider than the window: a long word (a path in a paragraph) wraps inside its block, a
+# table is at most the page's width, and its free-text cells (``Table.text_columns``: run names,
+# reasons holding paths) may break anywhere, which lets the table's layout make them narrow.
 STYLE = (
-    "body{font-family:system-ui,sans-serif;color:#222;max-width:80em;margin:2em auto;padding:0 1em}"
-    "table{border-collapse:collapse;margin:.5em 0 1.5em;font-variant-numeric:tabular-nums}"
+    "body{font-family:system-ui,sans-serif;color:#222;max-width:80em;margin:2em auto;padding:0 1em;"
+    "overflow-wrap:break-word}"
+    "table{border-collapse:collapse;margin:.5em 0 1.5em;font-variant-numeric:tabular-nums;"
+    "max-width:100%}"
     "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}"
+    "td.text{word-break:break-word;overflow-wrap:anywhere}"
     "th{background:#f2f2f2}figure{margin:0 0 1.5em}img{max-width:100%;height:auto}"
 )
 
@@ -37,10 +43,23 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+def _free_text(text: str) -> str:
+    """A free-text cell: a path or a run's name breaks after a ``/`` or ``_`` first, where it must."""
+    return escape(text).replace("/", "/<wbr>").replace("_", "_<wbr>")
+
+
 def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>\n" for row in table.rows
+        "<tr>"
+        + "".join(
+            f'<td class="text">{_free_text(c)}</td>'
+            if i in table.text_columns
+            else f"<td>{escape(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>\n"
+        for row in table.rows
     )
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
 

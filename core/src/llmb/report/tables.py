@@ -12,6 +12,9 @@ from llmb.report.series import Series, Spread, Unplotted
 class Table:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    # the columns of free text (a run's name, a configuration, a reason that may hold a path): the page
+    # breaks their long words anywhere, so the table stays inside it; numbers are never broken
+    text_columns: frozenset[int] = frozenset()
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -74,4 +77,8 @@ def unplotted_table(unplotted: tuple[Unplotted, ...]) -> Table:
         )
         for u in unplotted
     )
-    return Table(("run", "status", "GPUs", "configuration", "reason"), rows)
+    return Table(
+        ("run", "status", "GPUs", "configuration", "reason"),
+        rows,
+        text_columns=frozenset({0, 3, 4}),
+    )
