@@ -26,7 +26,14 @@ from llmb.errors import PluginError, UsageError
 from llmb.plugins import hookspecs
 from llmb.plugins.entrypoints import entry_points
 from llmb.recipes.errata_figures import with_corrected_figures
-from llmb.recipes.records import ModelArch, ModelFlops, Recipe, RecipeRequest, Workload
+from llmb.recipes.records import (
+    ModelArch,
+    ModelFlops,
+    Recipe,
+    RecipeRequest,
+    Workload,
+    workload_named,
+)
 from llmb.recipes.resolve import without_idle_vp
 
 GROUP = "llmb"
@@ -283,8 +290,8 @@ class PluginHost:
         """The workload called ``name``; UsageError listing the valid ones."""
         workloads = self.workloads()
         key = name.strip().lower()
-        if key in workloads:
-            return workloads[key]
+        if (found := workload_named(workloads, key)) is not None:
+            return found
         if key in self._broken_workloads:
             raise PluginError(f"workload {key!r} is unavailable: {self._broken_workloads[key]}.")
         valid = ", ".join(workloads) or "none (install a plugin such as llmb-plugin-llama31)"

@@ -455,6 +455,9 @@ class Workload:
     documents: Mapping[str, str] = field(default_factory=dict)
     # Figures of the framework's per-release performance summary (``--reference summary``), not a recipe's.
     summary: tuple[ReferenceResult, ...] = ()
+    # Other names users know it by, lower case: NVIDIA's llmb-run workload names (pretrain_llama3.1)
+    # and the collection's model names (llama3.1). ``llmb run``, ``plan``, ``list`` and sweep files take them.
+    aliases: tuple[str, ...] = ()
 
     def cite(self, seed: str, part: str = "") -> str:
         """A recipe document as users are shown it, e.g. ``cite("llama31-nemo2.md", "Notes")``."""
@@ -580,3 +583,13 @@ class Recipe:
 
 def as_fraction(value: int | Fraction) -> Fraction:
     return value if isinstance(value, Fraction) else Fraction(value)
+
+
+def workload_named(workloads: Mapping[str, Workload], name: str) -> Workload | None:
+    """The workload ``name`` names, by its own name or one of its aliases (any case); None when none
+    does, or when two workloads claim the alias (neither is guessed)."""
+    key = name.strip().lower()
+    if key in workloads:
+        return workloads[key]
+    claimed = [w for w in workloads.values() if key in w.aliases]
+    return claimed[0] if len(claimed) == 1 else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import fields, replace
@@ -245,7 +246,24 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         experiment_prefixes=tuple(str(p) for p in raw.get("experiment_prefixes") or ()),
         failure_hints=hints,
         documents=titles,
+        aliases=_aliases(name, raw.get("aliases") or ()),
     )
+
+
+def _aliases(name: str, raw) -> tuple[str, ...]:
+    """The workload's other names, lower case: words of letters, digits, '.', '_' and '-' (they are
+    typed on command lines and used as sweep-file headers), never its own name."""
+    with _context("aliases"):
+        if not isinstance(raw, list | tuple):
+            raise ValueError("aliases must be a list of names, e.g. [pretrain_llama3.1, llama3.1]")
+        aliases = tuple(dict.fromkeys(str(a).strip().lower() for a in raw))
+        for alias in aliases:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", alias) or alias == name.lower():
+                raise ValueError(
+                    f"alias {alias!r}: expected a name of letters, digits, '.', '_' and '-' other "
+                    f"than the workload's own ({name})"
+                )
+        return aliases
 
 
 # ---------------------------------------------------------------- architectures
