@@ -355,3 +355,43 @@ def test_a_run_asked_for_h100_on_an_h200_node_says_gpu_h200_which_runs(llmb_proc
     again = llmb_proc("run", *asked, "--dry-run", env=env)
     assert again.code == 0, again.err
     assert "h200 runs the h100 recipe" in again.err and "no GPU type" not in again.err
+
+
+def test_the_run_summary_of_an_h200_run_names_the_peak_and_whose_figure():
+    from llmb.lifecycle.follow import summary
+    from llmb.runs.jobs import Job, JobStatus
+
+    job = Job(
+        id="local-1",
+        backend="local",
+        workload="llama31",
+        experiment="x",
+        run_dir="/r",
+        log="/r/log",
+        ranks=1,
+        submitted_at="2026-11-27T00:00:00Z",
+    )
+    row = {
+        "status": "success",
+        "gpu": "h200",
+        "dtype": "bf16",
+        "window": "35-44",
+        "samples_in_window": 10,
+        "time_mean_ms": 1169.0,
+        "time_std_dev_ms": 1.0,
+        "tokens_per_s": 28051.0,
+        "tflops_per_gpu_mean": 568.0,
+        "tflops_source": "log",
+        "mfu_pct": 57.43,
+        "mfu_bf16_pct": 57.43,
+        "reference_step_time_ms": 1200.0,
+        "reference_delta_pct": -2.6,
+    }
+    text = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": row}))
+    assert (
+        "MFU         57.43%\n              against the BF16 peak 989 TFLOP/s dense per GPU, the h100's"
+        in text
+    )
+    assert "difference; the h100's figure)" in text
+    own = summary(JobStatus(job, "SUCCEEDED", None, None, {"result": {**row, "gpu": "h100"}}))
+    assert "against the BF16 peak" not in own and "the h100's figure" not in own

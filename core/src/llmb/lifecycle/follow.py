@@ -128,6 +128,29 @@ def follow(
         time.sleep(interval)
 
 
+def borrowed_peak(result: dict) -> str | None:
+    """For a run on a GPU type that takes another's peaks (gpus.yaml ``runs_recipes_of``: an H200 the
+    H100's), which peak its MFU is against and where that figure is from; None otherwise."""
+    from llmb.recipes.gpus import catalogue, peak_source
+
+    gpu, dtype = result.get("gpu"), result.get("dtype") or "bf16"
+    if result.get("mfu_pct") is None or gpu not in catalogue():
+        return None
+    source = peak_source(gpu, dtype)
+    if source is None or source.of_gpu is None:
+        return None
+    return f"against the {dtype.upper()} peak {source.describe()}"
+
+
+def figure_of(result: dict) -> str:
+    """``; the h100's figure`` for a run on a GPU type that runs another's recipes (an H200), else ''."""
+    from llmb.recipes.gpus import recipes_of
+
+    gpu = result.get("gpu")
+    table = recipes_of(gpu)
+    return f"; the {table}'s figure" if gpu and table != gpu else ""
+
+
 def summary(status: JobStatus) -> str:
     """The run summary: window statistics, tokens/s, TFLOPS/GPU, MFU where a peak applies."""
     job = status.job
@@ -176,6 +199,8 @@ def summary(status: JobStatus) -> str:
                     else ""
                 ),
             ]
+            if (whose := borrowed_peak(result)) is not None:  # an H200's MFU: the H100's peak
+                lines.append(f"              {whose}")
             if not job.proxy:  # the time a scaled-down model would take to train means nothing
                 lines.append(f"  1T tokens   {f('days_to_train_1t', 2)} days")
         else:
@@ -183,7 +208,7 @@ def summary(status: JobStatus) -> str:
         if result.get("reference_step_time_ms") is not None:
             lines.append(
                 f"  published   {f('reference_step_time_ms', 1)} ms per step "
-                f"({f('reference_delta_pct', 1, '%')} difference)"
+                f"({f('reference_delta_pct', 1, '%')} difference{figure_of(result)})"
             )
         if (
             result.get("checkpoint_save_s") is not None
