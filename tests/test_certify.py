@@ -555,11 +555,12 @@ def test_readme_certification_walkthrough_runs_as_written(slurm, tmp_path):
     env.update(slurm.env())
     # where llmb is installed
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["TMPDIR"] = str(tmp_path)  # the block's `cd "$(mktemp -d)"` lands here
     proc = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
     )  # a hang guard only
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [archive] = tmp_path.glob("llmb-certification-cert-*.tar.zst")
+    [archive] = tmp_path.glob("*/llmb-certification-cert-*.tar.zst")
     assert re.fullmatch(
         rf"llmb-certification-cert-[0-9a-f]{{6}}-{time.strftime('%Y%m')}\d\d\.tar\.zst",
         archive.name,
