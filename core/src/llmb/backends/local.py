@@ -9,8 +9,9 @@ of the job carries ``LLMB_JOB_DIR`` in its environment
 shell, even when the supervisor is gone or a record is missing.
 
 States: QUEUED while the job is being submitted, waits for a local slot
-(``local_slots``: at most ``LLMB_LOCAL_JOBS`` local jobs run at once), or
-its supervisor starts the ranks; RUNNING while any process of the job
+(``local_slots``: at most ``LLMB_LOCAL_JOBS`` local CPU jobs run at once)
+or for its GPUs (``local_gpus``: one local job per GPU), or its supervisor
+starts the ranks; RUNNING while any process of the job
 lives (the reason says so when the supervisor is gone but ranks train
 on); then what ``exit.json`` says (SUCCEEDED, FAILED with a reason,
 CANCELLED); FAILED with the reason when every process ended without
@@ -332,16 +333,30 @@ class LocalBackend:
     def check(submit: SubmitOptions) -> list[str]:
         """Before anything of a run is written (``llmb.lifecycle.prepare``): a bad ``LLMB_LOCAL_JOBS`` is
         refused (``UsageError``); the warnings: the cluster options given, which this backend ignores,
-        and why the local job limit cannot be kept (the job's supervisor, detached, only tells its log)."""
+        and why the local job limit (on a machine with GPUs: one job per GPU) cannot be kept (the job's
+        supervisor, detached, only tells its log)."""
+        from llmb.backends import local_gpus
         from llmb.backends.local_slots import LIMIT_VARIABLE, job_limit, unenforceable
         from llmb.paths import install_dir
+        from llmb.runs.capability import detect
 
         limit = job_limit()
         given = submit.given()
         warnings = (
             [f"the local backend ignores {', '.join(given)} (cluster options)."] if given else []
         )
-        if why := unenforceable(install_dir(), limit):
+        # on a machine with GPUs a job waits for its GPUs (those it may be given), not for a slot
+        gpus = detect().gpus
+        if gpus and (
+            why := local_gpus.unenforceable(
+                install_dir(), local_gpus.job_gpus("cuda", gpus, os.environ)
+            )
+        ):
+            warnings.append(
+                f"one local job per GPU cannot be enforced: {why}; "
+                f"this job runs without waiting for other local jobs."
+            )
+        elif not gpus and (why := unenforceable(install_dir(), limit)):
             warnings.append(
                 f"the local job limit ({limit} at once; {LIMIT_VARIABLE}) cannot be enforced: {why}; "
                 f"this job runs without waiting for other local jobs."

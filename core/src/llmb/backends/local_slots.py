@@ -1,5 +1,7 @@
 """How many local jobs run at once on this machine, and the slots they take.
 
+A local job on CPU takes a slot; a job on GPUs takes the locks of its GPUs
+instead (``local_gpus``: one job per GPU, by the same rules and tickets).
 A local job's supervisor takes a slot before it starts any rank, and gives
 it back when every rank has ended. A slot is a lock file,
 ``<install>/.local-jobs/<host>/slot-K.lock`` for K below the limit, held
@@ -157,14 +159,15 @@ def _directory(name: str, shown: str, dir_fd: int | None = None) -> int:
         raise SlotsUnusable(f"{shown} is {kind_of(st)}, not a directory") from None
 
 
-def _open_slots(install: str) -> tuple[int, int]:
-    """(slots directory, queue directory), each made if missing and opened (no link followed)."""
+def open_slots_dir(install: str, queue: str | None = QUEUE) -> tuple[int, int | None]:
+    """(slots directory, its directory ``queue``), each made if missing and opened (no link
+    followed); no queue directory (None) when ``queue`` is None."""
     os.makedirs(install, exist_ok=True)
     opened: list[int] = []
     try:
         opened.append(_directory(install, _shown(install)))
         path = install
-        for name in (DIRECTORY, host_key(), QUEUE):
+        for name in (DIRECTORY, host_key(), *([queue] if queue else [])):
             path = os.path.join(path, name)
             opened.append(_directory(name, _shown(path), opened[-1]))
     except BaseException:
@@ -173,25 +176,44 @@ def _open_slots(install: str) -> tuple[int, int]:
         raise
     os.close(opened[0])
     os.close(opened[1])
-    return opened[2], opened[3]
+    return opened[2], (opened[3] if queue else None)
+
+
+def _open_slots(install: str) -> tuple[int, int]:
+    """(slots directory, queue directory), each made if missing and opened (no link followed)."""
+    slots, queue = open_slots_dir(install)
+    assert queue is not None
+    return slots, queue
+
+
+def check_lock_files(slots: int, directory: str, names) -> None:
+    """NotRegularFile when one of the lock files ``names`` is there and is no regular file."""
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=slots, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(_shown(os.path.join(directory, name)), kind_of(st))
 
 
 def _check_slot_files(slots: int, directory: str, limit: int) -> None:
     """NotRegularFile when a slot file below ``limit`` is there and is no regular file."""
-    for index in range(limit):
-        try:
-            st = os.stat(_slot_name(index), dir_fd=slots, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(_shown(os.path.join(directory, _slot_name(index))), kind_of(st))
+    check_lock_files(slots, directory, [_slot_name(index) for index in range(limit)])
 
 
 def unenforceable(install: str, limit: int) -> str | None:
     """Why local jobs in ``install`` cannot be kept to ``limit`` at once (found before the job is
     submitted, without making anything); None when nothing is known to stand in the way."""
+    return locks_unusable(install, QUEUE, [_slot_name(index) for index in range(limit)])
+
+
+def locks_unusable(install: str, queue: str, lock_files: list[str]) -> str | None:
+    """Why the lock files ``lock_files`` and the queue directory ``queue`` beside them (in
+    ``slots_dir(install)``) cannot be kept, found without making anything; None when nothing
+    is known to stand in the way (the local slots' and ``local_gpus``' check)."""
     directory = slots_dir(install)
-    chain = [install, os.path.join(install, DIRECTORY), directory, os.path.join(directory, QUEUE)]
+    chain = [install, os.path.join(install, DIRECTORY), directory, os.path.join(directory, queue)]
     existing: list[str] = []
     for depth, path in enumerate(chain):
         try:
@@ -230,7 +252,7 @@ def unenforceable(install: str, limit: int) -> str | None:
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                _check_slot_files(fd, directory, limit)
+                check_lock_files(fd, directory, lock_files)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -252,6 +274,11 @@ class Slot:
     fd: int  # flocked; passed on to the ranks
     # stamped while the job still holds its place in the queue: the next one starts later
     acquired_at: str
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The flocked descriptors the ranks inherit."""
+        return (self.fd,) if self.fd >= 0 else ()
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -275,12 +302,17 @@ def _free_slot(slots: int, directory: str, limit: int) -> Slot | None:
     return None
 
 
+def ticket_name(job_id: str) -> str:
+    """A ticket's name for ``job_id`` arriving now: tickets sort in order of arrival."""
+    return f"{time.time_ns():020d}-{host_key(job_id)}.lock"
+
+
 class _Ticket:
     """A place in the queue: a flocked file, named so that the oldest sorts first."""
 
-    def __init__(self, queue: int, job_id: str):
+    def __init__(self, queue: int, job_id: str, name: str | None = None):
         self.queue = queue
-        self.name = f"{time.time_ns():020d}-{host_key(job_id)}.lock"
+        self.name = name or ticket_name(job_id)
         # never seen unlocked: locked, then renamed
         hidden = f".{self.name}.{os.getpid()}"
         self.fd = open_regular_at(hidden, queue, exclusive=True)

@@ -2,7 +2,8 @@
 
 Runs in a session of its own (its session is the job). It starts one
 worker per rank, once it holds a local slot (``local_slots``: at most
-``LLMB_LOCAL_JOBS`` jobs run at once; until then the job waits, QUEUED),
+``LLMB_LOCAL_JOBS`` CPU jobs run at once), or for a job on GPUs the locks of
+its GPUs (``local_gpus``: one job per GPU); until then the job waits, QUEUED,
 with the usual rendezvous variables (MASTER_ADDR,
 MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), all appending
 to the run's log, and records each rank's pid as it starts it. A cancel
@@ -24,7 +25,7 @@ import sys
 import time
 import traceback
 
-from llmb.backends import local_slots
+from llmb.backends import local_gpus, local_slots
 from llmb.backends.local import RANKS_FILE, SUPERVISOR_FILE, supervisor_record
 from llmb.backends.local_processes import JOB_DIR_VARIABLE, job_tag
 from llmb.errors import UsageError
@@ -80,7 +81,8 @@ class Supervisor:
         self.cancelled = False
         # (rank, exit code) of the first rank seen failing
         self.first_failure: tuple[int, int] | None = None
-        self.slot: local_slots.Slot | None = None
+        # a local slot (a CPU job) or the locks of the job's GPUs (local_gpus)
+        self.slot: local_slots.Slot | local_gpus.GpuLocks | None = None
         self.slot_record: dict = {}
 
     def note(self, text: str) -> None:
@@ -143,8 +145,9 @@ class Supervisor:
                     "llmb.worker",
                     os.path.join(self.directory, RUN_FILE),
                 ]
-                # The ranks hold the slot too: it stays taken while any of them lives, the supervisor or not.
-                held = (self.slot.fd,) if self.slot else ()
+                # The ranks hold the slot (or the GPUs) too: it stays taken while any of them lives, the
+                # supervisor or not.
+                held = self.slot.fds if self.slot else ()
                 self.procs.append(
                     subprocess.Popen(
                         argv,
@@ -167,8 +170,14 @@ class Supervisor:
             pass  # a record for llmb status only: the job runs on without it
 
     def take_slot(self) -> None:
-        """Wait for a local slot (a cancel ends the wait); without a usable slot directory the job runs
-        unqueued, and its log says so."""
+        """Wait for a local slot, or for the job's GPUs when it computes on GPUs (a cancel ends the
+        wait); without a usable slot directory the job runs unqueued, and its log says so."""
+        gpus = local_gpus.job_gpus(
+            self.spec.device, self.spec.ranks, {**os.environ, **self.spec.env}
+        )
+        if gpus:
+            self.take_gpus(gpus)
+            return
         try:
             limit = local_slots.job_limit()  # checked by llmb run already
         except UsageError:
@@ -194,6 +203,29 @@ class Supervisor:
             return
         if self.slot is not None:
             self.record_slot(slot=self.slot.index, acquired_at=self.slot.acquired_at)
+
+    def take_gpus(self, gpus: list[str]) -> None:
+        """Wait until no other local job holds one of ``gpus`` (``local_gpus``), then hold them all."""
+        self.slot_record = {"gpus": gpus}
+
+        def waiting(reason: str) -> None:
+            if "queued_at" not in self.slot_record:
+                self.note(reason)
+            self.record_slot(
+                waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp()
+            )
+
+        try:
+            self.slot = local_gpus.take(install_dir(), self.job.id, gpus, self.cancel_seen, waiting)
+        except OSError as exc:
+            self.note(
+                f"{local_gpus.shown_gpus(gpus)} could not be locked in "
+                f"{local_slots.slots_dir(install_dir())} ({local_slots.why(exc)}); the job runs "
+                f"without waiting for other local jobs"
+            )
+            return
+        if self.slot is not None:
+            self.record_slot(acquired_at=self.slot.acquired_at)
 
     def release_slot(self) -> None:
         if self.slot is not None:

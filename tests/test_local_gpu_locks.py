@@ -1,0 +1,317 @@
+"""One local job per GPU (``llmb.backends.local_gpus``): a local job that needs a GPU another llmb
+job holds waits, QUEUED, and ``llmb status`` names the GPU and the job that holds it; jobs on
+different GPUs run at once; a killed holder frees its GPU. Real processes and real ``flock``.
+
+No GPU is needed. Stand-ins, for the GPU only:
+
+- a fake ``nvidia-smi`` on ``PATH`` lists two H100s, so ``llmb run`` plans a GPU job (its run
+  says ``device: cuda``) and its supervisor takes the GPU's lock. Its rank then fails at once on
+  this CPU machine (no CUDA): these jobs are the waiters, whose GPU is what the test watches;
+- a holder job, whose one rank stands in for training on GPU 0: it is submitted through the local
+  backend itself (``LocalBackend.submit``, the supervisor that ``llmb run`` starts), with the run
+  a ``--dry-run`` of the same command plans, and a rank command (the run's ``wrapper``) that waits
+  until the test lets it end, instead of the worker that would need CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import _SEED_VARS, _llmb_executable
+from llmb.backends import local_gpus, local_slots
+from waiting import wait_for
+
+GPU_RUN = ["run", "nemotronh", "--gpus", "1", "--proxy", "tiny", "--gpu", "h100", "--steps", "1"]
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# nvidia-smi as a node with two H100s answers (the lines real H100 nodes print)
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--query-gpu=name,driver_version*) printf '%s' {query} ;;
+  *-L*) printf '%s' {listing} ;;
+  *) exit 0 ;;
+esac
+"""
+QUERY = "NVIDIA H100 80GB HBM3, 550.54.15\n" * 2
+LISTING = "".join(
+    f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i}1111111-2222-3333-4444-555555555555)\n"
+    for i in range(2)
+)
+
+# The holder's rank: it holds its GPU (the lock it inherits) until the file it is given appears.
+HOLD = """import os, sys, time
+deadline = time.monotonic() + 600  # a hang guard: a test that fails never releases it
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+# Submits a holder job the way llmb run does (the job record, then the local backend's submit).
+SUBMIT_HOLDER = """import json, os, sys
+from llmb.backends.local import LocalBackend
+from llmb.runs.jobs import Job, new_job_dir, now, save_job
+from llmb.runs.runspec import RunSpec, SubmitOptions
+spec, wrapper = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+job_id, directory = new_job_dir("local")
+log = os.path.join(directory, "log.out")
+spec.update(job_id=job_id, log=log, run_dir=directory, inner_dir=directory, wrapper=wrapper)
+job = Job(job_id, "local", spec["workload"], spec["experiment"], directory, log, spec["ranks"], now(),
+          proxy=spec.get("proxy"))
+save_job(job)
+LocalBackend().submit(RunSpec.from_dict(spec), job, SubmitOptions())
+print(job_id)
+"""
+
+
+@pytest.fixture
+def gpus(tmp_path):
+    """(install, environment) of a machine with two fake H100s; whatever of the install's jobs still
+    lives when the test ends is killed (a job that hangs must not outlive its test)."""
+    install = tmp_path / "install"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(query=shlex.quote(QUERY), listing=shlex.quote(LISTING)))
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (*_SEED_VARS, local_slots.LIMIT_VARIABLE, "CUDA_VISIBLE_DEVICES")
+    }
+    env.update(
+        {
+            "LLMB_LOG_FORMAT": "json",
+            "LLMB_INSTALL": str(install),
+            "LLMB_NO_CACHE": "1",
+            "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("LLMB_FORCE_CPU", None)
+    yield install, env
+    for pid in job_processes(install):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def job_processes(install: Path, job_id: str | None = None) -> list[int]:
+    """The living processes of the install's jobs (of ``job_id``), by their ``LLMB_JOB_DIR``."""
+    jobs = install / "jobs"
+    dirs = [jobs / job_id] if job_id else (list(jobs.glob("*")) if jobs.exists() else [])
+    tags = {f"LLMB_JOB_DIR={os.path.realpath(d)}".encode() for d in dirs}
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] in "ZX":
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                variables = set(handle.read().split(b"\0"))
+        except OSError:
+            continue
+        if variables & tags:
+            found.append(int(name))
+    return found
+
+
+def llmb(env: dict, *args, timeout: float = 180) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [_llmb_executable(), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def detach(env: dict, **variables: str) -> str:
+    code, out, err = llmb({**env, **variables}, *GPU_RUN, "--detach", "--json")
+    assert code == 0, err[-3000:]
+    return json.loads(out)["job_id"]
+
+
+def status(env: dict, job_id: str) -> dict:
+    return json.loads(llmb(env, "status", job_id, "--json")[1])
+
+
+def ended(env: dict, job_id: str) -> dict:
+    return wait_for(
+        lambda: (s := status(env, job_id))["state"] in TERMINAL and s,
+        timeout=300,
+        what=f"{job_id} to end",
+    )
+
+
+def record(install: Path, job_id: str) -> dict:
+    return json.loads((install / "jobs" / job_id / local_slots.SLOT_FILE).read_text())
+
+
+def hold_gpu(install: Path, env: dict, tmp_path: Path, name: str, **variables: str):
+    """A holder job (see the module's docstring): (its id, the file that ends it)."""
+    code, out, err = llmb({**env, **variables}, *GPU_RUN, "--dry-run", "--json")
+    assert code == 0, err[-3000:]
+    spec = json.loads(out)["run_spec"]
+    assert spec["device"] == "cuda", spec  # the fake nvidia-smi made it a GPU job
+    script, release = tmp_path / f"{name}.py", tmp_path / f"{name}.release"
+    script.write_text(HOLD)
+    wrapper = [sys.executable, str(script), str(release)]
+    made = subprocess.run(
+        [sys.executable, "-c", SUBMIT_HOLDER, json.dumps(spec), json.dumps(wrapper)],
+        env={**env, **variables},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    job_id = made.stdout.strip().splitlines()[-1]
+    wait_for(
+        lambda: (
+            (install / "jobs" / job_id / "ranks.json").exists()
+            and status(env, job_id)["state"] == "RUNNING"
+        ),
+        what=f"the holder {job_id} to run",
+    )
+    return job_id, release
+
+
+def waits_for_gpu(env: dict, job_id: str, said: str) -> dict:
+    """Until ``llmb status`` says the job is QUEUED and waits for what ``said`` says."""
+    return wait_for(
+        lambda: (s := status(env, job_id))["state"] == "QUEUED" and s["reason"] == said and s,
+        what=f"{job_id} to say {said!r}",
+    )
+
+
+def gpu_is_free(install: Path, gpu: str) -> bool:
+    path = Path(local_slots.slots_dir(str(install))) / local_gpus.lock_name(gpu)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------ which GPUs a job uses
+
+
+def test_a_job_uses_the_first_gpus_it_sees():
+    """Rank r computes on the r-th GPU it sees: the first of CUDA_VISIBLE_DEVICES, else 0 to N-1."""
+    assert local_gpus.job_gpus("cuda", 2, {}) == ["0", "1"]
+    assert local_gpus.job_gpus("cuda", 1, {"CUDA_VISIBLE_DEVICES": "3,1"}) == ["3"]
+    assert local_gpus.job_gpus("cuda", 2, {"CUDA_VISIBLE_DEVICES": " 3, 01 ,5"}) == ["3", "1"]
+    # CUDA reads up to the first entry that names no GPU: -1 hides every one
+    assert local_gpus.job_gpus("cuda", 2, {"CUDA_VISIBLE_DEVICES": "2,x,4"}) == ["2"]
+    assert local_gpus.job_gpus("cuda", 1, {"CUDA_VISIBLE_DEVICES": "-1"}) == []
+    assert local_gpus.job_gpus("cpu", 2, {}) == []  # a CPU job takes a local slot
+
+
+def test_a_gpu_named_by_its_uuid_is_locked_as_its_index(gpus, monkeypatch):
+    """nvidia-smi -L (here the fake) turns a UUID, or the prefix CUDA accepts, into the index; a
+    UUID it does not list names its own lock."""
+    _, env = gpus
+    monkeypatch.setenv("PATH", env["PATH"])
+    seen = {"CUDA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555,GPU-0111,GPU-9"}
+    assert local_gpus.job_gpus("cuda", 3, seen) == ["1", "0", "GPU-9"]
+    assert local_gpus.lock_name("GPU-9") == "gpu-GPU-9.lock"
+
+
+# ------------------------------------------------------------------ jobs on GPUs, end to end
+
+
+def test_a_job_on_a_held_gpu_waits_and_names_the_job_that_holds_it(gpus, tmp_path):
+    install, env = gpus
+    holder, release = hold_gpu(install, env, tmp_path, "holder")
+    waiter = detach(env)
+    shown = waits_for_gpu(env, waiter, f"waiting for GPU 0, held by job {holder}")
+    assert not (install / "jobs" / waiter / "ranks.json").exists()  # no rank started
+    assert record(install, waiter)["gpus"] == ["0"]
+    assert "waiting for GPU 0" in Path(shown["log"]).read_text()
+    # the lock file says who holds it
+    lock = Path(local_slots.slots_dir(str(install))) / "gpu-0.lock"
+    assert json.loads(lock.read_text())["job"] == holder
+    assert status(env, holder)["state"] == "RUNNING"
+
+    release.touch()
+    ended(env, holder)
+    # the waiter starts once the holder has ended; on this CPU machine its rank then fails (no CUDA)
+    ended(env, waiter)
+    held, waited = record(install, holder), record(install, waiter)
+    assert "waiting" not in held and held["gpus"] == ["0"]
+    assert waited["acquired_at"] >= held["released_at"], (held, waited)
+    assert (install / "jobs" / waiter / "ranks.json").exists()
+    assert gpu_is_free(install, "0")
+    queue = Path(local_slots.slots_dir(str(install))) / local_gpus.queue_name("0")
+    assert list(queue.iterdir()) == []  # the waiter's ticket left
+
+
+def test_jobs_on_different_gpus_run_at_once(gpus, tmp_path):
+    """GPU 0 held: a job given GPU 1 (CUDA_VISIBLE_DEVICES=1) starts at once, and no local slot
+    (LLMB_LOCAL_JOBS=1) holds it back either: a job on GPUs waits for its GPUs only."""
+    install, env = gpus
+    holder, release = hold_gpu(install, env, tmp_path, "holder")
+    other = detach(env, CUDA_VISIBLE_DEVICES="1", LLMB_LOCAL_JOBS="1")
+    ended(env, other)
+    taken = record(install, other)
+    assert taken["gpus"] == ["1"] and "waiting" not in taken and "acquired_at" in taken, taken
+    assert status(env, holder)["state"] == "RUNNING"  # it ran meanwhile
+    release.touch()
+    ended(env, holder)
+
+
+def test_a_killed_holder_frees_its_gpu(gpus, tmp_path):
+    """The holder's supervisor killed: its rank keeps the GPU (the waiter still names the holder);
+    the rank killed too: the GPU is free and the waiter runs."""
+    install, env = gpus
+    holder, _ = hold_gpu(install, env, tmp_path, "holder")
+    waiter = detach(env)
+    said = f"waiting for GPU 0, held by job {holder}"
+    waits_for_gpu(env, waiter, said)
+    directory = install / "jobs" / holder
+    supervisor = json.loads((directory / "supervisor.json").read_text())["pid"]
+    ranks = [r["pid"] for r in json.loads((directory / "ranks.json").read_text())["ranks"]]
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: supervisor not in job_processes(install, holder), what="the supervisor to die")
+    assert status(env, holder)["state"] == "RUNNING"  # its rank trains on
+    waits_for_gpu(env, waiter, said)
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    assert ended(env, holder)["state"] == "FAILED"
+    ended(env, waiter)
+    assert "acquired_at" in record(install, waiter)
+    wait_for(lambda: not job_processes(install), what="every process of the jobs to end")
+    assert gpu_is_free(install, "0")
+
+
+def test_a_fifo_as_a_gpu_lock_neither_blocks_nor_goes_unsaid(gpus):
+    """Where GPU 0's lock cannot be kept (a FIFO where its file goes) the job runs without waiting:
+    llmb run says why in one warning line before submitting, the supervisor in the job's log."""
+    install, env = gpus
+    directory = Path(local_slots.slots_dir(str(install)))
+    directory.mkdir(parents=True)
+    os.mkfifo(directory / "gpu-0.lock")
+    plain = {k: v for k, v in env.items() if k != "LLMB_LOG_FORMAT"}
+    code, out, err = llmb(plain, *GPU_RUN, "--json", timeout=300)
+    assert code in (0, 1), err[-3000:]
+    said = f"$LLMB_INSTALL/.local-jobs/{local_slots.host_key()}/gpu-0.lock is a FIFO (named pipe)"
+    warning = [line for line in err.splitlines() if "cannot be enforced" in line]
+    assert warning == [
+        f"llmb: warning: one local job per GPU cannot be enforced: {said}, not a regular file; "
+        "this job runs without waiting for other local jobs."
+    ], err
+    final = json.loads(out)
+    assert final["state"] in TERMINAL
+    log = Path(final["log"]).read_text()
+    assert f"GPU 0 could not be locked in {directory} ({said}" in log
+    assert (directory / "gpu-0.lock").is_fifo()  # left as it was
