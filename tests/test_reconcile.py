@@ -268,3 +268,20 @@ def test_cancel_waits_until_the_core_sees_the_job_ended(cluster):
     )
     assert read_exit(job.id)["state"] == "CANCELLED"
     assert os.path.isdir(job_dir(job.id))
+
+
+def test_a_running_job_without_a_step_says_what_its_log_last_said(cluster):
+    """Issue 34: ``status JOB`` showed nothing for a running job until its first step (start-up can
+    take minutes: containers, data, compilation). Its progress is the log's last line until then,
+    terminal escapes removed; an iteration replaces it."""
+    host, _ = cluster
+    job = submitted(
+        log_text="[llmb] rank 0: building the model\n\x1b]0;title\x07compiling layer 3\n\n"
+    )
+    status = reconcile.status(host, job)
+    assert status.state == "RUNNING"
+    assert status.progress == "starting, no step yet; the log's last line: compiling layer 3"
+    Path(job.log).write_text("")
+    assert reconcile.status(host, job).progress == "starting: the log is empty so far"
+    Path(job.log).write_text(" iteration        2/      50 | consumed samples: 16 |\n")
+    assert reconcile.status(host, job).progress == "iteration 2/50"

@@ -42,6 +42,7 @@ from llmb.runs.jobs import (
     read_exit_checked,
     request_cancel,
     save_job,
+    startup_progress,
     wait_until_ended,
     withdraw_cancel,
 )
@@ -92,6 +93,8 @@ def judge(host: PluginHost, impl, job: Job, seen: JobStatus) -> JobStatus:
         seen = replace(seen, job=_keep(job, seen.job))
     if seen.progress is None:  # the log's last iteration, whichever backend ran the job
         seen = replace(seen, progress=last_iteration(seen.job.log))
+    if seen.progress is None and seen.state == "RUNNING" and seen.ending is None:
+        seen = replace(seen, progress=startup_progress(seen.job.log))
     if seen.ending is None:
         return seen
     job = seen.job

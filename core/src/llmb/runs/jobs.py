@@ -441,6 +441,25 @@ def last_iteration(log: str, tail: int = 65536) -> str | None:
     return f"iteration {int(found[-1][0])}/{int(found[-1][1])}" if found else None
 
 
+def startup_progress(log: str, tail: int = 4096) -> str:
+    """What a running job whose log has no iteration yet is doing: the log's last line (start-up:
+    containers, data, compilation can take minutes), or that it has written nothing yet."""
+    from llmb.terminal import terminal_safe
+
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - tail))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return "starting: no log yet"
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if not last:
+        return "starting: the log is empty so far"
+    shown = terminal_safe(last)
+    return f"starting, no step yet; the log's last line: {shown[:100]}{'...' if len(shown) > 100 else ''}"
+
+
 # ---------------------------------------------------------------- processes
 
 
