@@ -223,7 +223,21 @@ def _proxy_lines(plan) -> list[str]:
         + (", on CPU)" if run.device == "cpu" else ")"),
         "  differs      " + (", ".join(d.text() for d in run.differences) or "nothing"),
     ]
+    if p.fit is not None:
+        m = p.fit.memory
+        lines.insert(2, f"  fit          {', '.join(p.fit.differences()) or 'the whole model'}")
+        lines.insert(
+            3,
+            f"               ~{m.total_gb:.1f} GB per GPU by the torch engine's estimate (weights "
+            f"{m.weights_gb:.1f}, gradients {m.gradients_gb:.1f}, optimizer {m.optimizer_gb:.1f}, "
+            f"activations {m.activations_gb:.1f}, logits {m.logits_gb:.1f}); at most "
+            f"{p.fit.budget_gb:.1f} of the {r_gpu(p)}'s {p.fit.capacity_gb:g} GB",
+        )
     return lines
+
+
+def r_gpu(proxy_plan) -> str:
+    return proxy_plan.run.published.gpu
 
 
 def render_plan(plan) -> str:
@@ -328,6 +342,12 @@ def render_plan(plan) -> str:
     help="Also show what llmb run --proxy NAME runs here (tiny: a CPU-sized model with the workload's "
     "structure) and every way it differs from the published recipe.",
 )
+@click.option(
+    "--fit",
+    is_flag=True,
+    help="Also show the largest slice of the model one GPU of this type holds, which llmb run --fit runs "
+    "(full width; fewer layers, then fewer experts per MoE layer), and every way it differs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.pass_context
 def plan_command(
@@ -342,6 +362,7 @@ def plan_command(
     gpus_per_node,
     settings,
     proxy,
+    fit,
     as_json,
 ):
     """Resolve WORKLOAD's recipe for a size, GPU type, dtype and GPU count and
@@ -354,14 +375,14 @@ def plan_command(
     request = build_request(
         workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
     )
-    if proxy is None:  # the recipe alone: none of a run's machinery is imported
+    if proxy is None and not fit:  # the recipe alone: none of a run's machinery is imported
         from llmb.recipes.planning import make_plan
 
         plan = make_plan(host, request)
     else:
         from llmb.lifecycle.prepare import plan_with_proxy
 
-        plan = plan_with_proxy(host, request, proxy)
+        plan = plan_with_proxy(host, request, proxy, fit)
     if as_json:
         emit_json(plan.as_dict())
     else:

@@ -32,6 +32,20 @@ _OPTIONS = [
         "405b-Proxy rows).",
     ),
     click.option(
+        "--fit",
+        is_flag=True,
+        help="Run the largest slice of the model each GPU holds (torch engine): full width, fewer layers, "
+        "for MoE models fewer experts per layer (top-k and expert shape kept), a smaller vocabulary only "
+        "as a last resort; chosen from the memory estimate, every difference printed.",
+    ),
+    click.option(
+        "--memory-check/--no-memory-check",
+        default=True,
+        show_default=True,
+        help="Refuse, before submitting, a torch-engine GPU run whose memory estimate exceeds the GPU's "
+        "memory (docs/memory-estimate.md).",
+    ),
+    click.option(
         "--steps",
         type=click.IntRange(min=1),
         help="Training steps (default 50, as in the published recipes).",

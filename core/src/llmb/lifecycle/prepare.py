@@ -33,9 +33,11 @@ from llmb import redaction
 from llmb.env_names import env_name_problem
 from llmb.errors import PluginError, UsageError
 from llmb.plugins.host import PluginHost
-from llmb.recipes.memory import MARGIN, estimate_memory
+from llmb.recipes.fit import largest_slice, torch_estimate
+from llmb.recipes.gpus import gpu_type
+from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.planning import Plan, ProxyPlan, make_plan
-from llmb.recipes.proxies import ProxyRun, proxy_flag, proxy_run
+from llmb.recipes.proxies import ProxyRun, proxy_flag, proxy_recipe, proxy_run
 from llmb.recipes.records import ModelArch, Recipe, RecipeRequest
 from llmb.recipes.time_limit import derive as derive_time_limit
 from llmb.redaction import credential_in, is_secret_name
@@ -131,6 +133,11 @@ def choose_engine(options: RunOptions, backend_name: str, framework: str) -> str
     if options.engine == "torch":
         return "torch"
     if options.engine == "production":
+        if options.fit:
+            raise UsageError(
+                "--fit sizes a slice by the torch engine's memory; the production engine runs the "
+                "published recipe's own layout (use --layers N for a shallower one)."
+            )
         if options.proxy:
             raise UsageError(
                 f"--proxy {options.proxy} is a torch-engine model; the production engine runs the "
@@ -236,7 +243,7 @@ def _proxy(
         plan.arch,
         arch,
         seq_len,
-        flag=proxy_flag(options.proxy, options.layers),
+        flag=proxy_flag(options.proxy, options.layers, options.fit),
         label=options.proxy_label,
         ranks=ranks,
         engine=engine,
@@ -245,6 +252,86 @@ def _proxy(
     )
     warnings.append(proxy.warning())
     return proxy
+
+
+def _capacity_gb(recipe: Recipe) -> float | None:
+    return gpu_type(recipe.gpu).memory_gb
+
+
+def choose_fit(plan: Plan, options: RunOptions, ranks: int) -> RunOptions:
+    """``--fit``: ``options`` with the slice each of the run's GPUs holds (``llmb.recipes.fit``), chosen
+    for the layout and batch the torch engine runs it with (data parallel over ``ranks``)."""
+    if not options.fit or options.fitted is not None:
+        return options
+    capacity = _capacity_gb(plan.recipe)
+    if not capacity:
+        raise UsageError(
+            f"--fit sizes the slice to the GPU's memory, and llmb has none on record for "
+            f"{plan.recipe.gpu}; use --layers N."
+        )
+    fitted = largest_slice(proxy_recipe(plan.recipe, ranks), plan.arch, plan.recipe.gpu, capacity)
+    return replace(options, fitted=fitted)
+
+
+def memory_breakdown(estimate: MemoryEstimate) -> str:
+    """The estimate term by term, as a refusal shows it."""
+    return (
+        f"weights {estimate.weights_gb:.1f}, gradients {estimate.gradients_gb:.1f}, optimizer "
+        f"{estimate.optimizer_gb:.1f}, activations {estimate.activations_gb:.1f}, logits "
+        f"{estimate.logits_gb:.1f}: {estimate.total_gb:.1f} GB"
+    )
+
+
+def what_fits(plan: Plan, ranks: int) -> str:
+    """What would fit one of the run's GPUs: ``--fit``'s slice, and ``--layers N`` where layers alone do."""
+    options = choose_fit(plan, RunOptions(fit=True), ranks)
+    fitted = options.fitted
+    assert fitted is not None
+    arch = fitted.arch
+    layers_alone = arch.experts == plan.arch.experts and arch.vocab == plan.arch.vocab
+    return (
+        f"--layers {arch.layers} or --fit fits ({', '.join(fitted.differences())})"
+        if layers_alone
+        else f"--fit fits ({', '.join(fitted.differences())}); no --layers N alone does"
+    )
+
+
+def check_memory(
+    plan: Plan, options: RunOptions, shape: Shape, ranks: int, warnings: list[str]
+) -> None:
+    """Refuse, before anything is written, a torch-engine run on this machine's GPUs whose estimate
+    (``llmb.recipes.memory.TORCH``, calibrated against a measured peak: docs/memory-estimate.md) exceeds
+    the GPU type's memory, with the estimate term by term and what would fit. On a cluster's nodes
+    (device ``auto``: GPUs or not is found there) the same finding is a warning. ``--no-memory-check``
+    skips it."""
+    capacity = _capacity_gb(plan.recipe)
+    if shape.device == "cpu" or not options.memory_check or not capacity:
+        return
+    ran = shape.ran
+    if shape.proxy is None:  # the recipe's layout as the torch engine runs it: CP folded into DP
+        ran = replace(ran, cp=shape.layout.cp, dp=shape.layout.dp(ranks), ga=shape.ga)
+    estimate = torch_estimate(ran, shape.arch, capacity)
+    if estimate.total_gb <= capacity:
+        return
+    r = plan.recipe
+    try:
+        fits = what_fits(plan, ranks)
+    except UsageError:
+        fits = "no slice of it fits one GPU (not even one layer): use the production engine on a cluster"
+    said = (
+        f"{r.workload} {r.size} as this run builds it ({shape.arch.layers} "
+        f"layer{'s' if shape.arch.layers != 1 else ''}"
+        + (f", {shape.arch.experts} experts per MoE layer" if shape.arch.experts else "")
+        + f") needs ~{estimate.total_gb:.1f} GB per GPU on the torch engine "
+        f"({memory_breakdown(estimate)}), more than the {r.gpu}'s {capacity:g} GB; {fits}"
+    )
+    if shape.device == "auto":
+        warnings.append(f"{said}, if the nodes run it on GPUs of this type.")
+        return
+    raise UsageError(
+        f"{said}. Nothing was started. --no-memory-check runs it anyway (the estimate: "
+        f"docs/memory-estimate.md)."
+    )
 
 
 def torch_shape(
@@ -561,11 +648,16 @@ def prepare(
     tuned = framework_args(options, recipe.framework, torch_engine)
     options, device = where_it_runs(host, plan, options, backend_name, engine, ranks, warnings)
     placement(ranks, recipe.gpus_per_node)  # refused before the engine's own checks
+    options = choose_fit(plan, options, ranks)
+    if options.fitted is not None:
+        warnings.append(options.fitted.text())
     shape = (
         torch_shape(plan, options, ranks, device, warnings)
         if torch_engine
         else production_shape(plan, options, ranks, engine, device, warnings)
     )
+    if torch_engine:
+        check_memory(plan, options, shape, ranks, warnings)
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
     # the seeds: "1 step after checkpoint has been loaded"
     steps = 1 if load_dir else options.steps or recipe.steps
@@ -642,13 +734,15 @@ def _refuse_secrets_in(spec: RunSpec) -> None:
         )
 
 
-def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPlan:
-    """What ``llmb run --proxy PROXY`` on this machine (the local backend, the torch engine) runs over
-    ``ranks``: the same functions build it there (``torch_shape``)."""
+def plan_proxy(
+    host: PluginHost, plan: Plan, proxy: str | None, ranks: int, fit: bool = False
+) -> ProxyPlan:
+    """What ``llmb run --proxy PROXY`` (or ``--fit``) on this machine (the local backend, the torch
+    engine) runs over ``ranks``: the same functions build it there (``torch_shape``)."""
     from llmb.recipes.params import count_params
 
     recipe, workload = plan.recipe, plan.workload
-    options = RunOptions(proxy=proxy)
+    options = choose_fit(plan, RunOptions(proxy=proxy, fit=fit), ranks)
     arch, seq_len = proxy_arch(workload, recipe, options)
     refusal = None
     try:
@@ -661,8 +755,8 @@ def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPla
         plan.arch,
         arch,
         seq_len,
-        flag=proxy_flag(proxy, None),
-        label=proxy,
+        flag=proxy_flag(proxy, None, fit),
+        label=options.proxy_label,
         ranks=ranks,
         engine="torch",
         device=device,
@@ -672,14 +766,23 @@ def plan_proxy(host: PluginHost, plan: Plan, proxy: str, ranks: int) -> ProxyPla
         run=run,
         flops=host.model_flops(workload, arch, seq_len),
         params=count_params(arch).total,
-        experiment=experiment.experiment_name(run.ran, proxy),
+        experiment=experiment.experiment_name(run.ran, options.proxy_label),
         refusal=refusal,
+        fit=options.fitted,
     )
 
 
-def plan_with_proxy(host: PluginHost, request: RecipeRequest, proxy: str) -> Plan:
-    """``llmb plan --proxy PROXY``: the plan of ``request`` and what ``llmb run --proxy`` would run on this
-    machine, the recipe resolved as it resolves it (at its smallest tested scale where the GPU count asked
-    for is not one the recipe tests). Without ``--proxy``, ``llmb plan`` is ``make_plan`` alone."""
+def plan_with_proxy(
+    host: PluginHost, request: RecipeRequest, proxy: str | None, fit: bool = False
+) -> Plan:
+    """``llmb plan --proxy PROXY`` (or ``--fit``): the plan of ``request`` and what ``llmb run --proxy``
+    (``--fit``) would run on this machine, the recipe resolved as it resolves it (at its smallest tested
+    scale where the GPU count asked for is not one the recipe tests). Without either, ``llmb plan`` is
+    ``make_plan`` alone."""
+    if proxy and fit:
+        raise UsageError(
+            "use --proxy or --fit, not both: --fit keeps the full width, --proxy shrinks it."
+        )
     plan = make_plan(host, replace(request, any_scale=True))
-    return replace(plan, proxy=plan_proxy(host, plan, proxy, request.gpus or plan.recipe.gpus))
+    ranks = request.gpus or plan.recipe.gpus
+    return replace(plan, proxy=plan_proxy(host, plan, proxy, ranks, fit))

@@ -155,6 +155,8 @@ def options_from(
     options = RunOptions(
         proxy=proxy,
         layers=kw.get("layers"),
+        fit=bool(kw.get("fit")),
+        memory_check=kw.get("memory_check", True) is not False,
         steps=kw.get("steps"),
         seed=kw.get("seed", 1234),
         compile=kw.get("compile_"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from llmb.recipes.fit import Fit
 from llmb.recipes.flops import megatron_bridge_step
 from llmb.recipes.gpus import catalogue, gpu_type, peak_source, recipes_of
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
@@ -103,6 +104,7 @@ class ProxyPlan:
     params: int
     experiment: str
     refusal: str | None = None
+    fit: Fit | None = None  # --fit: the slice chosen (llmb.recipes.fit)
 
     def as_dict(self) -> dict[str, Any]:
         data = self.run.as_dict()
@@ -112,6 +114,7 @@ class ProxyPlan:
                 "params": self.params,
                 "experiment": self.experiment,
                 "refusal": self.refusal,
+                "fit": self.fit.as_dict() if self.fit else None,
             }
         )
         return data

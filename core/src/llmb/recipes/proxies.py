@@ -260,8 +260,9 @@ class ProxyRun:
     """A proxy run as ``llmb run`` makes it: the published recipe it is cut from, the layout and batch it
     runs (``ran``), its model and sequence, and every difference from the published recipe."""
 
-    flag: str  # --proxy tiny | --layers N
-    label: str  # tiny | layersN: the experiment name's _proxy-<label>
+    flag: str  # --proxy tiny | --layers N | --fit
+    # tiny | layersN | --fit's layersN[-expertsE][-vocabV]: the experiment name's _proxy-<label>
+    label: str
     published: Recipe
     ran: Recipe
     full: ModelArch
@@ -370,6 +371,8 @@ def proxy_run(
     )
 
 
-def proxy_flag(proxy: str | None, layers: int | None) -> str:
-    """``--proxy tiny`` or ``--layers N``, as the user asked for it."""
+def proxy_flag(proxy: str | None, layers: int | None, fit: bool = False) -> str:
+    """``--proxy tiny``, ``--layers N`` or ``--fit``, as the user asked for it."""
+    if fit:
+        return "--fit"
     return f"--proxy {proxy}" if proxy else f"--layers {layers}"

@@ -294,6 +294,10 @@ _GPUS = re.compile(r"(?:^|_)gpus(\d+)(?:_|$)")
 _NODES = re.compile(r"(?:^|_)(\d+)nodes?(?:_|$)")  # Llama 4's pretrain_llama4_e128_fp8_64nodes_...
 _TRAILING = re.compile(r"_(\d+)$")
 _GBS = re.compile(r"(?:^|_)(?:gbs(\d+)|(\d+)gbs)(?:_|$)")
+# llmb's proxy runs end ``_proxy-<label>``: ``tiny``, ``layers10`` (--layers 10), or --fit's slice
+# ``layers2-experts8`` / ``layers1-vocab6272`` (llmb.recipes.fit.Fit.label): never the published model
+_PROXY = re.compile(r"_proxy-([a-z0-9-]+)$")
+_PROXY_LAYERS = re.compile(r"(?:^|-)layers(\d+)(?:-|$)")
 
 
 def infer_from_name(
@@ -323,6 +327,8 @@ def infer_from_name(
     gpus = _GPUS.search(lowered) or _TRAILING.search(lowered)
     nodes = _NODES.search(lowered)
     gbs = _GBS.search(lowered)
+    proxy = _PROXY.search(lowered)
+    proxy_layers = _PROXY_LAYERS.search(proxy.group(1)) if proxy else None
     seq_len = next((s.seq_len for v in workload.variants for s in v.series if s.size == size), None)
     context = RunContext(
         experiment=name,
@@ -334,6 +340,8 @@ def infer_from_name(
         nodes=int(nodes.group(1)) if nodes else None,
         gbs=int(gbs.group(1) or gbs.group(2)) if gbs else None,
         seq_len=seq_len,
+        layers=int(proxy_layers.group(1)) if proxy_layers else None,
+        proxy=proxy is not None,
         job_id=job_id,
     )
     return complete_from_recipes(context, workload)

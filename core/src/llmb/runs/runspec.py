@@ -17,6 +17,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from llmb.errors import UsageError
+from llmb.recipes.fit import Fit
 from llmb.recipes.records import ModelArch, Recipe, Workload
 from llmb.runs.capability import Machine
 from llmb.runs.checkpoint_metadata import check_metadata
@@ -79,6 +80,12 @@ class RunOptions:
 
     proxy: str | None = None
     layers: int | None = None
+    # --fit: the largest slice of the model each GPU holds (``llmb.recipes.fit``); ``fitted`` is that slice
+    # once ``llmb.lifecycle.prepare`` has chosen it for the run's GPU type and batch
+    fit: bool = False
+    fitted: Fit | None = None
+    # refuse, before submitting, a torch-engine GPU run whose memory estimate exceeds the GPU's memory
+    memory_check: bool = True
     steps: int | None = None
     seed: int = 1234
     # torch.compile per block; None: the torch engine's default (on GPU only)
@@ -104,12 +111,16 @@ class RunOptions:
 
     @property
     def is_proxy(self) -> bool:
-        return self.proxy is not None or self.layers is not None
+        return self.proxy is not None or self.layers is not None or self.fit
 
     @property
     def proxy_label(self) -> str | None:
         if self.proxy:
             return self.proxy
+        if self.fitted is not None:
+            return self.fitted.label
+        if self.fit:
+            return "fit"
         return f"layers{self.layers}" if self.layers else None
 
 
@@ -357,6 +368,14 @@ def proxy_arch(workload: Workload, recipe: Recipe, options: RunOptions) -> tuple
         raise UsageError(
             "use --proxy or --layers, not both: --layers N keeps the full width, --proxy shrinks it."
         )
+    if options.fit and (options.proxy or options.layers):
+        raise UsageError(
+            "--fit chooses the layers (and, for MoE models, the experts) itself: use --fit, --layers N "
+            "or --proxy, one of them."
+        )
+    if options.fitted is not None:
+        fitted = options.fitted.arch
+        return replace(fitted, size=f"{arch.size}-{options.fitted.label}"), recipe.seq_len
     if options.layers is not None:
         if not 1 <= options.layers <= arch.layers:
             raise UsageError(
