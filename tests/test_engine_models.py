@@ -370,6 +370,107 @@ def test_chunked_scan_continues_from_an_initial_state():
     torch.testing.assert_close(torch.cat((first, second), dim=1), full, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("length", [1, 2, 3, 7, 8, 37, 256])
+def test_prefix_sum_is_the_cumulative_sum(length):
+    values = torch.randn(3, 2, length, dtype=torch.float64)
+    torch.testing.assert_close(
+        blocks._prefix_sum(values), values.cumsum(-1), rtol=1e-12, atol=1e-12
+    )
+    wide = torch.randn(4, length) * 3  # float32: the same sums up to float rounding
+    torch.testing.assert_close(blocks._prefix_sum(wide), wide.cumsum(-1), rtol=1e-5, atol=1e-5)
+
+
+def _cumsum_scan(monkeypatch) -> None:
+    """ssd_scan as it was written before the shifted additions: with torch.cumsum."""
+    monkeypatch.setattr(blocks, "_prefix_sum", lambda values: values.cumsum(dim=-1))
+
+
+def test_scan_in_float32_equals_its_cumsum_formulation(monkeypatch):
+    x, dt, A, B, C = _ssd_inputs(s=70, dtype=torch.float32)
+    y, final = blocks.ssd_scan(x, dt, A, B, C, 32)
+    _cumsum_scan(monkeypatch)
+    y_cumsum, final_cumsum = blocks.ssd_scan(x, dt, A, B, C, 32)
+    torch.testing.assert_close(y, y_cumsum, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, final_cumsum, rtol=1e-5, atol=1e-5)
+
+
+_CUMULATIVE_OPS = ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "scan")
+
+
+def _scan_graph_ops(inputs: tuple, chunk: int) -> dict[str, set[str]]:
+    """The operators of the forward and backward graphs that torch.compile hands its compiler for
+    ``ssd_scan`` (captured by a backend that keeps AOTAutograd's graphs and runs them as they are)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = {}
+
+    def keep(kind):
+        def compiler(graph, example_inputs):
+            graphs[kind] = graph
+            return make_boxed_func(graph.forward)
+
+        return compiler
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    scan = torch.compile(lambda *a: blocks.ssd_scan(*a, chunk), backend=backend, fullgraph=True)
+    y, final = scan(*inputs)
+    (y.sum() + final.sum()).backward()
+    torch._dynamo.reset()
+    return {
+        kind: {str(node.target) for node in graph.graph.nodes if node.op == "call_function"}
+        for kind, graph in graphs.items()
+    }
+
+
+def _scan_leaves(b, s, h, p, g, n, device="cpu"):
+    return tuple(
+        t.requires_grad_()
+        for t in (
+            torch.randn(b, s, h, p, device=device),
+            F.softplus(torch.randn(b, s, h, device=device) - 1),
+            -torch.rand(h, device=device).add(0.5),
+            torch.randn(b, s, g, n, device=device),
+            torch.randn(b, s, g, n, device=device),
+        )
+    )
+
+
+def test_compiled_scan_graphs_hold_no_cumulative_sum(monkeypatch):
+    """Inductor's GPU lowering of a cumsum over the chunk's steps (its split scan) failed to generate
+    code at Nemotron-H 56B's shapes on torch 2.11, so a compiled Mamba2 layer could not run: the graphs
+    torch.compile builds of the scan, forward and backward, hold no cumulative operator at all. At
+    Nemotron-H 56B's layout (256 heads of 64, 8 groups of state 256, chunk 256, 8192 steps: 32 chunks),
+    traced on the meta device; and the check does find the cumsum of the old formulation."""
+    nemotronh_56b = _scan_leaves(1, 8192, 256, 64, 8, 256, device="meta")
+    for kind, ops in _scan_graph_ops(nemotronh_56b, 256).items():
+        assert not [op for op in ops if any(c in op for c in _CUMULATIVE_OPS)], (kind, sorted(ops))
+    _cumsum_scan(monkeypatch)
+    old = _scan_graph_ops(_scan_leaves(1, 12, 4, 3, 2, 5), 4)
+    assert {kind for kind, ops in old.items() if "aten.cumsum.default" in ops} == {
+        "forward",
+        "backward",
+    }
+
+
+def test_scan_compiled_by_inductor_matches_eager():
+    """torch.compile's default compiler (Inductor, here for the CPU) runs the scan, forward and backward,
+    with the eager scan's values; the sequence is not a multiple of the chunk."""
+    torch._dynamo.reset()
+    inputs = _scan_leaves(2, 11, 4, 3, 2, 5)
+    compiled = torch.compile(lambda *a: blocks.ssd_scan(*a, 4), fullgraph=True)
+    y, final = compiled(*inputs)
+    got = torch.autograd.grad(y.square().sum() + final.sum(), inputs)
+    y_eager, final_eager = blocks.ssd_scan(*inputs, 4)
+    want = torch.autograd.grad(y_eager.square().sum() + final_eager.sum(), inputs)
+    torch._dynamo.reset()
+    torch.testing.assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(final, final_eager, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 def _mixer() -> blocks.Mamba2Mixer:
     return blocks.Mamba2Mixer(
         hidden=24, heads=4, head_dim=8, state=6, groups=2, conv_kernel=4, chunk=8

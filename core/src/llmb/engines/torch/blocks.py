@@ -414,6 +414,26 @@ class RoutedMoE(nn.Module):
 # Mamba2
 
 
+def _prefix_sum(values: torch.Tensor) -> torch.Tensor:
+    """The inclusive cumulative sum of ``values`` over its last dimension, as ``ceil(log2(L))`` shifted
+    additions (a Hillis-Steele scan): ``out[..., t] = sum_{s <= t} values[..., s]``.
+
+    Not ``torch.cumsum``, on purpose: Inductor lowers a cumsum over a long dimension on a GPU to its
+    split scan (``SplitScan``), whose code generation failed on torch 2.11 at Nemotron-H 56B's shapes
+    (``InductorError: TypeError: list indices must be integers or slices, not NoneType``, buffer
+    ``[1, 8, 32, 32, 256]``: the chunk's 256 steps), so a compiled Mamba2 layer could not run. Shifted
+    additions are plain pointwise work for any backend, their backward is the same kind, and (unlike a
+    product with a triangular ones matrix, whose inputs TF32 would round to 10 bits) they stay float32
+    additions whatever the matmul precision setting. Only the order of summation differs from a
+    sequential cumsum: the same sums up to float rounding.
+    """
+    length, shift = values.shape[-1], 1
+    while shift < length:
+        values = values + F.pad(values[..., :-shift], (shift, 0))
+        shift *= 2
+    return values
+
+
 def _segment_decay(cumulative: torch.Tensor) -> torch.Tensor:
     """``exp(cumulative[t] - cumulative[s])`` for every ``t >= s`` (zero above).
 
@@ -473,7 +493,8 @@ def ssd_scan(
     Cs = C.reshape(batch, chunks, chunk, groups, 1, state).permute(0, 3, 4, 1, 2, 5)
     x_dt = xs * dts.unsqueeze(-1).to(xs.dtype)  # [b, g, r, c, l, p]
     # cumulative log-decay within each chunk, in (at least) float32: [b, g, r, c, l]
-    cumulative = (_wide(dts) * _wide(A).view(groups, per_group, 1, 1)).cumsum(dim=-1)
+    # (shifted additions, not torch.cumsum: see _prefix_sum)
+    cumulative = _prefix_sum(_wide(dts) * _wide(A).view(groups, per_group, 1, 1))
 
     # 1. within chunks: the quadratic form, masked to s <= t
     # C_t . B_s, shared by a group's heads: [b, g, 1, c, l(t), l(s)]
