@@ -302,6 +302,9 @@ def test_a_real_proxy_certification_says_exercised_and_certifies_nothing(
         "performance": "n/a",
     }
 
+    # one action, one id: the progress lines are headed by the certification's, not a sweep's
+    assert "sweep-" not in run.err and f"{shown['suite']}: 1 job on local" in run.err, run.err
+
     status = llmb_proc("certify", "status", env=proxy_certification.env, timeout=300)
     assert status.code == 0, status.err
     table = status.out.splitlines()
@@ -328,6 +331,22 @@ def test_dry_run_lists_the_suite_largest_jobs_first(llmb_proc, install):
     assert ranks == sorted(ranks, reverse=True) and ranks[0] == 512 and ranks[-1] == 128
     assert "note: nemotron4 340b h100 bf16: not published at 512 GPUs; runs at 256" in result.err
     assert not (Path(install["LLMB_INSTALL"]) / "certify").exists()  # a dry run records no suite
+    # a configuration the recipe lays out but publishes no figure for is left out, and said so
+    assert (
+        "note: nemotron4 340b h100 fp8: left out, its recipe gives a layout but publishes no "
+        "performance figure" in result.err
+    )
+
+
+def test_steps_that_end_before_the_window_are_refused_before_anything_runs(llmb_proc, install):
+    """Issue 34: --steps 20 was accepted and the certification then failed as too short."""
+    result = llmb_proc(
+        *("certify", "--gpu", "h100", "--backend", "slurm", "--steps", "20", "--dry-run"),
+        env=install,
+    )
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "20 steps end before the statistics window's end (44)" in result.err
+    assert "a certification judges every run on that window" in result.err
 
 
 @pytest.mark.parametrize(

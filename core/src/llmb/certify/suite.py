@@ -39,6 +39,7 @@ from llmb.runs.sweeps import (
     ids_by_recency,
     load_sweep,
     published_configurations,
+    unpublished_configurations,
     with_gpu,
 )
 
@@ -248,6 +249,11 @@ def published_suite(
                     f"scale below (published: {', '.join(map(str, config.scales))})"
                 )
         tasks += config.tasks([at], repeats)
+    for label in unpublished_configurations(workloads, gpu):
+        notes.append(
+            f"{label}: left out, its recipe gives a layout but publishes no performance figure, "
+            f"so a run of it could not be judged"
+        )
     if not tasks:
         raise UsageError(
             f"no published {gpu} configuration runs on {scale} GPUs or fewer; raise --scale."

@@ -355,6 +355,12 @@ def certify_command(
             notes,
         )
     checked = checked_tasks(host, tasks, {})
+    if short := next((c for c in checked if c.planned.too_short), None):
+        # every gate is judged on the window: such a suite could only fail, after its allocation
+        raise UsageError(
+            f"{short.task.label}: {short.planned.too_short.rstrip('.')}; a certification judges every "
+            f"run on that window, so it would fail. Leave out --steps (the recipes' own step count)."
+        )
     # a re-run keeps the recorded tasks, by which its runs are matched to the suite's configurations
     if not rerun:
         checked = [replace(c, task=resolved(c)) for c in checked]
@@ -378,14 +384,14 @@ def certify_command(
         )
         suites.save_suite(suite)
 
-    run = follow(ctx, host, checked, {}, max_parallel, detach, on_created=record)
+    run = follow(ctx, host, checked, {}, max_parallel, detach, on_created=record, name=suite.id)
     if detach:
         if as_json:
             emit_json({"suite": suite.id, "sweep": run.sweep.id, "jobs": suite.jobs_by_workload()})
         else:
             click.echo(
-                f"{suite.id}: {counted(len(run.sweep.job_ids), 'job')} submitted (sweep {run.sweep.id}); "
-                f"llmb certify status --suite {suite.id} shows the verdict once they ended."
+                f"{suite.id}: {counted(len(run.sweep.job_ids), 'job')} submitted; llmb certify "
+                f"status --suite {suite.id} shows the verdict once they ended."
             )
         return
     show_status(ctx, suite, as_json)

@@ -198,11 +198,20 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
 
 
 def follow(
-    ctx, host, checked: list, base: dict, max_parallel: int | None, detach: bool, on_created=None
+    ctx,
+    host,
+    checked: list,
+    base: dict,
+    max_parallel: int | None,
+    detach: bool,
+    on_created=None,
+    name: str | None = None,
 ):
     """Submit the checked tasks as one sweep and follow it to its end (or only submit, ``detach``), the
     sweep's progress on stderr; ``on_created(run)`` is called once the sweep has its id, before any
-    submission. Returns the SweepRun (exit 130 when interrupted)."""
+    submission. ``name``: the id the user knows the action by (a certification's), which heads every
+    line in place of the sweep's (one action, one id). Returns the SweepRun (exit 130 when
+    interrupted)."""
     from llmb.lifecycle import sweep_runner
 
     backends = {c.planned.job.backend for c in checked}
@@ -216,12 +225,18 @@ def follow(
             click.echo(line, err=True)
 
     run = sweep_runner.SweepRun(
-        host, [c.task for c in checked], base, checked[0].planned.job.backend, parallel, progress
+        host,
+        [c.task for c in checked],
+        base,
+        checked[0].planned.job.backend,
+        parallel,
+        progress,
+        name,
     )
     if on_created:
         on_created(run)
     click.echo(
-        f"{run.sweep.id}: {counted(len(checked), 'job')} on {', '.join(sorted(backends))}"
+        f"{name or run.sweep.id}: {counted(len(checked), 'job')} on {', '.join(sorted(backends))}"
         + (f", {parallel} at a time" if parallel else ""),
         err=True,
     )
@@ -229,7 +244,7 @@ def follow(
         run.run(detach=detach)
     except KeyboardInterrupt:
         click.echo(
-            f"\nstopped following {run.sweep.id}; submitted jobs keep running (llmb status), the "
+            f"\nstopped following {name or run.sweep.id}; submitted jobs keep running (llmb status), the "
             f"{run.sweep.jobs.count(None)} not yet submitted were not.",
             err=True,
         )

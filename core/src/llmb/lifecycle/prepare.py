@@ -77,6 +77,8 @@ class Prepared:
     secret_names: frozenset[str]  # the variables whose values are never written down
     # --exclude-from: the preflight file that chose the nodes to keep off
     preflight: dict | None = None
+    # the warning that its steps end before the statistics window (the run can only be too_short)
+    too_short: str | None = None
 
 
 @dataclass(frozen=True)
@@ -719,6 +721,7 @@ def prepare(
         plan.container,
         secret_names,
         options.preflight,
+        too_short,
     )
 
 

@@ -47,6 +47,8 @@ class Submitted:
     description: dict | None = None
     # what the backend was given: the options, with the derived time limit
     submit: SubmitOptions | None = None
+    # the warning that its steps end before the statistics window (Prepared.too_short)
+    too_short: str | None = None
 
 
 class Taken(LlmbError):
@@ -60,7 +62,13 @@ def describe(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitt
         prepared.spec, prepared.job, prepared.submit
     )
     return Submitted(
-        prepared.job, prepared.spec, prepared.plan, prepared.warnings, description, prepared.submit
+        prepared.job,
+        prepared.spec,
+        prepared.plan,
+        prepared.warnings,
+        description,
+        prepared.submit,
+        prepared.too_short,
     )
 
 
@@ -102,7 +110,14 @@ def submit(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitted
 
     job = replace(prepared.job, submitted_at=submitted_at)
     job = hand_over(host, backend_name, spec, job, prepared.submit)
-    return Submitted(job, spec, prepared.plan, tuple(warnings), submit=prepared.submit)
+    return Submitted(
+        job,
+        spec,
+        prepared.plan,
+        tuple(warnings),
+        submit=prepared.submit,
+        too_short=prepared.too_short,
+    )
 
 
 def hand_over(

@@ -85,9 +85,11 @@ class Counts:
     done: int = 0
     failed: int = 0
 
-    def line(self, sweep: Sweep) -> str:
+    def line(self, sweep: Sweep, name: str | None = None) -> str:
+        """The progress line, headed by ``name`` (what the user started: a certification's id) or the
+        sweep's id."""
         return (
-            f"{sweep.id}: {self.queued} queued, {self.running} running, {self.done} done, {self.failed} failed "
+            f"{name or sweep.id}: {self.queued} queued, {self.running} running, {self.done} done, {self.failed} failed "
             f"(of {len(sweep.tasks)})"
         )
 
@@ -117,7 +119,9 @@ class SweepRun:
         backend: str,
         max_parallel: int,
         progress: Callable[[str], None],
+        name: str | None = None,
     ):
+        self.name = name  # what the progress lines are headed by (default: the sweep's id)
         self.host = host
         self.base = base
         self.max_parallel = max_parallel
@@ -171,7 +175,7 @@ class SweepRun:
                     active.append(index)
             if active:
                 self.poll(active)
-            line = counts(self.states).line(self.sweep)
+            line = counts(self.states).line(self.sweep, self.name)
             if line != shown:
                 self.progress(line)
                 shown = line

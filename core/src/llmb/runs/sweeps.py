@@ -486,6 +486,31 @@ def published_configurations(workloads: dict, gpu: str | None = None) -> list[Pu
     ]
 
 
+def unpublished_configurations(workloads: dict, gpu: str) -> list[str]:
+    """The labels (as ``Published.label``) of the configurations the recipes give a layout for on
+    ``gpu`` but publish no figure for: a suite of published configurations leaves them out, and says
+    so. In the workloads' order."""
+    from llmb.recipes.gpus import recipes_of
+
+    table = recipes_of(gpu)
+    published = {
+        (p.workload, p.size, p.dtype, p.scaling) for p in published_configurations(workloads, gpu)
+    }
+    found: dict[str, None] = {}
+    for workload in workloads.values():
+        for variant in workload.variants:
+            for series in variant.series:
+                if series.gpu != table:
+                    continue
+                for dtype in series.dtypes:
+                    if (workload.name, series.size, dtype, series.scaling) not in published:
+                        label = f"{workload.name} {series.size} {gpu} {dtype}" + (
+                            " strong" if series.scaling == "strong" else ""
+                        )
+                        found.setdefault(label)
+    return list(found)
+
+
 def published_tasks(workloads: dict, gpu: str | None, max_gpus: int, repeats: int) -> list[Task]:
     """``llmb sweep --all-workloads``: each published configuration at each of its published GPU counts up to
     ``max_gpus``; a UsageError when none is that small."""
