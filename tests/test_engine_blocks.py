@@ -9,7 +9,9 @@ tables are built once. A real two-rank DDP run (gloo) trains a Llama 4 proxy
 whose routers send every token to one expert. The GPU-only kernels (Mamba2's
 ``mamba_ssm`` / ``causal_conv1d``) cannot run here: the CPU path is checked
 to be the plain one, and the GPU branch is fed stand-ins that compute what
-those kernels document, so its argument plumbing is tested.
+those kernels document, so its argument plumbing is tested, as is how the
+Triton scan is found (a normal import; a mamba-ssm whose ``__init__`` needs
+the CUDA extension it was built without; none).
 """
 
 from __future__ import annotations
@@ -470,22 +472,33 @@ def _mixer() -> blocks.Mamba2Mixer:
 
 
 # Stand-ins for the two kernel packages, computing what their documentation says
-# (mamba_ssm: mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D) -> y [b, s, h, p] with the skip D*x;
+# (mamba_ssm: mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias, ..., dt_softplus)
+# -> y [b, s, h, p] with the skip D*x, dt taken as softplus(dt + dt_bias) when dt_softplus;
 # causal_conv1d: causal_conv1d_fn(x [b, dim, s], weight [dim, width], bias, activation) -> [b, dim, s]),
 # each recording its calls in the module's CALLS list.
+_SCAN_STAND_IN = """
+CALLS = []
+TRACED = []  # calls made while Dynamo traced it into a graph
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                              seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                              return_final_states=False, return_varlen_states=False):
+    import torch
+    import torch.nn.functional as F
+    from llmb.engines.torch.blocks import ssd_scan
+    if torch.compiler.is_compiling():
+        TRACED.append(1)
+    CALLS.append(dict(x=x.shape, dt=dt.shape, A=A.shape, B=B.shape, C=C.shape, chunk=chunk_size, D=D.shape,
+                      dt_bias=dt_bias.shape, dt_softplus=dt_softplus))
+    dt = dt.to(torch.promote_types(dt.dtype, torch.float32)) + dt_bias  # in float32 at least
+    y, _ = ssd_scan(x, F.softplus(dt) if dt_softplus else dt, A, B, C, chunk_size)
+    return y + x * D.view(-1, 1).to(x.dtype)
+"""
 _STAND_INS = {
     "mamba_ssm/__init__.py": "",
     "mamba_ssm/ops/__init__.py": "",
     "mamba_ssm/ops/triton/__init__.py": "",
-    "mamba_ssm/ops/triton/ssd_combined.py": """
-CALLS = []
-
-def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False):
-    from llmb.engines.torch.blocks import ssd_scan
-    CALLS.append(dict(x=x.shape, dt=dt.shape, A=A.shape, B=B.shape, C=C.shape, chunk=chunk_size, D=D.shape))
-    y, _ = ssd_scan(x, dt, A, B, C, chunk_size)
-    return y + x * D.view(-1, 1).to(x.dtype)
-""",
+    "mamba_ssm/ops/triton/ssd_combined.py": _SCAN_STAND_IN,
     "causal_conv1d/__init__.py": """
 import torch.nn.functional as F
 CALLS = []
@@ -567,12 +580,45 @@ def test_mamba2_gpu_branch_feeds_the_kernels_their_documented_arguments(
     scan_calls = sys.modules["mamba_ssm.ops.triton.ssd_combined"].CALLS
     conv_calls = sys.modules["causal_conv1d"].CALLS
     assert scan_calls[-1] == dict(
-        x=(2, 13, 4, 8), dt=(2, 13, 4), A=(4,), B=(2, 13, 2, 6), C=(2, 13, 2, 6), chunk=8, D=(4,)
+        x=(2, 13, 4, 8),
+        dt=(2, 13, 4),
+        A=(4,),
+        B=(2, 13, 2, 6),
+        C=(2, 13, 2, 6),
+        chunk=8,
+        D=(4,),
+        dt_bias=(4,),
+        dt_softplus=True,
     )
     conv_dim = mixer.conv_dim
     assert conv_calls[-1] == dict(
         x=(2, conv_dim, 13), weight=(conv_dim, 4), bias=(conv_dim,), activation="silu"
     )
+
+
+def test_mamba2_compiled_layer_runs_the_triton_scan_eagerly_between_its_graphs(
+    stand_in_kernels, monkeypatch
+):
+    """The kernel is an autograd Function launching Triton kernels, kept out of Dynamo's graph on
+    purpose: in a compiled mixer it runs as itself on every call, never traced (its stand-in records
+    both), and the mixer's values and gradients are the plain ones."""
+    mixer = _mixer().double()
+    x = torch.randn(2, 13, 24, dtype=torch.float64)
+    plain = mixer(x)
+    grads = torch.autograd.grad(plain.square().sum(), list(mixer.parameters()))
+    loaded = kernels._load_mamba_kernels("cuda")
+    monkeypatch.setattr(kernels, "mamba_kernels", lambda device: loaded)
+    torch._dynamo.reset()
+    compiled = torch.compile(mixer, backend="aot_eager")
+    for _ in range(2):
+        out = compiled(x)
+        got = torch.autograd.grad(out.square().sum(), list(mixer.parameters()))
+    torch._dynamo.reset()
+    stand_in = sys.modules["mamba_ssm.ops.triton.ssd_combined"]
+    assert len(stand_in.CALLS) == 2 and stand_in.TRACED == []
+    torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-12)
+    for g, w in zip(got, grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
 
 
 def test_mamba2_gpu_kernels_missing_are_said_once(monkeypatch):
@@ -585,6 +631,154 @@ def test_mamba2_gpu_kernels_missing_are_said_once(monkeypatch):
     with contextlib.redirect_stdout(printed):
         assert kernels.mamba_kernels(torch.device("cuda")) is None
         assert kernels.mamba_kernels(torch.device("cuda")) is None
-    assert printed.getvalue().count("plain-PyTorch scan and convolution runs instead") == 1, (
-        printed.getvalue()
+    said = printed.getvalue()
+    assert said.count("Mamba2 scan: the plain-PyTorch chunked scan") == 1, said
+    assert "mamba_ssm did not import (ModuleNotFoundError" in said
+    assert said.count("Mamba2 convolution: the plain-PyTorch one") == 1, said
+
+
+# --------------------------------------------------------------------------
+# Loading mamba_ssm's Triton scan: a normal import, or (a mamba-ssm built without its CUDA extension,
+# whose own __init__ cannot import) the Triton subpackage without that __init__
+
+
+def _install(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+_TRITON_ONLY = {  # the Triton subpackage of a mamba-ssm wheel
+    "mamba_ssm/ops/__init__.py": "",
+    "mamba_ssm/ops/triton/__init__.py": "",
+    "mamba_ssm/ops/triton/ssd_combined.py": "from mamba_ssm.utils.torch import TORCH_HELPER\n"
+    + _SCAN_STAND_IN,
+    "mamba_ssm/utils/__init__.py": "",
+    "mamba_ssm/utils/torch.py": "TORCH_HELPER = 1\n",
+}
+
+# The top-level __init__ of such a build: as mamba-ssm's, it imports more of the package first, then
+# the CUDA extension, which is not there
+_FAILING_INITS = {
+    "raises": '__version__ = "2.3.2.post1"\nimport mamba_ssm.utils.torch\n'
+    'raise ImportError("selective_scan_cuda")\n',
+    "imports the extension": '__version__ = "2.3.2.post1"\n'
+    "from mamba_ssm.ops.selective_scan_interface import selective_scan_fn\n",
+}
+_SELECTIVE_SCAN_INTERFACE = "import mamba_ssm.ops.triton.ssd_combined\nimport selective_scan_cuda\nselective_scan_fn = None\n"
+
+
+@pytest.fixture
+def package_root(tmp_path, monkeypatch):
+    """An empty import root for a fake mamba_ssm, first on sys.path; the loader's caches and any
+    mamba_ssm module cleared before and after."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(kernels, "_MAMBA", {})
+    monkeypatch.setattr(kernels, "_SAID", set())
+    monkeypatch.setitem(
+        sys.modules, "causal_conv1d", None
+    )  # not installed: only the scan is at stake
+    _forget_kernel_modules()
+    yield tmp_path
+    _forget_kernel_modules()
+
+
+def _load_on_gpu() -> tuple[kernels.MambaKernels | None, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        loaded = kernels.mamba_kernels(torch.device("cuda"))
+        assert kernels.mamba_kernels(torch.device("cuda")) is loaded  # decided once
+    return loaded, printed.getvalue()
+
+
+@pytest.mark.parametrize("init", sorted(_FAILING_INITS))
+def test_triton_scan_loads_without_the_package_init_that_needs_the_cuda_extension(
+    package_root, init
+):
+    _install(
+        package_root,
+        {
+            **_TRITON_ONLY,
+            "mamba_ssm/__init__.py": _FAILING_INITS[init],
+            "mamba_ssm/ops/selective_scan_interface.py": _SELECTIVE_SCAN_INTERFACE,
+        },
     )
+    with pytest.raises(ImportError):  # as installed, the package does not import
+        __import__("mamba_ssm.ops.triton.ssd_combined")
+    _forget_kernel_modules()
+    loaded, said = _load_on_gpu()
+    assert loaded is not None and loaded.conv is None
+    module = sys.modules["mamba_ssm.ops.triton.ssd_combined"]
+    assert loaded.scan is module.mamba_chunk_scan_combined
+    assert module.__file__ == str(package_root / "mamba_ssm/ops/triton/ssd_combined.py")
+    bare = sys.modules["mamba_ssm"]  # the installed directory, its __init__ never run
+    assert list(bare.__path__) == [str(package_root / "mamba_ssm")]
+    assert not hasattr(bare, "__version__")
+    assert "mamba_ssm.ops.selective_scan_interface" not in sys.modules
+    assert said.count("Mamba2 scan:") == 1, said
+    assert (
+        "Triton kernel (mamba_chunk_scan_combined), loaded without the package's __init__" in said
+    )
+    assert "selective_scan_cuda" in said
+
+
+def test_triton_scan_from_a_package_that_imports_normally(package_root, monkeypatch):
+    _install(package_root, {**_TRITON_ONLY, "mamba_ssm/__init__.py": "WHOLE = True\n"})
+
+    def never(spec):
+        raise AssertionError("the normal import worked: no bare package")
+
+    monkeypatch.setattr(kernels, "_scan_without_package_init", never)
+    loaded, said = _load_on_gpu()
+    assert loaded is not None
+    assert loaded.scan is sys.modules["mamba_ssm.ops.triton.ssd_combined"].mamba_chunk_scan_combined
+    assert sys.modules["mamba_ssm"].WHOLE  # its own __init__ ran
+    assert "Triton kernel (mamba_chunk_scan_combined)\n" in said
+
+
+def test_no_triton_scan_without_mamba_ssm(package_root):
+    loaded, said = _load_on_gpu()  # nothing installed under the root, nor in this environment
+    assert loaded is None
+    assert "mamba_ssm" not in sys.modules
+    assert "Mamba2 scan: the plain-PyTorch chunked scan" in said
+    assert "mamba_ssm did not import (ModuleNotFoundError: No module named 'mamba_ssm')" in said
+
+
+def test_no_bare_package_when_the_triton_module_itself_fails(package_root):
+    """A whole mamba_ssm whose Triton module fails (say, triton missing): the normal import's error
+    stands, and no bare package is tried, since the __init__ was not what failed."""
+    files = {**_TRITON_ONLY, "mamba_ssm/__init__.py": ""}
+    files["mamba_ssm/ops/triton/ssd_combined.py"] = "import triton_that_is_not_installed\n"
+    _install(package_root, files)
+    loaded, said = _load_on_gpu()
+    assert loaded is None
+    assert "mamba_ssm did not import (ModuleNotFoundError" in said
+    assert "triton_that_is_not_installed" in said and "without the package's __init__" not in said
+    assert "did not load without it" not in said
+
+
+def test_a_bare_package_that_fails_too_leaves_nothing_behind(package_root):
+    files = {**_TRITON_ONLY, "mamba_ssm/__init__.py": _FAILING_INITS["raises"]}
+    files["mamba_ssm/ops/triton/ssd_combined.py"] = "import triton_that_is_not_installed\n"
+    _install(package_root, files)
+    loaded, said = _load_on_gpu()
+    assert loaded is None
+    assert not [name for name in sys.modules if name.split(".")[0] == "mamba_ssm"]
+    assert "its Triton scan did not load without it either" in said
+    assert "triton_that_is_not_installed" in said
+
+
+def test_mamba2_mixer_runs_the_scan_loaded_without_the_package_init(package_root, monkeypatch):
+    """The mixer's GPU branch with the scan that the bare package gave: the plain path's values."""
+    _install(
+        package_root,
+        {**_TRITON_ONLY, "mamba_ssm/__init__.py": _FAILING_INITS["raises"]},
+    )
+    loaded, _ = _load_on_gpu()
+    mixer = _mixer().double()
+    x = torch.randn(2, 13, 24, dtype=torch.float64)
+    plain = mixer(x)
+    monkeypatch.setattr(kernels, "mamba_kernels", lambda device: loaded)
+    torch.testing.assert_close(mixer(x), plain, rtol=1e-10, atol=1e-12)
+    assert len(sys.modules["mamba_ssm.ops.triton.ssd_combined"].CALLS) == 1

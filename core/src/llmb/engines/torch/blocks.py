@@ -551,6 +551,30 @@ def causal_depthwise_conv(
     return out
 
 
+# Outside the compiled graph, deliberately: the kernel is an autograd Function whose Python launches
+# autotuned Triton kernels (not a registered operator), which Dynamo would otherwise trace through or
+# break on in ways that differ between torch versions; run as is, between the compiled parts of its
+# layer (one graph break per Mamba2 layer), it is exactly the kernel mamba_ssm's own Mamba2 runs.
+@torch.compiler.disable
+def _triton_scan(
+    scan: Callable,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk: int,
+    D: torch.Tensor,
+    dt_bias: torch.Tensor,
+) -> torch.Tensor:
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` as mamba_ssm's Mamba2 calls it: ``x [b, s, h, p]``,
+    the raw ``dt [b, s, h]`` with ``dt_bias [h]`` and ``dt_softplus=True`` (the kernel takes
+    ``softplus(dt + dt_bias)`` in float32, as the plain path does), ``A [h]``, ``B, C [b, s, g, n]``, the
+    chunk size and ``D [h]``; returns ``y [b, s, h, p]``, the skip ``D * x`` included (what the plain
+    path's ``ssd_scan`` plus its skip compute)."""
+    return scan(x, dt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True)
+
+
 class Mamba2Mixer(nn.Module):
     """The Mamba2 mixer: a gated selective state-space layer.
 
@@ -559,7 +583,8 @@ class Mamba2Mixer(nn.Module):
     per head. ``x``, ``B`` and ``C`` go through a depthwise causal 1-d
     convolution (kernel ``conv_kernel``, with bias) and SiLU. The step size
     is ``softplus(dt + dt_bias)``, the decay rate ``A = -exp(A_log)``; the SSD
-    scan (``ssd_scan``) runs per head, plus the skip ``D * x``. The result is
+    scan (``ssd_scan``; on a GPU mamba_ssm's Triton kernel where it loads, see
+    ``kernels.mamba_kernels``) runs per head, plus the skip ``D * x``. The result is
     normalised with ``z`` as its gate (``GatedRMSNorm``) and projected back by
     ``out_proj``. d_inner = heads * head_dim. The layer's pre-norm is not part of it.
     """
@@ -647,11 +672,11 @@ class Mamba2Mixer(nn.Module):
             B.view(batch, seq, self.groups, self.state),
             C.view(batch, seq, self.groups, self.state),
         )
-        dt = F.softplus(_wide(dt) + _wide(self.dt_bias))
         A = -torch.exp(_wide(self.A_log))
         if fused is not None and fused.scan is not None:
-            y = fused.scan(x, dt, A, B, C, self.chunk, D=self.D)  # the skip D * x included
+            y = _triton_scan(fused.scan, x, dt, A, B, C, self.chunk, self.D, self.dt_bias)
         else:
+            dt = F.softplus(_wide(dt) + _wide(self.dt_bias))
             y, _ = ssd_scan(x, dt, A, B, C, self.chunk)
             y = y + x * self.D.view(-1, 1).to(x.dtype)
         y = self.norm(y.reshape(batch, seq, self.d_inner), z)

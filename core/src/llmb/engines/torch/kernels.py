@@ -11,8 +11,11 @@ The CPU always takes the plain-PyTorch path of each block. On a GPU:
   the fast grouped GEMM exists (bf16 on SM 9.x / 10.x), otherwise one product
   per expert (which needs the per-expert token counts on the host: one
   synchronisation per MoE layer, said once on rank 0);
-* the Mamba2 mixer uses ``mamba_ssm``'s chunked scan and ``causal_conv1d``'s
-  convolution when those packages are installed (imported lazily, here only).
+* the Mamba2 mixer uses ``mamba_ssm``'s Triton chunked scan and ``causal_conv1d``'s
+  convolution when those packages are installed (imported lazily, here only;
+  the scan also from a mamba-ssm built without its CUDA extension, whose own
+  ``__init__`` cannot import: see ``_scan_without_package_init``), and says
+  once which scan it runs.
 
 Each decision is made eagerly on first use and cached; compiled code reads
 the cache (a miss runs the decision outside the graph once).
@@ -20,6 +23,13 @@ the cache (a miss runs the decision outside the graph once).
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -197,27 +207,111 @@ class MambaKernels:
 
 _MAMBA: dict[str, MambaKernels | None] = {}
 
+_SCAN_MODULE = "mamba_ssm.ops.triton.ssd_combined"
+
+
+def _describe(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _raised_in(exc: BaseException, path: str | None) -> bool:
+    """Whether ``exc`` went through the file ``path`` on its way out (a frame of its traceback)."""
+    if not path:
+        return False
+    target = os.path.realpath(path)
+    return any(
+        os.path.realpath(frame.filename) == target
+        for frame in traceback.extract_tb(exc.__traceback__)
+    )
+
+
+def _forget_mamba_ssm() -> None:
+    for name in [n for n in sys.modules if n == "mamba_ssm" or n.startswith("mamba_ssm.")]:
+        del sys.modules[name]
+
+
+def _scan_without_package_init(spec: importlib.machinery.ModuleSpec) -> Callable:
+    """``mamba_chunk_scan_combined`` imported under a bare ``mamba_ssm`` package whose ``__init__`` is
+    never run: a module made from the installed package's own spec (so its ``__path__`` is the
+    installed directory) and registered as ``mamba_ssm``, then the Triton submodule imported as usual.
+
+    Why: mamba-ssm's top-level ``__init__`` eagerly imports the whole package, the CUDA extension
+    ``selective_scan_cuda`` among it, while the Triton chunked scan (``mamba_ssm.ops.triton``) is
+    Python and Triton only. A mamba-ssm wheel built without its CUDA extension (the
+    ``MAMBA_SKIP_CUDA_BUILD=TRUE`` build, which needs no CUDA toolchain) therefore cannot be imported
+    the normal way although the kernel it carries works. Only ever tried after the normal import failed
+    in that ``__init__``. On failure nothing of it stays in ``sys.modules``."""
+    _forget_mamba_ssm()  # what the failed import left behind, imported under the failed parent
+    package = importlib.util.module_from_spec(spec)  # the package's attributes, its code not run
+    sys.modules["mamba_ssm"] = package
+    try:
+        return importlib.import_module(_SCAN_MODULE).mamba_chunk_scan_combined
+    except BaseException:
+        _forget_mamba_ssm()
+        raise
+
+
+def _load_mamba_scan() -> tuple[Callable | None, str]:
+    """mamba_ssm's Triton chunked scan and how it was loaded, or None and why it could not be."""
+    try:
+        return importlib.import_module(_SCAN_MODULE).mamba_chunk_scan_combined, ""
+    except Exception as exc:  # an ImportError, or a build for another torch/CUDA failing at import
+        failure = exc
+    spec = None
+    if isinstance(failure, ImportError) and "mamba_ssm" not in sys.modules:
+        try:
+            spec = importlib.util.find_spec("mamba_ssm")
+        except (ImportError, ValueError):
+            spec = None
+    # the package is installed and its own __init__ is what failed: try its Triton kernels without it
+    if spec is not None and spec.submodule_search_locations and _raised_in(failure, spec.origin):
+        try:
+            scan = _scan_without_package_init(spec)
+        except Exception as exc:
+            return None, (
+                f"mamba_ssm's __init__ failed ({_describe(failure)}) and its Triton scan did not load "
+                f"without it either ({_describe(exc)})"
+            )
+        return scan, (
+            f", loaded without the package's __init__, which failed ({_describe(failure)}): "
+            f"the Triton kernels do not need that"
+        )
+    return None, f"mamba_ssm did not import ({_describe(failure)})"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return " " + importlib.metadata.version(distribution)
+    except Exception:
+        return ""
+
 
 @torch.compiler.disable
 def _load_mamba_kernels(device_type: str) -> MambaKernels | None:
-    scan = conv = None
-    missing = []
-    try:
-        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as scan
-    except Exception as exc:  # an ImportError, or a build for another torch/CUDA failing at import
-        missing.append(f"mamba_ssm ({type(exc).__name__})")
+    """Load the GPU's Mamba2 kernels once and say on rank 0 which scan (and convolution) the job uses."""
+    scan, how = _load_mamba_scan()
+    if scan is not None:
+        say_once(
+            "mamba-scan",
+            f"Mamba2 scan: mamba_ssm{_version('mamba-ssm')}'s Triton kernel (mamba_chunk_scan_combined)"
+            f"{how}",
+        )
+    else:
+        say_once(
+            "mamba-scan",
+            f"Mamba2 scan: the plain-PyTorch chunked scan (slower), not mamba_ssm's Triton kernel: {how}. "
+            f"A mamba-ssm wheel built without its CUDA extension provides the Triton kernel (see "
+            f"docs/running-locally.md); NVIDIA's NeMo container has mamba-ssm installed",
+        )
+    conv = None
     try:
         from causal_conv1d import causal_conv1d_fn as conv
     except Exception as exc:
-        missing.append(f"causal_conv1d ({type(exc).__name__})")
-    if missing:
-        fallback = " and ".join(
-            part for part, kernel in (("scan", scan), ("convolution", conv)) if kernel is None
-        )
         say_once(
-            "mamba-kernels",
-            f"Mamba2 on GPU without {' and '.join(missing)}: its plain-PyTorch {fallback} "
-            f"runs instead (slower; pip install mamba-ssm causal-conv1d)",
+            "mamba-conv",
+            f"Mamba2 convolution: the plain-PyTorch one (causal_conv1d did not import: "
+            f"{_describe(exc)}; pip install causal-conv1d)",
         )
     kernels = MambaKernels(scan, conv) if scan or conv else None
     _MAMBA[device_type] = kernels
