@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shlex
 import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -191,6 +194,8 @@ def waits_for_gpu(env: dict, job_id: str, said: str) -> dict:
 
 def gpu_is_free(install: Path, gpu: str) -> bool:
     path = Path(local_slots.slots_dir(str(install))) / local_gpus.lock_name(gpu)
+    if not path.exists():
+        return True  # never locked
     fd = os.open(path, os.O_RDONLY)
     try:
         import fcntl
@@ -284,7 +289,9 @@ def test_a_killed_holder_frees_its_gpu(gpus, tmp_path):
     os.kill(supervisor, signal.SIGKILL)
     wait_for(lambda: supervisor not in job_processes(install, holder), what="the supervisor to die")
     assert status(env, holder)["state"] == "RUNNING"  # its rank trains on
-    waits_for_gpu(env, waiter, said)
+    time.sleep(1)  # a few of the waiter's looks at the GPU
+    waits_for_gpu(env, waiter, said)  # the orphaned rank still holds it
+    assert not (install / "jobs" / waiter / "ranks.json").exists()
     for pid in ranks:
         os.kill(pid, signal.SIGKILL)
     assert ended(env, holder)["state"] == "FAILED"
@@ -315,3 +322,86 @@ def test_a_fifo_as_a_gpu_lock_neither_blocks_nor_goes_unsaid(gpus):
     log = Path(final["log"]).read_text()
     assert f"GPU 0 could not be locked in {directory} ({said}" in log
     assert (directory / "gpu-0.lock").is_fifo()  # left as it was
+
+
+# ------------------------------------------------------------------ the order of arrival, GPU by GPU
+
+# A job's supervisor as far as its GPUs go: take them (saying why it waits), hold them until told.
+TAKER = """import os, sys, time
+from llmb.backends import local_gpus
+install, job, gpus, release = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+said = lambda reason: print("waits", reason, flush=True)
+locks = local_gpus.take(install, job, gpus, lambda: False, said, poll=0.02)
+print("holds", time.monotonic_ns(), flush=True)
+deadline = time.monotonic() + 600
+while not os.path.exists(release) and time.monotonic() < deadline:
+    time.sleep(0.02)
+print("frees", time.monotonic_ns(), flush=True)
+locks.release()
+"""
+
+
+def test_jobs_sharing_a_gpu_start_in_the_order_they_came(tmp_path):
+    """A holds GPU 0; B wants GPUs 0 and 1 and waits; C, later, wants only GPU 1, which is free, and
+    waits behind B all the same (no job that came later overtakes one waiting for the same GPU);
+    D, on GPU 2, starts at once. A job holds none of its GPUs while it waits for one of them."""
+    install = str(tmp_path / "install")
+    taking: dict[str, subprocess.Popen] = {}
+    lines: dict[str, queue.Queue] = {}
+
+    def take(job: str, gpus: str) -> None:
+        taking[job] = subprocess.Popen(
+            [sys.executable, "-c", TAKER, install, job, gpus, str(tmp_path / job)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        lines[job] = queue.Queue()
+        threading.Thread(
+            target=lambda: [lines[job].put(line.strip()) for line in taking[job].stdout],
+            daemon=True,
+        ).start()
+
+    def said(job: str, words: str) -> str:
+        try:
+            line = lines[job].get(timeout=120)  # a hang guard
+        except queue.Empty:
+            raise AssertionError(f"{job} said nothing in 120 s (expected {words!r})") from None
+        assert line.startswith(words), (job, line)
+        return line
+
+    def comes_to_say(job: str, reason: str) -> None:
+        """Until ``job`` says it waits for ``reason``: on its way it may say what held for a moment
+        (a job that has just taken its GPU, before its lock file names it and its ticket is gone)."""
+        while said(job, "waits") != f"waits {reason}":
+            pass
+
+    try:
+        take("A", "0")
+        said("A", "holds")
+        take("B", "1,0")
+        assert said("B", "waits") == "waits waiting for GPU 0, held by job A"
+        assert gpu_is_free(Path(install), "1")  # B holds none meanwhile
+        take("C", "1")
+        assert said("C", "waits") == "waits waiting for GPU 1 (1 job queued for it before this one)"
+        take("D", "2")
+        said("D", "holds")
+        (tmp_path / "D").touch()
+        said("D", "frees")
+        (tmp_path / "A").touch()
+        said("A", "frees")
+        b_holds = int(said("B", "holds").split()[1])
+        comes_to_say("C", "waiting for GPU 1, held by job B")
+        (tmp_path / "B").touch()
+        b_frees = int(said("B", "frees").split()[1])
+        c_holds = int(said("C", "holds").split()[1])
+        assert b_holds < b_frees < c_holds
+        (tmp_path / "C").touch()
+        said("C", "frees")
+        for proc in taking.values():
+            assert proc.wait(timeout=60) == 0
+    finally:
+        for proc in taking.values():
+            proc.kill()
+            proc.wait()
+    for gpu in ("0", "1", "2"):
+        assert gpu_is_free(Path(install), gpu)

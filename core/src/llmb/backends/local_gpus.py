@@ -228,8 +228,9 @@ def _take_all(slots: int, directory: str, gpus: list[str], job_id: str) -> GpuLo
     return GpuLocks(list(gpus), tuple(taken), local_slots.stamp())
 
 
-def waiting_reason(slots: int, gpus: list[str], ahead: dict[str, int]) -> str:
-    """What the job waits for: each of its GPUs that is held (by which job) or has jobs queued for it."""
+def waiting_reason(slots: int, gpus: list[str], ahead: dict[str, int]) -> str | None:
+    """What the job waits for: each of its GPUs that is held (by which job) or has jobs queued for
+    it; None when none is (a GPU freed or taken meanwhile: the next look finds it so)."""
     parts = []
     for gpu in gpus:
         probe = None
@@ -253,9 +254,7 @@ def waiting_reason(slots: int, gpus: list[str], ahead: dict[str, int]) -> str:
             parts.append(part + (f" ({queued})" if count else ""))
         elif count:
             parts.append(f"GPU {gpu} ({queued})")
-    if not parts:
-        return f"waiting for {shown_gpus(gpus)}"
-    return "waiting for " + "; ".join(parts)
+    return "waiting for " + "; ".join(parts) if parts else None
 
 
 def take(
@@ -297,7 +296,9 @@ def take(
                 }
                 if not any(ahead.values()) and (locks := _take_all(slots, directory, gpus, job_id)):
                     return locks
-                reason = waiting_reason(slots, gpus, ahead)
+                reason = (
+                    waiting_reason(slots, gpus, ahead) or said or f"waiting for {shown_gpus(gpus)}"
+                )
                 if reason != said:
                     waiting(reason)
                     said = reason
