@@ -301,6 +301,21 @@ def test_a_killed_holder_frees_its_gpu(gpus, tmp_path):
     assert gpu_is_free(install, "0")
 
 
+def test_a_job_waiting_for_its_gpu_is_cancelled_before_any_rank_starts(gpus, tmp_path):
+    install, env = gpus
+    holder, release = hold_gpu(install, env, tmp_path, "holder")
+    waiter = detach(env)
+    waits_for_gpu(env, waiter, f"waiting for GPU 0, held by job {holder}")
+    code, out, err = llmb(env, "cancel", waiter, "--json")
+    assert code == 0 and json.loads(out)["state"] == "CANCELLED", (out, err)
+    assert not (install / "jobs" / waiter / "ranks.json").exists()
+    queue = Path(local_slots.slots_dir(str(install))) / local_gpus.queue_name("0")
+    assert list(queue.iterdir()) == []  # its place in the queue is gone
+    assert status(env, holder)["state"] == "RUNNING"
+    release.touch()
+    ended(env, holder)
+
+
 def test_a_fifo_as_a_gpu_lock_neither_blocks_nor_goes_unsaid(gpus):
     """Where GPU 0's lock cannot be kept (a FIFO where its file goes) the job runs without waiting:
     llmb run says why in one warning line before submitting, the supervisor in the job's log."""
