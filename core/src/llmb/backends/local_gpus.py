@@ -26,7 +26,9 @@ Which GPUs: rank r computes on the r-th GPU it sees (``LOCAL_RANK``,
 ``CUDA_VISIBLE_DEVICES`` when it is set, else GPUs 0 to ``ranks`` - 1. An
 index is CUDA's (as ``CUDA_VISIBLE_DEVICES`` numbers the GPUs); a GPU's UUID is
 turned into its index through ``nvidia-smi -L`` where it can be, else the UUID
-names its lock (MIG instances are locked by their own names).
+names its lock (MIG instances are locked by their own names). nvidia-smi
+numbers GPUs in PCI order, CUDA fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``:
+on a machine of one GPU type the two usually agree.
 """
 
 from __future__ import annotations
