@@ -290,15 +290,6 @@ def test_activation_checkpointing_in_one_process_is_exact():
         torch.testing.assert_close(weights[name], value, rtol=0, atol=0)
 
 
-@pytest.mark.skip(
-    reason="context parallel needs GPUs: torch's context_parallel runs ring attention over CUDA "
-    "attention kernels, and the engine refuses CP > 1 (see test_layouts_it_cannot_apply_are_"
-    "refused); there is no CPU path to compare"
-)
-def test_context_parallel_matches_unsharded():
-    raise AssertionError("unreachable: skipped")
-
-
 # --------------------------------------------------------------------------
 # The mesh and the checks, in this process
 

@@ -13,6 +13,13 @@ guarantees a plain ``urlopen`` lacks:
   into memory, ``copy_bounded`` into a file, from an ``exchange``);
 - ``mask`` (``llmb.redaction.mask``) takes secrets out of any text made from
   what a server said.
+
+An ``https`` server's certificate is verified as Python's default context
+does (the system's certificate authorities, or ``SSL_CERT_FILE`` /
+``SSL_CERT_DIR``; its name must match the host), before any byte of the
+request, its headers and secrets included, is sent. A refusal is
+``CertificateRefused``, never retried: it says why and how to trust a
+private certificate authority (tests/test_https.py, over real TLS).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import functools
 import http.client
 import io
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -51,6 +59,21 @@ class RedirectRefused(ValueError):
 
     def __init__(self, url: str, schemes: tuple[str, ...]):
         super().__init__(f"a redirect to {url} was refused: only {' or '.join(schemes)} is allowed")
+        self.url = url
+
+
+class CertificateRefused(ValueError):
+    """An ``https`` server's certificate failed verification: nothing was sent to it. Not a
+    connection that dropped (a retry would fail the same way)."""
+
+    def __init__(self, url: str, error: ssl.SSLCertVerificationError):
+        _, host, port = origin(url)
+        why = getattr(error, "verify_message", None) or getattr(error, "reason", None) or str(error)
+        super().__init__(
+            f"the TLS certificate of {host}:{port} was refused ({why}); nothing was sent to it. "
+            f"A server whose certificate a private certificate authority signed is trusted once "
+            f"SSL_CERT_FILE names that authority's certificate"
+        )
         self.url = url
 
 
@@ -208,6 +231,8 @@ def exchange(
     except urllib.error.URLError as error:
         if isinstance(error.reason, DeadlineExceeded):
             raise error.reason from None
+        if isinstance(error.reason, ssl.SSLCertVerificationError):
+            raise CertificateRefused(request.full_url, error.reason) from None
         raise
     try:
         yield response
@@ -243,7 +268,7 @@ def fetch(
 ) -> Reply:
     """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
 
-    Raises DeadlineExceeded, TooLarge, RedirectRefused, or what urllib and
+    Raises DeadlineExceeded, TooLarge, RedirectRefused, CertificateRefused, or what urllib and
     http.client raise when there is no answer (URLError, OSError, HTTPException)."""
     with exchange(request, deadline_s=deadline_s, timeout=timeout, schemes=schemes) as response:
         if getattr(response, "fp", None) is None:  # an HTTPError made without a response

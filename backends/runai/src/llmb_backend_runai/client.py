@@ -136,6 +136,8 @@ class RunaiClient:
                     f"{method} {path}: Run:ai redirected to {exc.url}, which is not https; refused "
                     f"(RUNAI_ALLOW_HTTP=1 allows plain http)"
                 ) from None
+            except http_safety.CertificateRefused as exc:  # a retry would be refused the same way
+                raise self.error(f"{method} {path}: {exc}") from None
             except http_safety.DeadlineExceeded:
                 problem, out_of_time = (
                     f"gave no complete answer within the {allowed:g} s allowed for one request",

@@ -258,7 +258,7 @@ def download(
             f"{where}: the answer is larger than {exc.limit >> 20} MiB, and a config or tokenizer "
             f"file is a few MB; refused (is HF_ENDPOINT a Hugging Face mirror?)"
         ) from None
-    except http_safety.RedirectRefused as exc:
+    except (http_safety.RedirectRefused, http_safety.CertificateRefused) as exc:
         raise DownloadError(f"{where}: {mask(str(exc))}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
