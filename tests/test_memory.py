@@ -4,6 +4,7 @@ its structure (sharding, pipeline split, recompute, offload, warnings)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from llmb.recipes.memory import GIB, MARGIN, estimate_memory
@@ -27,20 +28,33 @@ def test_weights_and_optimizer_match_megatrons_theoretical_footprint(host):
     assert static_mib == pytest.approx(57438.81, rel=2e-4)
 
 
+# docs/memory-estimate.md: "the estimate runs high by up to ~15%"; the number is the test's own, so
+# that widening the code's margin fails here until the docs say so too (issue 36)
+DOCUMENTED_MARGIN = 0.15
+
+
+def test_the_margin_is_the_documented_one():
+    assert MARGIN == DOCUMENTED_MARGIN
+    text = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs" / "memory-estimate.md").read_text().split()
+    )
+    assert "runs high by up to ~15%" in text
+
+
 def test_estimate_against_the_measured_peaks_in_the_seeds(host):
-    """Documented accuracy: the estimate runs high by at most MARGIN."""
+    """Documented accuracy: the estimate runs high by at most the documented 15%."""
     # Megatron-Bridge seed log: 8b bf16, 8 GPUs, MBS 4, GBS 128:
     # "mem-max-allocated-gigabytes: 194.41".
     recipe, arch = recipe_and_arch(host, "llama31", "8b", "b200", "fp8", 8)
     recipe = replace(recipe, dtype="bf16", mbs=4, ga=4)
     mb = estimate_memory(recipe, arch, None).total_gb
-    assert 194.41 <= mb <= 194.41 * (1 + MARGIN)
+    assert 194.41 <= mb <= 194.41 * (1 + DOCUMENTED_MARGIN)
     # NeMo 2 seed log: 8b bf16 on 8 H100 (TP 1, PP 1, CP 2, MBS 1):
     # "peak_memory_usage: 70833405952" bytes.
     recipe, arch = recipe_and_arch(host, "llama31", "8b", "h100", "bf16", 8, variant="nemo2")
     nemo = estimate_memory(recipe, arch, None).total_gb
     measured = 70833405952 / GIB
-    assert measured <= nemo <= measured * (1 + MARGIN)
+    assert measured <= nemo <= measured * (1 + DOCUMENTED_MARGIN)
 
 
 def test_distributed_optimizer_shards_over_dp_and_cp(host):
