@@ -20,6 +20,9 @@ import pytest
 # A width from the shell that started the tests would cut and wrap what they read (llmb.cli.output): tests
 # that need one set it themselves.
 os.environ.pop("COLUMNS", None)
+# A developer's exported $LLMB_INSTALL is their own install: no test writes there (issue 36). Tests that
+# need one get a private one (the cli and llmb_proc fixtures, install_root) or set it themselves.
+os.environ.pop("LLMB_INSTALL", None)
 sys.path.insert(0, str(Path(__file__).parent))
 # loggen: logs in the seeds' formats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
