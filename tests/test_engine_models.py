@@ -371,25 +371,28 @@ def test_chunked_scan_continues_from_an_initial_state():
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 7, 8, 37, 256])
-def test_prefix_sum_is_the_cumulative_sum(length):
+def test_shifted_prefix_sum_is_the_cumulative_sum(length):
     values = torch.randn(3, 2, length, dtype=torch.float64)
-    torch.testing.assert_close(
-        blocks._prefix_sum(values), values.cumsum(-1), rtol=1e-12, atol=1e-12
-    )
+    shifted = blocks._shifted_prefix_sum(values)
+    torch.testing.assert_close(shifted, values.cumsum(-1), rtol=1e-12, atol=1e-12)
     wide = torch.randn(4, length) * 3  # float32: the same sums up to float rounding
-    torch.testing.assert_close(blocks._prefix_sum(wide), wide.cumsum(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        blocks._shifted_prefix_sum(wide), wide.cumsum(-1), rtol=1e-5, atol=1e-5
+    )
 
 
 def _cumsum_scan(monkeypatch) -> None:
-    """ssd_scan as it was written before the shifted additions: with torch.cumsum."""
+    """ssd_scan with torch.cumsum compiled too (as it was written before the shifted additions)."""
     monkeypatch.setattr(blocks, "_prefix_sum", lambda values: values.cumsum(dim=-1))
 
 
-def test_scan_in_float32_equals_its_cumsum_formulation(monkeypatch):
+def test_scan_in_float32_with_shifted_additions_equals_its_cumsum_formulation(monkeypatch):
     x, dt, A, B, C = _ssd_inputs(s=70, dtype=torch.float32)
+    y_cumsum, final_cumsum = blocks.ssd_scan(x, dt, A, B, C, 32)  # eager: torch.cumsum
+    monkeypatch.setattr(
+        blocks, "_prefix_sum", blocks._shifted_prefix_sum
+    )  # what compiled code runs
     y, final = blocks.ssd_scan(x, dt, A, B, C, 32)
-    _cumsum_scan(monkeypatch)
-    y_cumsum, final_cumsum = blocks.ssd_scan(x, dt, A, B, C, 32)
     torch.testing.assert_close(y, y_cumsum, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(final, final_cumsum, rtol=1e-5, atol=1e-5)
 
@@ -442,7 +445,8 @@ def test_compiled_scan_graphs_hold_no_cumulative_sum(monkeypatch):
     code at Nemotron-H 56B's shapes on torch 2.11, so a compiled Mamba2 layer could not run: the graphs
     torch.compile builds of the scan, forward and backward, hold no cumulative operator at all. At
     Nemotron-H 56B's layout (256 heads of 64, 8 groups of state 256, chunk 256, 8192 steps: 32 chunks),
-    traced on the meta device; and the check does find the cumsum of the old formulation."""
+    traced on the meta device; and the check does find the cumsum of the old formulation. (Run
+    eagerly, the scan does use torch.cumsum, the faster there.)"""
     nemotronh_56b = _scan_leaves(1, 8192, 256, 64, 8, 256, device="meta")
     for kind, ops in _scan_graph_ops(nemotronh_56b, 256).items():
         assert not [op for op in ops if any(c in op for c in _CUMULATIVE_OPS)], (kind, sorted(ops))
@@ -455,8 +459,9 @@ def test_compiled_scan_graphs_hold_no_cumulative_sum(monkeypatch):
 
 
 def test_scan_compiled_by_inductor_matches_eager():
-    """torch.compile's default compiler (Inductor, here for the CPU) runs the scan, forward and backward,
-    with the eager scan's values; the sequence is not a multiple of the chunk."""
+    """torch.compile's default compiler (Inductor, here for the CPU) runs the scan (with its shifted
+    additions), forward and backward, with the eager scan's values (torch.cumsum); the sequence is not
+    a multiple of the chunk."""
     torch._dynamo.reset()
     inputs = _scan_leaves(2, 11, 4, 3, 2, 5)
     compiled = torch.compile(lambda *a: blocks.ssd_scan(*a, 4), fullgraph=True)

@@ -414,24 +414,34 @@ class RoutedMoE(nn.Module):
 # Mamba2
 
 
-def _prefix_sum(values: torch.Tensor) -> torch.Tensor:
+def _shifted_prefix_sum(values: torch.Tensor) -> torch.Tensor:
     """The inclusive cumulative sum of ``values`` over its last dimension, as ``ceil(log2(L))`` shifted
-    additions (a Hillis-Steele scan): ``out[..., t] = sum_{s <= t} values[..., s]``.
-
-    Not ``torch.cumsum``, on purpose: Inductor lowers a cumsum over a long dimension on a GPU to its
-    split scan (``SplitScan``), whose code generation failed on torch 2.11 at Nemotron-H 56B's shapes
-    (``InductorError: TypeError: list indices must be integers or slices, not NoneType``, buffer
-    ``[1, 8, 32, 32, 256]``: the chunk's 256 steps), so a compiled Mamba2 layer could not run. Shifted
-    additions are plain pointwise work for any backend, their backward is the same kind, and (unlike a
-    product with a triangular ones matrix, whose inputs TF32 would round to 10 bits) they stay float32
-    additions whatever the matmul precision setting. Only the order of summation differs from a
-    sequential cumsum: the same sums up to float rounding.
-    """
+    additions (a Hillis-Steele scan): ``out[..., t] = sum_{s <= t} values[..., s]``. Plain pointwise
+    work for any compiler, with a pointwise backward; unlike a product with a triangular ones matrix
+    (whose inputs TF32 would round to 10 bits) it stays float32 additions whatever the matmul
+    precision setting. Only the order of summation differs from a sequential cumsum: the same sums up
+    to float rounding."""
     length, shift = values.shape[-1], 1
     while shift < length:
         values = values + F.pad(values[..., :-shift], (shift, 0))
         shift *= 2
     return values
+
+
+def _prefix_sum(values: torch.Tensor) -> torch.Tensor:
+    """The cumulative sum of ``values`` over its last dimension: ``torch.cumsum`` when run eagerly, the
+    shifted additions of ``_shifted_prefix_sum`` in a graph that ``torch.compile`` builds.
+
+    Not ``torch.cumsum`` in a compiled graph, on purpose: Inductor lowers a cumsum over a long
+    dimension on a GPU to its split scan (``SplitScan``), whose code generation failed on torch 2.11 at
+    Nemotron-H 56B's shapes (``InductorError: TypeError: list indices must be integers or slices, not
+    NoneType``, buffer ``[1, 8, 32, 32, 256]``: the chunk's 256 steps), so a compiled Mamba2 layer
+    could not run. Eagerly the one native kernel is the faster (the shifted additions took a quarter
+    longer in a tiny proxy's scan on a CPU, forward and backward).
+    """
+    if torch.compiler.is_compiling():
+        return _shifted_prefix_sum(values)
+    return values.cumsum(dim=-1)
 
 
 def _segment_decay(cumulative: torch.Tensor) -> torch.Tensor:
@@ -493,7 +503,7 @@ def ssd_scan(
     Cs = C.reshape(batch, chunks, chunk, groups, 1, state).permute(0, 3, 4, 1, 2, 5)
     x_dt = xs * dts.unsqueeze(-1).to(xs.dtype)  # [b, g, r, c, l, p]
     # cumulative log-decay within each chunk, in (at least) float32: [b, g, r, c, l]
-    # (shifted additions, not torch.cumsum: see _prefix_sum)
+    # (compiled: shifted additions, not torch.cumsum; see _prefix_sum)
     cumulative = _prefix_sum(_wide(dts) * _wide(A).view(groups, per_group, 1, 1))
 
     # 1. within chunks: the quadratic form, masked to s <= t
