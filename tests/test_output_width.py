@@ -114,6 +114,17 @@ def test_a_runs_summary_fits_80_columns(install_with_runs):
         assert "SUCCEEDED" in text and "run dir" in text and "llmb logs local-" in text, text
         assert "1T tokens" not in text, text  # a proxy model's time to train is not shown
         assert _too_wide(lines) == [], text
+        # the run directory is wrapped whole, never cut: its lines joined are the path
+        start = next(n for n, line in enumerate(lines) if line.startswith("  run dir     "))
+        run_dir = lines[start][14:]
+        for line in lines[start + 1 :]:
+            if not line.startswith(" " * 14):
+                break
+            run_dir += line.strip()
+        assert re.fullmatch(
+            r"\$LLMB_INSTALL/workloads/llama31/experiments/(pretrain_llama31_8b_bf16_gpus1_\S+)/\1_\d+",
+            run_dir,
+        ), text
 
 
 @pytest.mark.parametrize(

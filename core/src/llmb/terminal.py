@@ -78,6 +78,41 @@ def shorten(text: str, width: int, cut: str = "end") -> str:
 
 _AUTO = object()
 
+# Where a word too long for a line (a path, a long name) is broken: after a ``/`` that leaves the line
+# at least half full, else after the last of these that leaves it a third full, else at the width.
+_BREAK_AFTER = "/_-,.:"
+
+
+def _break_at(word: str, room: int) -> int:
+    """How many of ``word``'s characters go on a line with ``room`` columns left: up to a separator
+    there (a path's ``/`` first); the pieces joined again are the word."""
+    room = max(room, 1)
+    if len(word) <= room:
+        return len(word)
+    slash = word.rfind("/", 0, room) + 1
+    if slash > room // 2:
+        return slash
+    cut = max(word.rfind(c, 0, room) for c in _BREAK_AFTER) + 1
+    return cut if cut > room // 3 else room
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, none of it left out: broken at a space (which
+    the break takes), else after a path's ``/`` (or ``_ - , . :``), else at the width. A path's lines
+    joined again are the path."""
+    width = max(width, 1)
+    lines = []
+    while len(text) > width:
+        space = text.rfind(" ", 0, width + 1)
+        if space > width // 3:
+            lines.append(text[:space].rstrip(" "))
+            text = text[space + 1 :].lstrip(" ")
+            continue
+        end = _break_at(text, width)
+        lines.append(text[:end])
+        text = text[end:]
+    return [*lines, text] if text or not lines else lines
+
 
 _LABELLED = re.compile(r"^( *(?:- |\S+(?: \S+)?  +)?)")
 
@@ -91,6 +126,16 @@ def fit_text(text: str, width: int | None | object = _AUTO) -> str:
         return text
     import textwrap
 
+    class _Wrapper(textwrap.TextWrapper):
+        def _handle_long_word(self, reversed_chunks, cur_line, cur_len, width):
+            # a word longer than a whole line (a path) is broken after a separator, never cut
+            chunk, room = reversed_chunks[-1], width - cur_len
+            if cur_line and room < width // 3:
+                return  # too little room left on this line: the word starts the next
+            end = _break_at(chunk, room)
+            cur_line.append(chunk[:end])
+            reversed_chunks[-1] = chunk[end:]
+
     out = []
     for line in text.split("\n"):
         if len(line) <= limit:
@@ -100,12 +145,11 @@ def fit_text(text: str, width: int | None | object = _AUTO) -> str:
         indent = len(_LABELLED.match(line).group(1))
         if indent == leading or indent > limit // 2:
             indent = leading + 2
-        out += textwrap.wrap(
-            line,
+        out += _Wrapper(
             limit,
             subsequent_indent=" " * indent,
-            break_long_words=False,
+            break_long_words=True,
             break_on_hyphens=False,
             drop_whitespace=True,
-        ) or [line]
+        ).wrap(line) or [line]
     return "\n".join(out)

@@ -141,11 +141,12 @@ def get_host(ctx: click.Context):  # -> PluginHost, imported lazily
 
 
 def _fail(message: str, code: int) -> None:
-    from llmb.terminal import terminal_safe
+    from llmb.cli.output import echo_err
 
     # The one place an error is printed: its text may quote a log, a file name or a job's failure
-    # reason, so escape sequences and control characters are made inert here, whoever raised it.
-    click.echo(terminal_safe(f"llmb: error: {message}"), err=True)
+    # reason, so escape sequences and control characters are made inert here, whoever raised it;
+    # on a terminal it is wrapped to stderr's width.
+    echo_err(f"llmb: error: {message}")
     sys.exit(code)
 
 

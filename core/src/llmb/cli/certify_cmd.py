@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from llmb.cli import get_host
-from llmb.cli.output import Column, emit_json, render_table, terminal_safe
+from llmb.cli.output import Column, echo_err, emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
 from llmb.cli.sweep_cmd import checked_tasks, follow, following_options, show_planned
 from llmb.errors import UsageError
@@ -58,14 +58,16 @@ def _status_text(verdict) -> str:
     lines = [
         render_table(
             [
+                # what the configuration is (its size, GPU type, dtype, GPU count) and the gates that
+                # decide (step CV, performance) go last; the run's own health gates first
                 "WORKLOAD",
-                Column("CONFIGURATION", squeeze=16, cut="middle"),
-                Column("JOB", squeeze=12),
-                "STATUS",
-                "LOSS",
-                "TFLOPS",
-                Column("STEP CV", drop=2),
-                Column("PERFORMANCE", drop=1),
+                Column("CONFIGURATION", squeeze=16, cut="name", keep=5),
+                Column("JOB", squeeze=12, drop=1),
+                Column("STATUS", drop=2),
+                Column("LOSS", drop=4),
+                Column("TFLOPS", drop=3),
+                "STEP CV",
+                "PERFORMANCE",
                 "VERDICT",
             ],
             rows,
@@ -309,10 +311,9 @@ def certify_command(
                 "--preflight writes the exclusion file itself; give it or --exclude-from, not both."
             )
         if dry_run:
-            click.echo(
+            echo_err(
                 f"note: --preflight: a real certification first runs llmb preflight over {preflight_nodes} "
-                f"node(s) and keeps the suite off the nodes it flags.",
-                err=True,
+                f"node(s) and keeps the suite off the nodes it flags."
             )
         else:
             from llmb.cli.preflight_cmd import preflight_first
@@ -369,7 +370,7 @@ def certify_command(
         suite.gpu = suite.gpu or (types.pop() if len(types) == 1 else None)
     if dry_run:
         for note in suite.notes if not rerun else ():
-            click.echo(f"note: {note}", err=True)
+            echo_err(f"note: {note}")
         show_planned(checked, as_json)
         return
 

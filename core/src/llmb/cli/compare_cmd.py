@@ -169,12 +169,11 @@ def _note_ambiguous(spec: str, words: str, db_path: str | None) -> None:
         return
     where = os.path.dirname(stored.result.log) if stored.result.log else None
     other = f" (to compare with that run, give its directory: --baseline {where})" if where else ""
-    click.echo(
-        terminal_safe(
-            f"llmb: note: --baseline {spec} is {words} and also run {spec} in the results database; "
-            f"comparing with the job{other}."
-        ),
-        err=True,
+    from llmb.cli.output import echo_err
+
+    echo_err(
+        f"llmb: note: --baseline {spec} is {words} and also run {spec} in the results database; "
+        f"comparing with the job{other}."
     )
 
 
@@ -336,10 +335,11 @@ def compare_command(
         ctx.exit(1)
     if not_compared and not allow_missing:
         if not as_json:
-            click.echo(
+            from llmb.cli.output import echo_err
+
+            echo_err(
                 f"llmb: {not_compared} run{'s' if not_compared > 1 else ''} could not be compared with "
-                f"anything (the reasons are above); exit 3. --allow-missing accepts that.",
-                err=True,
+                f"anything (the reasons are above); exit 3. --allow-missing accepts that."
             )
         ctx.exit(3)
     ctx.exit(0)
@@ -385,7 +385,7 @@ def _render(
 ) -> str:
     """The comparison table (each run by its short name and job), the verdicts' details under it, what was
     measured against what was published, and the tally."""
-    from llmb.cli.output import Column, fit_text
+    from llmb.cli.output import Column, experiment_column, fit_text
     from llmb.cli.results_cmd import grouped_notes, job_label, note_labels
     from llmb.recipes.references import Figure
 
@@ -412,16 +412,18 @@ def _render(
             if v.detail:
                 detail = v.detail if v.against == "run" else f"against {v.against}: {v.detail}"
                 details.append((label, detail))
+    # AGAINST tells a run's rows apart (its published row, its --baseline row): kept where it does
+    against = Column("AGAINST", drop=0 if len({row[3] for row in rows}) > 1 else 1)
     parts = [
         render_table(
             [
-                Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+                experiment_column(full_names),
                 "JOB",
-                Column("GPU", drop=2),
-                Column("AGAINST", drop=1),
+                Column("GPU", drop=3),
+                against,
                 "OUTCOME",
-                "STEP ms",
-                Column("PUBLISHED ms", drop=3),
+                Column("STEP ms", drop=2),
+                Column("PUBLISHED ms", drop=4),
                 "THROUGHPUT",
             ],
             rows,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import Column, emit_json, fit_text, output_width, render_table
+from llmb.cli.output import Column, echo_err, emit_json, fit_text, render_table
 from llmb.log import warn
 
 
@@ -103,19 +102,17 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
     click.echo(
         render_table(
             [
+                # FROM, what the command is for, and a value (a path, an image) are wrapped, never cut;
+                # the flag and variable give their width first
                 "KEY",
-                Column("VALUE", squeeze=16, cut="middle"),
-                Column("FROM", squeeze=12),
-                Column("FLAG / VARIABLE", squeeze=16, cut="middle"),
+                Column("VALUE", squeeze=12, cut="wrap"),
+                Column("FROM", squeeze=20, cut="wrap"),
+                Column("FLAG / VARIABLE", squeeze=18, cut="wrap", drop=2),
             ],
             rows,
         )
     )
-    click.echo(
-        fit_text(
-            "A flag wins over its variable, the variable over the file, the file over the default. "
-            "Local runs (--backend local) use none of these.",
-            output_width(sys.stderr),
-        ),
-        err=True,
+    echo_err(
+        "A flag wins over its variable, the variable over the file, the file over the default. "
+        "Local runs (--backend local) use none of these."
     )

@@ -330,7 +330,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
     if not rows:
         click.echo("No jobs yet. Start one with llmb run WORKLOAD ...")
         return
-    from llmb.cli.output import Column, fit_text
+    from llmb.cli.output import Column, experiment_column, fit_text
     from llmb.runs.experiment import compact_name
 
     table = [
@@ -354,7 +354,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
                 "STATE",
                 Column("PROGRESS", drop=2),
                 Column("SUBMITTED", drop=3),
-                Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+                experiment_column(full_names),
                 Column("BACKEND", drop=4),
                 Column("WORKLOAD", drop=5),
             ],
@@ -372,8 +372,8 @@ def _when(stamp: str | None) -> str | None:
 
 
 def where_lines(job) -> str:
-    """Where a job's files are, for a person: its run directory once (from $LLMB_INSTALL or ~, cut to the
-    terminal in the middle), and the command that shows its log. ``--json`` has both paths whole."""
+    """Where a job's files are, for a person: its run directory once (from $LLMB_INSTALL or ~, wrapped on a
+    narrow terminal, never cut), and the command that shows its log. ``--json`` has both paths whole."""
     from llmb.lifecycle.follow import where_lines as lines
 
     return lines(job)

@@ -2,11 +2,16 @@
 
 Human output fits the width ``output_width`` gives: ``COLUMNS`` where set,
 else the terminal's; output to a pipe or a file has no width and is never
-cut or wrapped. Tables fit it by cutting their long cells (``Column.squeeze``)
-and then leaving out their least needed columns (``Column.drop``), said in a
-line under the table; text fits it by ``fit_text``, wrapped under its labels.
-``output_width``, ``fit_text``, ``shorten`` and ``terminal_safe`` live in
-``llmb.terminal`` (logging needs them too) and are importable from here.
+cut or wrapped. Each command gives its table's priorities: a table fits by
+leaving out its least needed columns (``Column.drop``), said in a line under
+the table, and by narrowing its long columns (``Column.squeeze``): a name is
+cut at its end but keeps the parts that identify a row and those that tell
+it from the others (``cut="name"``); a path or a sentence is wrapped onto
+more lines, never cut (``cut="wrap"``). Text fits by ``fit_text``, wrapped
+under its labels (a path broken after a ``/``); ``echo_err`` wraps what goes
+to stderr. ``output_width``, ``fit_text``, ``shorten``, ``wrap_cell`` and
+``terminal_safe`` live in ``llmb.terminal`` (logging needs them too) and are
+importable from here.
 
 Text that llmb did not write itself - log lines, failure messages, file
 and directory names - goes through ``terminal_safe`` before it reaches a
@@ -15,6 +20,8 @@ terminal in human output; JSON needs nothing, ``json`` escapes it.
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +36,17 @@ from llmb.terminal import (  # noqa: F401 - the text primitives, kept importable
     output_width,
     shorten,
     terminal_safe,
+    wrap_cell,
 )
 
 
 def _one_line(cell: str) -> str:
     return cell if cell.isprintable() else terminal_safe(cell).replace("\n", " ").replace("\t", " ")
+
+
+def echo_err(text: str) -> None:
+    """``text`` on stderr, each line wrapped to stderr's width (a closing line, a ``note:``)."""
+    click.echo(fit_text(terminal_safe(text), output_width(sys.stderr)), err=True)
 
 
 def emit_json(data: Any) -> None:
@@ -42,17 +55,144 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
+# Columns of this ``drop`` or less are worth a narrower space between columns before they are left out.
+KEPT_LONGEST = 2
+
+
 @dataclass(frozen=True)
 class Column:
-    """A table column. ``squeeze``: the width its cells may be cut to (with an ellipsis, ``cut`` at the
-    "end" or in the "middle", which keeps both ends of a name) when the table is wider than the output;
-    0: never cut. ``drop``: 0, always shown; otherwise left out when cutting is not enough, the highest
-    first, and named under the table."""
+    """A table column, with what the command says of it for a narrow output.
+
+    ``drop``: 0, always shown; otherwise the column may be left out when the table does not fit, the
+    highest first, and is named under the table; before a column of ``drop`` 1 or 2 (those a command
+    keeps longest) is, the space between columns narrows to one. ``squeeze``: the narrowest its cells
+    may be made, 0: never. ``cut`` says how a cell is made narrower:
+
+    - "end" (an ellipsis at the end) or "middle" (in the middle, keeping both ends);
+    - "name": a name of parts (``llama31_8b_bf16_gpus2_tp1_pp1_mbs1_gbs64``, ``8b h100 bf16 2 GPUs``) is
+      cut at its end, at a part's edge, never where the rows' names differ: its first ``keep`` parts and
+      any part in ``keep_parts`` (what identifies a run: workload, size, dtype, GPU count, ``tuned``)
+      stay, and so does a part that tells it from another row's name that would read the same. The
+      column stays as wide as that needs until nothing else is left to make the table fit;
+    - "wrap": a path or a sentence is continued on the next lines of its row, never cut (a path is broken
+      after a ``/``: its lines joined are the path)."""
 
     title: str
     squeeze: int = 0
     drop: int = 0
     cut: str = "end"
+    keep: int = 0
+    keep_parts: tuple[str, ...] = ()
+
+
+def experiment_column(full_names: bool = False, title: str = "EXPERIMENT") -> Column:
+    """The column of a run's experiment name (``llama31_8b_bf16_gpus2_tp1_pp1_mbs1_gbs64_tuned``): its
+    workload, size, dtype and GPU count, and ``tuned``, stay whatever else is cut; with --full-names, a
+    path, wrapped."""
+    if full_names:
+        return Column(title, squeeze=30, cut="wrap")
+    return Column(title, squeeze=16, cut="name", keep=4, keep_parts=("tuned",))
+
+
+# A name's parts: what lies between underscores or spaces.
+_PART = re.compile(r"[^_ ]+|[_ ]+")
+
+
+def _parts(name: str) -> tuple[list[str], list[str]]:
+    """``name``'s parts and the separator before each (``""`` before the first)."""
+    pieces = _PART.findall(name)
+    parts, seps, sep = [], [], ""
+    for piece in pieces:
+        if piece[0] in "_ ":
+            sep += piece
+        else:
+            parts.append(piece)
+            seps.append(sep)
+            sep = ""
+    return parts, seps
+
+
+def _joined(parts: list[str], seps: list[str], kept: set[int]) -> str:
+    """The ``kept`` parts, an ellipsis for each run of parts left out."""
+    out, last = [], -1
+    for i in sorted(kept):
+        out.append((seps[i] if out else "") if i == last + 1 else ELLIPSIS)
+        out.append(parts[i])
+        last = i
+    if last < len(parts) - 1:
+        out.append(ELLIPSIS)
+    return "".join(out)
+
+
+def _short_names(names: Sequence[str], width: int, column: Column) -> tuple[dict[str, str], bool]:
+    """Each of ``names`` in at most ``width`` characters where it can be (``Column`` "name"), and whether
+    every one kept the parts that identify it and no two different names read the same."""
+    distinct = list(dict.fromkeys(names))
+    shown: dict[str, str] = {}
+    kept_of: dict[str, set[int]] = {}
+    split: dict[str, tuple[list[str], list[str]]] = {}
+    whole = True
+
+    def grown(parts, seps, kept: set[int]) -> set[int]:
+        # the name's next parts, in order, while they fit: cut at the end
+        kept = set(kept)
+        for i in range(len(parts)):
+            if i in kept:
+                continue
+            if len(_joined(parts, seps, kept | {i})) > width:
+                break
+            kept.add(i)
+        return kept
+
+    for name in distinct:
+        if len(name) <= width:
+            shown[name] = name
+            continue
+        parts, seps = split[name] = _parts(name)
+        base = set(range(min(column.keep, len(parts)))) | {
+            i for i, p in enumerate(parts) if p in column.keep_parts
+        }
+        base = base or {0}
+        while len(_joined(parts, seps, base)) > width and len(base) > 1:
+            base.discard(max(base))  # too narrow even for what identifies it
+            whole = False
+        if len(_joined(parts, seps, base)) > width:
+            shown[name] = shorten(name, width)
+            whole = False
+            continue
+        kept_of[name] = base
+        shown[name] = _joined(parts, seps, grown(parts, seps, base))
+    # a name keeps the first part where it differs from a name that would read the same, or that has
+    # the same identifying parts (a tuned run beside the official one: its mbs2 beside their mbs1)
+    groups: dict[tuple, list[str]] = {}
+    for name in kept_of:
+        groups.setdefault(("shown", shown[name]), []).append(name)
+        if column.keep:
+            groups.setdefault(("same", *split[name][0][: column.keep]), []).append(name)
+    extra: dict[str, set[int]] = {}
+    for group in groups.values():
+        if not 1 < len(group) <= 64:  # past that many, the JOB column tells them apart
+            continue
+        for name in group:
+            parts = split[name][0]
+            for other in group:
+                theirs = set(split[other][0])
+                differing = [i for i, p in enumerate(parts) if p not in theirs]
+                if other != name and differing:
+                    extra.setdefault(name, set()).add(differing[0])
+    for name, more in extra.items():
+        parts, seps = split[name]
+        shown[name] = _joined(parts, seps, grown(parts, seps, kept_of[name] | more))
+    fits = all(len(text) <= width for text in shown.values())
+    return shown, whole and fits and len(set(shown.values())) == len(distinct)
+
+
+def _name_floor(names: Sequence[str], column: Column, least: int, most: int) -> int:
+    """The narrowest width from ``least`` at which the names keep what identifies them and stay apart."""
+    for width in range(least, most):
+        if _short_names(names, width, column)[1]:
+            return width
+    return most
 
 
 def render_table(
@@ -61,12 +201,14 @@ def render_table(
     gap: str = "  ",
     width: int | None | object = _AUTO,
 ) -> str:
-    """Left-aligned columns sized to their widest cell; None shows as '-'.
-    Cells are made ``terminal_safe`` and kept on one line. Wider than ``width``
-    (default ``output_width()``), droppable columns with no value in any row
-    are left out, then the others, highest ``drop`` first, until cutting
-    the squeezable columns (to no less than their ``squeeze`` widths) makes
-    the table fit; a line under the table names the columns left out."""
+    """Left-aligned columns sized to their widest cell; None shows as '-'. Cells are made
+    ``terminal_safe`` and kept on one line (a "wrap" column's on the lines of its row). Wider than
+    ``width`` (default ``output_width()``), the table is fitted by its columns' priorities: droppable
+    columns with no value in any row are left out; then the others, highest ``drop`` first, until the
+    squeezable ones at their narrowest (a "name" column: as narrow as keeps its rows' names identified
+    and apart) make it fit; then the gap between columns narrows to one space; only then is a name cut
+    further. The squeezable columns are narrowed the droppable ones first, the widest first; a line
+    under the table names the columns left out."""
     columns = [h if isinstance(h, Column) else Column(h) for h in headers]
     cells = [["-" if c is None else _one_line(str(c)) for c in row] for row in rows]
     widths = [len(c.title) for c in columns]
@@ -77,46 +219,85 @@ def render_table(
     shown = list(range(len(columns)))
     left_out: list[str] = []
 
-    def total() -> int:
-        return sum(widths[i] for i in shown) + len(gap) * (len(shown) - 1)
+    def total(sizes: list[int]) -> int:
+        return sum(sizes[i] for i in shown) + len(gap) * (len(shown) - 1)
 
-    if limit and total() > limit:
+    if limit and total(widths) > limit:
         natural = list(widths)
+
+        def least(i: int) -> int:
+            c = columns[i]
+            if not c.squeeze:
+                return natural[i]
+            return min(natural[i], max(c.squeeze, len(c.title)))
+
+        floor = [least(i) for i in range(len(columns))]
+        for i, c in enumerate(columns):
+            if c.cut == "name" and floor[i] < natural[i]:
+                floor[i] = _name_floor([row[i] for row in cells], c, floor[i], natural[i])
         empty = [
             i for i, c in enumerate(columns) if c.drop and all(row[i] in ("-", "") for row in cells)
         ]
         # a column with no value goes before any cut
         for i in sorted(empty, key=lambda i: -columns[i].drop):
-            if total() <= limit:
+            if total(widths) <= limit:
                 break
             shown.remove(i)
             left_out.append(columns[i].title)
         for i in sorted((i for i in shown if columns[i].drop), key=lambda i: -columns[i].drop):
-            if (
-                total()
-                - sum(
-                    widths[j] - max(columns[j].squeeze, len(columns[j].title))
-                    for j in shown
-                    if columns[j].squeeze
-                )
-                <= limit
-            ):
-                break  # cutting the squeezable columns is enough now
+            if total(floor) > limit and columns[i].drop <= KEPT_LONGEST:
+                gap = " "  # one of the columns kept longest: worth one space between columns
+            if total(floor) <= limit:
+                break  # narrowing the squeezable columns is enough now
             shown.remove(i)
             left_out.append(columns[i].title)
-        for i in sorted((i for i in shown if columns[i].squeeze), key=lambda i: -natural[i]):
-            least = max(columns[i].squeeze, len(columns[i].title))
-            widths[i] -= max(0, min(total() - limit, widths[i] - least))
+        if total(floor) > limit and len(shown) > 1:
+            gap = " "
+        if gap != "  " and sum(floor[i] for i in shown) + 2 * (len(shown) - 1) <= limit:
+            gap = "  "  # what was left out made room again
+        if total(floor) > limit:  # nothing else is left: names are cut further
+            floor = [least(i) for i in range(len(columns))]
+        # the droppable columns give first, then the others; in each, the widest column first
+        for rank in sorted({columns[i].drop for i in shown}, reverse=True):
+            group = [i for i in shown if columns[i].drop == rank]
+            while total(widths) > limit:
+                wider = [i for i in group if widths[i] > floor[i]]
+                if not wider:
+                    break
+                widest = max(wider, key=lambda i: widths[i])
+                widths[widest] -= 1
+    forms: dict[int, dict[str, str]] = {}
+    for i in shown:
+        c = columns[i]
+        if c.cut == "name" and any(len(row[i]) > widths[i] for row in cells):
+            forms[i] = _short_names([row[i] for row in cells], widths[i], c)[0]
+            widths[i] = max(
+                [len(c.title), *(min(len(text), widths[i]) for text in forms[i].values())]
+            )
+
+    def pieces(i: int, cell: str) -> list[str]:
+        c = columns[i]
+        if len(cell) <= widths[i]:
+            return [cell]
+        if c.cut == "wrap":
+            return wrap_cell(cell, widths[i])
+        if i in forms:
+            return [shorten(forms[i][cell], widths[i])]
+        return [shorten(cell, widths[i], c.cut)]
+
     lines = [
         gap.join(columns[i].title.ljust(widths[i]) for i in shown).rstrip(),
         gap.join("-" * widths[i] for i in shown),
     ]
-    lines += [
-        gap.join(
-            shorten(row[i], widths[i], columns[i].cut).ljust(widths[i]) for i in shown
-        ).rstrip()
-        for row in cells
-    ]
+    for row in cells:
+        shown_cells = [pieces(i, row[i]) for i in shown]
+        for n in range(max(len(p) for p in shown_cells)):
+            lines.append(
+                gap.join(
+                    (p[n] if n < len(p) else "").ljust(widths[i])
+                    for i, p in zip(shown, shown_cells, strict=True)
+                ).rstrip()
+            )
     if left_out:
         them = "them" if len(left_out) > 1 else "it"
         lines.append(

@@ -255,23 +255,24 @@ def _f(value, digits: int) -> str:
 
 
 def results_columns(full_names: bool = False):
-    """The results table's columns, in order; a narrow terminal leaves out the highest ``drop`` first,
-    and cuts a short name (never a --full-names path) in its middle."""
-    from llmb.cli.output import Column
+    """The results table's columns, in order; a narrow terminal leaves out the highest ``drop`` first.
+    What tells the runs apart (the name's workload, size, dtype, GPU count and tuning; the job) and the
+    verdicts (STATUS, VS PUBLISHED) go last; a name is cut at its end, a --full-names path wrapped."""
+    from llmb.cli.output import Column, experiment_column
 
     return [
-        Column("EXPERIMENT", squeeze=0 if full_names else 24, cut="middle"),
+        experiment_column(full_names),
         Column("JOB"),
         Column("STATUS"),
-        Column("WINDOW", drop=6),
+        Column("WINDOW", drop=7),
         Column("STEP ms"),
-        Column("STD ms", drop=8),
-        Column("TFLOPS/GPU"),
-        Column("STD", drop=7),
-        Column("TOKENS/S", drop=2),
-        Column("MFU %", drop=3),
-        Column("MFU BF16 %", drop=5),
-        Column("DAYS/1T", drop=4),
+        Column("STD ms", drop=9),
+        Column("TFLOPS/GPU", drop=2),
+        Column("STD", drop=8),
+        Column("TOKENS/S", drop=3),
+        Column("MFU %", drop=4),
+        Column("MFU BF16 %", drop=6),
+        Column("DAYS/1T", drop=5),
         Column("VS PUBLISHED", drop=1),
     ]
 

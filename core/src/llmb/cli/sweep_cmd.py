@@ -166,7 +166,7 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
         emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
         return
     show_skipped(skipped or [])
-    from llmb.cli.output import Column
+    from llmb.cli.output import Column, experiment_column
     from llmb.runs.experiment import compact_name
 
     rows = [
@@ -183,10 +183,10 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
         render_table(
             [
                 "#",
-                Column("TASK", squeeze=16, cut="middle"),
+                _task_column(),
                 Column("BACKEND", drop=1),
                 "RANKS",
-                Column("EXPERIMENT", squeeze=24, cut="middle"),
+                experiment_column(),
             ],
             rows,
         )
@@ -195,6 +195,14 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     click.echo(
         f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
     )
+
+
+def _task_column():
+    """A task's label (``llama31 8b h100 bf16 2 GPUs #1``) is what tells it apart: all of it stays until
+    nothing else is left to fit the table, then it is cut at its end, never where two labels differ."""
+    from llmb.cli.output import Column
+
+    return Column("TASK", squeeze=16, cut="name", keep=99)
 
 
 def follow(
@@ -478,7 +486,7 @@ def sweep_command(
             f"{sweep.id} --out DIR plots them once they ended."
         )
     else:
-        from llmb.cli.output import Column, fit_text
+        from llmb.cli.output import fit_text
 
         table = [
             [t.label, j or "-", s or "-", *_result_cells(f)]
@@ -493,7 +501,7 @@ def sweep_command(
         reasons += [f"{c.task.label}: skipped: {c.error}" for c in skipped]
         click.echo(
             render_table(
-                [Column("TASK", squeeze=16, cut="middle"), "JOB", "STATE", "STEP MS", "TOKENS/S"],
+                [_task_column(), "JOB", "STATE", "STEP MS", "TOKENS/S"],
                 table,
             )
         )

@@ -225,14 +225,9 @@ def summary(status: JobStatus) -> str:
 
 
 def where_lines(job: Job) -> str:
-    """Where a job's files are, for a person: its run directory once, from $LLMB_INSTALL or ~ and cut in
-    the middle to the terminal's width, and the command that prints its log (``--json`` has both paths)."""
+    """Where a job's files are, for a person: its run directory once, from $LLMB_INSTALL or ~ (whole: on a
+    narrow terminal ``fit_text`` wraps it after a ``/``, so it can still be copied), and the command that
+    prints its log (``--json`` has both paths)."""
     from llmb.paths import shown_path
-    from llmb.terminal import output_width, shorten
 
-    label = "  run dir     "
-    run_dir = shown_path(job.run_dir)
-    width = output_width()
-    if width:
-        run_dir = shorten(run_dir, width - len(label), "middle")
-    return f"{label}{run_dir}\n  log         llmb logs {job.id}"
+    return f"  run dir     {shown_path(job.run_dir)}\n  log         llmb logs {job.id}"
