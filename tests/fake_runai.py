@@ -282,6 +282,7 @@ class FakeRunai:
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._stopping = False
+        self.internal_errors: list[str] = []  # the fake's own bugs: __exit__ fails the test on them
 
     # ----- lifecycle -----
 
@@ -324,6 +325,11 @@ class FakeRunai:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        if self.internal_errors and exc[0] is None:
+            raise AssertionError(
+                "fake_runai had internal errors (answered as 500s, which llmb retries): "
+                + "; ".join(self.internal_errors)
+            )
 
     # ----- knobs for tests -----
 
@@ -495,6 +501,8 @@ class FakeRunai:
             )
         except Exception as error:  # a bug in the fake: say so rather than drop the connection
             status, payload = 500, {"code": 500, "message": f"fake_runai internal error: {error!r}"}
+            # and fail the test that used it (__exit__): llmb retries a 500, which would hide the bug
+            self.internal_errors.append(f"{req.method} {req.path}: {error!r}")
         return status, headers, json.dumps(payload)
 
     def _drip(self, h: BaseHTTPRequestHandler, data: bytes, interval: float) -> None:

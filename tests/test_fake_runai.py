@@ -830,3 +830,13 @@ def test_execute_a_command_that_cannot_start_fails(runner, tmp_path):
     workload_id = create(runner, token, "trainings", body)["workloadId"]
     wait_phase(runner, token, "trainings", workload_id, {"Failed"})
     assert "could not start" in runner.workloads[workload_id]["phaseMessage"]
+
+
+def test_a_bug_in_the_fake_fails_the_test_that_used_it():
+    """Issue 36: the fake answered its own exceptions with a 500, which llmb retries, so a bug in
+    the fake could pass unseen; now the block that used it fails, naming the bug."""
+    with pytest.raises(AssertionError, match="fake_runai had internal errors.*ZeroDivisionError"):
+        with FakeRunai() as f:
+            f._route = lambda req: 1 / 0
+            status, _, answer = call(f, "GET", "/org-unit/projects")
+            assert status == 500 and "fake_runai internal error" in answer["message"]
