@@ -104,7 +104,7 @@ def test_what_one_h100_holds_of_each_workload(host):
     layers, vocab = said["nemotron4"]
     assert layers == "layers 96 -> 1" and vocab.startswith("vocab 256,000 -> ")
     # no prefix with an attention layer fits beside 4 MLP and 4 Mamba layers: said too
-    assert said["nemotronh"][0].endswith("(without layer kind(s) *)")
+    assert said["nemotronh"] == ("layers 118 -> 3 (without any attention layer)",)
 
 
 def test_a_model_no_slice_of_which_fits_is_refused(host):

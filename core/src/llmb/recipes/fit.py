@@ -29,6 +29,8 @@ from llmb.recipes.records import ModelArch, Recipe
 
 # Megatron pads the vocabulary to a multiple of this; a sliced vocabulary is one too.
 VOCAB_MULTIPLE = 128
+# The layer kinds (``ModelArch.layer_kinds``) as a slice that lacks one says it.
+KIND_WORDS = {"A": "dense", "E": "MoE", "M": "Mamba", "*": "attention", "-": "MLP"}
 # The share of the GPU's memory a slice's estimate may take: the rest is the estimate's margin.
 FIT_FRACTION = 1 - TORCH.margin
 
@@ -63,13 +65,9 @@ class Fit:
         full, arch = self.full, self.arch
         out = []
         if arch.layers != full.layers:
-            kinds = "".join(sorted(set(arch.layer_kinds())))
-            whole = "".join(sorted(set(full.layer_kinds())))
-            lost = (
-                ""
-                if kinds == whole
-                else f" (without layer kind(s) {''.join(sorted(set(whole) - set(kinds)))})"
-            )
+            missing = sorted(set(full.layer_kinds()) - set(arch.layer_kinds()))
+            without = ", ".join(f"{KIND_WORDS.get(k, k)} layer" for k in missing)
+            lost = f" (without any {without})" if missing else ""
             out.append(f"layers {full.layers} -> {arch.layers}{lost}")
         if arch.experts != full.experts:
             out.append(
