@@ -37,7 +37,19 @@ def _close(actual: float | None, expected: float | None) -> bool:
     return math.isclose(actual, expected, rel_tol=1e-6, abs_tol=0.01)
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param(
+            e,
+            marks=[pytest.mark.xfail(strict=True, reason=e["waits_on"])]
+            if e.get("waits_on")
+            else [],
+        )
+        for e in ENTRIES
+    ],
+    ids=[e["name"] for e in ENTRIES],
+)
 def test_real_log_reads_as_expected(entry, cli, host, install_root):
     path = CORPUS / entry["path"]
     assert path.exists(), f"{entry['path']} is listed but missing"
