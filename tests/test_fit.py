@@ -283,3 +283,13 @@ def test_results_read_a_fitted_runs_name_as_a_proxy(host):
         "pretrain_llama31_8b_bf16_gpus8_tp1_pp1_cp2_vpNone_ep1_mbs1_gbs128", workloads
     )
     assert not published.proxy and published.layers is None
+
+
+def test_the_documented_headroom_is_the_codes():
+    # docs/memory-estimate.md: "keeping 10% of the GPU's memory free"; the number is the test's own
+    documented = 0.10
+    text = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs" / "memory-estimate.md").read_text().split()
+    )
+    assert "keeping 10% of the GPU's memory free" in text
+    assert TORCH.margin == documented and FIT_FRACTION == pytest.approx(1 - documented)
