@@ -230,6 +230,8 @@ class RecipeSeries(RecipeLayout):
     is_range: bool
     errata: tuple[Erratum, ...] = ()
     adjustments: tuple[str, ...] = ()  # seed prose or framework presets applied
+    # the layout fields (tp, mbs, ...) its errata and adjustments set: the rest are as printed
+    amended: frozenset[str] = frozenset()
 
     def describe_scales(self) -> str:
         if self.is_range:

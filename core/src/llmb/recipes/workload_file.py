@@ -524,13 +524,14 @@ def _series(
     """One series per (dtype, configuration): explicit rows that differ only
     in scale merge; each amendment applies to the rows its ``match`` selects."""
     used = [False] * len(amendments)
-    groups: dict[tuple, list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]] = {}
+    groups: dict[tuple, list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...], set[str]]]] = {}
     for row in rows:
         for dtype in row.dtypes:
-            amended, errata, notes = row, [], []
+            amended, errata, notes, changed = row, [], [], set()
             for i, (raw, erratum) in enumerate(amendments):
                 if _matches(raw.get("match") or {}, row, dtype):
                     amended = _amend(amended, raw.get("set") or {})
+                    changed.update(raw.get("set") or {})
                     used[i] = True
                     if erratum is not None:
                         errata.append(erratum)
@@ -544,7 +545,7 @@ def _series(
                 *(getattr(amended, f) for f in LAYOUT),
             )
             groups.setdefault(key, []).append(
-                (replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes))
+                (replace(amended, dtypes=(dtype,)), tuple(errata), tuple(notes), changed)
             )
     for (raw, _), was_used in zip(amendments, used, strict=True):
         if not was_used:
@@ -552,8 +553,10 @@ def _series(
     return tuple(_merge(members) for members in groups.values())
 
 
-def _merge(members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]) -> RecipeSeries:
-    first, errata, notes = members[0]
+def _merge(
+    members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...], set[str]]],
+) -> RecipeSeries:
+    first, errata, notes, _ = members[0]
     rows = [m[0] for m in members]
     layout = {f.name: getattr(first, f.name) for f in fields(RecipeLayout)}
     layout["gbs"] = _series_gbs(rows)
@@ -566,6 +569,7 @@ def _merge(members: list[tuple[SeedRow, tuple[Erratum, ...], tuple[str, ...]]]) 
         is_range=first.is_range,
         errata=errata,
         adjustments=notes,
+        amended=frozenset().union(*(m[3] for m in members)),
     )
     for gpus in sorted({series.min_gpus, series.max_gpus, *series.listed_gpus}):
         problem = check_layout(series, gpus)
