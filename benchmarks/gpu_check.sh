@@ -43,11 +43,12 @@ stage() {  # stage NAME SECONDS COMMAND...: run it with a time limit, log to $OU
 BENCH=(python3 benchmarks/engine_throughput.py --gpu "$GPU" --only 8b)
 stage bench-2-layers 120 "${BENCH[@]}" --layers 2 --rounds 4
 stage bench-10-layers 110 "${BENCH[@]}" --layers 10 --ga 4 --rounds 3 --warmup 1 --compiled-only
-# Each workload's largest slice for one GPU, 10 steps (the first compiles), bf16.
-for run in "llama31 8b" "llama4 400b" "nemotron4 340b" "nemotronh 56b"; do
+# Each workload's largest slice for one GPU, 10 steps (the first compiles), in bf16 where the recipe
+# has it (Nemotron-H 56B publishes fp8 rows only: torchao float8 on the GPU).
+for run in "llama31 8b bf16" "llama4 400b bf16" "nemotron4 340b bf16" "nemotronh 56b fp8"; do
     set -- $run
     TAIL=6 stage "run-$1" 55 python3 -m llmb run "$1" --size "$2" --gpu "$GPU" --gpus 1 --fit \
-        --dtype bf16 --steps 10 --json
+        --dtype "$3" --steps 10 --json
 done
 stage preflight 45 python3 -m llmb preflight --gpu "$GPU" --nodes 1 --gpus-per-node 1 --json
 # one line per run: what it measured
