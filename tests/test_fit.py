@@ -260,7 +260,7 @@ def test_run_fit_names_the_slice_and_builds_it(llmb_proc, one_h100):
 def test_plan_fit_lists_every_difference(cli):
     args = ("plan", "llama4", "--size", "400b", "--gpu", "h100", "--gpus", "1", "--dtype", "bf16")
     text = cli(*args, "--fit").out
-    assert "proxy: llmb run --fit runs a layers2-experts8 model" in text
+    assert "shallow run: llmb run --fit runs a layers2-experts8 model" in text
     assert (
         "fit          layers 48 -> 2, experts 128 -> 8 per MoE layer (top-1, expert shape unchanged)"
         in text

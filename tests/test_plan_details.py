@@ -305,7 +305,7 @@ def test_plan_proxy_shows_what_the_proxy_runs_and_every_difference(cli):
 
     text = plan(cli, *LLAMA31_8B, "--proxy", "tiny")
     assert (
-        "proxy: llmb run --proxy tiny runs a tiny model on the torch engine, 8 ranks on this machine's CPU, "
+        "CPU proxy: llmb run --proxy tiny runs a tiny model on the torch engine, 8 ranks on this machine's CPU, "
         "cut from the published recipe at 8 GPUs\n" in text
     )
     assert (

@@ -207,7 +207,8 @@ def _proxy_lines(plan) -> list[str]:
     )
     lines = [
         "",
-        f"proxy: llmb run {run.flag} runs a {run.label} model on the torch engine, {ran.gpus} "
+        f"{'CPU proxy' if run.flag.startswith('--proxy') else 'shallow run'}: llmb run {run.flag} "
+        f"runs a {run.label} model on the torch engine, {ran.gpus} "
         f"rank{'s' if ran.gpus != 1 else ''} on this machine's {where}, cut from {taken}",
         f"  model        {_arch_words(run.arch, run.seq_len)}",
         f"               {figure(p.params, 0)} parameters"
@@ -270,6 +271,10 @@ def render_plan(plan) -> str:
         )
     used = _flops_use_lines(plan)
     lines += [f"  FLOPs used   {used[0]}"] + [f"               {line}" for line in used[1:]]
+    lines.append(
+        "               (the workload's formula: the published recipe's model-FLOPs formula, above; "
+        "Megatron-Bridge's count: the FLOPs its log's MODEL_TFLOP/s/GPU counts)"
+    )
     m = plan.memory
     capacity = f" of {m.capacity_gb:g} GB" if m.capacity_gb else ""
     lines.append(

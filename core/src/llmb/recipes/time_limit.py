@@ -54,7 +54,8 @@ class TimeLimit:
                 else f"estimated at {ASSUMED_MFU_PCT:g}% MFU"
             )
             how = (
-                f"{self.startup_minutes:.0f} min start-up + {MARGIN:g} x {self.steps} steps x {self.step_s:.3g} s "
+                f"{self.startup_minutes:.0f} min start-up (container, imports, NCCL, the model's build; "
+                f"larger for larger models) + {MARGIN:g} x {self.steps} steps x {self.step_s:.3g} s "
                 f"({what}), at least {FLOOR_MINUTES} min"
             )
         return f"{self.slurm} on a cluster ({how}; --time-limit or slurm.time replaces it)"
