@@ -120,3 +120,16 @@ def test_a_name_that_gives_another_layout_than_the_recipe_is_a_tuned_run(cli, tm
     # with no GPU type to look its recipe up by, it is not known to be tuned
     (row,) = json.loads(cli("results", str(tmp_path), "--json", "--rescan").out)
     assert row["tuned"] is None
+
+
+def test_steps_by_set_or_by_flag_is_one_thing_and_never_tuned(cli):
+    """Issue 34: --set steps=20 named the run _tuned and --steps 20 did not. Steps change how long a
+    run is, not what it measures: both spellings give the same run, named as the official one."""
+    base = ("run", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8")
+    specs = []
+    for spelling in (("--set", "steps=20"), ("--steps", "20")):
+        result = cli(*base, "--backend", "slurm", *spelling, "--dry-run", "--json")
+        assert result.code == 0, result.err
+        specs.append(result.json()["run_spec"])
+    assert specs[0]["experiment"] == specs[1]["experiment"]
+    assert not specs[0]["experiment"].endswith("_tuned") and specs[0]["steps"] == 20

@@ -357,7 +357,9 @@ def build_recipe(
             warnings=tuple(warnings),
             errata=series.errata,
             adjustments=series.adjustments,
-            overrides=tuple(sorted(request.overrides.items())),
+            # the layout's overrides: steps change how long a run is, not what it measures, so
+            # --set steps=N is --steps N (neither makes a run tuned)
+            overrides=tuple(sorted((k, v) for k, v in request.overrides.items() if k != "steps")),
             provenance=series.provenance,
             gbs_rule=str(gbs_expr),
         )
