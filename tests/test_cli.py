@@ -49,6 +49,7 @@ def test_list_json_and_one_workload(cli):
             "range": False,
             "gpus_per_node": 8,
             "source": "Nemotron-H 56B NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01)",
+            "deprecated": None,
         }
     ]
     every = cli("list", "--json").json()

@@ -30,6 +30,7 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
     gpus = catalogue()
     entries: dict[tuple, dict[str, Any]] = {}
     for workload in workloads:
+        deprecated = workload.deprecated.as_dict() if workload.deprecated else None
         for vi, variant in enumerate(workload.variants):
             for s in variant.series:
                 key = (
@@ -59,12 +60,23 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
                         "range": s.is_range,
                         "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
                         "source": s.provenance.document,
+                        # deprecated by its publisher's collection (still listed and runnable); None: current
+                        "deprecated": deprecated,
                     },
                 )
                 for dtype in s.dtypes:
                     if dtype not in entry["dtypes"]:
                         entry["dtypes"].append(dtype)
     return [entries[k] for k in sorted(entries, key=lambda k: k[:5] + (k[5],))]
+
+
+def _print_deprecated(workloads: list) -> None:
+    deprecated = [w for w in workloads if w.deprecated]
+    if not deprecated:
+        return
+    click.echo(fit_text("\nDeprecated (still listed and runnable here):"))
+    for w in deprecated:
+        click.echo(fit_text(f"  {w.name}: {w.deprecated.describe()}."))
 
 
 def _print_errata(workload) -> None:
@@ -116,6 +128,7 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
             rows,
         )
     )
+    _print_deprecated(chosen)
     click.echo(
         fit_text(
             "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"

@@ -250,6 +250,8 @@ class Plan:
     @property
     def warnings(self) -> tuple[str, ...]:
         out = list(self.recipe.warnings)
+        if d := self.workload.deprecated:  # still runs; said once, first
+            out.insert(0, f"{self.workload.name} is {d.describe()}; llmb still runs its recipes.")
         out += [f"recipe erratum {e.describe()}" for e in self.recipe.errata]
         m = self.memory
         if m.exceeds_margin:

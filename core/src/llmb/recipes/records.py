@@ -332,6 +332,36 @@ class UpstreamRecipe:
         }
 
 
+@dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
+class Deprecation:
+    """A workload its publisher's collection no longer runs (``deprecated:`` in workload.yaml): kept,
+    listed and runnable here, and marked so in ``llmb list`` and in a plan's and a run's warnings."""
+
+    by: str  # who deprecated it, e.g. "NVIDIA's LLM Benchmarking Collection (NVIDIA/exemplar-performance)"
+    release: str  # the release that lists it as deprecated, e.g. v26.08.00
+    document: str  # where that release says so, e.g. "README.md, Deprecated table"
+    last_release: str = ""  # the last release that shipped its recipe, where the document says
+    commit: str = ""  # the commit of ``document`` read
+
+    def describe(self) -> str:
+        """One line, e.g. ``deprecated by X in its release v26.08.00 (README.md, Deprecated table; last
+        shipped in 25.08)``."""
+        where = self.document + (
+            f"; last shipped in {self.last_release}" if self.last_release else ""
+        )
+        return f"deprecated by {self.by} in its release {self.release} ({where})"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "by": self.by,
+            "release": self.release,
+            "document": self.document,
+            "last_release": self.last_release,
+            "commit": self.commit,
+            "text": self.describe(),
+        }
+
+
 def _image_name(image: str) -> str:
     """``nvcr.io#nvidia/nemo:25.11.01`` -> ``nemo:25.11.01``."""
     return image.replace("#", "/").rsplit("/", 1)[-1]
@@ -460,6 +490,8 @@ class Workload:
     # Other names users know it by, lower case: NVIDIA's llmb-run workload names (pretrain_llama3.1)
     # and the collection's model names (llama3.1). ``llmb run``, ``plan``, ``list`` and sweep files take them.
     aliases: tuple[str, ...] = ()
+    # Deprecated by its publisher's collection (kept and runnable here); None: current.
+    deprecated: Deprecation | None = None
 
     def cite(self, seed: str, part: str = "") -> str:
         """A recipe document as users are shown it, e.g. ``cite("llama31-nemo2.md", "Notes")``."""

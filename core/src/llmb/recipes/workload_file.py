@@ -23,6 +23,7 @@ from llmb.recipes.gpus import DTYPES, catalogue
 from llmb.recipes.production_file import production_from_dict
 from llmb.recipes.records import (
     FAILURE_KINDS,
+    Deprecation,
     Erratum,
     FailureHint,
     ModelArch,
@@ -247,7 +248,34 @@ def workload_from_dict(raw: dict[str, Any]) -> Workload:
         failure_hints=hints,
         documents=titles,
         aliases=_aliases(name, raw.get("aliases") or ()),
+        deprecated=_deprecation(raw.get("deprecated")),
     )
+
+
+DEPRECATION_KEYS = ("by", "release", "document", "last_release", "commit")
+
+
+def _deprecation(raw: Any) -> Deprecation | None:
+    """``deprecated:``: who deprecated the workload, in which release, and the document that says so
+    (required); the last release that shipped its recipe and the document's commit (optional)."""
+    if raw is None:
+        return None
+    with _context("deprecated"):
+        if not isinstance(raw, dict):
+            raise ValueError(
+                "expected a mapping: by, release and document (and optionally last_release, commit), e.g. "
+                "{by: NVIDIA/exemplar-performance, release: v26.08.00, document: README.md}"
+            )
+        unknown = sorted(set(map(str, raw)) - set(DEPRECATION_KEYS))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}; valid: {', '.join(DEPRECATION_KEYS)}")
+        values = {k: " ".join(str(raw.get(k) or "").split()) for k in DEPRECATION_KEYS}
+        missing = [k for k in ("by", "release", "document") if not values[k]]
+        if missing:
+            raise ValueError(
+                f"missing {', '.join(missing)}: say who deprecated it, in which release, where"
+            )
+        return Deprecation(**values)
 
 
 def _aliases(name: str, raw) -> tuple[str, ...]:
