@@ -124,75 +124,112 @@ def _joined(parts: list[str], seps: list[str], kept: set[int]) -> str:
     return "".join(out)
 
 
-def _short_names(names: Sequence[str], width: int, column: Column) -> tuple[dict[str, str], bool]:
-    """Each of ``names`` in at most ``width`` characters where it can be (``Column`` "name"), and whether
-    every one kept the parts that identify it and no two different names read the same."""
-    distinct = list(dict.fromkeys(names))
-    shown: dict[str, str] = {}
-    kept_of: dict[str, set[int]] = {}
-    split: dict[str, tuple[list[str], list[str]]] = {}
-    whole = True
+class _Names:
+    """A "name" column's names, cut to a width (``Column`` "name"). What does not depend on the width is
+    worked out once: each name's parts, those that identify it, and the first part where it differs from
+    each name with the same identifying parts (a tuned run beside the official one: its mbs2 beside
+    their mbs1)."""
 
-    def grown(parts, seps, kept: set[int]) -> set[int]:
-        # the name's next parts, in order, while they fit: cut at the end
-        kept = set(kept)
-        for i in range(len(parts)):
-            if i in kept:
-                continue
-            if len(_joined(parts, seps, kept | {i})) > width:
-                break
-            kept.add(i)
-        return kept
-
-    for name in distinct:
-        if len(name) <= width:
-            shown[name] = name
-            continue
-        parts, seps = split[name] = _parts(name)
-        base = set(range(min(column.keep, len(parts)))) | {
-            i for i, p in enumerate(parts) if p in column.keep_parts
-        }
-        base = base or {0}
-        while len(_joined(parts, seps, base)) > width and len(base) > 1:
-            base.discard(max(base))  # too narrow even for what identifies it
-            whole = False
-        if len(_joined(parts, seps, base)) > width:
-            shown[name] = shorten(name, width)
-            whole = False
-            continue
-        kept_of[name] = base
-        shown[name] = _joined(parts, seps, grown(parts, seps, base))
-    # a name keeps the first part where it differs from a name that would read the same, or that has
-    # the same identifying parts (a tuned run beside the official one: its mbs2 beside their mbs1)
-    groups: dict[tuple, list[str]] = {}
-    for name in kept_of:
-        groups.setdefault(("shown", shown[name]), []).append(name)
+    def __init__(self, names: Sequence[str], column: Column):
+        self.distinct = list(dict.fromkeys(names))
+        self.split = {name: _parts(name) for name in self.distinct}
+        self.base: dict[str, set[int]] = {}
+        for name, (parts, _) in self.split.items():
+            kept = set(range(min(column.keep, len(parts))))
+            self.base[name] = kept | {i for i, p in enumerate(parts) if p in column.keep_parts} or {
+                0
+            }
+        self.apart: dict[str, set[int]] = {name: set() for name in self.distinct}
         if column.keep:
-            groups.setdefault(("same", *split[name][0][: column.keep]), []).append(name)
-    extra: dict[str, set[int]] = {}
-    for group in groups.values():
+            same: dict[tuple, list[str]] = {}
+            for name, (parts, _) in self.split.items():
+                same.setdefault(tuple(parts[: column.keep]), []).append(name)
+            for group in same.values():
+                self.apart.update(self._differing(group))
+
+    def _differing(self, group: list[str]) -> dict[str, set[int]]:
+        """For each name of ``group``, the first part where it differs from each other one."""
+        found: dict[str, set[int]] = {name: set() for name in group}
         if not 1 < len(group) <= 64:  # past that many, the JOB column tells them apart
-            continue
+            return found
         for name in group:
-            parts = split[name][0]
+            parts = self.split[name][0]
             for other in group:
-                theirs = set(split[other][0])
+                theirs = set(self.split[other][0])
                 differing = [i for i, p in enumerate(parts) if p not in theirs]
                 if other != name and differing:
-                    extra.setdefault(name, set()).add(differing[0])
-    for name, more in extra.items():
-        parts, seps = split[name]
-        shown[name] = _joined(parts, seps, grown(parts, seps, kept_of[name] | more))
-    fits = all(len(text) <= width for text in shown.values())
-    return shown, whole and fits and len(set(shown.values())) == len(distinct)
+                    found[name].add(differing[0])
+        return found
 
+    @staticmethod
+    def _grown(parts: list[str], seps: list[str], kept: set[int], width: int) -> str:
+        """The name with ``kept`` and its next parts, in order, while they fit: cut at its end."""
+        kept = set(kept)
+        for i in range(len(parts)):
+            if i not in kept:
+                if len(_joined(parts, seps, kept | {i})) > width:
+                    break
+                kept.add(i)
+        return _joined(parts, seps, kept)
 
-def _name_floor(names: Sequence[str], column: Column, least: int, most: int) -> int:
-    """The narrowest width from ``least`` at which the names keep what identifies them and stay apart."""
-    for width in range(least, most):
-        if _short_names(names, width, column)[1]:
-            return width
-    return most
+    def at(self, width: int, apart: bool = True) -> tuple[dict[str, str], bool]:
+        """Each name in at most ``width`` characters where it can be, and whether every one kept what
+        identifies it and no two different names read the same. ``apart`` False: cut at the end only
+        (what is left when even that is too wide)."""
+        shown: dict[str, str] = {}
+        whole = True
+        for name in self.distinct:
+            if len(name) <= width:
+                shown[name] = name
+                continue
+            parts, seps = self.split[name]
+            base = set(self.base[name])
+            while len(_joined(parts, seps, base)) > width and len(base) > 1:
+                base.discard(max(base))  # too narrow even for what identifies it
+                whole = False
+            if len(_joined(parts, seps, base)) > width:
+                shown[name] = shorten(name, width)
+                whole = False
+                continue
+            more = self.apart[name] if apart else set()
+            shown[name] = self._grown(parts, seps, base | more, width)
+        if apart:
+            # names that still read the same keep the first part where they differ
+            alike: dict[str, list[str]] = {}
+            for name in self.distinct:
+                if len(name) > width:
+                    alike.setdefault(shown[name], []).append(name)
+            for group in alike.values():
+                if len(group) > 1:
+                    for name, more in self._differing(group).items():
+                        parts, seps = self.split[name]
+                        kept = self.base[name] | self.apart[name] | more
+                        shown[name] = self._grown(parts, seps, kept, width)
+        fits = all(len(text) <= width for text in shown.values())
+        return shown, whole and fits and len(set(shown.values())) == len(self.distinct)
+
+    def floor(self, least: int, most: int) -> int:
+        """The narrowest width from ``least`` at which the names keep what identifies them and stay apart
+        (searched by halves: a wider column never needs to cut more)."""
+        if self.at(least)[1]:
+            return least
+        while most - least > 1:
+            middle = (least + most) // 2
+            if self.at(middle)[1]:
+                most = middle
+            else:
+                least = middle
+        return most
+
+    def fitted(self, width: int) -> dict[str, str]:
+        """Each name at ``width``: kept apart where that fits, else cut at its end."""
+        shown, _ = self.at(width)
+        plain = None
+        for name, text in shown.items():
+            if len(text) > width:
+                plain = plain or self.at(width, apart=False)[0]
+                shown[name] = plain[name]
+        return shown
 
 
 def render_table(
@@ -234,7 +271,7 @@ def render_table(
         floor = [least(i) for i in range(len(columns))]
         for i, c in enumerate(columns):
             if c.cut == "name" and floor[i] < natural[i]:
-                floor[i] = _name_floor([row[i] for row in cells], c, floor[i], natural[i])
+                floor[i] = _Names([row[i] for row in cells], c).floor(floor[i], natural[i])
         empty = [
             i for i, c in enumerate(columns) if c.drop and all(row[i] in ("-", "") for row in cells)
         ]
@@ -270,7 +307,7 @@ def render_table(
     for i in shown:
         c = columns[i]
         if c.cut == "name" and any(len(row[i]) > widths[i] for row in cells):
-            forms[i] = _short_names([row[i] for row in cells], widths[i], c)[0]
+            forms[i] = _Names([row[i] for row in cells], c).fitted(widths[i])
             widths[i] = max(
                 [len(c.title), *(min(len(text), widths[i]) for text in forms[i].values())]
             )
