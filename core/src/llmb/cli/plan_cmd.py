@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from llmb.cli import get_host
 from llmb.cli.output import emit_json, fit_text
+from llmb.cli.run_options import run_options
 from llmb.figures import figure
 from llmb.recipes.gpus import MAX_GPUS_PER_NODE
 
@@ -338,21 +341,75 @@ def render_plan(plan) -> str:
     return "\n".join(lines)
 
 
+# The run options that only say how to show or follow a run, which plan has no use for; every other
+# llmb run option (run_options) is taken, so that the two cannot drift apart.
+_PREVIEW_ONLY = ("proxy", "fit")
+
+
+def _given_run_options(ctx, run_kw: dict) -> list[str]:
+    """The run options given on the command line or by their variables (not their defaults)."""
+    from click.core import ParameterSource
+
+    sources = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return [name for name in run_kw if ctx.get_parameter_source(name) in sources]
+
+
+def run_section(prepared) -> dict:
+    """What ``llmb run`` with the same options would run (``llmb run --dry-run``'s run_spec, less what
+    only a submission makes: its job id and paths)."""
+    spec = prepared.spec
+    return {
+        "engine": spec.engine,
+        "backend": prepared.job.backend,
+        "ranks": spec.ranks,
+        "nodes": spec.nodes,
+        "ranks_per_node": spec.ranks_per_node,
+        "experiment": spec.experiment,
+        "proxy": spec.proxy,
+        "device": spec.device,
+        "compute_dtype": spec.compute_dtype,
+        "mbs": spec.mbs,
+        "ga": spec.ga,
+        "gbs": spec.gbs,
+        "seq_len": spec.seq_len,
+        "layers": spec.arch.get("layers"),
+        "steps": spec.steps,
+        "container": spec.container,
+        "time_limit": prepared.submit.time_limit,
+        "framework_args": list(prepared.record.get("framework_args") or ()),
+        "tuned": list(prepared.record.get("tuned") or ()),
+    }
+
+
+def _run_lines(run: dict) -> list[str]:
+    where = f"{run['backend']}, {run['ranks']} rank{'s' if run['ranks'] != 1 else ''}"
+    if run["nodes"]:
+        where += (
+            f" ({run['nodes']} node{'s' if run['nodes'] != 1 else ''} x {run['ranks_per_node']})"
+        )
+    lines = [
+        "",
+        "this run (llmb run with these options; plan writes and submits nothing):",
+        f"  engine       {run['engine']} on {run['device']} ({run['compute_dtype']}), {where}",
+        f"  experiment   {run['experiment']}",
+        f"  batch        MBS {run['mbs']}  GA {run['ga']}  GBS {run['gbs']}, sequence {run['seq_len']}, "
+        f"{run['layers']} layers, {run['steps']} steps",
+    ]
+    if run["time_limit"]:
+        lines.append(f"  time limit   {run['time_limit']}")
+    if run["container"] and run["backend"] != "local":
+        lines.append(f"  container    {run['container']}")
+    for tuned in run["tuned"]:
+        if isinstance(tuned, dict):
+            lines.append(f"  tuned        {tuned.get('setting')} = {tuned.get('run')}")
+    lines += [f"  - {w}" for w in run.get("warnings", ())]
+    return lines
+
+
 @click.command("plan")
 @click.argument("workload")
 @recipe_options
-@click.option(
-    "--proxy",
-    metavar="NAME",
-    help="Also show what llmb run --proxy NAME runs here (tiny: a CPU-sized model with the workload's "
-    "structure) and every way it differs from the published recipe.",
-)
-@click.option(
-    "--fit",
-    is_flag=True,
-    help="Also show the largest slice of the model one GPU of this type holds, which llmb run --fit runs "
-    "(full width; fewer layers, then fewer experts per MoE layer), and every way it differs.",
-)
+@run_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.pass_context
 def plan_command(
@@ -366,21 +423,39 @@ def plan_command(
     variant,
     gpus_per_node,
     settings,
-    proxy,
-    fit,
     as_json,
+    **run_kw,
 ):
     """Resolve WORKLOAD's recipe for a size, GPU type, dtype and GPU count and
     show it: parallel layout with DP and GA derived, model FLOPs and which
     count TFLOP/s and MFU use, a per-GPU memory estimate with recompute and
     offload, the published recipe's numbers where it has them, and any
     warnings or recipe errata (errors in the published recipe) that apply.
-    With --proxy, also what llmb run --proxy runs and what it changes."""
+    It takes every option llmb run takes: --proxy, --fit and --layers show what
+    that run would run and how it differs from the published recipe; the others
+    (--engine, --backend, --steps, --framework-arg, --time-limit, --image, ...)
+    add what llmb run with them would run. Nothing is written or submitted."""
     host = get_host(ctx)
     request = build_request(
         workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
     )
-    if proxy is None and not fit:  # the recipe alone: none of a run's machinery is imported
+    proxy, fit = run_kw.get("proxy"), bool(run_kw.get("fit"))
+    given = [n for n in _given_run_options(ctx, run_kw) if n not in _PREVIEW_ONLY]
+    run = None
+    if (
+        given
+    ):  # what llmb run with these options would run, prepared as llmb run --dry-run prepares it
+        from llmb.lifecycle.prepare import plan_proxy, prepare
+        from llmb.lifecycle.run_option_values import run_inputs
+
+        request, options, backend = run_inputs(run_kw, request)
+        prepared = prepare(host, request, options, backend)
+        plan, run = prepared.plan, run_section(prepared)
+        if proxy or fit:
+            ranks = prepared.spec.ranks
+            plan = replace(plan, proxy=plan_proxy(host, plan, proxy, ranks, fit))
+        run["warnings"] = [w for w in prepared.warnings if w not in plan.warnings]
+    elif proxy is None and not fit:  # the recipe alone: none of a run's machinery is imported
         from llmb.recipes.planning import make_plan
 
         plan = make_plan(host, request)
@@ -389,6 +464,9 @@ def plan_command(
 
         plan = plan_with_proxy(host, request, proxy, fit)
     if as_json:
-        emit_json(plan.as_dict())
+        emit_json({**plan.as_dict(), **({"run": run} if run else {})})
     else:
-        click.echo(fit_text(render_plan(plan)))
+        text = render_plan(plan)
+        if run:
+            text += "\n" + "\n".join(_run_lines(run))
+        click.echo(fit_text(text))
