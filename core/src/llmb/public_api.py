@@ -35,6 +35,7 @@ FACADE: dict[str, str] = {
     "load_workload": "llmb.recipes.workload_file",
     "resolve_from_tables": "llmb.recipes.resolve",
     "dense_transformer": "llmb.recipes.flops",
+    "megatron_bridge_sample": "llmb.recipes.flops",
     "mamba_d_inner": "llmb.recipes.params",
     "catalogue": "llmb.recipes.gpus",
     "gpu_type": "llmb.recipes.gpus",

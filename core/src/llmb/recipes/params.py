@@ -51,7 +51,8 @@ def attention_params(arch: ModelArch) -> int:
     q = h * arch.heads * d
     kv = 2 * h * arch.query_groups * d
     out = arch.heads * d * h
-    return q + kv + out + _norm(arch)
+    qk_norm = 2 * d if arch.qk_norm else 0  # one RMSNorm weight of head_dim for q, one for k
+    return q + kv + out + qk_norm + _norm(arch)
 
 
 def mlp_params(arch: ModelArch, ffn: int) -> int:

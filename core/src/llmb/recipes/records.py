@@ -75,6 +75,7 @@ class ModelArch:
     mamba_expand: int = 0
     mamba_conv_kernel: int = 0
     mamba_chunk: int = 0
+    qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (Qwen3)
     published_params: float | None = None
     source: str = ""
 

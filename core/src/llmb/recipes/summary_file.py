@@ -10,7 +10,9 @@ against into ``ReferenceResult`` records:
 * the precision as printed: ``BF16``, ``FP8``/``FP8-CS`` (current scaling, llmb's
   ``fp8``), ``NVFP4``; ``MXFP8``/``FP8-MX`` rows and tables that print no precision
   are left out, since llmb's ``fp8`` is current scaling and an unprinted precision
-  is a reading, not a figure. A cell ``a (b)`` under ``FP8-CS (FP8-MX)`` is ``a``;
+  is a reading, not a figure (unless the file maps them, ``precisions: {MXFP8: fp8}``,
+  for a workload whose fp8 runs as MXFP8 where they were measured). A cell ``a (b)``
+  under ``FP8-CS (FP8-MX)`` is ``a``;
 * where several releases publish the same size, GPU type, precision and GPU
   count, the newest release wins (its container and date are the figure's);
 * the step time is derived: GBS x sequence length / (tokens/s per GPU x GPUs).
@@ -58,7 +60,9 @@ def _date(table: dict[str, Any]) -> str | None:
     return None if date is None else str(date)
 
 
-def _rows(table: dict[str, Any], document: str, gpu_types: set[str]) -> list[ReferenceResult]:
+def _rows(
+    table: dict[str, Any], document: str, gpu_types: set[str], precisions: dict[str, str]
+) -> list[ReferenceResult]:
     columns = list(table["columns"])
     if table.get("task") != "pretrain" or "Precision" not in columns:
         return []
@@ -67,7 +71,7 @@ def _rows(table: dict[str, Any], document: str, gpu_types: set[str]) -> list[Ref
         row = dict(zip(columns, cells, strict=True))
         system = _SYSTEM.match(str(row.get("System") or table.get("system") or ""))
         gpu = system.group(1).lower() if system else None
-        dtype = _PRECISIONS.get(str(row["Precision"]))
+        dtype = precisions.get(str(row["Precision"]))
         gpus, gbs, seq = (_number(row.get(k)) for k in ("#-GPUs", "GBS", "Sequence Length"))
         per_gpu, tflops = (
             _number(row.get("Tokens / sec / GPU")),
@@ -103,11 +107,17 @@ def _rows(table: dict[str, Any], document: str, gpu_types: set[str]) -> list[Ref
 def summary_from_dict(raw: dict[str, Any], gpu_types: set[str]) -> tuple[ReferenceResult, ...]:
     """The figures of a performance-summary data file, newest release first for each configuration."""
     document = str(raw["source"]["document"])
+    # A workload whose fp8 runs as MXFP8 where the figures were measured (its production rule, e.g.
+    # Qwen3 on Blackwell) says so: ``precisions: {MXFP8: fp8}`` makes those rows its fp8 figures.
+    precisions = {
+        **_PRECISIONS,
+        **{str(k): str(v) for k, v in (raw.get("precisions") or {}).items()},
+    }
     tables = sorted(
         raw.get("tables") or (), key=lambda t: _release_key(str(t["release"])), reverse=True
     )
     chosen: dict[tuple, ReferenceResult] = {}
     for table in tables:
-        for ref in _rows(table, document, gpu_types):
+        for ref in _rows(table, document, gpu_types, precisions):
             chosen.setdefault((ref.size, ref.gpu, ref.dtype, ref.gpus), ref)
     return tuple(chosen.values())

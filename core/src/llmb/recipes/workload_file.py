@@ -431,7 +431,7 @@ def _upstream(raw: Any) -> UpstreamRecipe:
 
 
 def _cell_none(value: Any) -> Any:
-    return None if value is None or str(value).strip().upper() == "NA" else value
+    return None if value is None or str(value).strip().upper() in ("NA", "N/A") else value
 
 
 def _cell_bool(value: Any) -> bool:
@@ -463,7 +463,12 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
         raise ValueError(
             f"unknown columns {unknown}; known: {', '.join(sorted(set(COLUMN_NAMES.values())))}"
         )
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    # A table without a size column (the document names the size in the heading above it) says
+    # it once, as ``size:`` beside ``gpu:``.
+    table_size = table.get("size")
+    if table_size is not None and "size" in columns:
+        raise ValueError("size is given both as the table's size: and as a column")
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns and not (c == "size" and table_size)]
     if missing:
         raise ValueError(f"missing columns {missing}")
     gpu = _one_of(table["gpu"], list(catalogue()), "GPU type")
@@ -478,7 +483,7 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
                 variant=variant,
                 gpu=gpu,
                 scaling=scaling,
-                size=str(row["size"]).lower(),
+                size=str(row["size"] if table_size is None else table_size).lower(),
                 dtypes=tuple(_one_of(d, DTYPES, "dtype") for d in str(row["dtype"]).split("/")),
                 gpus=_parse_gpus(row["gpus"]),
                 seq_len=int(row["seq_len"]),

@@ -55,7 +55,7 @@ MANUAL_GC_INTERVAL = 100
 _ITERATION_DIR = re.compile(r"^iter_(\d+)$")
 # Recipes whose model counts the embedding and the loss as pipeline layers
 # (account_for_embedding/loss_in_pipeline_split).
-PIPELINE_SPLIT_EXTRA_LAYERS = {"llama31_405b": 2}
+PIPELINE_SPLIT_EXTRA_LAYERS = {"llama31_405b": 2, "qwen3_235b_a22b": 2}
 # Megatron FSDP saves and loads only this checkpoint format.
 FSDP_CHECKPOINT_FORMAT = "fsdp_dtensor"
 

@@ -232,9 +232,14 @@ class GroupedQueryAttention(nn.Module):
     output projection, none with a bias; optional RoPE on q and k (rotated in
     one call); softmax(q k^T / sqrt(head_dim)) v under a causal mask through
     ``kernels.attention`` (SDPA; an explicit fused-kernel choice on GPU).
+    With ``qk_norm`` (a norm class, e.g. ``RMSNorm``, called with
+    ``head_dim``), every query head and every key head is normalised over its
+    ``head_dim`` channels before RoPE, one weight for all query heads
+    (``q_norm``) and one for all key heads (``k_norm``): Qwen3's QK-norm.
     Tensor parallelism may lower ``heads`` and ``query_groups`` to a rank's
-    local counts, with ``qkv_proj`` holding that rank's q|k|v rows. The
-    layer's pre-norm is not part of it.
+    local counts, with ``qkv_proj`` holding that rank's q|k|v rows (the
+    per-head norms are the same on every rank). The layer's pre-norm is not
+    part of it.
     """
 
     def __init__(
@@ -244,6 +249,7 @@ class GroupedQueryAttention(nn.Module):
         query_groups: int,
         head_dim: int,
         rope: RotaryEmbedding | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         if heads % query_groups:
@@ -254,6 +260,8 @@ class GroupedQueryAttention(nn.Module):
         self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.rope = rope
+        self.q_norm = qk_norm(head_dim) if qk_norm is not None else None
+        self.k_norm = qk_norm(head_dim) if qk_norm is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -261,6 +269,8 @@ class GroupedQueryAttention(nn.Module):
         # [b, s, h + 2g, d]
         qkv = self.qkv_proj(x).unflatten(-1, (heads + 2 * groups, self.head_dim))
         qk, v = qkv[:, :, : heads + groups], qkv[:, :, heads + groups :]
+        if self.q_norm is not None:
+            qk = torch.cat((self.q_norm(qk[:, :, :heads]), self.k_norm(qk[:, :, heads:])), dim=2)
         if self.rope is not None:
             qk = self.rope.rotate_sequence_first(qk)
         q, k = qk[:, :, :heads], qk[:, :, heads:]

@@ -1,0 +1,2 @@
+"""Qwen3 MoE for llmb: the hooks live in ``plugin``, the data in ``workload.yaml``, the torch model in
+``model`` (imported only when a model is built)."""
