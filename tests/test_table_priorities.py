@@ -261,7 +261,7 @@ def _made_up(width: int, against: bool = True) -> list[str]:
         Column("AGAINST", drop=0 if against else 1),
         "OUTCOME",
         Column("STEP ms", drop=2),
-        "THROUGHPUT",
+        "VS REF",
     ]
     return render_table(columns, rows, width=width).split("\n")
 

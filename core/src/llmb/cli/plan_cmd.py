@@ -341,8 +341,8 @@ def render_plan(plan) -> str:
     return "\n".join(lines)
 
 
-# The run options that only say how to show or follow a run, which plan has no use for; every other
-# llmb run option (run_options) is taken, so that the two cannot drift apart.
+# The run options plan shows as a preview of the reduced run (plan_proxy), needing none of a run's other
+# machinery; every other llmb run option (run_options) prepares the run as llmb run --dry-run does.
 _PREVIEW_ONLY = ("proxy", "fit")
 
 
