@@ -157,6 +157,9 @@ def test_defaults_are_the_seeds_launch_defaults(host):
         ("nemotron4", "nemo2"): {"size": "340b", "dtype": "fp8"},
         ("nemotronh", "nemo2"): {"size": "56b", "dtype": "fp8", "gpu": "h100"},
     }
+    # the example plugin examples/llmb-plugin-qwen3, where installed
+    if "qwen3" in host.workloads():
+        expected[("qwen3", "megatron-bridge")] = {"size": "235b", "dtype": "bf16"}
     found = defaultdict(dict)
     for workload in host.workloads().values():
         for variant in workload.variants:

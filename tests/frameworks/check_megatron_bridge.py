@@ -112,12 +112,54 @@ def observe_asked(container, config: dict) -> dict:
     return {path: _value(container, path) for path in config.get("framework_args") or {}}
 
 
+# What torch.cuda.get_device_properties(0) names each GPU type (the product names NVIDIA's driver reports).
+DEVICE_NAMES = {
+    "h100": "NVIDIA H100 80GB HBM3",
+    "h200": "NVIDIA H200",
+    "b200": "NVIDIA B200",
+    "b300": "NVIDIA B300 SXM6 AC",
+    "gb200": "NVIDIA GB200",
+    "gb300": "NVIDIA GB300",
+}
+
+
+@contextlib.contextmanager
+def the_rows_gpu(config: dict):
+    """Without a GPU here, ``torch.cuda.get_device_properties`` answers for the row's GPU type: Megatron-Bridge's
+    MoE recipes (Qwen3's ``apply_flex_dispatcher_backend``) read the device to pick the token dispatcher, as
+    they do on the cluster's nodes. Where a GPU is present it answers itself."""
+    import types
+
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    sm = int(config["gpu_sm"] or 0)
+    device = types.SimpleNamespace(
+        name=DEVICE_NAMES.get(config["gpu"], config["gpu"]),
+        major=sm // 10,
+        minor=sm % 10,
+        multi_processor_count=132 if sm < 100 else 148,
+        total_memory=80 * 2**30,
+    )
+    # Megatron-Bridge 0.6 picks the dispatcher by the device only where CUDA is available (without it,
+    # it keeps the recipe's flex dispatcher, which validate() then checks against the device).
+    originals = torch.cuda.get_device_properties, torch.cuda.is_available
+    torch.cuda.get_device_properties = lambda *args, **kwargs: device
+    torch.cuda.is_available = lambda: True
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_properties, torch.cuda.is_available = originals
+
+
 def check(config: dict) -> dict:
     from llmb.engines.frameworks.runtime import build_recipe
 
     os.environ["WORLD_SIZE"] = str(config["gpus"])
     # The recipe and validate() print progress; only the outcome goes to RESULTS.json.
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), the_rows_gpu(config):
         container = build_recipe(config)
         container.validate()
     return {**observe(container), "framework_args": observe_asked(container, config)}

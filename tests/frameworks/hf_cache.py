@@ -74,17 +74,76 @@ def write_file(home: str, repo: str, name: str, text: str) -> str:
     os.makedirs(os.path.join(base, "refs"), exist_ok=True)
     with open(os.path.join(base, "refs", REVISION), "w", encoding="utf-8") as handle:
         handle.write(COMMIT)
-    path = os.path.join(base, "snapshots", COMMIT, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    for commit in (*PINNED_REVISIONS.get(repo, ()), COMMIT):
+        path = os.path.join(base, "snapshots", commit, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
     return path
 
 
+# Qwen's published values beside the architecture (config.json of Qwen/Qwen3-30B-A3B and
+# Qwen/Qwen3-235B-A22B, model_type qwen3_moe).
+QWEN3_MOE = {
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06,
+    "max_position_embeddings": 40960,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "router_aux_loss_coef": 0.001,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+}
+
+
+# Revisions a recipe pins beside the repository (Megatron-Bridge 0.6's Qwen3 30B recipes read
+# Qwen/Qwen3-30B-A3B at this commit): the same config.json is written there too.
+PINNED_REVISIONS = {"Qwen/Qwen3-30B-A3B": ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39",)}
+
+
+def qwen3_moe_config(arch) -> dict:
+    """A Qwen3 MoE config.json from an architecture record (the qwen3 workload plugin's)."""
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_act": "silu",
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.ffn,
+        "moe_intermediate_size": arch.moe_ffn,
+        "num_experts": arch.experts,
+        "num_experts_per_tok": arch.topk,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.query_groups,
+        "head_dim": arch.head_dim,
+        "num_hidden_layers": arch.layers,
+        "max_window_layers": arch.layers,
+        "vocab_size": arch.vocab,
+        "tie_word_embeddings": arch.tied_embeddings,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "rope_scaling": None,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "output_router_logits": False,
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
+        **QWEN3_MOE,
+    }
+
+
 def write_model_configs(home: str, host) -> list[str]:
-    """config.json of every Llama repository a recipe reads, from the llama31 workload's architectures."""
-    workload = host.workloads()["llama31"]
+    """config.json of every Llama repository a recipe reads, from the llama31 workload's architectures,
+    and of the Qwen3 MoE repositories where the qwen3 workload plugin (llmb-plugin-qwen3) is installed."""
+    workloads = host.workloads()
+    workload = workloads["llama31"]
     written = []
+    if "qwen3" in workloads:
+        qwen3 = workloads["qwen3"]
+        production = next(v for v in qwen3.variants if v.production).production
+        for size, repo in production.huggingface.repos.items():
+            config = qwen3_moe_config(qwen3.architecture(size))
+            written.append(write_file(home, repo, "config.json", json.dumps(config, indent=2)))
     for size, repos in RECIPE_REPOS["llama"].items():
         arch = workload.architecture(size)
         for repo in repos:
