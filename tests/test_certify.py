@@ -331,6 +331,9 @@ def test_dry_run_lists_the_suite_largest_jobs_first(llmb_proc, install):
     assert ranks == sorted(ranks, reverse=True) and ranks[0] == 512 and ranks[-1] == 128
     assert "note: nemotron4 340b h100 bf16: not published at 512 GPUs; runs at 256" in result.err
     assert not (Path(install["LLMB_INSTALL"]) / "certify").exists()  # a dry run records no suite
+    # each task says its recipe variant (405b bf16 at 512 H100s is NeMo 2's: plan needs --variant)
+    variants = {job["task"]: job["variant"] for job in listed}
+    assert variants["llama31 405b h100 bf16 512 GPUs"] == "nemo2"
     # a configuration the recipe lays out but publishes no figure for is left out, and said so
     assert (
         "note: nemotron4 340b h100 fp8: left out, its recipe gives a layout but publishes no "

@@ -155,6 +155,7 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
         jobs = [
             {
                 "task": c.task.label,
+                "variant": _variant(c),
                 "source": c.task.source,
                 "backend": c.planned.job.backend,
                 "ranks": c.planned.job.ranks,
@@ -172,7 +173,7 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     rows = [
         [
             str(n),
-            c.task.label,
+            f"{c.task.label} ({_variant(c)})" if _variant(c) else c.task.label,
             c.planned.job.backend,
             str(c.planned.job.ranks),
             compact_name(c.planned.job.experiment),
@@ -195,6 +196,13 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     click.echo(
         f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
     )
+
+
+def _variant(checked) -> str | None:
+    """The recipe variant a checked task runs (``nemo2`` for Llama 3.1 405B bf16 at 512 GPUs on H100,
+    whose Megatron-Bridge recipe starts at 1024): a dry run says which, as llmb plan would need it."""
+    plan = getattr(checked.planned, "plan", None)
+    return plan.recipe.variant if plan is not None else checked.task.variant
 
 
 def _task_column():
