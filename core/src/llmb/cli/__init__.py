@@ -65,7 +65,7 @@ COMMANDS = {
     "plugins": (
         "llmb.cli.plugins_cmd",
         "plugins_command",
-        "List discovered plugins and where they come from.",
+        "List plugins and where they come from; plugins new starts one.",
     ),
     "install": (
         "llmb.cli.install_cmd",
