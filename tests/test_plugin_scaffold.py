@@ -113,6 +113,16 @@ def test_an_existing_directory_is_refused(cli, tmp_path):
     assert made.code == 2 and "is not a directory" in made.err
 
 
+def test_a_directory_it_cannot_write_is_said_in_one_line(cli):
+    # /proc takes no new directory, whoever asks (root included)
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    made = cli("plugins", "new", "demo", "--dir", "/proc/llmb-plugin-demo")
+    assert made.code == 1, made.err
+    assert "could not write the skeleton into /proc/llmb-plugin-demo" in made.err
+    assert "Traceback" not in made.err and len(made.err.strip().splitlines()) == 1
+
+
 def test_plugins_still_lists(cli):
     listed = cli("plugins", "--json")
     assert listed.code == 0 and {p["name"] for p in listed.json()} >= {"llama31", "nemotronh"}

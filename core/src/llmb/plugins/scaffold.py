@@ -13,7 +13,7 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
-from llmb.errors import UsageError
+from llmb.errors import LlmbError, UsageError
 
 # template -> its path in the plugin directory ({package}, {name}: filled in)
 TEMPLATES = {
@@ -98,10 +98,18 @@ def write_skeleton(name: str, target: Path, llmb_version: str) -> list[Path]:
         for template, where in TEMPLATES.items()
     }
     written = []
-    target.mkdir()
-    for relative, text in planned.items():
-        path = target / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    try:
+        target.mkdir()
+        for relative, text in planned.items():
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except (
+        OSError
+    ) as exc:  # a read-only or full file system: said in one line, what was written kept
+        raise LlmbError(
+            f"could not write the skeleton into {target}: {exc.strerror or exc} "
+            f"({len(written)} of {len(planned)} files written)"
+        ) from None
     return written
