@@ -137,3 +137,13 @@ def test_the_flops_count_reproduces_the_published_tflops():
         ("235b", "gb300", "fp8", 256),
         ("235b", "gb200", "fp8", 256),
     }
+
+
+def test_tensor_parallelism_refuses_the_qk_norm_it_cannot_split_yet():
+    from llmb import UsageError
+    from llmb.engines.torch.parallel.tensor_parallel import check_tensor_parallel  # internal
+
+    model = build(small())
+    check_tensor_parallel(model, 1)
+    with pytest.raises(UsageError, match="QK-norm"):
+        check_tensor_parallel(model, 2)

@@ -181,6 +181,9 @@ def check_tensor_parallel(model: nn.Module, tp: int) -> None:
                 problems.append(
                     f"{module.heads} attention heads in {module.query_groups} KV groups"
                 )
+            if tp > 1 and getattr(module, "q_norm", None) is not None:
+                # its weights would see only a rank's heads, and no plan reduces their gradients over TP
+                problems.append("per-head QK-norm, which tensor parallelism does not split yet")
             break
     embedding = getattr(model, "embedding", None)
     if embedding is not None and embedding.num_embeddings % tp:
