@@ -121,13 +121,12 @@ class Reference(nn.Module):
         return self.out(self.norm(x))
 
 
-def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str = "cpu"):
-    """A plain training loop with the engine's data, AdamW settings, clipping and GA: step(i) -> loss.
-    On a GPU, like the engine: fp32 weights, bf16 autocast."""
+def plain_loop(model, logits_of, arch, mbs: int, seq: int, ga: int, seed: int, device: str):
+    """``step(i) -> loss`` of a plain training loop over ``model`` (``logits_of(model, tokens)``) with the
+    engine's data, AdamW settings (fused), clipping and GA; on a GPU, like the engine: fp32 weights,
+    bf16 autocast. The reference and the transformers peer both train through it."""
     from llmb.engines.torch.optim import CLIP_NORM, learning_rate
 
-    torch.manual_seed(seed)
-    model = Reference(arch).to(device)
     cuda = device == "cuda"
     optimizer = torch.optim.AdamW(
         model.parameters(),
@@ -146,7 +145,7 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str 
         for _ in range(ga):
             tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator).to(device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                logits = model(tokens[:, :-1])
+                logits = logits_of(model, tokens[:, :-1])
             loss = (
                 F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
                 / ga
@@ -158,7 +157,14 @@ def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str 
         optimizer.zero_grad(set_to_none=True)
         return total
 
-    return model, step
+    return step
+
+
+def reference_trainer(arch, mbs: int, seq: int, ga: int, seed: int, device: str = "cpu"):
+    """The reference Llama in a plain training loop (``plain_loop``): (model, step)."""
+    torch.manual_seed(seed)
+    model = Reference(arch).to(device)
+    return model, plain_loop(model, lambda m, t: m(t), arch, mbs, seq, ga, seed, device)
 
 
 # ---------------------------------------------------------------- the peer: transformers' Llama
@@ -179,7 +185,6 @@ def transformers_trainer(
     on a GPU: fp32 weights, bf16 autocast, SDPA attention, each decoder layer compiled, the engine's
     data, AdamW settings (fused), clipping and GA, the full-vocabulary loss in fp32: step(i) -> loss.
     Returns (model, step)."""
-    from llmb.engines.torch.optim import CLIP_NORM, learning_rate
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -204,36 +209,7 @@ def transformers_trainer(
     if compile_layers:
         for layer in model.model.layers:
             layer.compile()
-    cuda = device == "cuda"
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=learning_rate(1),
-        betas=(0.9, 0.95),
-        weight_decay=0.1,
-        eps=1e-8,
-        fused=cuda,
-    )
-    generator = torch.Generator().manual_seed(seed * 1000)
-
-    def step(i: int) -> float:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(i)
-        total = 0.0
-        for _ in range(ga):
-            tokens = torch.randint(0, arch.vocab, (mbs, seq + 1), generator=generator).to(device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                logits = model(input_ids=tokens[:, :-1]).logits
-            loss = (
-                F.cross_entropy(logits.float().reshape(-1, arch.vocab), tokens[:, 1:].reshape(-1))
-                / ga
-            )
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM, foreach=True)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return total
-
+    step = plain_loop(model, lambda m, t: m(input_ids=t).logits, arch, mbs, seq, ga, seed, device)
     return model, step
 
 
