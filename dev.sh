@@ -16,7 +16,11 @@ cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm backends/runai)
+# examples/llmb-plugin-qwen3 is the example of a third party's plugin; installed here (editable) so
+# that the framework contract tests validate its rows. tests/test_plugin_wheels.py installs its wheel
+# apart, into a fresh environment that sees none of these editable installs.
+PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm backends/runai
+          examples/llmb-plugin-qwen3)
 
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then
