@@ -30,16 +30,29 @@ for _dtype in ("bf16", "fp8"):
     PUBLISHED[("b200", "235b", _dtype)] = {256: (32, 256), 512: (64, 256)}
 PUBLISHED[("h100", "235b", "bf16")] = {256: (16, 512), 512: (32, 512)}
 
-# the layout columns of a few rows, as printed: (gpu, size, dtype, gpus) -> TP, PP, CP, EP, VP, MBS, GBS
+# the layout columns as printed, the same for every GPU count of a (gpu, size, dtype):
+# TP, PP, CP, EP, VP (None: N/A), MBS; GBS is 64 x GPUs for 30B and 32 x GPUs for 235B in every table
 LAYOUTS = {
-    ("gb300", "235b", "fp8", 256): (1, 4, 1, 32, 12, 2, 8192),
-    ("gb200", "235b", "bf16", 512): (1, 8, 1, 8, None, 1, 16384),
-    ("gb200", "235b", "fp8", 256): (1, 8, 1, 32, 3, 1, 8192),
-    ("b200", "235b", "bf16", 256): (1, 8, 1, 8, 4, 1, 8192),
-    ("h100", "235b", "bf16", 512): (2, 8, 1, 32, 4, 1, 16384),
-    ("h100", "30b", "bf16", 16): (1, 1, 1, 16, None, 1, 1024),
-    ("b300", "30b", "fp8", 64): (1, 1, 1, 8, None, 8, 4096),
+    ("gb300", "30b", "bf16"): (1, 1, 1, 8, None, 8),
+    ("gb300", "30b", "fp8"): (1, 1, 1, 8, None, 8),
+    ("gb300", "235b", "bf16"): (1, 4, 1, 32, None, 2),
+    ("gb300", "235b", "fp8"): (1, 4, 1, 32, 12, 2),
+    ("gb200", "30b", "bf16"): (1, 1, 1, 8, None, 4),
+    ("gb200", "30b", "fp8"): (1, 1, 1, 8, None, 4),
+    ("gb200", "235b", "bf16"): (1, 8, 1, 8, None, 1),
+    ("gb200", "235b", "fp8"): (1, 8, 1, 32, 3, 1),
+    ("b300", "30b", "bf16"): (1, 1, 1, 8, None, 8),
+    ("b300", "30b", "fp8"): (1, 1, 1, 8, None, 8),
+    ("b300", "235b", "bf16"): (1, 8, 1, 8, None, 2),
+    ("b300", "235b", "fp8"): (1, 8, 1, 8, 3, 2),
+    ("b200", "30b", "bf16"): (1, 1, 1, 8, None, 4),
+    ("b200", "30b", "fp8"): (1, 1, 1, 8, None, 4),
+    ("b200", "235b", "bf16"): (1, 8, 1, 8, 4, 1),
+    ("b200", "235b", "fp8"): (1, 8, 1, 8, 3, 1),
+    ("h100", "30b", "bf16"): (1, 1, 1, 16, None, 1),
+    ("h100", "235b", "bf16"): (2, 8, 1, 32, 4, 1),
 }
+GBS_PER_GPU = {"30b": 64, "235b": 32}
 
 
 def test_the_plugin_is_listed(llmb):
@@ -82,9 +95,11 @@ def test_every_row_plans_with_the_printed_dp_and_ga(llmb):
         assert got["validated"] and got["steps"] == 50 and got["seq_len"] == 4096
         assert got["layers"] == {"30b": 48, "235b": 94}[size]
         assert got["framework"] == "megatron_bridge"
-    for key, layout in LAYOUTS.items():
-        got = plans[key]
-        assert tuple(got[k] for k in ("tp", "pp", "cp", "ep", "vp", "mbs", "gbs")) == layout, key
+        layout = tuple(got[k] for k in ("tp", "pp", "cp", "ep", "vp", "mbs"))
+        assert layout == LAYOUTS[(gpu, size, dtype)], (gpu, size, dtype, gpus)
+        assert got["gbs"] == GBS_PER_GPU[size] * gpus, (gpu, size, dtype, gpus)
+        assert got["etp"] == 1  # the plugin's adjustment: Megatron-Bridge's Qwen3 recipes' ETP
+    assert set(LAYOUTS) == set(PUBLISHED)
 
 
 def test_h100_has_no_fp8_and_235b_no_64_gpus(llmb):
