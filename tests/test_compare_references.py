@@ -276,4 +276,6 @@ def test_the_closing_line_counts_regressions_apart_from_runs_without_a_result():
         "4 comparisons: 1 passed, 0 regressed, 3 had no result (failed, incomplete), "
         "0 not compared (threshold 95%)."
     )
-    assert closing_line([verdict("regress")], 0.95).startswith("1 comparison: 0 passed, 1 regressed")
+    assert closing_line([verdict("regress")], 0.95).startswith(
+        "1 comparison: 0 passed, 1 regressed"
+    )

@@ -149,9 +149,7 @@ def test_a_real_sweep_runs_the_valid_tasks_and_never_starts_the_skipped(
     lines = result.err.splitlines()
     listed = [n for n, line in enumerate(lines) if line.startswith("skipped llama31 8b h100 ")]
     started = next(
-        n
-        for n, line in enumerate(lines)
-        if line.startswith(f"{shown['sweep_id']}: 1 job on local")
+        n for n, line in enumerate(lines) if line.startswith(f"{shown['sweep_id']}: 1 job on local")
     )
     assert len(listed) == 3 and max(listed) < started
     # Only the valid task is in the sweep, and only its job was ever made.

@@ -184,16 +184,9 @@ class Supervisor:
             limit = local_slots.default_limit()
         self.slot_record = {"limit": limit}
 
-        def waiting(reason: str) -> None:
-            if "queued_at" not in self.slot_record:
-                self.note(reason)
-            self.record_slot(
-                waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp()
-            )
-
         try:
             self.slot = local_slots.take(
-                install_dir(), self.job.id, limit, self.cancel_seen, waiting
+                install_dir(), self.job.id, limit, self.cancel_seen, self.waiting
             )
         except OSError as exc:
             self.note(
@@ -204,19 +197,23 @@ class Supervisor:
         if self.slot is not None:
             self.record_slot(slot=self.slot.index, acquired_at=self.slot.acquired_at)
 
+    def waiting(self, reason: str) -> None:
+        """Why the job waits (for a slot or a GPU): noted in its log the first time, recorded for
+        ``llmb status`` every time, with when it started to wait."""
+        if "queued_at" not in self.slot_record:
+            self.note(reason)
+        self.record_slot(
+            waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp()
+        )
+
     def take_gpus(self, gpus: list[str]) -> None:
         """Wait until no other local job holds one of ``gpus`` (``local_gpus``), then hold them all."""
         self.slot_record = {"gpus": gpus}
 
-        def waiting(reason: str) -> None:
-            if "queued_at" not in self.slot_record:
-                self.note(reason)
-            self.record_slot(
-                waiting=reason, queued_at=self.slot_record.get("queued_at") or local_slots.stamp()
-            )
-
         try:
-            self.slot = local_gpus.take(install_dir(), self.job.id, gpus, self.cancel_seen, waiting)
+            self.slot = local_gpus.take(
+                install_dir(), self.job.id, gpus, self.cancel_seen, self.waiting
+            )
         except OSError as exc:
             self.note(
                 f"{local_gpus.shown_gpus(gpus)} could not be locked in "
