@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,11 @@ os.environ.pop("COLUMNS", None)
 # A developer's exported $LLMB_INSTALL is their own install: no test writes there (issue 36). Tests that
 # need one get a private one (the cli and llmb_proc fixtures, install_root) or set it themselves.
 os.environ.pop("LLMB_INSTALL", None)
+# A suite started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored,
+# and so does every llmb a test starts: the Ctrl-C tests would then test nothing but that. The default
+# disposition here is what a terminal gives (a child's handlers are reset on exec; an ignore is not).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, str(Path(__file__).parent))
 # loggen: logs in the seeds' formats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

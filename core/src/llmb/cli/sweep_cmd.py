@@ -173,7 +173,7 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     rows = [
         [
             str(n),
-            f"{c.task.label} ({_variant(c)})" if _variant(c) else c.task.label,
+            f"{c.task.label} ({_variant(c)})" if _not_default_variant(c) else c.task.label,
             c.planned.job.backend,
             str(c.planned.job.ranks),
             compact_name(c.planned.job.experiment),
@@ -203,6 +203,13 @@ def _variant(checked) -> str | None:
     whose Megatron-Bridge recipe starts at 1024): a dry run says which, as llmb plan would need it."""
     plan = getattr(checked.planned, "plan", None)
     return plan.recipe.variant if plan is not None else checked.task.variant
+
+
+def _not_default_variant(checked) -> bool:
+    """Whether the task runs another recipe variant than its workload's default (which plan and run
+    take without --variant): the table says which only then."""
+    plan = getattr(checked.planned, "plan", None)
+    return plan is not None and plan.recipe.variant != plan.workload.default_variant.name
 
 
 def _task_column():
