@@ -341,6 +341,176 @@ def test_dry_run_lists_the_suite_largest_jobs_first(llmb_proc, install):
     )
 
 
+# ------------------------------------------------------------------ one set of references (issue 40, item 4)
+
+SUMMARY = "Megatron-Bridge performance summary, 25.11 NeMo Container > Pre-Training Performance"
+
+
+def _dry_run(llmb_proc, install, gpu: str, *more: str):
+    return llmb_proc("certify", "--gpu", gpu, "--backend", "slurm", "--dry-run", *more, env=install)
+
+
+def _plan_figure(llmb_proc, task: str, variant: str) -> tuple[str, dict]:
+    """(the source plan judges a run of ``task`` by, that figure) for a suite task's label."""
+    workload, size, gpu, dtype, gpus, _ = task.split()
+    shown = llmb_proc(
+        *("plan", workload, "--size", size, "--gpu", gpu, "--dtype", dtype, "--gpus", gpus),
+        *("--variant", variant, "--json"),
+    ).json()
+    source = shown["judged_against"]
+    if source == "recipe":
+        return source, shown["expected"]
+    return source, next(f for f in shown["other_figures"] if f["source"] == source)
+
+
+@pytest.mark.parametrize(
+    "gpu, task, row",
+    [
+        ("b200", "llama31 8b b200 fp8 8 GPUs", f"{SUMMARY} > System: DGX-B200, row 1"),
+        ("b200", "llama31 405b b200 fp8 128 GPUs", f"{SUMMARY} > System: DGX-B200, row 1"),
+        ("gb300", "llama31 8b gb300 fp8 8 GPUs", f"{SUMMARY} > System: DGX-GB300, row 1"),
+    ],
+)
+def test_a_b200_or_gb300_owner_can_certify_at_the_counts_plan_has_figures_for(
+    llmb_proc, install, gpu, task, row
+):
+    """Issue 40, item 4: the recipe documents publish no B200 or GB300 figure, Megatron-Bridge's performance
+    summary does, and plan judges by it; certify refused. Its suite is now the configurations the one
+    reference policy has a figure for, each task naming the figure it is judged by: the one plan names."""
+    result = _dry_run(llmb_proc, install, gpu, "--json")
+    assert result.code == 0, result.err
+    jobs = {job["task"]: job for job in json.loads(result.out)}
+    judged = jobs[task]["judged_by"]
+    assert judged["source"] == "summary" and judged["document"].startswith(row), judged
+    assert jobs[task]["source"].startswith("published: the performance summary's figure")
+    assert row in jobs[task]["source"]
+    source, figure = _plan_figure(llmb_proc, task, jobs[task]["variant"])
+    assert source == judged["source"]
+    assert (figure["gbs"], figure["gpus"], figure["step_time_ms"]) == (
+        judged["gbs"],
+        judged["gpus"],
+        judged["step_time_ms"],
+    )
+    assert judged["container"] == figure["container"] == "25.11"
+    # every task of the suite has such a figure: a configuration with none is left out, and said so
+    assert all(j["judged_by"].get("document") for j in jobs.values()), jobs
+    assert f"note: llama31 70b {gpu} nvfp4: left out" in result.err
+
+
+def test_the_dry_run_table_says_which_figure_each_task_is_judged_by(llmb_proc, install):
+    result = _dry_run(llmb_proc, install, "b200")
+    assert result.code == 0, result.err
+    assert "judged by (the figure llmb plan shows" in result.out
+    [line] = [x for x in result.out.splitlines() if " llama31 8b b200 fp8 8 GPUs: " in x]
+    assert (
+        "the performance summary's figure, 4.28 s per step at GBS 128 on 8 GPUs: "
+        f"{SUMMARY} > System: DGX-B200, row 1 (container 25.11, 2025-12-04" in line
+    )
+
+
+def test_every_published_suite_task_is_judged_by_the_reference_lookup(host):
+    """The suite's choice of tasks is the reference lookup's (``llmb.recipes.references.find``, source auto):
+    for every GPU type with figures, each task's figure is the one find gives its configuration, in the
+    container and at the batch its recipe runs."""
+    from llmb.recipes.gpus import catalogue, recipes_of
+    from llmb.recipes.references import AUTO, Configuration, find
+    from llmb.runs.sweeps import judged_by, published_configurations
+
+    workloads = host.workloads()
+    for gpu in ("b200", "gb200", "gb300", "h100", "h200"):
+        assert gpu in catalogue()
+        tasks, _ = published_suite(workloads, gpu, EXEMPLAR_SCALE, 1, proxy=False)
+        assert tasks, gpu
+        for task in tasks:
+            workload = workloads[task.workload]
+            variant = workload.variant(task.variant)
+            figure = find(
+                workload,
+                Configuration(
+                    variant.name,
+                    task.size,
+                    gpu,
+                    task.dtype,
+                    task.gpus,
+                    "strong" if task.strong_scaling else "weak",
+                    container=variant.container_for(recipes_of(gpu)),
+                ),
+                AUTO,
+            )
+            assert task.source == f"published: {judged_by(figure)}", task
+        for config in published_configurations(workloads, gpu):
+            assert len(config.scales) == len(config.variants) == len(config.figures)
+
+
+def test_a_gpu_type_whose_recipes_have_no_figure_anywhere_is_refused_naming_the_types_that_have(
+    llmb_proc, install
+):
+    """B300: Megatron-Bridge's performance summary prints DGX-B300 rows for other models only, no recipe
+    document publishes one, so nothing a run could be judged by; the refusal says so."""
+    result = _dry_run(llmb_proc, install, "b300")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "no installed workload publishes figures for GPU type 'b300'" in result.err
+    assert "published GPU types: b200, gb200, gb300, h100." in result.err
+
+
+# ------------------------------------------------------------------ validated means tested (issue 40, item 6)
+
+NEMOTRON4_192 = "nemotron4_340b: {gpu: b200, dtypes: [fp8], scales: [192, 256]}\n"
+
+
+def test_a_suite_file_at_a_count_the_recipe_does_not_test_says_not_tested(
+    llmb_proc, install, tmp_path
+):
+    (tmp_path / "suite.yaml").write_text(NEMOTRON4_192)
+    result = llmb_proc(
+        *("certify", "--file", str(tmp_path / "suite.yaml"), "--backend", "slurm"),
+        *("--dry-run", "--json"),
+        env=install,
+    )
+    assert result.code == 0, result.err
+    jobs = {job["task"]: job for job in json.loads(result.out)}
+    untested = jobs["nemotron4 340b b200 fp8 192 GPUs"]
+    assert any(
+        "192 GPUs is between the counts" in w and "not tested" in w for w in untested["warnings"]
+    )
+    assert "validated" not in json.dumps(untested).replace("not validated", "")
+    assert untested["judged_by"]["missing"].startswith("no published document has a figure")
+    assert not any("not tested" in w for w in jobs["nemotron4 340b b200 fp8 256 GPUs"]["warnings"])
+
+
+def test_a_certification_report_says_not_tested_and_never_validated_for_an_untested_count(
+    install_root, cli, host, tmp_path
+):
+    """A suite file may ask for 192 GPUs, which the Nemotron-4 340B recipe does not test (128, 256, 512,
+    1024): ``certify status`` says so of that configuration, in text and JSON, and calls it validated
+    nowhere. The suite is recorded as ``llmb certify --file`` records one; nothing of it has run."""
+    from llmb.certify.suite import new_suite, save_suite
+    from llmb.cli.run_options import parameter_names
+    from llmb.runs.sweeps import tasks_from_file
+
+    (tmp_path / "suite.yaml").write_text(NEMOTRON4_192)
+    tasks = tasks_from_file(str(tmp_path / "suite.yaml"), host.workloads(), parameter_names())
+    suite = new_suite("b200", None, False, str(tmp_path / "suite.yaml"), tasks, [])
+    save_suite(suite)
+
+    shown = cli("certify", "status", "--suite", suite.id, "--json")
+    assert shown.code == 1, shown.err  # nothing ran yet
+    by_count = {c["configuration"]: c for c in json.loads(shown.out)["configurations"]}
+    untested, tested = by_count["340b b200 fp8 192 GPUs"], by_count["340b b200 fp8 256 GPUs"]
+    assert (untested["scale_status"], tested["scale_status"]) == ("not tested", "tested")
+    assert "192 GPUs is between the counts the published recipe tests" in untested["untested"]
+    assert tested["untested"] is None
+
+    text = cli("certify", "status", "--suite", suite.id)
+    lines = text.out.splitlines()
+    said = [
+        x for x in lines if x.startswith("nemotron4 340b b200 fp8 192 GPUs: 192 GPUs is between")
+    ]
+    assert said and "not tested" in said[0], text.out
+    assert "validated" not in text.out.replace("not validated", "")
+    assert not any("not tested" in x for x in lines if "fp8 256 GPUs" in x)
+
+
 def test_steps_that_end_before_the_window_are_refused_before_anything_runs(llmb_proc, install):
     """Issue 34: --steps 20 was accepted and the certification then failed as too short."""
     result = llmb_proc(
@@ -358,7 +528,8 @@ def test_steps_that_end_before_the_window_are_refused_before_anything_runs(llmb_
         ((), "needs the cluster's GPU type: --gpu h100"),
         (
             ("--gpu", "x100"),
-            "no installed workload publishes figures for GPU type 'x100'; published GPU types: gb200, h100",
+            "no installed workload publishes figures for GPU type 'x100'; published GPU types: "
+            "b200, gb200, gb300, h100",
         ),
         (
             ("--gpu", "h100", "--proxy", "tiny"),

@@ -26,6 +26,48 @@ def test_plan_tags_a_scale_above_the_tested_range_not_validated(llmb_proc):
     assert tested.code == 0 and "NOT VALIDATED" not in tested.out
 
 
+NEMOTRON4_B200 = (
+    "plan",
+    "nemotron4",
+    "--size",
+    "340b",
+    "--gpu",
+    "b200",
+    "--dtype",
+    "fp8",
+    "--gpus",
+)
+
+
+def test_a_count_between_the_tested_ones_is_not_tested_in_text_and_json(llmb_proc):
+    """Issue 40, item 6: the Nemotron-4 340B recipe tests 128, 256, 512 and 1024 B200 GPUs. 192 still
+    resolves (the series' layout and GBS rule), but it is not tested, so not validated."""
+    shown = llmb_proc(*NEMOTRON4_B200, "192", "--json")
+    assert shown.code == 0, shown.err
+    plan = shown.json()
+    assert (plan["validated"], plan["scale_status"]) == (False, "not tested")
+    assert any(
+        "192 GPUs is between the counts the published recipe tests" in w
+        and "128, 256, 512, 1024 GPUs" in w
+        and "not tested" in w
+        for w in plan["warnings"]
+    ), plan["warnings"]
+
+    text = llmb_proc(*NEMOTRON4_B200, "192")
+    assert text.code == 0, text.err
+    [source] = [line for line in text.out.splitlines() if line.startswith("source:")]
+    assert source.endswith("[NOT TESTED at this scale]")
+    assert "not tested" in text.out and "validated" not in text.out.replace("not validated", "")
+
+
+def test_a_count_the_recipe_lists_is_validated(llmb_proc):
+    plan = llmb_proc(*NEMOTRON4_B200, "256", "--json")
+    assert plan.code == 0, plan.err
+    assert (plan.json()["validated"], plan.json()["scale_status"]) == (True, "tested")
+    text = llmb_proc(*NEMOTRON4_B200, "256")
+    assert text.code == 0 and "NOT TESTED" not in text.out and "not tested" not in text.out
+
+
 def test_plan_refuses_a_scale_below_the_tested_range_with_exit_2(llmb_proc):
     result = llmb_proc(*PLAN, "4")
     assert result.code == 2 and "Traceback" not in result.err

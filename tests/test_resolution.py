@@ -37,10 +37,25 @@ def test_counts_inside_a_range_are_accepted_when_valid(host):
     assert (r.dp, r.gbs, r.ga, r.validated) == (12, 384, 32, True)
 
 
-def test_counts_between_explicit_rows_follow_the_weak_scaling_rule(host):
+def test_counts_between_explicit_rows_follow_the_weak_scaling_rule_but_are_not_tested(host):
     r = resolve(host, "nemotronh", gpus=96)  # seed lists 64 and 128
-    assert (r.dp, r.gbs, r.ga, r.validated) == (12, 288, 24, True)
+    assert (r.dp, r.gbs, r.ga) == (12, 288, 24)
     assert r.gbs_rule == "GPUs*3"
+    # issue 40: accepted, but not a count the recipe tests, so not validated
+    assert (r.validated, r.scale_status) == (False, "not tested")
+    assert any("96 GPUs is between the counts the published recipe tests" in w for w in r.warnings)
+    listed = resolve(host, "nemotronh", gpus=128)
+    assert (listed.validated, listed.scale_status, listed.warnings) == (True, "tested", ())
+
+
+def test_every_count_inside_a_range_row_is_tested(host):
+    """A range row (the Megatron-Bridge recipe's 8-128) gives one layout for its whole span, weak-scaled:
+    each count of it that is whole nodes and a possible layout is tested, not only its ends."""
+    for gpus in (8, 24, 64, 128):
+        r = resolve(host, "llama31", "8b", "h100", "bf16", gpus)
+        assert (r.validated, r.scale_status) == (True, "tested"), gpus
+    above = resolve(host, "llama31", "8b", "h100", "bf16", 256)
+    assert (above.validated, above.scale_status) == (False, "not validated")
 
 
 def test_above_the_largest_count_is_accepted_but_not_validated(host):

@@ -350,6 +350,38 @@ def test_a_baseline_that_names_nothing_usable_says_what_is_accepted(cli, install
     assert "Traceback" not in result.err and "No such file" not in result.err
 
 
+def test_results_json_names_the_job_by_the_job_id_status_json_gives(
+    llmb_proc, proxy_certification, tmp_path
+):
+    """Issue 40, item 8: the results table shows JOB and ``llmb status --json`` has ``job_id``, but the
+    results JSON had no job: one key, ``job_id``, in both, so a script can join them."""
+    cert = proxy_certification  # a real local job: llama31 8b's tiny proxy on one rank
+    assert cert.result.code == 0, cert.result.err[-3000:]
+    [job_id] = cert.suite["workloads"]["llama31"]["jobs"]
+    install = tmp_path / "install"
+    shutil.copytree(cert.install, install)  # the fixture is read only
+    env = {"LLMB_INSTALL": str(install), "LLMB_NO_CACHE": "1"}
+
+    status = llmb_proc("status", "--json", env=env)
+    assert status.code == 0, status.err
+    [job] = [j for j in status.json() if j["job_id"] == job_id]
+    for asked in (("--format", "json"), ("--json",)):
+        shown = llmb_proc("results", *asked, env=env)
+        assert shown.code == 0, shown.err
+        [run] = shown.json()
+        assert run["job_id"] == job["job_id"] == job_id, (asked, run)
+    # the table's JOB column and the CSV say the same id
+    table = llmb_proc("results", env=env)
+    assert table.code == 0 and job_id in table.out, table.out
+    [csv_row] = csv.DictReader(io.StringIO(llmb_proc("results", "--format", "csv", env=env).out))
+    assert csv_row["job_id"] == job_id
+
+
+def test_a_run_no_llmb_job_ran_has_job_id_null(cli, install):
+    rows = json.loads(cli("results", "--json").out)
+    assert rows and all(r["job_id"] is None for r in rows)
+
+
 def test_compare_against_an_llmb_job_or_the_slurm_job_id_of_one(
     cli, proxy_certification, tmp_path, monkeypatch
 ):

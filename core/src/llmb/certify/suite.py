@@ -224,14 +224,19 @@ def archive_roots(suite: Suite) -> list[tuple[str, str]]:
 def published_suite(
     workloads: dict, gpu: str, scale: int, repeats: int, proxy: bool
 ) -> tuple[list[Task], list[str]]:
-    """The published configurations of ``gpu`` at ``scale`` (tasks, notes on what was chosen)."""
+    """The published configurations of ``gpu`` at ``scale`` (tasks, notes on what was chosen): every
+    configuration that has a figure a run of it is judged by, by the one reference policy plan, results,
+    compare and report use (``llmb.runs.sweeps.survey``: its own recipe's figure, else another public
+    document's, such as Megatron-Bridge's performance summary, at exactly its GPU count and batch), at a
+    GPU count its recipe tests; each task's ``source`` names that figure."""
     tasks, notes = [], []
     if proxy:
         notes.append(
             f"proxy suite: every configuration runs on {scale} ranks of a scaled-down model and is not "
             f"compared with the published figures; certifying a cluster needs full-size runs"
         )
-    for config in published_configurations(workloads, gpu):
+    configurations = published_configurations(workloads, gpu)
+    for config in configurations:
         fitting = [n for n in config.scales if n <= scale]
         if proxy:
             at = scale
@@ -249,11 +254,8 @@ def published_suite(
                     f"scale below (published: {', '.join(map(str, config.scales))})"
                 )
         tasks += config.tasks([at], repeats)
-    for label in unpublished_configurations(workloads, gpu):
-        notes.append(
-            f"{label}: left out, its recipe gives a layout but publishes no performance figure, "
-            f"so a run of it could not be judged"
-        )
+    for label, why in unpublished_configurations(workloads, gpu):
+        notes.append(f"{label}: left out, {why}")
     if not tasks:
         raise UsageError(
             f"no published {gpu} configuration runs on {scale} GPUs or fewer; raise --scale."

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from llmb.certify.gates import Gate, judge, passed
 from llmb.certify.suite import Attempt, Suite
 from llmb.errors import LlmbError
-from llmb.lifecycle.sweep_runner import statuses
+from llmb.lifecycle.sweep_runner import request_for, statuses
+from llmb.recipes.records import TESTED
 from llmb.results.collect import Collector
 from llmb.results.experiments import RunLocation, find_runs
 from llmb.results.records import RunResult
@@ -102,6 +103,10 @@ class Judged:
 class Configuration:
     task: Task  # the suite's (first repeat)
     runs: list[Judged] = field(default_factory=list)
+    # its recipe's word for its GPU count (``Recipe.scale_status``: tested, not tested, not validated), and
+    # where it is not tested, the resolution's warning saying so; None where it does not resolve or is a proxy
+    scale_status: str | None = None
+    untested: str | None = None
 
     @property
     def best(self) -> Judged | None:
@@ -170,6 +175,8 @@ class SuiteVerdict:
                     "state": c.best.state if c.best else None,
                     "status": c.best.result.status if c.best and c.best.result else None,
                     "problem": c.best.problem if c.best else None,
+                    "scale_status": c.scale_status,
+                    "untested": c.untested,
                     "gates": {g.name: g.to_dict() for g in c.best.gates} if c.best else {},
                     "runs": [
                         {
@@ -205,10 +212,29 @@ def _location(job: Job) -> RunLocation:
     )
 
 
+def scale_of(host: PluginHost, task: Task) -> tuple[str | None, str | None]:
+    """(``Recipe.scale_status`` of the task's recipe, the resolution's warning where that is not
+    ``tested``): a suite file may ask for a GPU count its recipe does not test (Nemotron-4's 192 between 128
+    and 256), which a certification then says, never calling it validated. (None, None) for a proxy (it
+    runs the recipe at its smallest tested scale) and where the task does not resolve (its runs say why)."""
+    if (task.options or {}).get("proxy") or (task.options or {}).get("layers"):
+        return None, None
+    try:
+        recipe = host.resolve(request_for(task))
+    except (LlmbError, ValueError):
+        return None, None
+    status = recipe.scale_status
+    if status == TESTED:
+        return status, None
+    return status, next((w for w in recipe.warnings if status in w), status)
+
+
 def judge_suite(host: PluginHost, suite: Suite) -> SuiteVerdict:
     configurations: dict[tuple, Configuration] = {}
     for task in suite.tasks:
-        configurations.setdefault(configuration(task), Configuration(task))
+        configurations.setdefault(
+            configuration(task), Configuration(task, [], *scale_of(host, task))
+        )
     loaded: list[tuple[Task, Job, Attempt]] = []
     for task, job_id, attempt in suite.jobs():
         try:

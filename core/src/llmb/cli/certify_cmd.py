@@ -10,7 +10,13 @@ from click.core import ParameterSource
 from llmb.cli import get_host
 from llmb.cli.output import Column, echo_err, emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
-from llmb.cli.sweep_cmd import checked_tasks, follow, following_options, show_planned
+from llmb.cli.sweep_cmd import (
+    checked_tasks,
+    follow,
+    following_options,
+    show_planned,
+    task_label,
+)
 from llmb.errors import UsageError
 from llmb.figures import counted
 
@@ -87,6 +93,11 @@ def _status_text(verdict) -> str:
             lines.append(
                 f"{config.task.workload} {configuration_label(config.task)}: no job was submitted"
             )
+        # a suite file's GPU count its recipe does not test: said so, never called validated
+        if config.untested:
+            lines.append(
+                f"{config.task.workload} {configuration_label(config.task)}: {config.untested}"
+            )
     failing = [w for w, v in workloads.items() if v == "fail"]
     pending = [w for w, v in workloads.items() if v == "pending"]
     for w in failing:
@@ -151,6 +162,52 @@ def show_status(ctx, suite, as_json: bool) -> None:
     else:
         click.echo(terminal_safe(_status_text(verdict)))
     ctx.exit(0 if verdict.verdict in MET else 1)
+
+
+def _judging(host, checked) -> dict:
+    """The figure a run of a checked task will be judged by, as its resolved recipe finds it by the one
+    reference policy (``llmb.runs.sweeps.judging_figure``: what plan shows and results, compare and report
+    judge by): its source, document (table and row), container, GBS, GPU count and step time; or why there
+    is none (``missing``), or that a proxy is not compared."""
+    from llmb.recipes.references import Missing
+    from llmb.runs.sweeps import judged_by, judging_figure
+
+    if checked.task.options.get("proxy") or checked.task.options.get("layers"):
+        return {"text": "proxy run: not compared with published figures", "missing": "proxy"}
+    r = checked.planned.plan.recipe
+    figure = judging_figure(
+        host.workload(r.workload), r.variant, r.size, r.gpu, r.dtype, r.gpus, r.scaling
+    )
+    if isinstance(figure, Missing):
+        return {
+            "text": f"not judged by a published figure: {figure.reason}",
+            "missing": figure.reason,
+        }
+    return {
+        "text": judged_by(figure),
+        "source": figure.source,
+        "label": figure.label,
+        "document": figure.describe(),
+        "container": figure.container,
+        "gbs": figure.gbs,
+        "gpus": figure.gpus,
+        "step_time_ms": figure.step_time_ms,
+    }
+
+
+def _judged_text(checked, judged: list[dict]) -> str:
+    """--dry-run: what each task of the suite will be judged by, numbered as the table."""
+    from llmb.cli.output import fit_text
+
+    lines = [
+        "",
+        "judged by (the figure llmb plan shows; results, compare, report and certify judge each run by it):",
+    ]
+    lines += [
+        f"{n}  {task_label(c)}: {j['text']}"
+        for n, (c, j) in enumerate(zip(checked, judged, strict=True), start=1)
+    ]
+    return fit_text("\n".join(lines))
 
 
 def resolved(checked):
@@ -263,7 +320,9 @@ def certify_command(
 ):
     """Certify a cluster as the NVIDIA DGX Cloud Benchmarking Exemplar
     validation guide does: run every installed workload's published
-    configurations for one GPU type (--gpu) at one scale (--scale, default
+    configurations for one GPU type (--gpu: each with a figure a run of it
+    is judged by, its recipe's or another public document's, as llmb plan
+    shows it; --dry-run names each) at one scale (--scale, default
     512 GPUs; a configuration not published there runs at its nearest
     published scale below), largest jobs first, without profiling; judge
     each run (success, finite falling loss, TFLOPS > 0, step-time CV under
@@ -371,7 +430,10 @@ def certify_command(
     if dry_run:
         for note in suite.notes if not rerun else ():
             echo_err(f"note: {note}")
-        show_planned(checked, as_json)
+        judged = [_judging(host, c) for c in checked]
+        show_planned(checked, as_json, extra=[{"judged_by": j} for j in judged])
+        if not as_json:
+            click.echo(terminal_safe(_judged_text(checked, judged)))
         return
 
     def record(run) -> None:

@@ -132,8 +132,9 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
     click.echo(
         fit_text(
             "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"
-            "between tested ones are accepted when they give a whole number of nodes and a\n"
-            "valid layout; counts above the largest run with a 'not validated' warning.\n"
+            "between listed ones are accepted when they give a whole number of nodes and a\n"
+            "valid layout, with a 'not tested' warning; counts above the largest run with a\n"
+            "'not validated' warning.\n"
             "The first variant of a workload is its default. Details of one configuration:\n"
             "llmb plan WORKLOAD --size S --gpu G --dtype D --gpus N"
         )

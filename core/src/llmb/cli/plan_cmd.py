@@ -251,7 +251,7 @@ def render_plan(plan) -> str:
         f"{r.workload} {r.size} {r.dtype} on {r.gpus} {r.gpu} GPUs ({r.nodes} {node_word} x {r.gpus_per_node})"
         f" - {r.variant} recipe, run by {r.framework}",
         f"source: {r.provenance.describe() if r.provenance else '-'}"
-        + ("" if r.validated else "  [NOT VALIDATED at this scale]"),
+        + ("" if r.validated else f"  [{r.scale_status.upper()} at this scale]"),
         "",
         f"  parallelism  TP {r.tp}  PP {r.pp}  CP {r.cp}  EP {_na(r.ep)}  ETP {_na(r.etp)}  VP {_na(r.vp)}"
         f"  ->  DP {r.dp} = GPUs/(TP*PP*CP)",

@@ -148,9 +148,12 @@ def show_skipped(skipped: list) -> None:
         click.echo(line, err=True)
 
 
-def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> None:
+def show_planned(
+    checked: list, as_json: bool, skipped: list | None = None, extra: list[dict] | None = None
+) -> None:
     """--dry-run: the jobs a sweep would submit; ``skipped`` (--skip-invalid): those it would not, and why
-    (with --json the output is then an object: jobs and skipped)."""
+    (with --json the output is then an object: jobs and skipped). ``extra``: more keys for each job's JSON,
+    one mapping per checked task (``llmb certify``: the figure it is judged by)."""
     if as_json:
         jobs = [
             {
@@ -161,8 +164,9 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
                 "ranks": c.planned.job.ranks,
                 "experiment": c.planned.job.experiment,
                 "warnings": list(c.planned.warnings),
+                **(more or {}),
             }
-            for c in checked
+            for c, more in zip(checked, extra or [None] * len(checked), strict=True)
         ]
         emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
         return
@@ -173,7 +177,7 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     rows = [
         [
             str(n),
-            f"{c.task.label} ({_variant(c)})" if _not_default_variant(c) else c.task.label,
+            task_label(c),
             c.planned.job.backend,
             str(c.planned.job.ranks),
             compact_name(c.planned.job.experiment),
@@ -195,6 +199,16 @@ def show_planned(checked: list, as_json: bool, skipped: list | None = None) -> N
     also = f", {len(skipped)} skipped" if skipped else ""
     click.echo(
         f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
+    )
+
+
+def task_label(checked) -> str:
+    """A checked task as a dry run's table names it: its label, and its recipe variant where that is not
+    the workload's default."""
+    return (
+        f"{checked.task.label} ({_variant(checked)})"
+        if _not_default_variant(checked)
+        else checked.task.label
     )
 
 

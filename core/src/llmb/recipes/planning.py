@@ -299,7 +299,10 @@ class Plan:
             "cuda_graphs": r.cuda_graphs,
             "steps": r.steps,
             "scaling": r.scaling,
+            # the GPU count is one the recipe's table tests; scale_status: tested | not tested (between
+            # tested counts) | not validated (above the largest)
             "validated": r.validated,
+            "scale_status": r.scale_status,
             "model_flops_per_sample": self.flops.per_sample if self.flops else None,
             "model_flops_terms": dict(self.flops.terms) if self.flops else None,
             "model_flops_formula": self.flops.formula if self.flops else None,

@@ -239,6 +239,15 @@ class RecipeSeries(RecipeLayout):
             return f"{self.min_gpus}-{self.max_gpus}"
         return ",".join(str(g) for g in self.listed_gpus)
 
+    def tests(self, gpus: int) -> bool:
+        """Whether the recipe's table tests ``gpus``: one of the counts its rows list, or any count inside a
+        range row (``8-128``: the row's layout, weak-scaled, at every count from 8 to 128; a count there must
+        also be whole nodes and give a possible layout, which resolution checks). A count between two
+        listed rows (192 between 128 and 256) is not tested."""
+        if self.is_range:
+            return self.min_gpus <= gpus <= self.max_gpus
+        return gpus in self.listed_gpus
+
 
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class ProductionRule:
@@ -566,6 +575,11 @@ class RecipeRequest:
     any_scale: bool = False
 
 
+# A resolved recipe's GPU count (``Recipe.scale_status``): one the recipe's table tests, one between tested
+# counts, one above the largest tested count.
+TESTED, NOT_TESTED, NOT_VALIDATED = "tested", "not tested", "not validated"
+
+
 @dataclass(frozen=True, eq=False)  # identity equality: cheaper to define, never compared
 class Recipe:
     """A resolved, validated run: every size derived, every choice traced."""
@@ -594,6 +608,8 @@ class Recipe:
     seq_len: int
     layers: int
     scaling: str
+    # the GPU count is one the recipe's table tests (``RecipeSeries.tests``): a listed count, or one
+    # inside a range row; a count resolution accepts between or above the tested ones is not
     validated: bool
     steps: int = 50
     recompute_layers: int = 0
@@ -605,6 +621,17 @@ class Recipe:
     overrides: tuple[tuple[str, object], ...] = ()
     provenance: Provenance | None = None
     gbs_rule: str = ""
+    # where not validated, why: NOT_TESTED (between the counts the table tests) or NOT_VALIDATED (above
+    # the largest); empty at a tested count
+    untested: str = ""
+
+    @property
+    def scale_status(self) -> str:
+        """``tested`` at a count the recipe's table tests, else ``not tested`` (between tested counts) or
+        ``not validated`` (above the largest): what plan prints and its JSON's ``scale_status`` says."""
+        if self.validated:
+            return TESTED
+        return self.untested or NOT_VALIDATED
 
     def with_env(self, **env: str) -> Recipe:
         """A copy with ``env`` added (later values win). For site plugins."""

@@ -4,10 +4,14 @@ The rules, in the order they are applied:
 
 1. variant, size, GPU type, dtype and scaling must name something the
    workload's tables contain (defaults come from the variant, i.e. the seed);
-2. scale: a GPU count inside a series' tested range is accepted when it gives
-   a valid layout in whole nodes; above the largest tested count it is
-   accepted with a "not validated" warning (weak scaling keeps GBS per GPU,
-   strong scaling keeps GBS); below the smallest it is rejected;
+2. scale: a GPU count inside a series' tested span is accepted when it gives
+   a valid layout in whole nodes. It is *validated* only where the table
+   tests it (``RecipeSeries.tests``: a count its rows list, or any count
+   inside a range row such as ``8-128``); one between two listed counts
+   (Nemotron-4's 192, between 128 and 256) is accepted with a "not tested"
+   warning. Above the largest tested count it is accepted with a "not
+   validated" warning (weak scaling keeps GBS per GPU, strong scaling keeps
+   GBS); below the smallest it is rejected;
 3. ``--set`` overrides apply, then DP and GA are derived and checked
    (whole numbers, GA >= 1, expert groups fit);
 4. a virtual pipeline (VP) without a pipeline (PP 1) is dropped, with an
@@ -28,6 +32,8 @@ from fractions import Fraction
 from llmb.errors import RecipeError
 from llmb.recipes.gpus import MAX_GPUS, catalogue, gpu_type, recipes_of, runs_note
 from llmb.recipes.records import (
+    NOT_TESTED,
+    NOT_VALIDATED,
     Recipe,
     RecipeLayout,
     RecipeRequest,
@@ -172,7 +178,7 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
     hardware = gpu_type(gpu)
     per_node = request.gpus_per_node or hardware.gpus_per_node
     try:
-        chosen, validated, warnings = _choose_series(series, gpus, label, per_node)
+        chosen, untested, warnings = _choose_series(series, gpus, label, per_node)
         if gpus % per_node:
             raise RecipeError(
                 f"{label}: {gpus} GPUs is not a whole number of {per_node}-GPU nodes; "
@@ -186,10 +192,11 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
             dtype,
             gpus,
             per_node,
-            validated,
+            not untested,
             warnings,
             label,
             gpu=gpu,
+            untested=untested,
         )
     except RecipeError:
         if not request.any_scale:
@@ -230,23 +237,43 @@ def _scales(series: list[RecipeSeries]) -> str:
     return " and ".join(parts) + " GPUs"
 
 
+def _gbs_rule(series: RecipeSeries) -> str:
+    return f"GBS = {series.gbs}" if series.gbs.per_gpu else f"GBS fixed at {series.gbs}"
+
+
 def _choose_series(
     series: list[RecipeSeries], gpus: int, label: str, per_node: int
-) -> tuple[RecipeSeries, bool, list[str]]:
+) -> tuple[RecipeSeries, str, list[str]]:
+    """The series ``gpus`` runs, whether the table tests that count (``""``) or why not (``NOT_TESTED``:
+    between two counts one series lists, ``NOT_VALIDATED``: above the largest), and the warning saying so.
+    A count one series lists wins over a range that holds it; a count below the smallest, or in a gap
+    between separate series, is refused."""
     inside = [s for s in series if s.min_gpus <= gpus <= s.max_gpus]
     if inside:
-        listed = [s for s in inside if gpus in s.listed_gpus]
-        return (listed or inside)[0], True, []
+        tested = [s for s in inside if gpus in s.listed_gpus] or [
+            s for s in inside if s.tests(gpus)
+        ]
+        if tested:
+            return tested[0], "", []
+        between = inside[0]
+        return (
+            between,
+            NOT_TESTED,
+            [
+                f"{gpus} GPUs is between the counts the published recipe tests for {label} "
+                f"({_scales([between])}): not tested, it runs the recipe's layout at this count "
+                f"({between.scaling} scaling, {_gbs_rule(between)})."
+            ],
+        )
     largest = max(series, key=lambda s: s.max_gpus)
     smallest = min(s.min_gpus for s in series)
     if gpus > largest.max_gpus:
-        rule = f"GBS = {largest.gbs}" if largest.gbs.per_gpu else f"GBS fixed at {largest.gbs}"
         return (
             largest,
-            False,
+            NOT_VALIDATED,
             [
                 f"{gpus} GPUs is above the largest scale the published recipe tests for {label} "
-                f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {rule})."
+                f"({largest.max_gpus}): not validated ({largest.scaling} scaling, {_gbs_rule(largest)})."
             ],
         )
     if gpus < smallest:
@@ -286,10 +313,12 @@ def build_recipe(
     warnings: list[str],
     label: str,
     gpu: str | None = None,
+    untested: str = "",
 ) -> Recipe:
     """Apply ``request.overrides`` to ``series`` at ``gpus`` and derive the rest. ``gpu``: the GPU type the
     run is on, where it runs another's recipes (an H200 the H100's row): the recipe keeps it, and a
-    warning says whose recipe it runs; None: the series' own."""
+    warning says whose recipe it runs; None: the series' own. ``validated``: ``gpus`` is a count the
+    series' table tests; ``untested``, where it is not, why (``Recipe.untested``)."""
     gpu = gpu or series.gpu
     if (note := runs_note(gpu)) is not None:
         warnings = [note, *warnings]
@@ -362,6 +391,7 @@ def build_recipe(
             overrides=tuple(sorted((k, v) for k, v in request.overrides.items() if k != "steps")),
             provenance=series.provenance,
             gbs_rule=str(gbs_expr),
+            untested="" if validated else (untested or NOT_VALIDATED),
         )
     )
 

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any
 
+from llmb.results.experiments import accepted_job_id
 from llmb.results.records import RunResult
 
 LEGACY_COLUMNS = (
@@ -53,6 +54,7 @@ COLUMNS = LEGACY_COLUMNS + (
     "failure_reason",
     "failure_hint",
     "tuned",
+    "job_id",
     "run_id",
     "log",
 )
@@ -107,6 +109,9 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "failure_hint": result.failure.hint if result.failure else None,
         # --set: the settings that differ from the official configuration, whose published figure it is compared with
         "tuned": c.tuned,
+        # the llmb job that ran it, as the table's JOB column and llmb status --json's job_id name it (a
+        # script joins the two on it); None where llmb knows no job of it (a foreign log)
+        "job_id": accepted_job_id(c.job_id),
         "run_id": run_id,
         "log": result.log,
     }
@@ -146,6 +151,7 @@ _TEXT_FIELDS = (
     "failure_reason",
     "failure_hint",
     "tuned",
+    "job_id",
     "log",
 )
 _STEP_TIME_FIELDS = ("time_mean_ms", "reference_step_time_ms")  # what verdicts divide by

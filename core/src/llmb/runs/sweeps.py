@@ -12,10 +12,13 @@ import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from llmb.env_names import env_name_problem
 from llmb.errors import UsageError
 from llmb.paths import install_dir
+from llmb.recipes.gpus import recipes_of
+from llmb.recipes.references import AUTO, DEFAULT_SOURCE, Configuration, Figure, Missing, find
 from llmb.runs.experiment import (
     StateFileError,
     load_json_state,
@@ -23,6 +26,9 @@ from llmb.runs.experiment import (
     write_json,
     wrong_shape,
 )
+
+if TYPE_CHECKING:
+    from llmb.recipes.records import Workload
 
 SWEEP_FILE = "sweep.json"
 LAST = "last"  # --sweep last: the most recent sweep
@@ -424,20 +430,28 @@ def _apply_task_overrides(
 
 
 # ------------------------------------------------------------------ the published configurations
+#
+# What ``llmb certify``'s published suite and ``llmb sweep --all-workloads`` run: each configuration of the
+# recipe tables at each GPU count the table tests where the one reference policy has a figure
+# (``llmb.recipes.references.find``, source ``auto``: the figure plan shows and results, compare, report
+# and certify judge a run by; the own recipe's, else another public document's, such as Megatron-Bridge's
+# performance summary, at exactly that batch). So a suite runs what it can judge, and names the figure.
 
 
 @dataclass(frozen=True)
 class Published:
-    """A configuration the recipe documents publish performance figures for, and the GPU counts they do."""
+    """A configuration with a published figure at one GPU count or more: the counts, the recipe variant that
+    runs each, and the figure a run at each is judged by."""
 
     workload: str
-    variant: str
     size: str
     gpu: str
     dtype: str
     scaling: str
     scales: tuple[int, ...]  # ascending
-    document: str  # the public document that publishes it
+    variants: tuple[str, ...]  # the recipe variant of each scale
+    # the figure of each scale; not what tells configurations apart (an H200's are the H100's, so labelled)
+    figures: tuple[Figure, ...] = field(default=(), compare=False)
 
     @property
     def label(self) -> str:
@@ -446,69 +460,186 @@ class Published:
         )
 
     def tasks(self, scales: list[int], repeats: int, options: dict | None = None) -> list[Task]:
-        return expand(
-            self.workload,
-            [self.size],
-            [self.dtype],
-            scales,
-            repeats,
-            gpu=self.gpu,
-            variant=self.variant,
-            strong_scaling=self.scaling == "strong",
-            options=options,
-            source=f"published: {self.document} ({self.variant})",
+        """The tasks at ``scales``, each naming in its ``source`` the figure it is judged by. A count that is
+        not one of ``self.scales`` (a proxy suite's ranks: a proxy is never compared) takes the variant of
+        the smallest, and its source says it is not compared."""
+        at = {n: (v, f) for n, v, f in zip(self.scales, self.variants, self.figures, strict=True)}
+        tasks: list[Task] = []
+        for gpus in scales:
+            variant, figure = at.get(gpus, (self.variants[0], None))
+            source = (
+                f"published: {judged_by(figure)}"
+                if figure is not None
+                else f"published: {self.label} (a proxy on {gpus} ranks: not compared)"
+            )
+            tasks += expand(
+                self.workload,
+                [self.size],
+                [self.dtype],
+                [gpus],
+                repeats,
+                gpu=self.gpu,
+                variant=variant,
+                strong_scaling=self.scaling == "strong",
+                options=options,
+                source=source,
+            )
+        return tasks
+
+
+def judged_by(figure: Figure) -> str:
+    """The figure a run is judged by, in one line: what it is, its step time, batch and GPU count, and its
+    document, table and row, container and date (``Figure.describe``)."""
+    batch = f"GBS {figure.gbs}" if figure.gbs else "an unstated global batch size"
+    return (
+        f"{figure.label}, {figure.headline()} at {batch} on {figure.gpus} GPUs: {figure.describe()}"
+    )
+
+
+def judging_figure(
+    workload: Workload,
+    variant: str,
+    size: str,
+    gpu: str,
+    dtype: str,
+    gpus: int,
+    scaling: str = "weak",
+) -> Figure | Missing:
+    """The figure a run of this official configuration (in its recipe's container, at its recipe's batch)
+    is judged by: ``llmb.recipes.references.find`` with source ``auto``, as results and compare find it."""
+    own = workload.variant(variant) or workload.default_variant
+    container = own.container_for(recipes_of(gpu))
+    return find(
+        workload,
+        Configuration(own.name, size, gpu, dtype, gpus, scaling, container=container or None),
+        AUTO,
+    )
+
+
+def _series_keys(workloads: dict, gpu: str | None) -> dict[tuple, tuple[Workload, str]]:
+    """(workload, size, GPU type it runs on, dtype, scaling) of every series on ``gpu``'s tables (None:
+    every table, each on its own type) -> (its workload, its table's GPU type); in the workloads' order."""
+    table = recipes_of(gpu) if gpu else None
+    on = gpu.strip().lower() if gpu else None
+    keys: dict[tuple, tuple[Workload, str]] = {}
+    for workload in workloads.values():
+        for series in (s for v in workload.variants for s in v.series):
+            if table is None or series.gpu == table:
+                for dtype in series.dtypes:
+                    key = (workload.name, series.size, on or series.gpu, dtype, series.scaling)
+                    keys.setdefault(key, (workload, series.gpu))
+    return keys
+
+
+def _figure_counts(
+    workload: Workload, table: str, size: str, dtype: str, scaling: str
+) -> list[int]:
+    """The GPU counts any document publishes a figure for, for this configuration's table."""
+    return sorted(
+        {
+            r.gpus
+            for r in (*workload.references, *workload.summary)
+            if (r.size, r.gpu, r.dtype, r.scaling) == (size, table, dtype, scaling)
+        }
+    )
+
+
+def _judged_at(
+    workload: Workload, table: str, key: tuple, gpus: int
+) -> tuple[str, Figure] | Missing | None:
+    """The variant that runs ``key`` at ``gpus`` and the figure it is judged by: of the variants whose table
+    tests that count, one whose own recipe publishes the figure, else the first (the default) that any
+    document's figure judges. ``Missing`` (why) where none does; None where no variant tests the count."""
+    _, size, gpu, dtype, scaling = key
+    found: list[tuple[str, Figure | Missing]] = []
+    for variant in workload.variants:
+        if any(
+            (s.size, s.gpu, s.scaling) == (size, table, scaling)
+            and dtype in s.dtypes
+            and s.tests(gpus)
+            for s in variant.series
+        ):
+            found.append(
+                (
+                    variant.name,
+                    judging_figure(workload, variant.name, size, gpu, dtype, gpus, scaling),
+                )
+            )
+    figures = [(v, f) for v, f in found if isinstance(f, Figure)]
+    own = [(v, f) for v, f in figures if f.source == DEFAULT_SOURCE]
+    if own or figures:
+        return (own or figures)[0]
+    return found[0][1] if found else None
+
+
+def survey(workloads: dict, gpu: str | None) -> tuple[list[Published], list[tuple[str, str]]]:
+    """(every configuration with a figure at a count its table tests, for GPU type ``gpu`` (None: every
+    type); the label of each other configuration the tables lay out there and why it has none), both in the
+    workloads' order. A type that runs another's recipes (an H200 the H100's) gets the other's
+    configurations and figures, run on itself."""
+    published: list[Published] = []
+    unjudged: list[tuple[str, str]] = []
+    for key, (workload, table) in _series_keys(workloads, gpu).items():
+        at: list[tuple[int, str, Figure]] = []
+        missing: list[Missing] = []
+        _, size, _, dtype, scaling = key
+        for gpus in _figure_counts(workload, table, size, dtype, scaling):
+            judged = _judged_at(workload, table, key, gpus)
+            if isinstance(judged, tuple):
+                at.append((gpus, *judged))
+            elif judged is not None:
+                missing.append(judged)
+        config = Published(*key, scales=(), variants=())
+        if at:
+            published.append(
+                replace(
+                    config,
+                    scales=tuple(n for n, _, _ in at),
+                    variants=tuple(v for _, v, _ in at),
+                    figures=tuple(f for _, _, f in at),
+                )
+            )
+        else:
+            unjudged.append((config.label, _why_unjudged(missing)))
+    return published, unjudged
+
+
+def _why_unjudged(missing: list[Missing]) -> str:
+    """Why a configuration is left out of a published suite: no figure at all, or figures only where a run
+    of it would not be judged by them (another global batch size), as the reference lookup says."""
+    said = "its recipe gives a layout but publishes no performance figure"
+    if not missing:
+        return (
+            f"{said}, and no other public document publishes one at a GPU count it tests, so a run of it "
+            f"could not be judged"
         )
+    return f"{said} a run of it could be judged by: {missing[0].reason}"
 
 
 def published_configurations(workloads: dict, gpu: str | None = None) -> list[Published]:
-    """Every configuration with published figures (for GPU type ``gpu``; None: every type), in the workloads'
-    order; a UsageError when ``gpu`` has none. A type that runs another's recipes (an H200 the H100's)
-    gets the other's configurations, run on itself."""
-    from llmb.recipes.gpus import recipes_of
-
-    table = recipes_of(gpu)
-    found: dict[tuple, tuple[set[int], str]] = {}
-    for workload in workloads.values():
-        for ref in workload.references:
-            if gpu is None or ref.gpu == table:
-                on = ref.gpu if gpu is None else gpu.strip().lower()
-                key = (workload.name, ref.variant, ref.size, on, ref.dtype, ref.scaling)
-                found.setdefault(key, (set(), ref.provenance.document))[0].add(ref.gpus)
-    if not found:
-        types = sorted({ref.gpu for w in workloads.values() for ref in w.references})
-        raise UsageError(
-            f"no installed workload publishes figures for GPU type {gpu!r}; published GPU types: "
-            f"{', '.join(types) or 'none'}."
-        )
-    return [
-        Published(*key, scales=tuple(sorted(scales)), document=document)
-        for key, (scales, document) in found.items()
-    ]
+    """Every configuration with a figure a run of it is judged by (``survey``); a UsageError when ``gpu``
+    has none, naming the GPU types that have."""
+    found, unjudged = survey(workloads, gpu)
+    if found:
+        return found
+    everywhere = survey(workloads, None)[0]
+    types = ", ".join(sorted({p.gpu for p in everywhere})) or "none"
+    laid_out = (
+        f" (its recipes lay out {len(unjudged)} configuration{'s' if len(unjudged) != 1 else ''}, e.g. "
+        f"{unjudged[0][0]}, but no public document publishes a figure a run of one could be judged by)"
+        if unjudged
+        else ""
+    )
+    raise UsageError(
+        f"no installed workload publishes figures for GPU type {gpu!r}{laid_out}; published GPU types: "
+        f"{types}."
+    )
 
 
-def unpublished_configurations(workloads: dict, gpu: str) -> list[str]:
-    """The labels (as ``Published.label``) of the configurations the recipes give a layout for on
-    ``gpu`` but publish no figure for: a suite of published configurations leaves them out, and says
-    so. In the workloads' order."""
-    from llmb.recipes.gpus import recipes_of
-
-    table = recipes_of(gpu)
-    published = {
-        (p.workload, p.size, p.dtype, p.scaling) for p in published_configurations(workloads, gpu)
-    }
-    found: dict[str, None] = {}
-    for workload in workloads.values():
-        for variant in workload.variants:
-            for series in variant.series:
-                if series.gpu != table:
-                    continue
-                for dtype in series.dtypes:
-                    if (workload.name, series.size, dtype, series.scaling) not in published:
-                        label = f"{workload.name} {series.size} {gpu} {dtype}" + (
-                            " strong" if series.scaling == "strong" else ""
-                        )
-                        found.setdefault(label)
-    return list(found)
+def unpublished_configurations(workloads: dict, gpu: str) -> list[tuple[str, str]]:
+    """(label, as ``Published.label``; why) of each configuration the recipes lay out on ``gpu`` with no
+    figure a run of it is judged by: a suite of published configurations leaves them out, and says so."""
+    return survey(workloads, gpu)[1]
 
 
 def published_tasks(workloads: dict, gpu: str | None, max_gpus: int, repeats: int) -> list[Task]:
