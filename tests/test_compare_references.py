@@ -264,18 +264,80 @@ def test_a_proxy_run_is_never_a_pass(cli, experiments):
 
 def test_the_closing_line_counts_regressions_apart_from_runs_without_a_result():
     """Issue 34: "15 regressed or had no result" was printed when nothing regressed; a failure and a
-    regression are different news. One comparison is "1 comparison"."""
-    from llmb.cli.compare_cmd import closing_line
+    regression are different news. Issue 40: it counts runs, each once ("7 comparisons" were counted
+    for 4 runs), and with --baseline says which comparisons decide the exit status."""
+    from llmb.cli.compare_cmd import closing_lines
     from llmb.results.compare import Verdict
 
-    def verdict(outcome):
-        return Verdict("published", outcome, None, None, "")
+    def published(outcome):
+        return [Verdict("published", outcome, None, None, "")]
 
-    line = closing_line([verdict(o) for o in ("pass", "failed", "incomplete", "failed")], 0.95)
-    assert line == (
-        "4 comparisons: 1 passed, 0 regressed, 3 had no result (failed, incomplete), "
-        "0 not compared (threshold 95%)."
+    def run(status, outside=False):
+        return [Verdict("run", status, None, None, "", outside=outside)]
+
+    runs = [published("pass"), run("failed"), run("incomplete"), run("failed")]
+    assert closing_lines(runs, "published", 0.95) == [
+        "4 runs: 1 passed, 0 regressed, 3 had no result (failed, incomplete), 0 not compared "
+        "(threshold 95%)."
+    ]
+    assert closing_lines([published("regress")], "published", 0.95)[0].startswith(
+        "1 run: 0 passed, 1 regressed"
     )
-    assert closing_line([verdict("regress")], 0.95).startswith(
-        "1 comparison: 0 passed, 1 regressed"
+    both = [
+        Verdict("published", "regress", None, None, ""),
+        Verdict("baseline", "pass", None, None, ""),
+    ]
+    unrelated = [
+        Verdict("published", "pass", None, None, ""),
+        Verdict("baseline", "not_compared", None, None, "", outside=True),
+    ]
+    lines = closing_lines([both, unrelated, run("failed", outside=True)], "baseline", 0.95)
+    assert lines == [
+        "Against the baseline, 1 run: 1 passed, 0 regressed, 0 had no result, 0 not compared; 2 other "
+        "runs with no baseline run of their configuration (threshold 95%; these decide the exit status).",
+        "Against the published figures, 3 runs: 1 passed, 1 regressed, 1 had no result (failed), "
+        "0 not compared.",
+    ]
+
+
+def _mb_run(root, ms: float, stop: int = 50, stamp: str = "1766132151"):
+    steps = range(1, stop + 1)
+    lines = loggen.megatron_bridge_lines(
+        steps, step_ms=dict.fromkeys(steps, ms), tflops=dict.fromkeys(steps, 500.0)
+    )
+    return make_run(root, MB_BF16, lines, recipe=MB_RECIPE, stamp=stamp)
+
+
+def test_compare_with_a_baseline_is_a_ci_gate_on_the_comparisons_asked_for(
+    cli, experiments, tmp_path
+):
+    """Issue 40: `compare --baseline JOB --workload llama31` exited 1 after "1 passed, 0 regressed"
+    because an unrelated run that failed earlier was in the install, and counted "7 comparisons" for
+    4 runs. The exit status is the baseline comparisons'; an unrelated run is listed, outside them."""
+    baseline = _mb_run(tmp_path / "baseline", 12270.0)
+    _mb_run(experiments, 12300.0)  # the run asked about: within 95% of the baseline
+    unrelated = "pretrain_llama3_70b_bf16_gpus64_tp4_pp4_cp2_vp5_ep1_etpNone_mbs1_gbs128"
+    make_run(
+        experiments,
+        unrelated,
+        [*loggen.megatron_bridge_lines(range(1, 20)), loggen.OOM],
+        recipe={**MB_RECIPE, "size": "70b", "gpus": 64},
+    )
+    result = cli("compare", "--baseline", str(baseline), "--workload", "llama31")
+    assert result.code == 0, result.out + result.err
+    assert (
+        "Against the baseline, 1 run: 1 passed, 0 regressed, 0 had no result, 0 not compared; "
+        "1 other run with no baseline run of its configuration"
+    ) in " ".join(result.out.split())
+    assert "Against the published figures, 2 runs: " in " ".join(result.out.split())
+    rows = json.loads(cli("compare", "--baseline", str(baseline), "--json").out)
+    assert sorted(row["answer"] for row in rows) == ["outside", "pass"]
+
+    # a run of the baseline's configuration that failed is part of the question: exit 1
+    _mb_run(experiments, 12300.0, stop=30, stamp="1766139999")
+    failed = cli("compare", "--baseline", str(baseline), "--workload", "llama31")
+    assert failed.code == 1, failed.out
+    assert (
+        "Against the baseline, 2 runs: 1 passed, 0 regressed, 1 had no result (incomplete)"
+        in " ".join(failed.out.split())
     )

@@ -196,3 +196,48 @@ def test_random_requests_are_possible_or_refused(host, pick, gpus, overrides, gb
         assert str(exc)
         return
     _assert_possible(recipe)
+
+
+def test_the_megatron_bridge_worked_example_is_an_erratum_and_a_run_is_held_to_its_step_time(cli):
+    """Issue 40, item 5: plan said MFU 33.4% (the recipe's example: 1,636.8 TFLOP/s/GPU at 5.74 s on 128
+    GB200s) while its own Megatron-Bridge count at that step time gives 1,800 TFLOP/s/GPU (36.7%). The
+    example's figures imply about 1.20e18 FLOPs per step, 9% fewer than the count a run's log divides."""
+    args = (
+        "plan",
+        "llama31",
+        "--size",
+        "405b",
+        "--gpu",
+        "gb200",
+        "--dtype",
+        "fp8",
+        "--gpus",
+        "128",
+    )
+    plan = cli(*args, "--json").json()
+    expected, held = plan["expected"], plan["held_to"]
+    implied = 1636.80e12 * 128 * 5.74147  # the example's own TFLOP/s x GPUs x step time
+    assert implied == pytest.approx(1.2029e18, rel=1e-4)
+    assert implied / plan["megatron_bridge_flops_per_step"] == pytest.approx(0.909, abs=0.001)
+    assert expected["erratum"] == "llama31-mb-405b-example-flops"
+    assert (expected["printed_tflops_per_gpu"], expected["printed_mfu_pct"]) == (1636.8, 33.4)
+    # recomputed at the published step time on Megatron-Bridge's count: 1.3233e18 / 5.74147 s / 128 GPUs
+    recomputed = plan["megatron_bridge_flops_per_step"] / 5.74147 / 128 / 1e12
+    assert expected["tflops_per_gpu"] == pytest.approx(recomputed, abs=0.05)
+    assert expected["tflops_per_gpu"] == 1800.6
+    assert expected["mfu_pct"] == pytest.approx(100 * recomputed / 4900, abs=0.005)  # 36.75
+    assert held == {
+        "measure": "step_time",
+        "step_time_s": 5.74147,
+        "gbs": 64,
+        "gpus": 128,
+        "source": "recipe",
+        "document": expected["source"],
+        "shown_on": "Megatron-Bridge's count",
+    }
+    text = cli(*args).out
+    assert "MFU 36.75% (corrected, erratum [llama31-mb-405b-example-flops]; printed 33.4%)" in text
+    assert (
+        "held to      the published step time, 5.74147 s at GBS 64 on 128 GPUs: a run passes at 95% of "
+        "its throughput (a step of at most 6.044 s)"
+    ) in text

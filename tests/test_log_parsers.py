@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
-from llmb.results.parsers import BUILTIN_PARSERS, NCCL_DATATYPE_BYTES  # noqa: E402
+from llmb.results.formats import BUILTIN_PARSERS, NCCL_DATATYPE_BYTES  # noqa: E402
 from llmb.results.scan import scan  # noqa: E402
 
 
@@ -278,3 +278,38 @@ def test_torchtitan_lines_from_before_its_titan_prefix_are_read(tmp_path):
     # another program's root-logger line is not torchtitan's
     other = "2025-03-04 00:44:44,441 - trainer - INFO - step: 5  loss:  1.0\n"
     assert scan_text(tmp_path, other).findings["torchtitan"] is None
+
+
+# AMD Primus's logger puts "[20260515 17:10:34][rank-0/8][INFO] [----metrics.py:12] : " (in colour codes;
+# the time and the source tag may be absent) before each line of the trainer it runs; ezpz's is
+# "[2025-09-11 14:09:46,954794][I][components/metrics:437:log] ". Lines in those formats, with
+# torchtitan's own metrics text after them (tests/real_logs holds ezpz's real log).
+PRIMUS = (
+    "[\x1b[32m20260515 17:10:{sec:02d}\x1b[0m][\x1b[36mrank-0/8\x1b[0m]"
+    "\x1b[1m[INFO]     \x1b[0m\x1b[1m[------------trainer.py:412] : "
+)
+
+
+@pytest.mark.parametrize("header", [PRIMUS, "[rank-0/8][INFO] "], ids=["timed", "untimed"])
+def test_torchtitan_behind_primus_headers_is_read_through_the_prefix_stage(tmp_path, header):
+    """Issue 40: torchtitan's step lines behind Primus's prefix were not found, and a finished 3-step
+    run was no_data; it is too_short, at its last iteration 3."""
+    lines = [
+        header.format(sec=0)
+        + "Trainer is initialized with local batch size 8, global batch size 64, gradient accumulation "
+        "steps 1, sequence length 8192, total steps 3 (warmup 1)",
+        header.format(sec=1) + "Training starts at step 1.",
+        *(
+            header.format(sec=10 + 2 * step)
+            + f"step: {step}  loss: {12 - step}.0  grad_norm:  1.20  memory: 42.15GiB(44.37%)  "
+            f"tps: 1,176  tflops: 68.11  mfu: 6.89%"
+            for step in (1, 2, 3)
+        ),
+        header.format(sec=20) + "Training completed",
+    ]
+    log = scan_text(tmp_path, "\n".join(lines) + "\n").findings["torchtitan"]
+    assert sorted(log.samples) == [1, 2, 3] and log.last == 3
+    times = [log.samples[s].step_time_ms for s in (1, 2, 3)]
+    # step 1 is warm-up (no time); then the header's seconds between consecutive lines, where it has them
+    assert times == ([None, 2000.0, 2000.0] if "17:10" in header else [None, None, None])
+    assert log.samples[2].global_batch_size == 64

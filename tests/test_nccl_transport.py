@@ -14,7 +14,7 @@ from experiment_dirs import make_run
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
-from llmb.results.parsers import BUILTIN_PARSERS, NcclTransportReader  # noqa: E402
+from llmb.results.formats import BUILTIN_PARSERS, NcclTransportReader  # noqa: E402
 from llmb.results.records import RunResult  # noqa: E402
 from llmb.results.scan import scan  # noqa: E402
 

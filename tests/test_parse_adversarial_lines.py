@@ -139,7 +139,8 @@ def _in(items, c: int) -> bool:
     return False
 
 
-def _code_of(thing) -> list[types.CodeType]:
+def _code_of(thing) -> list[tuple[types.CodeType, dict]]:
+    """(code, the globals it runs with) of a function, or of every method of a class."""
     if isinstance(thing, type):
         return [c for member in vars(thing).values() for c in _code_of(member)]
     if isinstance(thing, (staticmethod, classmethod)):
@@ -147,29 +148,33 @@ def _code_of(thing) -> list[types.CodeType]:
     if isinstance(thing, property):
         return [c for f in (thing.fget, thing.fset) if f for c in _code_of(f)]
     code = getattr(thing, "__code__", None)
-    return [code] if isinstance(code, types.CodeType) else []
+    names = getattr(thing, "__globals__", {})
+    return [(code, names)] if isinstance(code, types.CodeType) else []
+
+
+def _ours(value) -> bool:
+    """A function or class of llmb's log reading (the readers' modules and the prefix stage they share)."""
+    return str(getattr(value, "__module__", "")).startswith("llmb.results.")
 
 
 def patterns_of(start) -> list[re.Pattern]:
-    """The bytes regular expressions the reader's code uses: named in the code
-    of its class (or function) and of the functions and classes of its module
-    that code names, transitively."""
-    module = sys.modules.get(getattr(start, "__module__", ""), None)
-    names = vars(module) if module else {}
+    """The bytes regular expressions the reader's code uses: named in the code of its class (or
+    function) and of the functions and classes of llmb's results package that code names (the prefix
+    stage's among them), transitively."""
     found: dict[int, re.Pattern] = {}
     seen: set[int] = set()
     todo = _code_of(start)
     while todo:
-        code = todo.pop()
+        code, names = todo.pop()
         if id(code) in seen:
             continue
         seen.add(id(code))
-        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        todo += [(c, names) for c in code.co_consts if isinstance(c, types.CodeType)]
         for name in code.co_names:
             value = names.get(name)
             if isinstance(value, re.Pattern) and isinstance(value.pattern, bytes):
                 found.setdefault(id(value), value)
-            elif getattr(value, "__module__", None) == getattr(module, "__name__", None):
+            elif _ours(value):
                 todo += _code_of(value)
     return list(found.values())
 
@@ -397,15 +402,22 @@ def full_size(line: bytes, what: str) -> tuple[bytes, bytes]:
 def test_every_registered_reader_is_attacked():
     names = [parser.name for parser in READERS]
     core = {"nccl", "nccl_transport", "megatron_bridge", "step_time_lines", "nemo2", "torchtitan"}
-    assert core | {"checkpoint", "training_done", "failures"} <= set(names)
+    assert core | {"statements", "checkpoint", "training_done", "failures"} <= set(names)
     for parser in READERS:  # something to attack each with: a line it reads, or a pattern it uses
         assert bases(parser), parser.name
 
 
 def test_the_examples_match_their_patterns():
-    from llmb.results import parsers
+    import importlib
+    import pkgutil
 
-    patterns = [p for p in vars(parsers).values() if isinstance(p, re.Pattern)]
+    from llmb.results import formats, lines
+
+    modules = [lines] + [
+        importlib.import_module(f"{formats.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(formats.__path__)
+    ]
+    patterns = [p for module in modules for p in vars(module).values() if isinstance(p, re.Pattern)]
     assert len(patterns) > 20
     for pattern in patterns:
         text = example(pattern)

@@ -23,7 +23,7 @@ from llmb.plugins.host import PluginHost  # noqa: E402
 from llmb.results import collect  # noqa: E402
 from llmb.results import scan as scan_module  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
-from llmb.results.parsers import NcclReader  # noqa: E402
+from llmb.results.formats import NcclReader  # noqa: E402
 from llmb.results.scan import LogParser, scan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -121,3 +121,54 @@ def test_every_log_in_the_corpus_is_listed():
         listed |= {p for p in path.rglob("*") if p.is_file()} if path.is_dir() else {path}
     on_disk = {p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in LOG_SUFFIXES}
     assert on_disk == listed, sorted(str(p.relative_to(CORPUS)) for p in on_disk ^ listed)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+def test_every_figure_counts_the_values_it_was_computed_from(entry, cli, host, install_root):
+    """Issue 40: a figure is never reported with a sample count other than the number of step times
+    (and TFLOP/s values) it was computed from; a success has at least one step time."""
+    from llmb.results.analyze import SAMPLED, _in_window, log_every
+
+    path = CORPUS / entry["path"]
+    window = _window(entry)
+    result = Collector(host, store=None).collect([str(path)], window=window)[0].result
+    stats = result.stats
+    if stats is None:
+        assert result.status != "success", result.reason
+        return
+    every = log_every(list(result.samples)) if result.format in SAMPLED else 1
+    inside = [s for s in result.samples if _in_window(s, result.window, every)]
+    times = [
+        s.step_time_ms
+        for s in inside
+        if s.step_time_ms is not None and math.isfinite(s.step_time_ms)
+    ]
+    assert stats.count == (len(times) if stats.time_mean_ms is not None else 0), (stats, times)
+    if stats.tflops_source == "log":
+        values = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
+        assert stats.tflops_count == len([v for v in values if math.isfinite(v)]), stats
+    if result.status == "success":
+        assert stats.count >= 1 and stats.time_mean_ms is not None, stats
+    args = ["results", str(path), "--format", "json"] + (
+        ["--window", f"{window[0]}:{window[1]}"] if window else []
+    )
+    [row] = cli(*args).json()
+    assert row["samples_in_window"] == stats.count
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("states")], ids=lambda e: e["name"])
+def test_what_a_log_states_of_its_run_is_read(entry):
+    """The manifest's ``states``, worked out by reading the log, are what llmb reads of it (the
+    statements reader, and the iteration lines' own global batch size): what verdicts hold a run's name
+    and records against (issue 40)."""
+    from llmb.results.formats import BUILTIN_PARSERS
+    from llmb.results.scan import scan
+
+    findings = scan(str(CORPUS / entry["path"]), list(BUILTIN_PARSERS)).findings
+    found = {(s.field, s.value) for s in findings.get("statements") or ()}
+    for fmt in ("megatron_bridge", "nemo2", "torchtitan"):
+        if (log := findings.get(fmt)) is not None:
+            found |= {
+                ("gbs", s.global_batch_size) for s in log.samples.values() if s.global_batch_size
+            }
+    assert set(entry["states"].items()) <= found, sorted(set(entry["states"].items()) - found)

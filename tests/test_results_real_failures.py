@@ -14,7 +14,7 @@ from experiment_dirs import make_run
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
-from llmb.results.parsers import BUILTIN_PARSERS  # noqa: E402
+from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
 from llmb.results.scan import scan  # noqa: E402
 
 MB8 = "pretrain_llama3_8b_fp8_gpus8_tp1_pp1_cp1_vpNone_ep1_etpNone_mbs2_gbs128"
@@ -200,22 +200,33 @@ def test_a_log_of_symptoms_alone_names_the_first(host, tmp_path):
     assert (r.status, r.reason) == ("failed", f"task exit: {TIME_LIMIT_STEP[2]}")
 
 
-def test_torchruns_summary_and_signals_are_symptoms(tmp_path):
-    # torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError) and api.py
-    # (SignalException: "Process {pid} got signal: {sigval}"): the launcher's tracebacks, after the worker's.
-    lines = [
-        "Traceback (most recent call last):",
-        '  File "/usr/local/bin/torchrun", line 8, in <module>',
-        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4042 got signal: 15",
+def test_torchruns_summary_is_a_symptom_and_its_own_signal_a_cause(tmp_path):
+    # torch/distributed/elastic/multiprocessing/errors/__init__.py (ChildFailedError): the launcher's
+    # summary of a worker that failed is a symptom, wherever the worker's own traceback is.
+    summary = [
         "Traceback (most recent call last):",
         '  File "/usr/local/bin/torchrun", line 8, in <module>',
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
         *loggen.TRACEBACK,
     ]
+    # multiprocessing/api.py (SignalException: "Process {pid} got signal: {sigval}"): torchrun itself was
+    # signalled from outside; that is why the run ended (issue 40), and a worker's error after it follows.
+    signalled = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4042 got signal: 15",
+        *loggen.TRACEBACK,
+    ]
     for chunk_size in (64, 1 << 20):
-        found = {f.kind: f.message for f in failures(tmp_path, lines, chunk_size)}
-        assert set(found) == {"signal", "child_failed", "python_exception"}, chunk_size
+        found = {f.kind: f.message for f in failures(tmp_path, summary, chunk_size)}
+        assert set(found) == {"child_failed", "python_exception"}, chunk_size
         assert found["python_exception"] == "ValueError: bad tensor shape (8192, 4096) vs (4096,)"
+        found = {f.kind: f.message for f in failures(tmp_path, signalled, chunk_size)}
+        assert set(found) == {"killed"}, chunk_size
+        assert found["killed"] == (
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4042 got signal: 15 "
+            "(SIGTERM)"
+        )
 
 
 def test_progress_bars_and_rank_prefixes_are_not_the_message(tmp_path):
@@ -282,18 +293,20 @@ def test_a_run_that_can_never_reach_the_window_says_so(host, tmp_path):
     )
 
 
-def test_a_logged_global_batch_size_that_differs_from_the_name_is_noted(host, tmp_path):
+def test_a_logged_global_batch_size_that_differs_from_the_name_withholds_the_verdict(
+    host, tmp_path
+):
     make_run(
         tmp_path,
         MB8,
         loggen.megatron_bridge_lines(range(1, 51), gbs=256, step_ms=dict.fromkeys(range(51), 1e3)),
     )
     r = parse(host, tmp_path)[MB8]
-    assert r.context.gbs == 128  # what the name says
-    assert (
-        "the log's global batch size is 256 but the experiment's name says 128: the logged 256 is used "
-        "(tokens/s, MFU, days to train)"
-    ) in r.notes
+    assert r.context.gbs == 256  # what the log says: every figure is derived from it
+    doubt = "the log's global batch size is 256 (its iteration lines) but its experiment's name says 128"
+    assert r.context.doubts == (doubt,)
+    assert f"not judged: {doubt}" in r.notes
+    assert r.reference is None  # no published figure judges it
     assert r.tokens_per_s == pytest.approx(8192 * 256 / 1.0)
 
 
@@ -606,8 +619,8 @@ def test_step_time_lines_without_iteration_lines_say_what_they_hold(host, tmp_pa
         tflops=dict.fromkeys(range(51), 900.0),
     )
     make_run(tmp_path, MB8, [line for line in lines if "Step Time" in line])
-    r = parse(host, tmp_path)[MB8]  # before: "no iteration lines in N bytes"
-    assert (r.status, r.stats, r.failure) == ("no_data", None, None)
+    r = parse(host, tmp_path)[MB8]  # before: "no iteration lines in N bytes", then no_data
+    assert (r.status, r.stats, r.failure) == ("incomplete", None, None)
     assert r.reason.startswith(
         "no iteration lines, but 50 Megatron-Bridge 'Step Time' lines (median 1.25 s, mean 1.25 s, median "
         "900.0 TFLOP/s/GPU): Megatron-Bridge prints them on rank 0 and the iteration lines on the last rank"

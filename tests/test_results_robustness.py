@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
 from llmb.results.analyze import analyze  # noqa: E402
-from llmb.results.parsers import BUILTIN_PARSERS  # noqa: E402
+from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
 from llmb.results.records import STATUSES, RunContext  # noqa: E402
 from llmb.results.scan import scan  # noqa: E402
 

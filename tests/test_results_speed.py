@@ -18,7 +18,7 @@ from llmb.errors import UsageError  # noqa: E402
 from llmb.results import collect  # noqa: E402
 from llmb.results import scan as scan_module  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
-from llmb.results.parsers import BUILTIN_PARSERS  # noqa: E402
+from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
 from llmb.results.records import plain  # noqa: E402
 from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
 from llmb.results.store import ResultStore  # noqa: E402

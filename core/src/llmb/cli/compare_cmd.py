@@ -36,7 +36,13 @@ _DIGITS = re.compile(r"[0-9]+")
 
 
 def _successful(result) -> bool:
-    return result.status == "success" and bool(result.stats and result.stats.time_mean_ms)
+    """A run that can be a baseline: it succeeded, has a step time, and nothing of what it ran is in
+    doubt (``RunContext.doubts``)."""
+    return (
+        result.status == "success"
+        and bool(result.stats and result.stats.time_mean_ms)
+        and not result.context.doubts
+    )
 
 
 def _collected(ctx, path: str, db_path, window_text, gpu) -> list:
@@ -83,7 +89,22 @@ def _baselines(ctx, spec: str | None, db_path: str | None, window_text=None, gpu
         found = _collected(ctx, spec, db_path, window_text, gpu)
         good = [(where, result, run_id) for where, result, run_id in found if _successful(result)]
         if not good:
-            statuses = ", ".join(sorted({result.status for _, result, _ in found})) or "none found"
+            statuses = (
+                ", ".join(
+                    sorted(
+                        {
+                            result.status
+                            + (
+                                " but not judged (llmb results says why)"
+                                if result.context.doubts
+                                else ""
+                            )
+                            for _, result, _ in found
+                        }
+                    )
+                )
+                or "none found"
+            )
             raise UsageError(
                 f"--baseline {spec}: the directory holds no successful run to compare with ({len(found)} "
                 f"run{'s' if len(found) != 1 else ''}: {statuses}); {BASELINE_FORMS_TEXT}."
@@ -245,13 +266,17 @@ def compare_command(
     the tool llmb replaces). The GPU type is what the run recorded, else
     --gpu, else the cluster file's, and the table says which.
 
-    Exit codes: 1 when any run regressed or failed; else 3 when some run
-    could not be compared with anything (a proxy, an unknown GPU type, no
-    published figure: the table says why) unless --allow-missing; else 0.
+    Exit codes, from the comparisons asked for (with --baseline, those
+    with the baseline, the published figure's shown beside; else those with
+    the published figures): 1 when any run regressed or did not succeed;
+    else 3 when some run could not be compared (a proxy, an unknown GPU
+    type, no published figure: the table says why) unless --allow-missing;
+    else 0. With --baseline, a run of a configuration no baseline run has (an
+    unrelated run in the install) is listed but outside the question.
     Nothing an earlier command assumed changes a verdict."""
     from llmb.recipes.references import all_sources
     from llmb.results import references
-    from llmb.results.compare import compare, regressed
+    from llmb.results.compare import NO_RESULT, NOT_COMPARED, OUTSIDE, REGRESSED, answer, compare
 
     host = get_host(ctx)
     workloads = host.workloads()
@@ -265,18 +290,20 @@ def compare_command(
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
     # configurations need not match
     direct = baselines is not None and len(baselines) == 1 and len(picked) == 1
-    report, any_regression, not_compared = [], False, 0
+    asked = "baseline" if baselines is not None else "published"
+    report = []
     for where, result, run_id in picked:
         # auto by default: the same lookup, on the same context, that chose the figure results shows
         figure = references.lookup(
             workloads.get(result.context.workload or ""), result.context, reference
         )
         verdicts = compare(result, baselines, threshold, figure, run_id=run_id, direct=direct)
-        any_regression |= regressed(verdicts)
-        not_compared += not any(
-            v.outcome in ("pass", "regress") or v.against == "run" for v in verdicts
-        )
         report.append((display_name(where, full_names), result, run_id, verdicts, figure))
+    answers = [answer(verdicts, asked) for _, _, _, verdicts, _ in report]
+    any_regression = any(a in (REGRESSED, NO_RESULT) for a in answers)
+    not_compared = answers.count(NOT_COMPARED)
+    if report and answers.count(OUTSIDE) == len(answers):  # nothing answered the question asked
+        not_compared = len(answers)
     if as_json:
         emit_json(
             [
@@ -303,6 +330,9 @@ def compare_command(
                         "source": result.reference_source,
                     },
                     "reference": _figure_json(figure),
+                    # how the run answers the comparison asked for (with --baseline, the baseline's;
+                    # else the published figure's): pass, regress, not_compared, no_result, outside
+                    "answer": answer(verdicts, asked),
                     "verdicts": [
                         {
                             "against": v.against,
@@ -328,7 +358,9 @@ def compare_command(
         names = [table_name(where, full_names) for where, _, _ in picked]
         click.echo(
             terminal_safe(
-                _render(report, threshold, names, [where for where, _, _ in picked], full_names)
+                _render(
+                    report, threshold, names, [where for where, _, _ in picked], full_names, asked
+                )
             )
         )
     if any_regression:
@@ -365,23 +397,57 @@ def gpu_label(context) -> str:
     return f"{context.gpu} ({where})" if where else context.gpu
 
 
-def closing_line(verdicts: list, threshold: float) -> str:
-    """``12 comparisons: 9 passed, 1 regressed, 2 had no result (failed, too_short), 0 not compared``:
-    a regression and a run without a result are different news, and are counted apart."""
-    outcomes = [v.outcome for v in verdicts]
-    passed, regress = outcomes.count("pass"), outcomes.count("regress")
-    missing = outcomes.count("not_compared")
-    no_result = [o for o in outcomes if o not in ("pass", "regress", "not_compared")]
-    kinds = ", ".join(dict.fromkeys(sorted(no_result)))
+def _tally(answers: list[str], statuses: list[str]) -> str:
+    """``9 passed, 1 regressed, 2 had no result (failed, too_short), 0 not compared``: a regression and a
+    run without a result are different news, and are counted apart."""
+    from llmb.results.compare import NO_RESULT, NOT_COMPARED
+
+    no_result = sorted(s for a, s in zip(answers, statuses, strict=True) if a == NO_RESULT)
+    kinds = ", ".join(dict.fromkeys(no_result))
     return (
-        f"{counted(len(verdicts), 'comparison')}: {passed} passed, {regress} regressed, "
-        f"{len(no_result)} had no result{f' ({kinds})' if kinds else ''}, {missing} not compared "
-        f"(threshold {threshold:.0%})."
+        f"{answers.count('pass')} passed, {answers.count('regress')} regressed, "
+        f"{len(no_result)} had no result{f' ({kinds})' if kinds else ''}, "
+        f"{answers.count(NOT_COMPARED)} not compared"
     )
 
 
+def closing_lines(runs: list[list], asked: str, threshold: float) -> list[str]:
+    """The tally of the runs compared, each run counted once (``runs``: each run's verdicts): against
+    the published figures; with --baseline, against the baseline first (its comparisons decide the exit
+    status) and the runs no baseline run's configuration matches counted apart, then the published
+    figures' tally, shown beside."""
+    from llmb.results.compare import OUTSIDE, answer
+
+    statuses = [vs[0].outcome if vs and vs[0].against == "run" else "" for vs in runs]
+    published = [answer(vs, "published") for vs in runs]
+    if asked != "baseline":
+        return [
+            f"{counted(len(runs), 'run')}: {_tally(published, statuses)} (threshold {threshold:.0%})."
+        ]
+    against = [answer(vs, "baseline") for vs in runs]
+    outside = against.count(OUTSIDE)
+    inside = [(a, s) for a, s in zip(against, statuses, strict=True) if a != OUTSIDE]
+    tally = _tally([a for a, _ in inside], [s for _, s in inside])
+    apart = (
+        f"; {counted(outside, 'other run')} with no baseline run of "
+        f"{'its' if outside == 1 else 'their'} configuration"
+        if outside
+        else ""
+    )
+    return [
+        f"Against the baseline, {counted(len(inside), 'run')}: {tally}{apart} (threshold "
+        f"{threshold:.0%}; these decide the exit status).",
+        f"Against the published figures, {counted(len(runs), 'run')}: {_tally(published, statuses)}.",
+    ]
+
+
 def _render(
-    report: list, threshold: float, names: list[str], places: list, full_names: bool = False
+    report: list,
+    threshold: float,
+    names: list[str],
+    places: list,
+    full_names: bool = False,
+    asked: str = "published",
 ) -> str:
     """The comparison table (each run by its short name and job), the verdicts' details under it, what was
     measured against what was published, and the tally."""
@@ -461,7 +527,8 @@ def _render(
                 + f" {_fmt(published.tokens_per_s, 0)} tokens/s, {_fmt(published.tflops_per_gpu, 1)} "
                 f"TFLOP/s/GPU ({published.describe()})"
             )
-    verdicts = [v for _, _, _, vs, _ in report for v in vs]
-    parts.append("\n" + closing_line(verdicts, threshold))
+    parts.append(
+        "\n" + "\n".join(closing_lines([vs for _, _, _, vs, _ in report], asked, threshold))
+    )
     # the table fits already; the text is wrapped
     return parts[0] + "\n" + fit_text("\n".join(parts[1:]))

@@ -170,6 +170,23 @@ def _expected_lines(plan) -> list[str]:
     return lines
 
 
+def _held_to_line(held: dict) -> str:
+    """Which figure a run is held to (issue 40: one target, with where it comes from)."""
+    from llmb.results.compare import DEFAULT_THRESHOLD
+
+    step = held["step_time_s"]
+    return (
+        f"  held to      the published step time, {step:g} s at GBS {held['gbs']} on {held['gpus']} GPUs: "
+        f"a run passes at {DEFAULT_THRESHOLD:.0%} of its throughput (a step of at most "
+        f"{step / DEFAULT_THRESHOLD:.4g} s); its TFLOP/s/GPU and MFU are shown, not judged (on "
+        + (
+            f"{held['shown_on']}, a torch-engine run's on the workload's formula)"
+            if held["shown_on"] != "the workload's formula"
+            else "the workload's formula)"
+        )
+    )
+
+
 def _arch_words(arch, seq_len: int) -> str:
     parts = [
         _layers(arch.layers),
@@ -309,6 +326,8 @@ def render_plan(plan) -> str:
             f"               {other.label}: {other.headline()}, {_count(other.tokens_per_s)} tokens/s "
             f"({other.describe()}; llmb compare --reference {other.source})"
         )
+    if (held := plan.held_to) is not None:
+        lines.append(_held_to_line(held))
     if not plan.expected and not plan.other_figures and not r.overrides:
         lines.append("               no other published document has a figure for it either")
     elif not plan.expected and not r.overrides:

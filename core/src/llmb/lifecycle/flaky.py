@@ -75,7 +75,7 @@ def first_signature(text: bytes, signatures: Iterable[str]) -> str | None:
 def diverged(log: str) -> bool:
     """Whether the run's iteration lines logged a NaN grad norm (the results' ``invalid_grad_norm``).
     The whole log is read, by the results' own parsers: only once a signature was found."""
-    from llmb.results.parsers import BUILTIN_PARSERS
+    from llmb.results.formats import BUILTIN_PARSERS
     from llmb.results.scan import scan
 
     parsers = [p for p in BUILTIN_PARSERS if p.name in ("megatron_bridge", "nemo2")]

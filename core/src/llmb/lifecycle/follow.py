@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from llmb.figures import figure
-from llmb.results.parsers import MegatronBridgeReader, NeMo2Reader
+from llmb.results.formats import MegatronReader, NeMo2Reader
 from llmb.results.records import tflops_source_words
 from llmb.runs.jobs import TERMINAL, Job, JobStatus, state_text
 
@@ -24,7 +24,7 @@ class Progress:
         self.log = log
         self.offset = 0
         self.carry = b""
-        self.readers = (MegatronBridgeReader(), NeMo2Reader())
+        self.readers = (MegatronReader(), NeMo2Reader())
 
     def poll(self) -> None:
         try:

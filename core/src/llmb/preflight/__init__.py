@@ -7,7 +7,7 @@
                   pair points at
     measure.py    what each rank measures through torch (GEMM, memory bandwidth, all-reduce)
     gpu_info.py   nvidia-smi -q -x: a node's GPUs (type, count, driver, ECC, clocks)
-    transport.py  NCCL's transport per node, from its own set-up lines (llmb.results.parsers)
+    transport.py  NCCL's transport per node, from its own set-up lines (llmb.results.formats.nccl)
     worker.py     the job's side: ``python -m llmb.worker RUN_JSON`` with engine ``preflight``
     verdict.py    measurements -> per-node figures, flags and the verdict (preflight.json)
     job.py        the submission (a job like a run's) and its end (the report written)

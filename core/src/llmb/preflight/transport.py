@@ -1,7 +1,7 @@
 """NCCL's transport per node, from NCCL's own set-up lines in the job's log.
 
 The lines (``NCCL_DEBUG=INFO``) are read by llmb's results parser
-(``llmb.results.parsers.NcclTransportReader``), fed each host's lines apart: NCCL
+(``llmb.results.formats.nccl.NcclTransportReader``), fed each host's lines apart: NCCL
 prefixes every line with ``host:pid:tid [dev]``, so a node whose NCCL fell back to
 TCP sockets is named, not only the job.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from llmb.results.parsers import NcclTransportReader
+from llmb.results.formats import NcclTransportReader
 
 _HOST = re.compile(r"(?:^|\s)([\w.-]+):\d+:\d+ \[\d+\] NCCL INFO ")
 

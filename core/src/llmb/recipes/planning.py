@@ -243,6 +243,36 @@ class Plan:
         return next((f.source for f in self.other_figures if f.same_batch), None)
 
     @property
+    def held_to(self) -> dict[str, Any] | None:
+        """What a run of this configuration is held to by the one reference policy: the published step time
+        (``measure`` ``step_time``) of the figure ``judged_against`` names, with its GBS, GPU count and
+        document; the TFLOP/s and MFU beside it are shown on ``shown_on`` (the count the production
+        framework's log gives, which the published recipe computes MFU from), never judged. None: none."""
+        source = self.judged_against
+        if source is None:
+            return None
+        if source == "recipe" and self.expected is not None:
+            step, gbs = self.expected.step_time_s, self.expected.gbs or self.recipe.gbs
+            document = self.expected.provenance.describe()
+        else:
+            figure = next(f for f in self.other_figures if f.source == source)
+            step, gbs, document = (
+                figure.step_time_ms / 1000.0,
+                figure.gbs or self.recipe.gbs,
+                figure.document,
+            )
+        production = self.flops_use[-1]
+        return {
+            "measure": "step_time",
+            "step_time_s": step,
+            "gbs": gbs,
+            "gpus": self.recipe.gpus,
+            "source": source,
+            "document": document,
+            "shown_on": production.words(production.mfu),
+        }
+
+    @property
     def expected_throughput(self) -> Throughput | None:
         """The expected figure's tokens/s and days, computed from its step time where it prints neither."""
         return throughput(self.workload, self.expected) if self.expected else None
@@ -321,6 +351,7 @@ class Plan:
             "expected": _expected(self.expected, self.expected_throughput),
             "other_figures": [asdict(f) for f in self.other_figures],
             "judged_against": self.judged_against,
+            "held_to": self.held_to,
             "mfu_peak": asdict(peak) if (peak := peak_source(r.gpu, r.dtype)) else None,
             "time_limit": self.time_limit.as_dict(),  # a cluster job's, when none is given
             "env": dict(r.env),
@@ -384,6 +415,8 @@ def _expected(ref: ReferenceResult | None, made: Throughput | None) -> dict[str,
         # the figures llmb computed from the published step time (the document prints none)
         "computed": list(made.computed),
         "tflops_per_gpu": ref.tflops_per_gpu,
+        # set when tflops_per_gpu corrects the printed figure (see erratum)
+        "printed_tflops_per_gpu": ref.printed_tflops_per_gpu,
         "source": ref.provenance.describe(),
         "note": ref.note or None,
         "erratum": ref.erratum,

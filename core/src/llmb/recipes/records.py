@@ -423,9 +423,11 @@ class Variant:
 FAILURE_KINDS = (
     "node_failure",
     "cuda_oom",
+    "cuda_error",
     "nan_loss_or_grad",
     "nccl_timeout",
     "python_exception",
+    "killed",
     "time_limit",
     "preempted",
     "cancelled",
@@ -467,6 +469,8 @@ class ReferenceResult:
     erratum: str | None = None  # id of a workload note that explains a printed figure
     # set when mfu_pct is llmb's correction of the printed figure (the erratum)
     printed_mfu_pct: float | None = None
+    # set when tflops_per_gpu is llmb's correction of the printed figure (the erratum)
+    printed_tflops_per_gpu: float | None = None
     # the global batch the figure was measured with, where its document prints it
     gbs: int | None = None
     container: str | None = None  # the container it was measured with, where not the variant's

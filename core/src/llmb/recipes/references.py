@@ -51,6 +51,8 @@ class Configuration:
     scaling: str = "weak"
     container: str | None = None  # the container release the run used, where known
     gbs: int | None = None  # the run's global batch size (None: the own recipe's at ``gpus``)
+    seq_len: int | None = None  # the run's sequence length (None: the own recipe's)
+    layers: int | None = None  # the layers the run trained (None: the model's)
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,8 @@ def find(workload: Workload, config: Configuration, source: str = AUTO) -> Figur
             source,
             f"there are no {source} figures for {workload.name} (it has: {', '.join(valid)})",
         )
+    if (other_work := _other_work(workload, config)) is not None:
+        return Missing(source, other_work)
     picked = chosen(workload, config, source)
     if picked is None:
         wanted = DEFAULT_SOURCE if source == own else source
@@ -346,6 +350,30 @@ def find(workload: Workload, config: Configuration, source: str = AUTO) -> Figur
     if run_release and figure_release and figure_release < run_release:
         figure = replace(figure, older_than_run=release_text(config.container))
     return figure
+
+
+def _other_work(workload: Workload, config: Configuration) -> str | None:
+    """Why no published figure measured the configuration's work: a sequence length other than its
+    recipe's, or fewer layers than the model's; None where neither differs. (The global batch size, the
+    GPU count and the precision are part of the figure's own key: ``_pairs``.)"""
+    series = _series(
+        workload,
+        (workload.variant(config.variant) or workload.default_variant).name,
+        of_tables(config),
+    )
+    if config.seq_len is not None and series is not None and config.seq_len != series.seq_len:
+        return (
+            f"the run's sequence length is {config.seq_len:,}, not the published recipe's "
+            f"{series.seq_len:,}: no published figure measured its work"
+        )
+    if config.layers is not None and config.size in workload.architectures:
+        model = workload.architecture(config.size).layers
+        if config.layers != model:
+            return (
+                f"the run trained {config.layers:,} layers, not the model's {model:,}: no published "
+                f"figure measured its work"
+            )
+    return None
 
 
 def _none_from(workload: Workload, config: Configuration, source: str, others: list[Figure]) -> str:

@@ -59,6 +59,7 @@ class Run:
     tuned: str | None = (
         None  # the settings that differ from the official configuration's (the row's)
     )
+    doubts: str | None = None  # why no verdict is reached for it (the row's): it is not plotted
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:
@@ -80,6 +81,7 @@ class Run:
             mfu_pct=row.get("mfu_pct"),
             gpu_source=row.get("gpu_source"),
             tuned=row.get("tuned") if isinstance(row.get("tuned"), str) else None,
+            doubts=row.get("doubts") if isinstance(row.get("doubts"), str) else None,
         )
 
     @property
@@ -234,6 +236,8 @@ def efficiency_curve(
 def _why_unplotted(run: Run) -> str | None:
     if run.status != "success":
         return run.reason or run.status
+    if run.doubts:  # which configuration's series it belongs to is what is in doubt
+        return f"not judged: {run.doubts}"
     if run.step_time_ms is None:
         return "no step time in the window"
     if run.gpus is None:

@@ -1,7 +1,10 @@
 """Results: runs' logs parsed into rows, stored, analysed, compared and archived.
 
 scan.py         finding experiments' logs and reading them safely (regular files, bounded)
-parsers.py      the log formats (Megatron-Bridge, NeMo 2, the torch engine's)
+lines.py        the one prefix stage every log reader takes its lines from
+formats/        the log readers, one module per format (Megatron, NeMo 2, torchtitan, NCCL, ...)
+identity.py     what ran: the log, the records and the name held against each other
+record_values.py  the values a record may hold, checked where it is read
 experiments.py  an experiment directory's name and recipe read back
 records.py      the result row and its statuses
 analyze.py      the statistics window and the metrics of one run

@@ -88,13 +88,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 
 from llmb.recipes.gpus import catalogue, peak_source
 from llmb.recipes.metrics import days_to_train, mfu_at_bf16_pct, mfu_pcts, tokens_per_second
 from llmb.recipes.records import Variant, Workload
 from llmb.recipes.references import AUTO, Figure
+from llmb.results import identity
 from llmb.results.plausibility import impossible
 from llmb.results.records import (
     FAILURE_KINDS,
@@ -116,6 +117,11 @@ MAX_STEP_MS = 1e9  # eleven days a step: a larger step time is a corrupt number,
 ITERATION_FORMATS = ("megatron_bridge", "nemo2", "torchtitan")
 ZERO_BASED = ("nemo2",)  # formats whose first iteration is 0 (a 50-step run ends at 49/49)
 SAMPLED = ("torchtitan",)  # formats that print every k-th iteration by design
+SLURM_ENDS = (
+    "time_limit",
+    "preempted",
+    "cancelled",
+)  # Slurm's words on why a job's processes were ended
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -189,6 +195,14 @@ def find_reference(
     return found if isinstance(found, Figure) else None
 
 
+def mfu_peaks(context: RunContext) -> Mapping[str, float] | None:
+    """The dense peaks MFU is against: the GPU type's, for a run that computed on its GPUs (a CPU run
+    has none; plausibility holds every run against them all the same)."""
+    if context.gpu in catalogue() and context.device != "cpu":
+        return catalogue()[context.gpu].peak_tflops
+    return None
+
+
 def borrowed_peak_note(context: RunContext, at_dtype: bool) -> str | None:
     """Which peak the MFU is against and its source, for a GPU type that takes another's (gpus.yaml
     ``runs_recipes_of``: an H200's MFU is against the H100's peak); None for a type's own peak."""
@@ -220,13 +234,11 @@ def analyze(
     *,
     workload: Workload | None = None,
     window: tuple[int, int] | None = None,
-    flops_per_sample: float | None = None,
-    peaks: Mapping[str, float] | None = None,
+    model_flops: Callable[[RunContext], float | None] | None = None,
     missing_log_reason: str = "no log file",
 ) -> RunResult:
-    """``flops_per_sample`` (the workload's formula) and ``peaks`` (the GPU
-    type's dense peaks by dtype) are what the derived metrics need; either may
-    be None (no peaks: a CPU run, an unknown GPU type)."""
+    """``model_flops(context)``: the workload's formula's FLOPs per sample for the run as established
+    (its sequence length and layers may be what the log states), or None where unknown."""
     if report is None:
         return _without_log(None, context, "no_log", missing_log_reason, workload, window)
 
@@ -241,19 +253,24 @@ def analyze(
 
     samples = sorted(iterations.samples.values(), key=lambda s: s.iteration) if iterations else []
     every = log_every(samples) if iterations and iterations.format in SAMPLED else 1
-    gbs, gbs_note = _gbs(samples, context)
-    if gbs is not None and context.gbs is None:
-        context = replace(context, gbs=gbs)
-    compute_tflops = variant is not None and not variant.log_tflops_valid
     inside = [s for s in samples if _in_window(s, window, every)]
+    # What ran, from the log first (DESIGN.md, Results): its statements, then its records and name.
+    context = identity.establish(
+        context,
+        [
+            *identity.iteration_statements([s.global_batch_size for s in inside or samples]),
+            *(findings.get("statements") or ()),
+        ],
+    )
+    gbs = context.gbs
+    flops_per_sample = model_flops(context) if model_flops else None
+    compute_tflops = variant is not None and not variant.log_tflops_valid
     stats = _window_stats(inside, window, compute_tflops, gbs, context.gpus, flops_per_sample)
 
-    notes += (
-        _scan_notes(report, iterations)
-        + ([gbs_note] if gbs_note else [])
-        + _titan_notes(iterations, inside)
+    notes += _scan_notes(report, iterations) + _titan_notes(iterations, inside)
+    status, reason = _status(
+        iterations, samples, window, failure, report, context.job_state, every, stats
     )
-    status, reason = _status(iterations, samples, window, failure, report, context.job_state, every)
     stopped = samples[-1].iteration if samples else None
     if status in ("failed", "cancelled") and (short := _unreachable(iterations, window, stopped)):
         notes.append(short)
@@ -264,6 +281,7 @@ def analyze(
         # a proxy model's time to train means nothing
         days = None if context.proxy else days_to_train(tokens)
     by_count = _tflops_by_count(stats, gbs, context.gpus, flops_per_sample)
+    peaks = mfu_peaks(context)
     if stats and stats.time_mean_ms and peaks:
         use_log = variant is not None and variant.mfu_from == "log" and stats.tflops_source == "log"
         model_tflops = by_count.get("the log") if use_log else None
@@ -275,12 +293,13 @@ def analyze(
                 notes.append(note)
     # Before any verdict: figures the GPU type cannot produce make the run implausible, never a pass.
     if impossible_why := impossible(
-        context, peaks=peaks, tflops=by_count, tokens_per_s=tokens, workload=workload
+        context, tflops=by_count, tokens_per_s=tokens, workload=workload
     ):
         if status == "success":
             status, reason = "implausible", impossible_why
         else:
             notes.append(f"implausible figures: {impossible_why}")
+    notes += [f"not judged: {doubt}" for doubt in context.doubts]
 
     transport = findings.get("nccl_transport")
     if transport is not None and transport.over_sockets(context.nodes):
@@ -404,10 +423,21 @@ def first_cause(failures: list[Failure]) -> Failure | None:
         or failures
     )
     order = {kind: i for i, kind in enumerate(FAILURE_KINDS)}
-    return min(
-        causes,
-        key=lambda f: (math.inf if f.offset is None else f.offset, order.get(f.kind, len(order))),
-    )
+
+    def first(found: list[Failure]) -> Failure:
+        return min(
+            found,
+            key=lambda f: (
+                math.inf if f.offset is None else f.offset,
+                order.get(f.kind, len(order)),
+            ),
+        )
+
+    picked = first(causes)
+    # torchrun signalled from outside: where Slurm says why (its time limit, a preemption, a cancel), that
+    # is the reason, wherever its line is
+    slurm = [f for f in failures if f.kind in SLURM_ENDS]
+    return first(slurm) if picked.kind == "killed" and slurm else picked
 
 
 def log_every(samples: list[Sample]) -> int:
@@ -423,23 +453,6 @@ def log_every(samples: list[Sample]) -> int:
 def _in_window(sample: Sample, window: tuple[int, int], every: int) -> bool:
     """Whether the iterations the sample stands for (the ``every`` up to it) overlap the window."""
     return sample.iteration >= window[0] and sample.iteration - every < window[1]
-
-
-def _gbs(samples: list[Sample], context: RunContext) -> tuple[int | None, str | None]:
-    """The global batch size (the log's, else the context's), and a note when the two differ."""
-    logged = Counter(s.global_batch_size for s in samples if s.global_batch_size)
-    if not logged:
-        return context.gbs, None
-    gbs = logged.most_common(1)[0][0]
-    if context.gbs is None or context.gbs == gbs:
-        return gbs, None
-    whence = {"recipe": "the run's recipe", "name": "the experiment's name"}.get(
-        context.source, "the run's context"
-    )
-    return gbs, (
-        f"the log's global batch size is {gbs} but {whence} says {context.gbs}: the logged {gbs} is "
-        f"used (tokens/s, MFU, days to train)"
-    )
 
 
 def _titan_notes(iterations: IterationLog | None, inside: list[Sample]) -> list[str]:
@@ -472,7 +485,8 @@ def _window_stats(
     first, last = window
     if not inside:
         return None
-    time_mean, time_std = mean_std([s.step_time_ms for s in inside if _usable(s.step_time_ms)])
+    times = [s.step_time_ms for s in inside if _usable(s.step_time_ms)]
+    time_mean, time_std = mean_std(times)
     source = None
     tflops: list[float] = []
     if compute_tflops:
@@ -487,8 +501,19 @@ def _window_stats(
         tflops = [s.tflops_per_gpu for s in inside if s.tflops_per_gpu is not None]
         source = "log" if tflops else None
     tf_mean, tf_std = mean_std(tflops)
+    # each figure with the number of values it was computed from: the step times, the TFLOP/s
     return WindowStats(
-        first, last, len(inside), time_mean, time_std, tf_mean, tf_std, source if tflops else None
+        first,
+        last,
+        len(times) if time_mean is not None else 0,
+        time_mean,
+        time_std,
+        tf_mean,
+        tf_std,
+        source if tflops else None,
+        len([t for t in tflops if t is not None and math.isfinite(t)])
+        if tf_mean is not None
+        else 0,
     )
 
 
@@ -500,6 +525,7 @@ def _status(
     report: ScanReport,
     job_state: str | None = None,
     every: int = 1,
+    stats: WindowStats | None = None,
 ) -> tuple[str, str | None]:
     if invalid := _invalid(iterations, samples, window, every):
         return invalid
@@ -530,6 +556,12 @@ def _status(
         said = f" ({failure.kind.replace('_', ' ')}: {failure.message})" if failure else ""
         how = f"iteration {final}/{final}" if reached else f"the log says '{done['line']}'"
         after = f"training finished ({how}), but the job did not end cleanly: {ended}{said}"
+    if reached and not missing and stats is not None and stats.count == 0:
+        # every iteration is there, but no step time could be read from the window's: nothing was measured
+        return "invalid_step_time", (
+            f"the window's iterations ({window[0]}-{window[1]}) are logged, but none of them gives a "
+            f"step time that can be read" + (f"; {after}" if after else "")
+        )
     if reached and not missing:
         return "success", (f"warning: {after}; the measurement is complete" if after else None)
     if not after and cancelled:
@@ -565,7 +597,7 @@ def _status(
         ) + (
             "" if tflops is None else f", {'' if count == 1 else 'median '}{tflops:.1f} TFLOP/s/GPU"
         )
-        return "no_data", (
+        return "incomplete", (
             f"no iteration lines, but {count} Megatron-Bridge 'Step Time' line{'' if count == 1 else 's'} "
             f"({figures}): Megatron-Bridge prints them on rank 0 and the iteration lines on the last rank, "
             "which holds the last pipeline stage, so this is probably the log of a node or pod without the "
@@ -595,7 +627,10 @@ def _incomplete(final: int | None, present: set[int], last: int, missing: list[i
 
 
 def _invalid(
-    iterations: IterationLog | None, samples: list[Sample], window: tuple[int, int], every: int
+    iterations: IterationLog | None,
+    samples: list[Sample],
+    window: tuple[int, int],
+    every: int,
 ) -> tuple[str, str] | None:
     """``invalid_grad_norm`` or ``invalid_step_time`` with its reason, or None."""
     if iterations and iterations.nan_grad_norm:
@@ -603,6 +638,7 @@ def _invalid(
             "invalid_grad_norm",
             f"grad norm is NaN at iteration {_ranges(sorted(iterations.nan_grad_norm))}",
         )
+
     bad = [
         s
         for s in samples

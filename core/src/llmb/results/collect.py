@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llmb.plugins.host import PluginHost
-from llmb.recipes.gpus import catalogue
 from llmb.results.analyze import analyze, unreadable
 from llmb.results.experiments import RunLocation, complete_from_recipes, context_for, find_runs
 from llmb.results.records import ASSUMED_GPU_SOURCES, RunContext, RunResult
@@ -124,21 +123,24 @@ class Collector:
             context = complete_from_recipes(
                 replace(context, gpu=assume_gpu.lower(), gpu_source=gpu_source), workload
             )
-        flops = context.flops_per_sample
-        peaks = None
-        if (
-            flops is None
-            and workload is not None
-            and context.size in workload.architectures
-            and context.seq_len
-        ):
-            arch = workload.architecture(context.size)
-            if context.layers:
-                arch = arch.with_layers(min(context.layers, arch.layers))
-            model = self.host.model_flops(workload, arch, context.seq_len)
-            flops = model.per_sample if model else None
-        if context.gpu in catalogue() and context.device != "cpu":  # no GPU peak for a CPU run
-            peaks = catalogue()[context.gpu].peak_tflops
+
+        def model_flops(established: RunContext) -> float | None:
+            """The workload's formula's FLOPs per sample for the run as analysed (its sequence length
+            and layers may be what its log states): recipe.json's own count where it gives one."""
+            if established.flops_per_sample is not None:
+                return established.flops_per_sample
+            if (
+                workload is None
+                or established.size not in workload.architectures
+                or not established.seq_len
+            ):
+                return None
+            arch = workload.architecture(established.size)
+            if established.layers:
+                arch = arch.with_layers(min(established.layers, arch.layers))
+            model = self.host.model_flops(workload, arch, established.seq_len)
+            return model.per_sample if model else None
+
         try:
             report = (
                 scan(location.log, self.parsers, jobs=self._scan_jobs()) if location.log else None
@@ -156,8 +158,7 @@ class Collector:
             context,
             workload=workload,
             window=window,
-            flops_per_sample=flops,
-            peaks=peaks,
+            model_flops=model_flops,
             missing_log_reason=f"no log-*.out file in {location.run_dir}",
         )
 

@@ -66,6 +66,9 @@ class Verdict:
     baseline: Baseline | None = None  # against "baseline": the baseline run it was compared with
     # against "baseline": "configuration", or "direct" (the one run given)
     matched: str | None = None
+    # with baselines given: no baseline run of the run's configuration was among them, so the run is
+    # outside the question ``--baseline`` asked (shown, never deciding the exit status)
+    outside: bool = False
 
 
 def key_of(result: RunResult) -> tuple:
@@ -81,7 +84,7 @@ def _key_from_row(row: dict[str, Any]) -> tuple:
 
 def load_baselines(path: str) -> list[Baseline]:
     """A JSON file written by ``llmb results --format json`` (a list of rows,
-    or one row). Only successful rows with a step time count. A row's
+    or one row). Only successful rows with a step time, and nothing in doubt, count. A row's
     ``log`` names its run (its ``run_id`` is of the database that wrote the
     file, maybe another's, so it does not)."""
     return [
@@ -94,7 +97,7 @@ def load_baselines(path: str) -> list[Baseline]:
             item.get("log") if isinstance(item.get("log"), str) else None,
         )
         for item in read_rows(path, "the baseline")
-        if item.get("status") == "success" and item.get("time_mean_ms")
+        if item.get("status") == "success" and item.get("time_mean_ms") and not item.get("doubts")
     ]
 
 
@@ -132,6 +135,14 @@ def judge_baseline(
     """The run against the baseline of its configuration (the first one that is not the run itself).
     ``direct`` (one baseline run given for one run): where the configurations do not match (a log that
     names none, as torchtitan's, or two different ones), the two are compared anyway, labelled so."""
+    if result.context.doubts:  # which configuration's baseline it is, is what is in doubt
+        return Verdict(
+            "baseline",
+            NOT_COMPARED,
+            None,
+            None,
+            "not compared: " + "; ".join(result.context.doubts),
+        )
     others = [b for b in baselines if not is_itself(b, result, run_id)]
     if result.context.workload is not None:
         matching = [b for b in baselines if b.key == key_of(result)]
@@ -152,7 +163,11 @@ def judge_baseline(
         )
     else:
         why = f"no baseline run of this configuration in {given}"
-    return Verdict("baseline", NOT_COMPARED, None, None, why)
+    # a run of a known configuration no baseline has is outside the question; one whose configuration is
+    # unknown may be of the baseline's, so it stays in it (not compared)
+    return Verdict(
+        "baseline", NOT_COMPARED, None, None, why, outside=result.context.workload is not None
+    )
 
 
 def _baseline_verdict(
@@ -195,11 +210,10 @@ def _judge(
 def stored_figure(result: RunResult) -> Figure | Missing:
     """The published figure the run's analysis chose by the one reference policy (what ``llmb results``
     shows and ``llmb compare`` judges by default)."""
-    if result.context.proxy:
-        return Missing(
-            AUTO,
-            "proxy run: a scaled-down model is never compared with published figures",
-        )
+    from llmb.results.references import unknown
+
+    if (why := unknown(result.context)) is not None:
+        return Missing(AUTO, why)
     if not result.reference:
         return Missing(AUTO, "no published figure for this configuration")
     return Figure(**result.reference)
@@ -269,9 +283,21 @@ def compare(
     baseline run given for this one run (``judge_baseline``)."""
     if result.status != "success" or not result.stats or not result.stats.time_mean_ms:
         outcome = result.status if result.status != "success" else "no_data"
+        # with baselines: a run of a configuration none of them has is outside the question asked
+        outside = (
+            baselines is not None
+            and not (direct and len(baselines) == 1)
+            and result.context.workload is not None
+            and not any(b.key == key_of(result) for b in baselines)
+        )
         return [
             Verdict(
-                "run", outcome, None, None, f"{result.status}: {result.reason or 'no step time'}"
+                "run",
+                outcome,
+                None,
+                None,
+                f"{result.status}: {result.reason or 'no step time'}",
+                outside=outside,
             )
         ]
     verdicts = [
@@ -282,11 +308,24 @@ def compare(
     return verdicts
 
 
-def regressed(verdicts: list[Verdict]) -> bool:
-    """A regression, or a run with no result to compare."""
-    return any(v.outcome not in ("pass", NOT_COMPARED) for v in verdicts)
+# How a run answers the comparison asked for (``answer``).
+PASSED, REGRESSED, NO_RESULT, OUTSIDE = "pass", "regress", "no_result", "outside"
 
 
-def uncompared(verdicts: list[Verdict]) -> bool:
-    """A reference the run could not be compared with (the verdict says why)."""
-    return any(v.outcome == NOT_COMPARED for v in verdicts)
+def answer(verdicts: list[Verdict], asked: str) -> str:
+    """How a run answers the comparison asked for: ``asked`` is ``baseline`` where ``--baseline`` was given
+    (its comparisons are the question, and decide ``llmb compare``'s exit status), else ``published``.
+    ``pass``, ``regress``, ``not_compared``, ``no_result`` (the run did not succeed: its verdict is its
+    status), or ``outside``: with a baseline, no baseline run of its configuration was given, so the run
+    is not part of the question (an unrelated run that failed earlier, a run of another configuration)."""
+    if verdicts and verdicts[0].against == "run":
+        return OUTSIDE if verdicts[0].outside and asked == "baseline" else NO_RESULT
+    wanted = (
+        [v for v in verdicts if v.against == "baseline"] if asked == "baseline" else verdicts[:1]
+    )
+    if not wanted:
+        return NOT_COMPARED
+    verdict = wanted[0]
+    if verdict.outside:
+        return OUTSIDE
+    return verdict.outcome if verdict.outcome in (PASSED, REGRESSED) else NOT_COMPARED

@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 
 from llmb.recipes.gpus import catalogue, recipes_of
 from llmb.recipes.records import Workload
+from llmb.results import record_values
+from llmb.results.identity import against_name
 from llmb.results.records import RunContext
 from llmb.results.scan import read_regular
 from llmb.runs.experiment import RECIPE_FILE
@@ -125,12 +127,12 @@ def context_for(location: RunLocation, workloads: dict[str, Workload]) -> RunCon
     )
     job_id = job.group(1) if job and not named_alone else None
     recipe = read_recipe(location)
-    context = (
-        _from_recipe(location, recipe, job_id)
-        if recipe is not None
-        else infer_from_name(location.experiment, workloads, job_id)
-    )
-    return with_provenance(context, location, workloads)
+    named = infer_from_name(location.experiment, workloads, job_id)
+    if recipe is None:
+        return with_provenance(named, location, workloads)
+    context = _from_recipe(location, recipe, job_id)
+    doubts = (*context.doubts, *against_name(context, named))
+    return with_provenance(replace(context, doubts=doubts), location, workloads)
 
 
 _CONTAINER = re.compile(r"[:#/]nemo:(\d{2}\.\d{2}(?:\.\d+)?)")
@@ -177,28 +179,56 @@ def with_provenance(
 
 
 def _from_recipe(location: RunLocation, recipe: dict, job_id: str | None) -> RunContext:
-    return RunContext(
+    """What recipe.json says, each field checked (``llmb.results.record_values``): a value that cannot
+    be is left out, and the problem is among the run's doubts."""
+    where = "its recipe.json"
+    problems: list[str] = []
+
+    def checked(found: tuple):
+        value, problem = found
+        if problem:
+            problems.append(problem)
+        return value
+
+    def name(field: str) -> str | None:
+        return checked(record_values.text(field, recipe.get(field), where))
+
+    def count(field: str) -> int | None:
+        return checked(record_values.whole(field, recipe.get(field), where))
+
+    layout = {f: count(f) for f in ("tp", "pp", "cp", "ep", "mbs") if f in recipe}
+    gpu = name("gpu")
+    context = RunContext(
         experiment=location.experiment,
         source="recipe",
-        workload=_text(recipe.get("workload")),
-        variant=_text(recipe.get("variant")),
-        size=_text(recipe.get("size")),
-        gpu=_text(recipe.get("gpu")),
-        gpu_source="recipe" if recipe.get("gpu") else None,
-        dtype=_text(recipe.get("dtype")),
-        gpus=_number(recipe.get("gpus")),
-        nodes=_number(recipe.get("nodes")),
-        gbs=_number(recipe.get("gbs")),
-        seq_len=_number(recipe.get("seq_len")),
-        layers=_number(recipe.get("layers")),
-        scaling=_text(recipe.get("scaling")) or "weak",
-        proxy=bool(recipe.get("proxy", False)),
-        job_id=_text(recipe.get("job_id")) or job_id,
+        workload=name("workload"),
+        variant=name("variant"),
+        size=name("size"),
+        gpu=gpu,
+        gpu_source="recipe" if gpu else None,
+        dtype=name("dtype"),
+        gpus=count("gpus"),
+        nodes=count("nodes"),
+        gbs=count("gbs"),
+        seq_len=count("seq_len"),
+        layers=count("layers"),
+        scaling=name("scaling") or "weak",
+        proxy=recipe.get("proxy", False) is True,
+        job_id=name("job_id") or job_id,
         job_state=_job_state(recipe.get("job_id")),
-        device=_text(recipe.get("device")),
-        flops_per_sample=_float(recipe.get("model_flops_per_sample")),
+        device=name("device"),
+        flops_per_sample=checked(
+            record_values.positive(
+                "model_flops_per_sample",
+                recipe.get("model_flops_per_sample"),
+                where,
+                record_values.MAX_FLOPS_PER_SAMPLE,
+            )
+        ),
         tuned=_tuned(recipe.get("tuned")),
+        layout=layout or None,
     )
+    return replace(context, doubts=tuple(problems))
 
 
 def _tuned(settings) -> str | None:
@@ -271,24 +301,6 @@ def _job_state(job_id) -> str | None:
     return state if isinstance(state, str) else None
 
 
-def _text(value) -> str | None:
-    return None if value is None else str(value).lower()
-
-
-def _float(value) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _number(value) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 _DTYPE = re.compile(r"(?:^|_)(bf16|fp8|nvfp4)(?:_|$)")
 _GPUS = re.compile(r"(?:^|_)gpus(\d+)(?:_|$)")
 _NODES = re.compile(r"(?:^|_)(\d+)nodes?(?:_|$)")  # Llama 4's pretrain_llama4_e128_fp8_64nodes_...
@@ -330,19 +342,37 @@ def infer_from_name(
     proxy = _PROXY.search(lowered)
     proxy_layers = _PROXY_LAYERS.search(proxy.group(1)) if proxy else None
     seq_len = next((s.seq_len for v in workload.variants for s in v.series if s.size == size), None)
+    problems: list[str] = []
+
+    def count(field: str, found: re.Match | None) -> int | None:
+        digits = next((g for g in found.groups() if g), None) if found else None
+        value, problem = record_values.whole(field, digits or None, "its experiment's name")
+        if problem:
+            problems.append(problem)
+        return value
+
+    layout = {}
+    for setting, value in name_layout(name).items():
+        value, problem = record_values.whole(setting, value, "its experiment's name")
+        if problem:
+            problems.append(problem)
+        else:
+            layout[setting] = value
     context = RunContext(
         experiment=name,
         source="name",
         workload=workload.name,
         size=size,
         dtype=dtype.group(1) if dtype else None,
-        gpus=int(gpus.group(1)) if gpus else None,
-        nodes=int(nodes.group(1)) if nodes else None,
-        gbs=int(gbs.group(1) or gbs.group(2)) if gbs else None,
+        gpus=count("gpus", gpus),
+        nodes=count("nodes", nodes),
+        gbs=count("gbs", gbs),
         seq_len=seq_len,
-        layers=int(proxy_layers.group(1)) if proxy_layers else None,
+        layers=count("layers", proxy_layers),
         proxy=proxy is not None,
         job_id=job_id,
+        layout=layout or None,
+        doubts=tuple(problems),
     )
     return complete_from_recipes(context, workload)
 
@@ -405,7 +435,11 @@ def name_layout(name: str) -> dict[str, int | None]:
     found = {}
     for setting, pattern in _LAYOUT_PARTS.items():
         if (part := pattern.search(lowered)) is not None:
-            found[setting] = None if part.group(1) == "none" else int(part.group(1))
+            digits = part.group(1)
+            # more digits than any count has are kept as written, for the reader to refuse
+            found[setting] = (
+                None if digits == "none" else int(digits) if len(digits) <= 18 else digits
+            )
     return found
 
 
@@ -434,7 +468,7 @@ def layout_differences(context: RunContext, workload: Workload) -> str | None:
     from llmb.recipes.records import RecipeRequest
     from llmb.recipes.resolve import resolve_from_tables
 
-    layout = name_layout(context.experiment)
+    layout = dict(context.layout or {}) if context.source == "name" else {}
     if context.gbs is not None:
         layout["gbs"] = context.gbs
     if not layout or None in (context.gpu, context.size, context.dtype, context.gpus):

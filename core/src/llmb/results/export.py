@@ -51,6 +51,7 @@ COLUMNS = LEGACY_COLUMNS + (
     "reference_mfu_bf16_pct",
     "reference_delta_pct",
     "reference_source",
+    "doubts",
     "failure_reason",
     "failure_hint",
     "tuned",
@@ -105,6 +106,9 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "reference_delta_pct": _round(result.reference_delta_pct, 2),
         # the document, table, row and container of the figure the one reference policy chose
         "reference_source": result.reference_source,
+        # why no verdict is reached for it (llmb.results.identity): its log, records and name disagree,
+        # or a record holds an impossible value; None where nothing is in doubt
+        "doubts": "; ".join(c.doubts) or None,
         "failure_reason": result.reason,
         "failure_hint": result.failure.hint if result.failure else None,
         # --set: the settings that differ from the official configuration, whose published figure it is compared with
@@ -148,6 +152,7 @@ _TEXT_FIELDS = (
     "window",
     "tflops_source",
     "reference_source",
+    "doubts",
     "failure_reason",
     "failure_hint",
     "tuned",

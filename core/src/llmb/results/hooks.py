@@ -8,6 +8,6 @@ from llmb import hookimpl
 
 @hookimpl
 def llmb_log_parsers() -> list:
-    from llmb.results.parsers import BUILTIN_PARSERS
+    from llmb.results.formats import BUILTIN_PARSERS
 
     return list(BUILTIN_PARSERS)

@@ -13,7 +13,10 @@ derives figures for), so no command can pass a run whose numbers cannot be:
 
 Either almost always means the GPU type is not the one assumed (a B300 log
 read with ``--gpu h100``) or the log is not of the configuration its name
-says. A proxy (a scaled-down model) and a CPU run have no peak to exceed.
+says. Every run whose GPU type is known is held against its peak, whatever its
+records say (a CPU run and a proxy included: no record turns the check off);
+the published tokens/s bound holds for the published model only, so a reduced
+model (a proxy, a shallow run) is held against the peak alone.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmb.figures import figure
-from llmb.recipes.gpus import recipes_of
+from llmb.recipes.gpus import catalogue, recipes_of
 from llmb.recipes.records import Workload
 from llmb.recipes.references import throughput
 from llmb.results.records import RunContext
@@ -77,7 +80,6 @@ def best_published_per_gpu(
 def impossible(
     context: RunContext,
     *,
-    peaks: Mapping[str, float] | None,
     tflops: Mapping[str, float | None],
     tokens_per_s: float | None,
     workload: Workload | None,
@@ -85,11 +87,12 @@ def impossible(
     """Why the run's figures cannot be right on its GPU type, in one sentence that says what to check;
     None when they can. ``tflops``: TFLOP/s per GPU by FLOP count (``the log``, ``the workload's
     formula``), each None where the run has none."""
-    if context.proxy or context.device == "cpu" or context.gpu is None:
+    if context.gpu is None:
         return None
     check = _CHECK.get(context.gpu_source or "", "the GPU type")
     gpu = context.gpu
-    limit = peak_for(peaks or {}, context.dtype)
+    peaks = catalogue()[gpu].peak_tflops if gpu in catalogue() else {}
+    limit = peak_for(peaks, context.dtype)
     if limit is not None:
         peak, name = limit
         over = [(v, count) for count, v in tflops.items() if v is not None and v > peak]
@@ -100,7 +103,13 @@ def impossible(
                 f"{figure(peak, 0)} (MFU {figure(100.0 * value / peak, 1)}%): the GPU type is probably not "
                 f"{gpu}; check {check}"
             )
-    best = best_published_per_gpu(workload, context)
+    reduced = context.proxy or (
+        workload is not None
+        and context.layers is not None
+        and context.size in workload.architectures
+        and context.layers < workload.architecture(context.size).layers
+    )
+    best = None if reduced else best_published_per_gpu(workload, context)
     if best is not None and tokens_per_s and context.gpus:
         per_gpu = tokens_per_s / context.gpus
         if per_gpu > BEYOND_PUBLISHED * best[0]:

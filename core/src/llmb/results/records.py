@@ -42,8 +42,10 @@ STATUSES = (
 # policy with the figure's source and batch; 5: torchrun's root cause and Slurm's cancels are read, Step
 # Time lines without iteration lines, a failure after training finished no longer fails the run; 6: a
 # GPU type that runs another's recipes is judged by the other's figures and peaks: an H200 by the
-# H100's), so stored results are computed again.
-ANALYSIS = 6
+# H100's; 7: what the log states is held against the run's name and records (doubts withhold every
+# verdict), record values are checked, the sample count is that of the step times, a launcher's own signal
+# and a worker's CUDA error are causes), so stored results are computed again.
+ANALYSIS = 7
 
 
 _ATOMIC = frozenset((type(None), bool, int, float, complex, str, bytes))
@@ -141,6 +143,21 @@ class NcclTransport:
 
 
 @dataclass(frozen=True)
+class Statement:
+    """Something the log states of the run it is (``llmb.results.formats.statements``): ``field`` is one
+    of ``STATED_FIELDS``, ``value`` what the log prints (a whole number, or a dtype's name), ``line`` the
+    words of the first line that states it (to quote where it disagrees with the run's records)."""
+
+    field: str
+    value: int | str
+    line: str
+
+
+# What a log may state of its run: the fields that change the work it measured (or its layout).
+STATED_FIELDS = ("gpus", "gbs", "mbs", "seq_len", "dtype", "layers", "tp", "pp", "cp", "ep")
+
+
+@dataclass(frozen=True)
 class Failure:
     """Why a run failed, from its log: a kind, the error text that says so, and
     where it starts: the byte offset in the text the failures parser read, which
@@ -198,6 +215,12 @@ class RunContext:
     # A run tuned with --set: the settings that differ from the official configuration (``tp 4 -> 8, mbs
     # 1 -> 2``), from its recipe.json; its published figure is the official configuration's.
     tuned: str | None = None
+    # The parallel layout and micro batch its records give (tp, pp, cp, ep, mbs): recipe.json's, else its
+    # name's; a part neither gives is left out.
+    layout: dict[str, int | None] | None = None
+    # Why its identity is in doubt (``llmb.results.identity``): a record field that holds no possible value,
+    # or two sources (its log, records, name) that state different values. Any doubt withholds every verdict.
+    doubts: tuple[str, ...] = ()
 
 
 # Where a run's GPU type can come from, strongest first: the run's own records, then what a command assumes.
@@ -225,6 +248,8 @@ class WindowStats:
     tflops_mean: float | None
     tflops_std: float | None
     tflops_source: str | None  # "log" | "computed" | None
+    # ``count`` is the number of step times the time figures were computed from; this, of TFLOP/s values
+    tflops_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,7 +295,9 @@ class RunResult:
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         values = dict(data)
         values.setdefault("analysis", 1)  # stored before the analysis was versioned
-        values["context"] = RunContext(**values["context"])
+        context = dict(values["context"])
+        context["doubts"] = tuple(context.get("doubts") or ())
+        values["context"] = RunContext(**context)
         values["window"] = tuple(values["window"])
         values["stats"] = WindowStats(**values["stats"]) if values.get("stats") else None
         values["samples"] = tuple(Sample(**s) for s in values.get("samples", ()))

@@ -16,9 +16,17 @@ __all__ = ["AUTO", "DEFAULT_SOURCE", "Figure", "Missing", "lookup", "unknown"]
 
 
 def unknown(context: RunContext) -> str | None:
-    """Why the run's configuration cannot be looked up at all, or None."""
+    """Why the run's configuration cannot be looked up at all, or None: the one gate before every
+    published figure (``lookup``, and the figure a run's analysis stored: ``compare.stored_figure``)."""
+    if context.doubts:
+        return "not compared: " + "; ".join(context.doubts)
     if context.proxy:
         return "proxy run: a scaled-down model is never compared with published figures"
+    if context.device == "cpu":
+        return (
+            "the run computed on the CPU (its records say device cpu): a CPU's figures are never "
+            "compared with a GPU's published ones"
+        )
     if context.workload is None:
         return "workload unknown: the log's name matches no installed workload"
     if context.gpu is None:
@@ -64,4 +72,6 @@ def configuration_of(context: RunContext) -> Configuration:
         context.scaling,
         context.container,
         context.gbs,
+        context.seq_len,
+        context.layers,
     )
