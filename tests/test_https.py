@@ -259,4 +259,26 @@ def test_run_ai_does_not_retry_a_refused_certificate(server):
     with pytest.raises(RunaiError) as refused:
         client.authenticate()
     assert "certificate has expired" in str(refused.value) and SECRET not in str(refused.value)
+    # the whole refusal, unmasked: "token: the" is no credential (issue 41, item 1)
+    assert str(refused.value).startswith(
+        f"POST /token: the TLS certificate of 127.0.0.1:{tls.port} was refused"
+    )
     assert tls.handshakes == 1 and tls.received == []
+
+
+def test_run_ai_says_which_certificate_it_refused_in_clear(server, llmb_proc, tmp_path):
+    """Issue 41, item 1: the mask took "token: the" for a credential, and Run:ai's refusal read
+    ``POST /token: *** TLS certificate of ...``; through the real CLI, with the real TLS refusal."""
+    from test_runai_backend import NEMOTRON4, runai_env
+
+    tls = server("expired")
+    env = {
+        **runai_env(tls.url + "/api/v1", tmp_path),
+        "RUNAI_ALLOW_HTTP": "0",
+        "RUNAI_REQUEST_TIMEOUT": "20",
+    }
+    result = llmb_proc("run", *NEMOTRON4, "--detach", env=env, timeout=120)
+    said = f"POST /token: the TLS certificate of 127.0.0.1:{tls.port} was refused"
+    assert result.code != 0 and said in result.err, result.err[-3000:]
+    assert "certificate has expired" in result.err and "***" not in result.err
+    assert env["APP_SECRET"] not in result.out + result.err and tls.received == []

@@ -260,6 +260,6 @@ def test_a_cpu_machine_refuses_full_size_runs_and_oversized_proxies(llmb_proc, i
     many = llmb_proc("run", "nemotronh", "--gpus", "512", "--proxy", "tiny", env=env)
     assert many.code == 2 and "cores can carry" in many.err
     both = llmb_proc("run", "nemotronh", "--gpus", "2", "--proxy", "tiny", "--layers", "4", env=env)
-    assert both.code == 2 and "not both" in both.err
+    assert both.code == 2 and "each reduce the run; give one of them" in both.err
     unknown = llmb_proc("status", "local-nosuch", env=env)
     assert unknown.code == 2 and "no job 'local-nosuch'" in unknown.err

@@ -216,19 +216,21 @@ def test_qwen3_wheel_installs_runs_and_uninstalls(env, four):
     env.llmb("plan", "qwen3", "--gpus", "8", expect=2)
 
 
-def test_a_scaffolded_plugin_passes_its_own_tests(env, four, tmp_path):
-    made = env.llmb("plugins", "new", "demo", "--dir", str(tmp_path / "llmb-plugin-demo"))
-    assert "tests/test_demo.py" in made.stdout
-    (wheel,) = env.build(tmp_path / "llmb-plugin-demo")
+# "no": a name YAML would read as False unquoted (issue 41, item 3)
+@pytest.mark.parametrize("name", ["demo", "no"])
+def test_a_scaffolded_plugin_passes_its_own_tests(env, four, tmp_path, name):
+    made = env.llmb("plugins", "new", name, "--dir", str(tmp_path / f"llmb-plugin-{name}"))
+    assert f"tests/test_{name}.py" in made.stdout
+    (wheel,) = env.build(tmp_path / f"llmb-plugin-{name}")
     env.pip("install", "--no-deps", "--no-index", wheel)
     try:
         tests = _run(
             [env.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-            cwd=tmp_path / "llmb-plugin-demo",
+            cwd=tmp_path / f"llmb-plugin-{name}",
             env=env.env(),
         )
         assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout
-        assert "demo" in {e["workload"] for e in env.llmb_json("list")}
+        assert name in {e["workload"] for e in env.llmb_json("list")}
     finally:
-        env.pip("uninstall", "--yes", "llmb-plugin-demo")
+        env.pip("uninstall", "--yes", f"llmb-plugin-{name}")
     assert env.llmb_json("list") == four

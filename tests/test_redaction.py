@@ -32,6 +32,10 @@ from llmb.runs import job_env
         "SLACK_WEBHOOK_URL",
         "DB_CREDS",
         "GCP_CREDENTIALS",
+        # issue 41, item 1: a credential word inside the name
+        "OTP_SEED",
+        "HFTOKENB64",
+        "WALLET_SEED_BASE64",
     ],
 )
 def test_secret_names_outside_the_old_word_list_are_recognised(name):
@@ -52,6 +56,9 @@ def test_secret_names_outside_the_old_word_list_are_recognised(name):
         "PASSPORT",
         "XDG_SESSION_ID",
         "BOS_TOKEN",
+        "SEED",
+        "RANDOM_SEED",
+        "PYTHONHASHSEED",
     ],
 )
 def test_names_that_only_look_like_secrets_are_not(name):
@@ -81,6 +88,17 @@ def test_names_that_only_look_like_secrets_are_not(name):
         ("Authorization: Basic dXNlcjpwdw==", "Authorization: ***"),
         ("curl -H 'Cookie: sid=abc; x=y'", "curl -H 'Cookie: ***"),
         ("answer: bearer abc.def", "answer: bearer ***"),
+        # issue 41, item 1: in their vendors' formats, and in the commands and forms the issue names
+        ("HF=hf_" + "aBcDeFgHiJ" * 3 + "kLmN", "HF=***"),
+        (
+            "git push https://x:ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8@github.com",
+            "git push https://x:***@github.com",
+        ),
+        ("KEY_ID=AKIAIOSFODNN7EXAMPLE,region=us-east-1", "KEY_ID=***,region=us-east-1"),
+        ("curl -u bench:pw-123 https://db.example", "curl -u bench:*** https://db.example"),
+        ("docker login -u bench -p pw-123 nvcr.io", "docker login -u bench -p *** nvcr.io"),
+        ("password\tpw-123", "password\t***"),
+        ("api-key pw-123", "api-key ***"),
     ],
 )
 def test_credentials_inside_values_are_masked(value, shown):
@@ -99,6 +117,12 @@ def test_credentials_inside_values_are_masked(value, shown):
         "user@example.com",
         "--key-file=/etc/k",
         "a=b c=d",
+        # issue 41, item 1: Run:ai's error, once masked as "POST /token: *** TLS certificate..."
+        "POST /token: the TLS certificate of nvidia.run.ai:443 was refused (certificate has "
+        "expired); nothing was sent to it. A server whose certificate a private certificate "
+        "authority signed is trusted once SSL_CERT_FILE names that authority's certificate",
+        "the access token: the server refused it",
+        "--seed 1234 --data-seed 5",
     ],
 )
 def test_innocent_values_stay_readable(value):
@@ -125,7 +149,14 @@ def test_the_http_path_and_the_environment_writers_share_the_mechanism():
         ("HTTPS_PROXY=http://u:pw-123@proxy:3128", "a password (or token) inside a URL"),
         ("GITHUB_PAT=ghp_12345678", "a secret"),
         ("BLOB=https://a.blob.core.windows.net/c?sig=abc", "a credential in a query parameter"),
+        # issue 41, item 1: named by its vendor's format
+        ("FOO=--header=x-gh:ghp_" + "Zz09yY18xX" * 3 + "abcdef", "a GitHub token"),
+        ("FOO=AKIAIOSFODNN7EXAMPLE", "an AWS access key id"),
+        ("FOO=" + "hf_" + "QwErTyUiOp" * 3 + "asdf", "a Hugging Face access token"),
     ],
+    # not the values: the test's id is in this process's environment (PYTEST_CURRENT_TEST), where
+    # a credential is a secret of "this shell"
+    ids=["url", "name", "query", "github", "aws", "hugging-face"],
 )
 def test_env_flags_carrying_a_credential_are_refused_and_never_echoed(cli, item, what):
     result = cli(
@@ -152,6 +183,7 @@ def test_env_flags_carrying_a_credential_are_refused_and_never_echoed(cli, item,
     assert f"--secret {name}" in result.err
     secret = item.split("=", 1)[1].split("@")[0].rsplit(":", 1)[-1].split("sig=")[-1]
     assert secret not in result.err + result.out
+    assert item.split("=", 1)[1] not in result.err + result.out
 
 
 @pytest.mark.parametrize(

@@ -122,7 +122,7 @@ def test_layers_proxy_keeps_the_width_and_cuts_the_depth(host):
     assert arch.size == f"{r.size}-layers4"  # labelled as a proxy wherever it is reported
     with pytest.raises(UsageError, match=f"use 1 to {full.layers}"):
         proxy_arch(host.workload("nemotronh"), r, RunOptions(layers=full.layers + 1))
-    with pytest.raises(UsageError, match="not both"):
+    with pytest.raises(UsageError, match="each reduce the run; give one of them"):
         proxy_arch(host.workload("nemotronh"), r, RunOptions(layers=2, proxy="tiny"))
 
 

@@ -8,19 +8,30 @@ Then every file under ``$LLMB_INSTALL`` (the experiment directory, the job recor
 database) and every member of the archive is read, and no secret's value may be in any of them.
 One mechanism masks them all (``llmb.redaction``, through ``llmb.runs.experiment.write_json``/
 ``write_text`` and the archive's packing); what the job reads (``run.json``) is refused, never
-masked, since masking it would change the run."""
+masked, since masking it would change the run.
+
+Issue 41, item 1: credentials in their vendors' own formats (``hf_...``, ``ghp_...``,
+``github_pat_...``, ``AKIA...``, and every other format of ``data/secrets.yaml``, each generated
+here from its prefix, alphabet and length), ``curl -u user:pw``, ``docker login -p X``,
+``password<TAB>X``, ``api-key X``, and the names ``OTP_SEED`` and ``HFTOKENB64``, by the same real
+run, dry runs and archive."""
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import io
 import json
+import re
 import secrets
+import string
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from llmb import redaction
 from llmb.redaction import credential_in, is_secret_key, is_secret_name, mask, scrub
 from llmb.runs import experiment
@@ -55,7 +66,92 @@ IN_VALUES = {
     "jwt": jwt("{}"),
     "url password with / and #": "https://bench:ab/c#d{}@db.example/runs",
     "url password with /": "postgres://bench:{}/x@db.example:5432/runs",
+    # issue 41, item 1
+    "curl -u": "curl -sS -u bench:{} https://db.example/runs",
+    "docker login -p": "docker login -u bench -p {} nvcr.io",
+    "password, a tab, the value": "password\t{}",
+    "api-key, a blank, the value": "api-key {}",
 }
+
+
+def _characters(alphabet: str) -> str:
+    """The characters of a character class's inside (``A-Za-z0-9_-``)."""
+    out, at = [], 0
+    while at < len(alphabet):
+        if at + 2 < len(alphabet) and alphabet[at + 1] == "-":
+            out += [chr(c) for c in range(ord(alphabet[at]), ord(alphabet[at + 2]) + 1)]
+            at += 3
+        else:
+            out.append(alphabet[at])
+            at += 1
+    return "".join(out)
+
+
+# The formats as the data file gives them (read here from the file itself, so that a masking that does
+# not know them fails each test, rather than the module's collection).
+SECRETS_DATA = (
+    Path(__file__).resolve().parents[1] / "core" / "src" / "llmb" / "data" / "secrets.yaml"
+)
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    document: str
+    prefixes: tuple[str, ...]
+    alphabet: str
+    least: int
+    most: int | None
+
+
+def _formats() -> list[Format]:
+    table = yaml.safe_load(SECRETS_DATA.read_text())
+    return [
+        Format(
+            f["name"],
+            f["document"],
+            tuple(f["prefixes"]),
+            table["alphabets"][f["alphabet"]],
+            *f["length"],
+        )
+        for f in table["token_formats"]
+    ]
+
+
+TOKEN_FORMATS = _formats()
+
+
+def vendor_token(form: Format, prefix: str, length: int | None = None) -> str:
+    """A random credential of ``form`` (``data/secrets.yaml``), its body ``length`` long (by default
+    the least length, or 40 where that is more and allowed). It begins and ends with a letter or
+    digit, as the vendors' do."""
+    if length is None:
+        length = max(form.least, min(40, form.most or 40))
+    core = [c for c in _characters(form.alphabet) if c in string.ascii_letters + string.digits]
+    inside = _characters(form.alphabet)
+    body = [secrets.choice(core)] + [secrets.choice(inside) for _ in range(length - 2)]
+    return prefix + "".join(body + [secrets.choice(core)])[:length]
+
+
+FORMATS = [(form, prefix) for form in TOKEN_FORMATS for prefix in form.prefixes]
+FORMAT_IDS = [prefix for _, prefix in FORMATS]
+
+
+def the_issues_tokens() -> dict[str, str]:
+    """The tokens of issue 41, item 1, as their vendors issue them, and one of every other format."""
+    upper = string.ascii_uppercase + string.digits
+    alnum = string.ascii_letters + string.digits
+    tokens = {
+        "Hugging Face": "hf_" + "".join(secrets.choice(string.ascii_letters) for _ in range(34)),
+        "GitHub classic": "ghp_" + "".join(secrets.choice(alnum) for _ in range(36)),
+        "GitHub fine-grained": "github_pat_11"
+        + "".join(secrets.choice(alnum) for _ in range(20))
+        + "_"
+        + "".join(secrets.choice(alnum) for _ in range(59)),
+        "AWS": "AKIA" + "".join(secrets.choice(upper) for _ in range(16)),
+    }
+    tokens.update({prefix: vendor_token(form, prefix) for form, prefix in FORMATS})
+    return tokens
 
 
 def every_file(root: Path) -> list[Path]:
@@ -90,6 +186,44 @@ def test_every_credential_inside_a_value_is_masked_and_refused(attack):
     assert credential_in(text)
 
 
+@pytest.mark.parametrize(("form", "prefix"), FORMATS, ids=FORMAT_IDS)
+def test_every_vendor_token_format_is_masked_wherever_it_stands(form, prefix):
+    lengths = {form.least, form.most or form.least + 60, max(form.least, min(40, form.most or 40))}
+    for length in sorted(lengths):
+        token = vendor_token(form, prefix, length)
+        for text in (token, f"FOO={token}", f"x '{token}', y", f"--header=X-Key:{token}\n"):
+            masked = mask(text)
+            assert token not in masked and masked == text.replace(token, redaction.MASK), masked
+        assert credential_in(f"FOO={token}") == form.name
+
+
+@pytest.mark.parametrize(("form", "prefix"), FORMATS, ids=FORMAT_IDS)
+def test_what_only_looks_like_a_vendor_token_is_kept(form, prefix):
+    near = [vendor_token(form, prefix, form.least)[:-1]]  # one character short
+    if not any(other in prefix[1:] for _, other in FORMATS):  # xoxe.xoxp-: a xoxp- token inside
+        near += ["x" + vendor_token(form, prefix), "9" + vendor_token(form, prefix)]  # in a word
+    if form.most is not None:
+        near.append(vendor_token(form, prefix, form.most + 1))  # longer than the vendor's
+    for text in near:
+        assert mask(text) == text and credential_in(text) is None, text
+
+
+def test_the_masking_knows_every_token_format_of_its_data_file():
+    known = [
+        Format(f.name, f.document, f.prefixes, f.alphabet, f.least, f.most)
+        for f in redaction.token_formats()
+    ]
+    assert known == TOKEN_FORMATS
+
+
+def test_every_vendor_token_format_names_the_document_that_gives_it():
+    for form in TOKEN_FORMATS:
+        assert form.name.startswith(("a ", "an ")) and form.prefixes, form
+        # a public document, named: no path of a file users do not have
+        assert form.document and "/" not in form.document and ".py" not in form.document, form
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+", "".join(form.prefixes)), form
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
@@ -100,6 +234,14 @@ def test_every_credential_inside_a_value_is_masked_and_refused(attack):
         ("https://b:ab/c#dpw@db.example/x", "https://b:***@db.example/x"),
         ("logger.comet_api_key=pw-123456", "logger.comet_api_key=***"),
         ("apiKey: pw-123456", "apiKey: ***"),
+        ("curl -u bench:pw-123456 https://x", "curl -u bench:*** https://x"),
+        ("/usr/bin/curl --user=bench:pw-123456 x", "/usr/bin/curl --user=bench:*** x"),
+        ("docker login -u bench -p pw-123456 nvcr.io", "docker login -u bench -p *** nvcr.io"),
+        ("podman  login -ppw-123456 nvcr.io", "podman  login -p*** nvcr.io"),
+        ("user\tbench\npassword\tpw-123456\n", "user\tbench\npassword\t***\n"),
+        ("api-key pw-123456 --steps 3", "api-key *** --steps 3"),
+        ("otp_seed=JBSWY3DPEHPK3PXP", "otp_seed=***"),
+        ("token_b64: aGZfeHh4", "token_b64: ***"),
     ],
 )
 def test_the_names_and_the_rest_of_the_value_stay_readable(text, shown):
@@ -120,6 +262,18 @@ def test_the_names_and_the_rest_of_the_value_stay_readable(text, shown):
         "code=$?",
         "HF_TOKEN=$HF_TOKEN",
         "-pthread -O2",
+        # issue 41, item 1: a path's last part, and words of a sentence, are no settings
+        "POST /token: the TLS certificate of 127.0.0.1:443 was refused (certificate has expired)",
+        "POST /token: Run:ai 503 Service Unavailable, still after 5 retries",
+        "cat: /etc/app/password: No such file or directory",
+        "invalid token: the server refused it",
+        "invalid api-key provided",
+        "--seed 1234",
+        "random_seed=42",
+        "curl -sS https://example.com/x -o out",
+        "docker login nvcr.io --password-stdin",
+        "sk-learn-benchmark",
+        "hf_hub_offline=1",
     ],
 )
 def test_settings_that_only_look_like_secrets_are_kept(text):
@@ -128,10 +282,32 @@ def test_settings_that_only_look_like_secrets_are_kept(text):
 
 @pytest.mark.parametrize(
     "name",
-    ["CI_JOB_JWT", "SLACK_WEBHOOK_URL", "DB_CREDS", "DB_CREDENTIALS", "MY_API_KEY", "SENTRY_DSN"],
+    [
+        "CI_JOB_JWT",
+        "SLACK_WEBHOOK_URL",
+        "DB_CREDS",
+        "DB_CREDENTIALS",
+        "MY_API_KEY",
+        "SENTRY_DSN",
+        # issue 41, item 1
+        "OTP_SEED",
+        "TOTPSEED",
+        "MFA_SEED",
+        "HFTOKENB64",
+        "HF_TOKEN_BASE64",
+        "PASSWORD_B64",
+        "APIKEYHEX",
+    ],
 )
 def test_names_of_the_issue_are_secrets(name):
     assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["SEED", "RANDOM_SEED", "PYTHONHASHSEED", "DATA_SEED", "COLOR_HEX", "B64"]
+)
+def test_a_seed_or_an_encoding_alone_names_no_secret(name):
+    assert not is_secret_name(name)
 
 
 def test_framework_argument_paths_are_secrets_by_their_last_word():
@@ -187,6 +363,16 @@ def test_a_run_spec_that_would_carry_a_secret_is_named_not_masked():
         "mysql -p",
         "https://u:p",
         "x.key:",
+        # issue 41, item 1
+        "hf_" + "a" * 29 + " ",
+        "AKIA" * 5,
+        "glpat-" * 4,
+        "xoxb-",
+        "curl -u a:",
+        "docker login -p ",
+        "password\t",
+        "api-key ",
+        "/token: the ",
     ],
 )
 def test_masking_takes_time_linear_in_the_text(unit):
@@ -240,6 +426,30 @@ def test_a_dry_run_with_a_credential_in_env_prints_and_writes_none(
     assert_nowhere([value], files=every_file(tmp_path), texts=[result.out + result.err])
     name = item.split("=", 1)[0]
     assert result.code == 2 and f"--env {name}=..." in result.err, result.err[-2000:]
+
+
+VENDOR_TOKENS = [(form, vendor_token(form, form.prefixes[0])) for form in TOKEN_FORMATS]
+
+
+@pytest.mark.parametrize(
+    ("form", "token"), VENDOR_TOKENS, ids=[form.prefixes[0] for form, _ in VENDOR_TOKENS]
+)
+def test_a_dry_run_with_a_vendor_token_in_env_is_refused_naming_it(
+    llmb_proc, tmp_path, form, token
+):
+    """Issue 41, item 1: ``--env FOO=hf_...`` was written into run.json and provenance.json."""
+    result = llmb_proc(
+        "run",
+        *PROXY,
+        "--dry-run",
+        "--json",
+        "--env",
+        f"FOO=x {token} y",
+        env={"LLMB_INSTALL": str(tmp_path / "install")},
+    )
+    assert_nowhere([token], files=every_file(tmp_path), texts=[result.out + result.err])
+    assert result.code == 2, result.err[-2000:]
+    assert f"--env FOO=...: {form.name} would be written" in result.err, result.err[-2000:]
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])
@@ -302,7 +512,15 @@ def test_a_real_run_and_its_archive_hold_no_secret_of_its_shell(llmb_proc, tmp_p
     for i, (attack, template) in enumerate(IN_VALUES.items()):
         inside[attack] = secret()
         env[f"LLMB_TEST_{i}"] = template.format(inside[attack])
-    values = [hf, app, creds, webhook, token, *inside.values()]
+    # issue 41, item 1: credentials in their vendors' formats inside innocent variables' values,
+    # and secrets under names with a credential word inside (SEED beside OTP, B64 after TOKEN)
+    vendor = the_issues_tokens()
+    for i, (label, value) in enumerate(vendor.items()):
+        env[f"LLMB_TEST_VENDOR_{i}"] = f"{label}: {value}" if i % 2 else value
+    otp = "".join(secrets.choice(string.ascii_uppercase + "234567") for _ in range(32))
+    encoded = base64.b64encode(vendor["Hugging Face"].encode()).decode()
+    env.update({"OTP_SEED": otp, "HFTOKENB64": encoded})
+    values = [hf, app, creds, webhook, token, *inside.values(), *vendor.values(), otp, encoded]
 
     result = llmb_proc(
         "run", *PROXY, "--dump-env", "--json", "--env", "LLMB_TEST_OK=plain", env=env, timeout=900
@@ -319,6 +537,11 @@ def test_a_real_run_and_its_archive_hold_no_secret_of_its_shell(llmb_proc, tmp_p
     dumped = next(p for p in files if p.name.startswith("env-")).read_text().splitlines()
     for name in ("HF_TOKEN", "APP_SECRET", "CI_JOB_JWT", "SLACK_WEBHOOK_URL", "DB_CREDS"):
         assert f"{name}='***'" in dumped
+    assert "OTP_SEED='***'" in dumped and "HFTOKENB64='***'" in dumped
+    assert (
+        "LLMB_TEST_VENDOR_0='***'" in dumped
+        and "LLMB_TEST_VENDOR_1='GitHub classic: ***'" in dumped
+    )
     assert "LLMB_TEST_COPY='copy-of-***'" in dumped and "LLMB_TEST_OK=plain" in dumped
     assert "LLMB_TEST_0='--password=***'" in dumped
     provenance = json.loads((Path(summary["experiment_dir"]) / "provenance.json").read_text())

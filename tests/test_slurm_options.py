@@ -1,8 +1,9 @@
 """ADDITIONAL_SLURM_PARAMS against sbatch's own reading of option names: sbatch
 (getopt_long) takes any unambiguous abbreviation of a long option, so an
-abbreviation of an option llmb sets is refused like the option itself. The
-option list llmb keeps is checked against the installed sbatch: its --help and
---usage, and its verdict on every abbreviation of every option."""
+abbreviation of an option llmb sets is refused like the option itself, and
+any other item must name an option whole (issue 41). The option list llmb
+keeps is checked against the installed sbatch: its --help and --usage, and
+its verdict on every abbreviation of every option."""
 
 from __future__ import annotations
 
@@ -53,34 +54,33 @@ def test_ambiguous_abbreviations_that_could_be_an_option_llmb_sets_are_refused_w
     with pytest.raises(
         UsageError,
         match=r"'o' abbreviates several sbatch options \(--open-mode, --output, "
-        r"--overcommit, --oversubscribe\), among them --open-mode",
+        r"--overcommit, --oversubscribe\), which sbatch refuses as ambiguous, among them --open-mode",
     ):
         params.parse("o=/tmp/x")
     with pytest.raises(UsageError, match="among them --export"):
         params.parse("exp=ALL")
 
 
-def test_what_is_accepted_resolves_to_no_option_llmb_sets():
-    accepted = "hol;partit=other;exclusive;export-file=/tmp/env;nodelist=node1;time-m=5;mail-t=NONE;newopt=1"
+def test_what_is_accepted_is_whole_names_of_options_llmb_leaves_alone():
+    accepted = "hold;partition=other;exclusive;export-file=/tmp/env;nodelist=node1;time-min=5;mail-type=NONE"
     items = params.parse(accepted)
     assert [key for key, _ in items] == [
-        "hol",
-        "partit",
+        "hold",
+        "partition",
         "exclusive",
         "export-file",
         "nodelist",
-        "time-m",
-        "mail-t",
-        "newopt",
+        "time-min",
+        "mail-type",
     ]
     for key, _ in items:
-        assert not {sbatch_options.canonical(o) for o in sbatch_options.resolve(key)} & set(
-            params.OWNED
-        ), key
+        assert sbatch_options.whole(key) and key not in params.REFUSED, key
 
 
-def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoticed():
-    """Every prefix of every option: refused exactly when sbatch could read it as an option llmb sets."""
+def test_no_abbreviation_of_any_sbatch_option_passes():
+    """Every prefix of every option: accepted exactly when it is an option's whole name (or an
+    alias) that llmb neither sets nor refuses for its bookkeeping; an abbreviation that could be
+    one of those is refused as that option, any other abbreviation as not whole."""
     for option in sorted(sbatch_options.OPTIONS):
         for end in range(1, len(option) + 1):
             key = option[:end]
@@ -89,32 +89,39 @@ def test_no_abbreviation_of_any_sbatch_option_resolves_to_an_owned_option_unnoti
             value = "gpu:1" if params.checked_option(key) == "gres" else "1"
             try:
                 params.parse(f"{key}={value}")
-            except UsageError:
-                assert meanings & set(params.OWNED), key
+            except UsageError as exc:
+                assert (
+                    meanings & set(params.REFUSED)
+                    or not sbatch_options.whole(key)
+                    or (key == "exclusive")
+                ), (key, str(exc))
+                if not meanings & set(params.REFUSED) and not sbatch_options.whole(key):
+                    assert "abbreviates" in str(exc) and "whole name" in str(exc), str(exc)
             else:
-                assert not meanings & set(params.OWNED), key
+                assert sbatch_options.whole(key) and not meanings & set(params.REFUSED), key
 
 
 def test_a_bare_word_must_be_an_option_that_takes_no_value():
-    """Issue 32: 'qos=x;y' made '#SBATCH --y'. A bare item is one of sbatch's flag options (or an
-    unambiguous abbreviation of one), never a word sbatch does not know or an option that needs a value."""
+    """Issue 32: 'qos=x;y' made '#SBATCH --y'. A bare item is one of sbatch's flag options, by its
+    whole name, never a word sbatch does not know or an option that needs a value."""
     for text, said in (
         ("qos=x;y", "item 'y' has no '=value' and is no sbatch option"),
         ("partition", "is sbatch's --partition, which takes a value"),
-        ("mail", "is an abbreviation of several sbatch options (--mail-type, --mail-user)"),
+        ("mail", "abbreviates several sbatch options (--mail-type, --mail-user)"),
+        ("hol", "item 'hol' abbreviates sbatch's --hold: give an option's whole name (hold)"),
         ("exclusive;newflag", "item 'newflag' has no '=value' and is no sbatch option"),
     ):
         with pytest.raises(UsageError, match=re.escape(said)):
             params.parse(text)
-    assert params.parse("exclusive;hol;contiguous;spread-job;nice") == [
+    assert params.parse("exclusive;hold;contiguous;spread-job;nice") == [
         ("exclusive", None),
-        ("hol", None),
+        ("hold", None),
         ("contiguous", None),
         ("spread-job", None),
         ("nice", None),
     ]
     # every flag option that llmb does not set passes bare
-    for flag in sorted(sbatch_options.FLAGS - set(params.OWNED)):
+    for flag in sorted(sbatch_options.FLAGS - set(params.REFUSED)):
         assert params.parse(flag) == [(flag, None)]
 
 
@@ -137,12 +144,12 @@ def sbatch(tmp_path_factory):
     )
     env = {**os.environ, "SLURM_CONF": str(conf)}
 
-    def run(*args: str) -> subprocess.CompletedProcess:
+    def run(*args: str, **variables: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["sbatch", *args],
             capture_output=True,
             text=True,
-            env=env,
+            env={**env, **variables},
             timeout=30,
             stdin=subprocess.DEVNULL,  # an option that takes '--version' as its value reads the script
         )
@@ -189,3 +196,37 @@ def test_the_flag_options_are_those_sbatch_takes_without_a_value(sbatch):
         said = sbatch(f"--{option}", "--version")
         printed = said.stdout.startswith("slurm") or option in ("help", "usage")
         assert printed == (option in sbatch_options.FLAGS), (option, said.stdout, said.stderr)
+
+
+def test_the_names_llmb_refuses_or_knows_beyond_the_data_are_as_this_sbatch_reads_them(sbatch):
+    """Issue 41: --array and --oversubscribe are this sbatch's options (refused by llmb, not by
+    sbatch); 'share' (older sbatch's) and 'segment' (a newer one's) are not; '--a' is ambiguous."""
+    for name in params.BREAKS:
+        assert sbatch(
+            f"--{name}=1" if name == "array" else f"--{name}", "--version"
+        ).stdout.startswith("slurm"), name
+    for name in (*sbatch_options.FORMER, *sbatch_options.NEWER):
+        assert "unrecognized option" in sbatch(f"--{name}=1", "--version").stderr, name
+        assert not sbatch_options.resolve(name) and sbatch_options.whole(name) == (
+            name in sbatch_options.NEWER
+        )
+    said = sbatch("--a=1", "--version").stderr
+    assert "is ambiguous" in said and sbatch_options.resolve("a") == [
+        "account",
+        "acctg-freq",
+        "array",
+    ]
+
+
+def test_the_input_variables_llmb_refuses_are_this_sbatchs(sbatch):
+    """Issue 41: sbatch reads each variable of ``params.VARIABLES`` (its name is in the installed
+    sbatch), and a bad value of one it checks before asking the controller is its option's error."""
+    with open(shutil.which("sbatch"), "rb") as handle:
+        binary = handle.read()
+    known = set(re.findall(rb"(?<=\0)SBATCH_[A-Z0-9_]+(?=\0)", binary))  # its strings
+    for variable, name in params.VARIABLES.items():
+        assert variable.encode() in known, variable
+        assert name in sbatch_options.OPTIONS and name in {*params.REFUSED, "exclusive"}, name
+    for variable, option in (("SBATCH_OPEN_MODE", "open-mode"), ("SBATCH_EXCLUSIVE", "exclusive")):
+        said = sbatch("--wrap=true", **{variable: "bogus"}).stderr
+        assert f"Invalid --{option} specification" in said, (variable, said)

@@ -356,20 +356,28 @@ def show_job(slurm, sid: str) -> dict[str, str]:
     return dict(re.findall(r"(\S+?)=(\S*)", shown))
 
 
-def test_abbreviated_sbatch_options_llmb_sets_are_refused_and_what_passes_is_another_option(
+def test_abbreviated_sbatch_options_are_refused_and_what_passes_is_the_option_named_whole(
     llmb_proc, env, slurm, tmp_path
 ):
-    for item, option in (
-        ("outpu=/tmp/elsewhere.out", "--output"),
-        ("job-nam=other", "--job-name"),
-        ("ntasks-per-no=8", "--ntasks-per-node"),
-        ("tasks-per-node=8", "--ntasks-per-node"),
+    for item, said in (
+        ("outpu=/tmp/elsewhere.out", "is sbatch's --output"),
+        ("job-nam=other", "is sbatch's --job-name"),
+        ("ntasks-per-no=8", "is sbatch's --ntasks-per-node"),
+        ("tasks-per-node=8", "is sbatch's --ntasks-per-node"),
+        # issue 41: any other abbreviation, and the options that break llmb's bookkeeping
+        (
+            "partit=other",
+            "abbreviates sbatch's --partition: give an option's whole name (partition)",
+        ),
+        ("a=1", "abbreviates several sbatch options (--account, --acctg-freq, --array)"),
+        ("array=0-1", "is sbatch's --array"),
+        ("oversubscribe", "is sbatch's --oversubscribe"),
     ):
         refused = llmb_proc(
             "run", *PROXY, "--gpus", "1", "--detach", env={**env, "ADDITIONAL_SLURM_PARAMS": item}
         )
         assert refused.code == 2 and "Traceback" not in refused.err, refused.err
-        assert f"item {item.split('=')[0]!r} is sbatch's {option}" in refused.err
+        assert f"item {item.split('=')[0]!r} {said}" in refused.err
     # nothing submitted, no job left
     assert json.loads(llmb_proc("status", "--json", env=env).out) == []
     # Why: the real sbatch obeys such spellings.
@@ -393,7 +401,7 @@ def test_abbreviated_sbatch_options_llmb_sets_are_refused_and_what_passes_is_ano
     )
     assert fields["StdOut"] == f"{tmp_path}/x.out" and fields["NtasksPerN:B:S:C"].startswith("3:")
 
-    # Abbreviations of other options pass, and are those options: llmb's own settings stand.
+    # Other options named whole pass, and are those options: llmb's own settings stand.
     _, started = run_json(
         llmb_proc,
         "run",
@@ -401,12 +409,14 @@ def test_abbreviated_sbatch_options_llmb_sets_are_refused_and_what_passes_is_ano
         "--gpus",
         "1",
         "--detach",
-        env={**env, "ADDITIONAL_SLURM_PARAMS": "hol;partit=other;mail-t=NONE"},
+        env={**env, "ADDITIONAL_SLURM_PARAMS": "hold;partition=other;mail-type=NONE"},
     )
     job = started["job_id"]
     fields = show_job(slurm, slurm_id(env, job))
     script = next(Path(started["experiment_dir"]).glob("sbatch_*.sh")).read_text().splitlines()
-    assert {"#SBATCH --hol", "#SBATCH --partit=other", "#SBATCH --mail-t=NONE"} <= set(script)
+    assert {"#SBATCH --hold", "#SBATCH --partition=other", "#SBATCH --mail-type=NONE"} <= set(
+        script
+    )
     assert (fields["JobState"], fields["Reason"], fields["Partition"]) == (
         "PENDING",
         "JobHeldUser",

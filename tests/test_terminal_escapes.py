@@ -245,3 +245,66 @@ def test_warnings_and_errors_naming_a_results_file_print_no_escape_sequences(hos
     assert code == 2, err
     assert err.startswith(b"llmb: error: the baseline ") and b"is not a results file" in err
     assert_inert(err)
+
+
+# Issue 41, item 5: a plugin's own data is untrusted text too. Its document title (which plan cites
+# on three lines), its description and its variant's description carry the attack.
+TITLE = "Evil \x1b]0;pwned\x07recipe\x1b[2J \u009b31mred\x1bP1$qm\x1b\\ ring\x07 title \x1b7\x1bc\x7f end"
+PROXY_PLAN = ["hostile", "--size", "1b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2"]
+
+
+@pytest.fixture
+def hostile_plugin(tmp_path):
+    """A real plugin distribution (found by entry-point discovery) whose data holds escape sequences."""
+    from fake_plugins import install_plugin, site_env
+    from workload_dicts import minimal_workload
+
+    workload = minimal_workload("hostile")
+    workload["description"] = f"A workload {TITLE}"
+    workload["documents"] = {"doc.md": TITLE}
+    workload["variants"][0]["description"] = f"variant {TITLE}"
+    site = install_plugin(tmp_path / "site", "hostile", workload=workload)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMB_")}
+    env.update(site_env(site), LLMB_INSTALL=str(tmp_path / "install"))
+    return env
+
+
+@pytest.mark.parametrize("on_tty", [False, True], ids=["pipe", "tty"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", *PROXY_PLAN[:-1], "8"],
+        ["plan", *PROXY_PLAN, "--proxy", "tiny"],  # with the proxy's own lines
+        ["plan", *PROXY_PLAN, "--proxy", "tiny", "--steps", "3"],  # and the run's
+    ],
+    ids=["plan", "plan-proxy", "plan-run"],
+)
+def test_plan_prints_no_escape_sequences_of_a_plugins_document_title(hostile_plugin, on_tty, argv):
+    code, out, err = run(argv, hostile_plugin, on_tty)
+    assert code == 0, err
+    assert_inert(out)
+    assert_inert(err)
+    assert out.count(b"Evil recipe red ring") >= 2, out  # cited, as text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "hostile"],
+        ["plugins"],
+        ["run", *PROXY_PLAN, "--proxy", "tiny", "--dry-run"],
+    ],
+    ids=["list", "plugins", "run-dry-run"],
+)
+def test_the_other_commands_print_no_escape_sequences_of_a_plugins_data(hostile_plugin, argv):
+    code, out, err = run(argv, hostile_plugin, on_tty=True)
+    assert code == 0, err
+    assert_inert(out)
+    assert_inert(err)
+
+
+def test_plans_json_keeps_a_plugins_title_escaped(hostile_plugin):
+    code, out, err = run(["plan", *PROXY_PLAN, "--proxy", "tiny", "--json"], hostile_plugin, False)
+    assert code == 0, err
+    assert_inert(out, human=False)
+    assert json.loads(out)["source"].startswith(TITLE)  # the data is intact, escaped by JSON

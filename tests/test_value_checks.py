@@ -136,7 +136,8 @@ def test_an_image_with_a_trailing_line_break_is_refused(llmb_proc, tmp_path, fak
 
 ITEMS = {  # ADDITIONAL_SLURM_PARAMS item -> the refusal, as the option's own flag is refused
     "nodelist=$(id)": "item nodelist '$(id)': expected a Slurm host list such as node001,node[002-004]",
-    "nodel=$(id)": "item nodel (sbatch's --nodelist) '$(id)': expected a Slurm host list",
+    # issue 41: an abbreviation is refused as one, whatever its value
+    "nodel=$(id)": "item 'nodel' abbreviates sbatch's --nodelist: give an option's whole name (nodelist)",
     "exclude=node1 `id`": "item exclude 'node1 `id`': expected a Slurm host list",
     "gres=gpu:8 --wrap=id": "item gres 'gpu:8 --wrap=id': expected gpu:N or gpu:TYPE:N",
     'reservation=r"x': "item reservation 'r\"x': expected a name or comma-separated names",

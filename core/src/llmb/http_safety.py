@@ -20,6 +20,16 @@ does (the system's certificate authorities, or ``SSL_CERT_FILE`` /
 request, its headers and secrets included, is sent. A refusal is
 ``CertificateRefused``, never retried: it says why and how to trust a
 private certificate authority (tests/test_https.py, over real TLS).
+
+OpenSSL opens the certificate paths of the environment when the first ``https``
+connection is made, before any deadline can run, and waits on a FIFO for ever.
+So every one of them (``CERTIFICATE_FILE_VARIABLES``, ``CERTIFICATE_DIR_VARIABLES``)
+is checked first (``certificate_path_problems``), by the rule every file llmb reads
+from others follows (``llmb.files``): a certificate file is a regular file of at
+most ``MAX_CERTIFICATE_BYTES``, a certificate directory a directory whose hashed
+entries (``<hash>.0``) are such files. Another one is ``CertificatePathRefused``, a
+user error (exit 2) in one line that says what the path is and what is valid. A path
+that does not exist, or cannot be read, is OpenSSL's to skip, as it does.
 """
 
 from __future__ import annotations
@@ -28,18 +38,46 @@ import contextlib
 import functools
 import http.client
 import io
+import os
+import re
 import socket
 import ssl
+import stat
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from llmb import files
+from llmb.errors import UsageError
 from llmb.redaction import MASK, mask  # noqa: F401 - part of this module's interface (public_api)
 
 CHUNK = 1 << 16
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# The variables that hand OpenSSL certificate authorities: OpenSSL's own (its "openssl-env" manual
+# page: SSL_CERT_FILE, SSL_CERT_DIR, which Python's ssl module and curl read), Requests' and curl's
+# (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE: the tools a job or an image import runs).
+CERTIFICATE_FILE_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+CERTIFICATE_DIR_VARIABLES = ("SSL_CERT_DIR",)  # directories, separated by ":"
+# The bundles of the systems' certificate authorities are about 200 KB; a larger enterprise bundle a
+# few MB.
+MAX_CERTIFICATE_BYTES = 16 << 20
+_HASHED_NAME = re.compile(r"[0-9a-f]{8}\.r?[0-9]+")  # what OpenSSL opens in a certificate directory
+_VALID_FILE = (
+    "it must name a PEM file of certificate authorities, a regular file of at most {limit} MiB "
+    "(OpenSSL's openssl-env manual page), or be unset for the system's certificate authorities"
+)
+_VALID_DIR = (
+    "it must name directories of certificate files named by their hash (<hash>.0, as "
+    "'openssl rehash' makes them), each a regular file of at most {limit} MiB, separated by ':' "
+    "(OpenSSL's openssl-env manual page), or be unset for the system's certificate authorities"
+)
+
+
+class CertificatePathRefused(UsageError):
+    """A certificate path of the environment that OpenSSL must not be handed (a FIFO, a device, a
+    file too large): its message says which variable, what it names and what is valid."""
 
 
 class DeadlineExceeded(TimeoutError):
@@ -75,6 +113,67 @@ class CertificateRefused(ValueError):
             f"SSL_CERT_FILE names that authority's certificate"
         )
         self.url = url
+
+
+def _not_a_certificate_file(path: str) -> str | None:
+    """Why OpenSSL must not be handed ``path`` as a file of certificates; None when it may (or when
+    it is missing or unreadable: OpenSSL skips it)."""
+    try:
+        handle, size = files.open_regular(path)  # stat first; the open never blocks
+    except files.NotRegularFile as exc:
+        return f"{exc.kind}, not a regular file"
+    except OSError:
+        return None
+    handle.close()
+    if size > MAX_CERTIFICATE_BYTES:
+        return f"a file of {size:,} bytes, far more than certificate authorities take"
+    return None
+
+
+def _not_a_certificate_dir(directory: str) -> str | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{files.kind_of(st)}, not a directory"
+    try:
+        entries = sorted(e.name for e in os.scandir(directory) if _HASHED_NAME.fullmatch(e.name))
+    except OSError:
+        return None
+    for name in entries:
+        why = _not_a_certificate_file(os.path.join(directory, name))
+        if why:
+            return f"a directory whose certificate file {name} is {why}"
+    return None
+
+
+def certificate_path_problems(environ=None) -> list[str]:
+    """One line for each certificate path of ``environ`` (this process's environment by default)
+    that OpenSSL must not be handed: which variable, what it names, what is valid."""
+    env = os.environ if environ is None else environ
+    limit = MAX_CERTIFICATE_BYTES >> 20
+    problems = []
+    for variable in CERTIFICATE_FILE_VARIABLES:
+        path = env.get(variable) or ""
+        if path and (why := _not_a_certificate_file(path)):
+            problems.append(f"{variable}={path} is {why}; {_VALID_FILE.format(limit=limit)}")
+    for variable in CERTIFICATE_DIR_VARIABLES:
+        for directory in (env.get(variable) or "").split(os.pathsep):
+            if directory and (why := _not_a_certificate_dir(directory)):
+                problems.append(
+                    f"{variable}={env[variable]}: {directory} is {why}; "
+                    f"{_VALID_DIR.format(limit=limit)}"
+                )
+    return problems
+
+
+def check_certificate_paths(environ=None) -> None:
+    """CertificatePathRefused, naming the first bad one, unless every certificate path of
+    ``environ`` may be handed to OpenSSL (``certificate_path_problems``)."""
+    problems = certificate_path_problems(environ)
+    if problems:
+        raise CertificatePathRefused(problems[0])
 
 
 @dataclass(frozen=True)
@@ -189,6 +288,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self.deadline = deadline
 
     def https_open(self, req):
+        check_certificate_paths()  # before OpenSSL opens them (a FIFO would hold it for ever)
         return self.do_open(
             functools.partial(_HTTPSConnection, deadline=self.deadline), req, context=self._context
         )
@@ -268,8 +368,9 @@ def fetch(
 ) -> Reply:
     """Send ``request`` and read its answer (any status) within ``deadline_s`` seconds.
 
-    Raises DeadlineExceeded, TooLarge, RedirectRefused, CertificateRefused, or what urllib and
-    http.client raise when there is no answer (URLError, OSError, HTTPException)."""
+    Raises DeadlineExceeded, TooLarge, RedirectRefused, CertificateRefused, CertificatePathRefused
+    (before connecting), or what urllib and http.client raise when there is no answer (URLError,
+    OSError, HTTPException)."""
     with exchange(request, deadline_s=deadline_s, timeout=timeout, schemes=schemes) as response:
         if getattr(response, "fp", None) is None:  # an HTTPError made without a response
             return Reply(response.code, response.headers or http.client.HTTPMessage(), b"")

@@ -4,21 +4,28 @@ pass everything through ``scrub``/``mask``: ``run.json``, ``recipe.json``,
 ``provenance.json``, ``--dump-env``'s file, the job records), ``llmb archive``'s
 members, a dry run's requests, and every message made from what a server said.
 
-A secret is recognised three ways (the words and names are ``data/secrets.yaml``):
+A secret is recognised three ways (the words, names, commands and token formats are
+``data/secrets.yaml``):
 
 - by a variable's **name**: ``HF_TOKEN``, ``SSHPASS``, ``GITHUB_PAT``,
   ``REGISTRY_AUTH``, ``SESSION_COOKIE``, ``CI_JOB_JWT``, ``SLACK_WEBHOOK_URL``,
-  ``DB_CREDS``, or a name the caller declares (``--secret NAME``, a backend's
-  credentials: ``declare``); the whole value is the secret;
-- inside any **value**: a setting named as a secret by its last word
-  (``--password=X``, ``--token X``, ``--api-key=X``, ``password: X``,
-  ``{"password": "X"}``, ``logger.comet_api_key=X``), the password of a URL
+  ``DB_CREDS``, ``HFTOKENB64`` (an encoding's name after the word), ``OTP_SEED``
+  (SEED only beside OTP, MFA, WALLET...: not ``RANDOM_SEED``), or a name the caller
+  declares (``--secret NAME``, a backend's credentials: ``declare``); the whole value is
+  the secret;
+- inside any **value**: a credential in its vendor's own format, whatever names it
+  (``hf_...``, ``ghp_...``, ``github_pat_...``, ``AKIA...``, ``xoxb-...``, ``sk-...``,
+  ``glpat-...``, ``nvapi-...``: a prefix, an alphabet and a length each); a setting named as
+  a secret by its last word (``--password=X``, ``--token X``, ``--api-key=X``,
+  ``password: X``, ``password<TAB>X``, ``api-key X``, ``{"password": "X"}``,
+  ``logger.comet_api_key=X``; not a name that ends a URL's or a file's path, ``POST /token: the
+  TLS certificate...``, nor a word of a sentence, ``invalid api-key provided``), the password of a URL
   (``https://user:pw@host`` keeps the user, also when the password holds ``/``
   or ``#``; ``https://token@host`` keeps nothing of the user part), a
   credential-bearing query parameter (an Azure SAS ``sig=``, an S3 presigned
   ``X-Amz-Signature=``, ``?token=``), an ``Authorization`` or ``Cookie``
-  header, a ``Bearer``/``Basic`` credential, a JSON Web Token, ``mysql -pX``
-  and ``sshpass -p X``;
+  header, a ``Bearer``/``Basic`` credential, a JSON Web Token, ``mysql -pX``,
+  ``sshpass -p X``, ``docker login -p X`` and ``curl -u user:X``;
 - by its **value** where it reappears under any name: the values of the secret
   variables of this process's environment (``environment_secrets``: HF_TOKEN's
   value given as ``--env FOO=...`` is masked in FOO too) and the credentials
@@ -34,6 +41,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 MASK = "***"
@@ -52,14 +60,14 @@ _BARE_USERINFO = re.compile(
 _HEADERS = re.compile(r"\b(?:(?:proxy-)?authorization|(?:set-)?cookie)[ \t]*[:=][ \t]*([^\r\n]+)")
 _SCHEMES = re.compile(r"\b(?:bearer|basic)[ \t]+([^\s\"',;]+)")
 _JWT = re.compile(r"(?<![\w\-])eyJ[\w\-]+\.eyJ[\w\-]+\.[\w\-]*")
-_ATTACHED = re.compile(r"(?<![\w\-])-p([^\s'\"]+)")
-_ATTACHED_OR_NEXT = re.compile(r"(?<![\w\-])-p(?:[ \t]+)?([^\s'\"]+)")
 _UNQUOTED = re.compile(r"[^\s'\"&,;}\]\\]+")
 _FLAG_VALUE = re.compile(r"[^\s'\"]+")
 _AFTER_NAME = re.compile(r"(\\?[\"']?)([ \t]*)([:=]?)[ \t]*")
 _NOT_A_VALUE = re.compile(r"(?i)(?:\*\*\*|\$.*|null|none|true|false)$")
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _PORT = re.compile(r"\d+[/?#]")
+_A_WORD = re.compile(r"[a-z]{1,12}")  # a word of a sentence, not a credential
+_SENTENCE_GOES_ON = re.compile(r"[ \t]+[A-Za-z(]")
 _END_OF_WORD = re.compile(r"[\s'\"<>]")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _COUNTS = frozenset({"TOKENS", "KEYS"})  # plurals count things: max_tokens=4096, num_keys=8
@@ -76,23 +84,121 @@ def _table() -> dict:
     def either(words) -> str:
         return "|".join(re.escape(w.lower()) for w in sorted(words, key=len, reverse=True))
 
-    flags = table["password_flags"]
-    commands = [*flags["attached"], *flags["attached_or_next"]]
+    qualified = {word: tuple(q) for word, q in table["qualified_parts"].items()}
+    encodings = table["encodings"]
+    words = {*table["parts"], *table["part_endings"], *qualified, *encodings}
     return {
         "parts": frozenset(table["parts"]),
         "not": frozenset(table["not_secrets"]),
         "endings": tuple(table["part_endings"]),
+        "qualified": qualified,
+        # HFTOKENB64, token_b64, apiKeyBase64: the name without its encoding
+        "encoding": re.compile(rf"(?i)[_\-.]?(?:{either(encodings)})$"),
         # all on the lower-cased text
         "query": re.compile(rf"(?:{either(table['query_parameters'])})=([^&#\s'\",;]+)"),
-        "commands": tuple(c.lower() for c in commands),
-        "command": re.compile(rf"(?<![\w.\-/])(?:{either(commands)})(?![\w.\-])"),
-        "next_word": frozenset(c.lower() for c in flags["attached_or_next"]),
-        # a credential word ending a setting's name: NAME= NAME: "NAME": --NAME VALUE
-        "setting": re.compile(
-            rf"(?:{either({*table['parts'], *table['part_endings']})})"
-            rf"(?=\\?[\"']?[ \t]*[:=]|[ \t])"
-        ),
+        "command_flags": tuple(_command_rule(rule) for rule in table["command_flags"]),
+        # a credential word ending a setting's name: NAME= NAME: "NAME": --NAME VALUE, NAME<TAB>VALUE
+        "setting": re.compile(rf"(?:{either(words)})(?=\\?[\"']?[ \t]*[:=]|[ \t])"),
+        "formats": (formats := _token_formats(table)),
+        "token_patterns": _token_patterns(formats),
     }
+
+
+@dataclass(frozen=True)
+class _CommandRule:
+    words: tuple[str, ...]  # each command's first word, lower-cased: looked for before the pattern
+    flags: tuple[str, ...]  # looked for before the pattern
+    command: re.Pattern  # on the lower-cased text
+    flag: re.Pattern  # on the text; group 1 is the password
+
+
+_VALUE = r"['\"]?([^\s'\"]+)"  # the password: group 1, after an opening quote
+_USER_PASSWORD = r"['\"]?[^\s'\":]*:([^\s'\"]+)"  # user:password, the password group 1
+
+
+def _flag_pattern(form: str, flags: list[str]) -> str:
+    """The flags of ``form`` and the password each carries (group 1)."""
+    flags = sorted(flags, key=len, reverse=True)
+    either = "|".join(re.escape(f) for f in flags)
+    long = "|".join(re.escape(f) for f in flags if f.startswith("--"))
+    short = "|".join(re.escape(f) for f in flags if not f.startswith("--"))
+    if form == "attached":  # -pVALUE
+        return rf"(?:{either}){_VALUE}"
+    if form == "attached_or_next":  # -pVALUE, -p VALUE
+        return rf"(?:{either})(?:[ \t]+)?{_VALUE}"
+    if form == "user_password":  # -u user:pw, -uuser:pw, --user user:pw, --user=user:pw
+        leads = [f"(?:{long})(?:[ \t]+|=)"] if long else []
+        leads += [f"(?:{short})[ \t]*"] if short else []
+        return rf"(?:{'|'.join(leads)}){_USER_PASSWORD}"
+    raise ValueError(f"secrets.yaml: command_flags: unknown form {form!r}")
+
+
+def _command_rule(rule: dict) -> _CommandRule:
+    commands = sorted(rule["commands"], key=len, reverse=True)
+    blanks = r"[ \t]+"
+    spelled = "|".join(blanks.join(map(re.escape, c.lower().split())) for c in commands)
+    return _CommandRule(
+        words=tuple(sorted({c.split()[0].lower() for c in commands})),
+        flags=tuple(rule["flags"]),
+        command=re.compile(rf"(?<![\w.\-])(?:{spelled})(?![\w.\-])"),
+        flag=re.compile(rf"(?<![\w\-]){_flag_pattern(rule['form'], rule['flags'])}"),
+    )
+
+
+@dataclass(frozen=True)
+class TokenFormat:
+    """A credential recognised by its vendor's format (``data/secrets.yaml``: ``token_formats``)."""
+
+    name: str  # what a refusal calls it: "a GitHub token"
+    document: str  # the vendor's public document that gives the format
+    prefixes: tuple[str, ...]
+    alphabet: str  # a character class's inside: A-Za-z0-9_
+    least: int  # the body's length (after the prefix)
+    most: int | None
+
+
+def _token_formats(table: dict) -> tuple[TokenFormat, ...]:
+    return tuple(
+        TokenFormat(
+            name=entry["name"],
+            document=entry["document"],
+            prefixes=tuple(entry["prefixes"]),
+            alphabet=table["alphabets"][entry["alphabet"]],
+            least=entry["length"][0],
+            most=entry["length"][1],
+        )
+        for entry in table["token_formats"]
+    )
+
+
+def _token_patterns(formats: tuple[TokenFormat, ...]) -> tuple[tuple[re.Pattern, dict], ...]:
+    """The formats as few patterns, one for the prefixes that begin with one character (a pattern
+    that begins with a literal is searched for fast: one pass over a text per pattern), each with
+    the format of each named group. A prefix is not taken right after a letter, a digit or _."""
+    leads: dict[str, list[str]] = {}
+    names: dict[str, dict[str, str]] = {}
+    for number, form in enumerate(formats):
+        body = (
+            f"[{form.alphabet}]{{{form.least},{'' if form.most is None else form.most}}}"
+            f"(?![{form.alphabet}])"
+        )
+        for lead in sorted({p[0] for p in form.prefixes}):
+            rests = "|".join(
+                rf"{re.escape(p[1:])}(?<![A-Za-z0-9_]{re.escape(p)})"
+                for p in sorted(form.prefixes, key=len, reverse=True)
+                if p[0] == lead
+            )
+            leads.setdefault(lead, []).append(f"(?P<f{number}>(?:{rests}){body})")
+            names.setdefault(lead, {})[f"f{number}"] = form.name
+    return tuple(
+        (re.compile(rf"{re.escape(lead)}(?:{'|'.join(alternatives)})"), names[lead])
+        for lead, alternatives in leads.items()
+    )
+
+
+def token_formats() -> tuple[TokenFormat, ...]:
+    """The vendors' token formats recognised inside any value."""
+    return _table()["formats"]
 
 
 def declare(names: Iterable[str]) -> None:
@@ -101,8 +207,19 @@ def declare(names: Iterable[str]) -> None:
     _declared.update(n for n in names if n)
 
 
-def _is_secret_part(part: str, table: dict) -> bool:
-    return part in table["parts"] or part.endswith(table["endings"])
+def _is_secret_part(part: str, table: dict, name: str) -> bool:
+    """Whether ``part`` (upper case) of the name ``name`` (upper case) is a credential word: one of
+    the parts, ending with one of the endings, read without an encoding it ends with (HFTOKENB64);
+    or ending with a qualified word (SEED) that a qualifier stands beside anywhere in the name."""
+    bare = table["encoding"].sub("", part)
+    if not bare:
+        return False
+    if bare in table["parts"] or bare.endswith(table["endings"]):
+        return True
+    return any(
+        bare.endswith(word) and any(q in name for q in qualifiers)
+        for word, qualifiers in table["qualified"].items()
+    )
 
 
 def is_secret_name(name: str, declared: Iterable[str] = ()) -> bool:
@@ -113,7 +230,7 @@ def is_secret_name(name: str, declared: Iterable[str] = ()) -> bool:
     upper = name.upper()
     if upper in table["not"]:
         return False
-    return any(_is_secret_part(part, table) for part in upper.split("_") if part)
+    return any(_is_secret_part(part, table, upper) for part in upper.split("_") if part)
 
 
 def is_secret_key(key: str) -> bool:
@@ -130,11 +247,12 @@ def _is_secret_key(key: str) -> bool:
     last = re.split(r"[.:/]", key)[-1]
     if re.sub(r"[\-.]", "_", last).upper() in table["not"]:
         return False
-    words = _WORDS.findall(last)
+    # token_b64, apiKeyBase64: the word before the encoding's name
+    words = _WORDS.findall(table["encoding"].sub("", last))
     if not words:
         return False
     word = words[-1].upper()
-    return word not in _COUNTS and _is_secret_part(word, table)
+    return word not in _COUNTS and _is_secret_part(word, table, last.upper())
 
 
 # ------------------------------------------------------------------ finding secrets in a text
@@ -180,7 +298,9 @@ def _value_end(text: str, at: int, flag: bool) -> tuple[int, int]:
 
 def _setting_spans(text: str, lower: str, spans: list) -> None:
     """The values of settings named as secrets: ``--password=X``, ``--token X``, ``password: X``,
-    ``"password": "X"``, ``logger.comet_api_key=X``, ``apiKey=X``."""
+    ``"password": "X"``, ``logger.comet_api_key=X``, ``apiKey=X``, ``password<TAB>X``, ``api-key X``.
+    Not a name that ends a path (``POST /token: the TLS certificate...``), nor a word of a sentence
+    (``invalid token: the server...``, ``invalid api-key provided``)."""
     masked_to = 0
     for found in _table()["setting"].finditer(lower):
         if found.start() < masked_to:
@@ -188,34 +308,80 @@ def _setting_spans(text: str, lower: str, spans: list) -> None:
         start, limit = found.start(), max(found.start() - _NAME_MAX, masked_to, 0)
         while start > limit and text[start - 1] in _NAME_CHARS:
             start -= 1
+        if start > 0 and text[start - 1] == "/":
+            continue  # a URL's or a file's path: POST /token: ..., /etc/app/password: No such file
         name = text[start : found.end()]
         after = _AFTER_NAME.match(text, found.end())
-        separator, begin = after[3], after.end()
+        blanks, separator, begin = after[2], after[3], after.end()
         flag = name.startswith("-")
-        if (not separator and not (flag and after[2])) or not is_secret_key(name):
+        # without : or =, a value follows a flag (--token X), a tab (password<TAB>X, as netrc and
+        # tab-separated fields have it) or a name of two words or more (api-key X)
+        if not separator and not (blanks and (flag or "\t" in blanks or _two_words(name))):
+            continue
+        if not is_secret_key(name):
             continue
         if not separator and (begin >= len(text) or text[begin] == "-"):
             continue  # --token --next-flag: a flag without a value
         inner, end = _value_end(text, begin, flag)
         value = text[inner:end]
-        if value and not _NOT_A_VALUE.match(value):
-            spans.append((inner, end, "setting"))
-            masked_to = end
+        if not value or _NOT_A_VALUE.match(value):
+            continue
+        if not flag and inner == begin and _in_a_sentence(text, value, end, separator, blanks):
+            continue
+        spans.append((inner, end, "setting"))
+        masked_to = end
+
+
+def _two_words(name: str) -> bool:
+    return len(_WORDS.findall(name.lstrip("-\\\"'"))) >= 2
+
+
+def _in_a_sentence(text: str, value: str, end: int, separator: str, blanks: str) -> bool:
+    """Whether the unquoted ``value`` after a setting's name is a word of a sentence: a short
+    lower-case word after a blank (``invalid api-key provided``) or after a colon with the sentence
+    going on (``invalid token: the server said...``); never after ``=`` or a tab."""
+    if not _A_WORD.fullmatch(value):
+        return False
+    if not separator:
+        return "\t" not in blanks
+    return separator == ":" and bool(_SENTENCE_GOES_ON.match(text, end))
 
 
 def _command_spans(text: str, lower: str, spans: list) -> None:
-    """``mysql -pPASSWORD``, ``sshpass -p PASSWORD``: the flags after the command, on its line."""
-    table = _table()
-    scanned_to = 0
-    for found in table["command"].finditer(lower):
-        if found.end() < scanned_to:
-            continue  # the rest of this line was read after an earlier command
-        line_end = text.find("\n", found.end())
-        scanned_to = len(text) if line_end == -1 else line_end
-        pattern = _ATTACHED_OR_NEXT if found[0] in table["next_word"] else _ATTACHED
+    """``mysql -pPASSWORD``, ``sshpass -p PASSWORD``, ``docker login -p PASSWORD``, ``curl -u
+    user:PASSWORD``: the flags after the command, on its line."""
+    seen: dict[
+        str, bool
+    ] = {}  # whether the text holds a flag, a command's word: each looked for once
+
+    def holds(words, where) -> bool:
+        for word in words:
+            if word not in seen:
+                seen[word] = word in where
+            if seen[word]:
+                return True
+        return False
+
+    for rule in _table()["command_flags"]:
+        if not holds(rule.flags, text) or not holds(rule.words, lower):
+            continue
+        scanned_to = 0
+        for found in rule.command.finditer(lower):
+            if found.end() < scanned_to:
+                continue  # the rest of this line was read after an earlier command
+            line_end = text.find("\n", found.end())
+            scanned_to = len(text) if line_end == -1 else line_end
+            spans += [
+                (flag.start(1), flag.end(1), "password")
+                for flag in rule.flag.finditer(text, found.end(), scanned_to)
+            ]
+
+
+def _token_spans(text: str, spans: list) -> None:
+    """Credentials in their vendors' formats (``token_formats``): ``hf_...``, ``ghp_...``, ``AKIA...``."""
+    for pattern, names in _table()["token_patterns"]:
         spans += [
-            (flag.start(1), flag.end(1), "password")
-            for flag in pattern.finditer(text, found.end(), scanned_to)
+            (m.start(), m.end(), f"format:{names[m.lastgroup]}") for m in pattern.finditer(text)
         ]
 
 
@@ -252,8 +418,8 @@ def _spans(text: str, known: Iterable[str]) -> list[tuple[int, int, str]]:
         spans += [(m.start(1), m.end(1), "header") for m in _SCHEMES.finditer(lower)]
     if "eyJ" in text:
         spans += [(m.start(), m.end(), "token") for m in _JWT.finditer(text)]
-    if " -p" in text and any(c in lower for c in table["commands"]):
-        _command_spans(text, lower, spans)
+    _command_spans(text, lower, spans)
+    _token_spans(text, spans)
     _setting_spans(text, lower, spans)
     return [s for s in spans if s[1] > s[0] and text[s[0] : s[1]] != MASK]
 
@@ -290,7 +456,9 @@ def credential_in(value: str, known: Iterable[str] = ()) -> str | None:
     kinds = {kind for _, _, kind in _spans(value, known)}
     if not kinds:
         return None
-    return next((_KINDS[k] for k in ("url", "query", "value") if k in kinds), "a credential")
+    named = next((_KINDS[k] for k in ("url", "query", "value") if k in kinds), None)
+    formats = sorted(k.removeprefix("format:") for k in kinds if k.startswith("format:"))
+    return named or (formats[0] if formats else "a credential")
 
 
 # ------------------------------------------------------------------ the environment's secrets

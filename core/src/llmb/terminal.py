@@ -2,8 +2,10 @@
 lines cut or wrapped. No dependency, fast to import: logging (``llmb.log``) uses it for the warnings
 every stage prints, and the CLI's tables (``llmb.cli.output``) build on it.
 
-Text that llmb did not write itself - log lines, failure messages, file and directory names - goes
-through ``terminal_safe`` before it reaches a terminal in human output.
+Text that llmb did not write itself - log lines, failure messages, file and directory names, a
+plugin's data (its document titles, descriptions, errata) - goes through ``terminal_safe`` before it
+reaches a terminal in human output: ``fit_text``, which every block of human text goes through, and a
+table's cells (``llmb.cli.output.render_table``) apply it.
 """
 
 from __future__ import annotations
@@ -118,9 +120,14 @@ _LABELLED = re.compile(r"^( *(?:- |\S+(?: \S+)?  +)?)")
 
 
 def fit_text(text: str, width: int | None | object = _AUTO) -> str:
-    """``text`` with each line longer than ``width`` (default ``output_width()``) wrapped at spaces; the
-    continuation lines are indented under the line's text: after its label (``  memory       ...``), its
-    bullet (``  - ...``) or its own indentation."""
+    """``text`` as a terminal may show it: made inert (``terminal_safe``: it may quote a plugin's data,
+    a document title, a log line, a file name), and each line longer than ``width`` (default
+    ``output_width()``) wrapped at spaces; the continuation lines are indented under the line's text:
+    after its label (``  memory       ...``), its bullet (``  - ...``) or its own indentation. Every block
+    of human text a command prints (``llmb plan``'s, ``list``'s notes, ``plugins``' errors, warnings and
+    errors) goes through here or through a table's cells (``render_table``), which are made inert too;
+    so is a pipe's or a file's, which are not wrapped."""
+    text = terminal_safe(text)
     limit = output_width() if width is _AUTO else width
     if not limit or all(len(line) <= limit for line in text.split("\n")):
         return text

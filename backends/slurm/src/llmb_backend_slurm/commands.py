@@ -125,6 +125,12 @@ class SlurmCommands:
         text = self._asked_once(["sbatch", "--help"])
         return None if text is None else re.search(rf"--{re.escape(option)}\b", text) is not None
 
+    def sbatch_lists(self, option: str) -> bool | None:
+        """Whether ``sbatch --help`` lists ``--option`` by that whole name (not a longer option it
+        begins); None when sbatch could not be asked."""
+        text = self._asked_once(["sbatch", "--help"])
+        return None if text is None else option in re.findall(r"--([a-z][a-z0-9-]*)", text)
+
     def srun_has_mpi(self, plugin: str) -> bool | None:
         """Whether ``srun --mpi=list`` names the MPI plugin; None when srun could not be asked."""
         text = self._asked_once(["srun", "--mpi=list"])
@@ -245,8 +251,16 @@ def submission_env(secrets: tuple[str, ...]) -> dict[str, str]:
     """sbatch's environment: this shell's (sbatch exports it to the job), which is
     how secrets travel; nothing else carries them. Without the ``SBATCH_*``
     variables llmb reads itself: sbatch would let them override the script's
-    ``#SBATCH`` lines, so ``SBATCH_QOS=a llmb run --qos b`` would run under ``a``."""
-    env = {name: value for name, value in os.environ.items() if name not in RENDERED_VARIABLES}
+    ``#SBATCH`` lines, so ``SBATCH_QOS=a llmb run --qos b`` would run under ``a``; nor those
+    for the options llmb sets or refuses (``params.VARIABLES``: ``llmb run`` refuses them, and a
+    retry submitted later from another shell must not make the job an array either)."""
+    from llmb_backend_slurm.params import VARIABLES
+
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in RENDERED_VARIABLES and name not in VARIABLES
+    }
     missing = [name for name in secrets if name not in env]
     if missing:
         raise UsageError(f"secret variable(s) {', '.join(missing)} not set in this shell.")

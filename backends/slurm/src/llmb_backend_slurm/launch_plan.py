@@ -41,7 +41,8 @@ def plan(
     """The launch settings of ``job.details["slurm"]``: dedicated options, gres, segment, MPI,
     binding, the ranks' environment, ``additional`` (the items left) and ``warnings``."""
     warnings: list[str] = []
-    given, additional = params.dedicated(params.parse(submit.additional))
+    params.check_environment(os.environ)  # sbatch's input variables: options that enter unwritten
+    given, additional = params.dedicated(params.parse(submit.additional, slurm.sbatch_lists))
     out: dict = {name: _one(name, getattr(submit, name), given.get(name)) for name in PLAIN}
     out["exclude"] = [value for value in (submit.exclude, given.get("exclude")) if value]
     for value in out["exclude"]:

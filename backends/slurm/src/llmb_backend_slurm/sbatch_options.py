@@ -10,7 +10,14 @@ name can stand for; ``canonical`` names the option an alias sets.
 Slurm 22.05 (tests/test_slurm_options.py compares them with the installed
 sbatch). ``UNLISTED``: options sbatch 22.05 accepts that neither prints
 (most are in ``man sbatch``). ``ALIASES``: unlisted names that set a listed option.
-``FLAGS``: the options that take no value.
+``FLAGS``: the options that take no value. ``NEWER``: options of later sbatch
+versions that llmb itself writes (``--segment``, where the cluster's sbatch has it).
+``FORMER``: names older sbatch versions had, and the option that replaced each.
+
+An ``ADDITIONAL_SLURM_PARAMS`` item must give one of these names whole
+(``whole``): sbatch would read an abbreviation as whichever option it
+abbreviates today (or refuse it as ambiguous), which is no name to write
+into a script that a later sbatch reads.
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ propagate quiet reboot requeue spread-job test-only usage use-min-nodes verbose 
 
 OPTIONS = LISTED | UNLISTED
 
+NEWER = frozenset({"segment"})  # Slurm 24.11's topology/block scheduling
+
+FORMER = {"share": "oversubscribe"}  # older sbatch: -s, --share; 22.05: -s, --oversubscribe
+
 
 def canonical(name: str) -> str:
     return ALIASES.get(name, name)
@@ -60,3 +71,9 @@ def resolve(name: str) -> list[str]:
     if name in OPTIONS:
         return [name]
     return sorted(option for option in OPTIONS if option.startswith(name))
+
+
+def whole(name: str) -> bool:
+    """Whether ``name`` is the whole name of an sbatch option (or an alias of one), not an
+    abbreviation and not a word sbatch does not know."""
+    return name in OPTIONS or name in NEWER

@@ -25,10 +25,16 @@ Which GPUs: rank r computes on the r-th GPU it sees (``LOCAL_RANK``,
 ``engines/torch/runtime``), so the first ``ranks`` entries of
 ``CUDA_VISIBLE_DEVICES`` when it is set, else GPUs 0 to ``ranks`` - 1. An
 index is CUDA's (as ``CUDA_VISIBLE_DEVICES`` numbers the GPUs); a GPU's UUID is
-turned into its index through ``nvidia-smi -L`` where it can be, else the UUID
-names its lock (MIG instances are locked by their own names). nvidia-smi
-numbers GPUs in PCI order, CUDA fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``:
-on a machine of one GPU type the two usually agree.
+turned into its index through ``nvidia-smi -L``, so that one GPU has one lock
+whichever way a job names it. A UUID that listing does not name is no GPU of
+this machine and names its own lock (MIG instances are locked by their own
+names). When ``nvidia-smi -L`` cannot list the GPUs (not installed, failing,
+hung) a UUID cannot be resolved: the job is refused (``GpuNameError``, a
+UsageError: by ``llmb run`` before anything is submitted, by the supervisor
+before any rank starts), since its lock would be another file than the one
+a job naming the same GPU by its index takes. nvidia-smi numbers GPUs in PCI
+order, CUDA fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: on a
+machine of one GPU type the two usually agree.
 """
 
 from __future__ import annotations
@@ -38,20 +44,19 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmb.backends import local_slots
 from llmb.files import open_regular_at
 
-VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
+# which GPUs a job computes on (its indices): a run's part, shared with llmb run's checks before submitting
+from llmb.runs.job_gpus import VISIBLE_VARIABLE, GpuNameError, job_gpus, visible_devices  # noqa: F401
+
 HOLDER_LIMIT = 4096  # bytes of a lock file read for its holder
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_SMI_TIMEOUT_S = 20
 
 
 def lock_name(gpu: str) -> str:
@@ -60,70 +65,6 @@ def lock_name(gpu: str) -> str:
 
 def queue_name(gpu: str) -> str:
     return f"gpu-{local_slots.host_key(gpu)}.queue"
-
-
-def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
-    """``CUDA_VISIBLE_DEVICES`` as CUDA reads it (the entries up to the first that names no
-    device: ``-1`` hides every GPU); None when it is not set."""
-    raw = environ.get(VISIBLE_VARIABLE)
-    if raw is None:
-        return None
-    found = []
-    for entry in raw.split(","):
-        entry = entry.strip()
-        if entry.isascii() and entry.isdigit():
-            found.append(str(int(entry)))
-        elif entry.startswith(("GPU-", "MIG-")) and len(entry) > 4:
-            found.append(entry)
-        else:
-            break
-    return found
-
-
-def _uuid_indices() -> dict[str, str]:
-    """``nvidia-smi -L``'s GPUs: UUID -> index; empty where it cannot say."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return {}
-    try:
-        out = subprocess.run(
-            [smi, "-L"],
-            capture_output=True,
-            text=True,
-            timeout=_SMI_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found = {}
-    for line in out.splitlines():
-        listed = re.match(r"GPU (\d+):.*\(UUID: (GPU-[^)\s]+)\)", line.strip())
-        if listed:
-            found[listed.group(2)] = listed.group(1)
-    return found
-
-
-def _as_index(entry: str, indices: dict[str, str]) -> str:
-    """A ``GPU-`` UUID (or the unique prefix of one, as CUDA takes it) as its index, where known."""
-    if entry.isdigit() or not entry.startswith("GPU-"):
-        return entry
-    matches = [index for uuid, index in indices.items() if uuid.startswith(entry)]
-    return matches[0] if len(matches) == 1 else entry
-
-
-def job_gpus(device: str, ranks: int, environ: Mapping[str, str]) -> list[str]:
-    """The GPUs a local job's ranks compute on (their indices, or the names ``CUDA_VISIBLE_DEVICES``
-    gives where no index is known); empty for a job on CPU."""
-    if device != "cuda" or ranks < 1:
-        return []
-    visible = visible_devices(environ)
-    if visible is None:
-        return [str(rank) for rank in range(ranks)]
-    used = visible[:ranks]
-    if any(not entry.isdigit() for entry in used):
-        indices = _uuid_indices()
-        used = [_as_index(entry, indices) for entry in used]
-    return list(dict.fromkeys(used))
 
 
 def shown_gpus(gpus: list[str]) -> str:

@@ -169,12 +169,9 @@ class Supervisor:
         except OSError:
             pass  # a record for llmb status only: the job runs on without it
 
-    def take_slot(self) -> None:
-        """Wait for a local slot, or for the job's GPUs when it computes on GPUs (a cancel ends the
-        wait); without a usable slot directory the job runs unqueued, and its log says so."""
-        gpus = local_gpus.job_gpus(
-            self.spec.device, self.spec.ranks, {**os.environ, **self.spec.env}
-        )
+    def take_slot(self, gpus: list[str]) -> None:
+        """Wait for a local slot, or for the job's GPUs (``gpus``) when it computes on GPUs (a cancel
+        ends the wait); without a usable slot directory the job runs unqueued, and its log says so."""
         if gpus:
             self.take_gpus(gpus)
             return
@@ -297,6 +294,18 @@ class Supervisor:
         if written.get("result_error"):
             self.note(written["result_error"])
 
+    def refuse(self, reason: str) -> None:
+        """End the job FAILED before any rank starts, saying why in its log and its end."""
+        self.note(f"the job does not start: {reason}")
+        try:
+            write_exit(
+                self.job.id,
+                {"state": "FAILED", "ended_at": now(), "exit_codes": {}, "reason": reason},
+            )
+        except OSError as error:
+            self.note(f"could not record the failure: {describe_os_error(error)}")
+            raise SystemExit(1) from None
+
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
@@ -308,7 +317,15 @@ class Supervisor:
             self.note(f"could not record the supervisor's pid: {describe_os_error(exc)}")
         reserve_exit_space(self.job.id)
         try:
-            self.take_slot()
+            gpus = local_gpus.job_gpus(
+                self.spec.device, self.spec.ranks, {**os.environ, **self.spec.env}
+            )
+        except local_gpus.GpuNameError as exc:
+            # no lock is the GPU's own: the job must not start (llmb run refuses it before this)
+            self.refuse(str(exc))
+            return
+        try:
+            self.take_slot(gpus)
             self.start_ranks()
             codes = self.wait()
             self.release_slot()  # every rank has ended: the next local job may start

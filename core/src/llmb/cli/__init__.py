@@ -3,7 +3,8 @@
 Subcommands are imported only when invoked, so ``llmb --help`` and
 ``llmb list`` never import torch or an NVIDIA framework. Data goes to stdout,
 logs to stderr. Errors llmb can explain print one paragraph and exit with
-their code (2 for usage errors); nothing prints a traceback unless
+their code (2 for usage errors); a plugin's hook that fails when called is
+named, with the hook, in one line (exit 2); nothing prints a traceback unless
 ``LLMB_DEBUG=1``.
 """
 
@@ -85,6 +86,7 @@ COMMANDS = {
 }
 
 EXIT_INTERNAL = 70
+EXIT_PLUGIN = 2  # a plugin's hook failed when called (llmb.plugins.guard): not llmb's bug
 
 
 class LazyGroup(click.Group):
@@ -198,6 +200,10 @@ def main(argv: list[str] | None = None, host: object | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - a bug: say so plainly
         if os.environ.get("LLMB_DEBUG"):
             raise
+        from llmb.plugins.guard import failure_message
+
+        if (message := failure_message(exc)) is not None:  # a plugin's hook failed: it is named
+            _fail(message, EXIT_PLUGIN)
         _fail(
             f"internal error ({type(exc).__name__}: {exc}). This is a bug in llmb or a plugin; "
             f"run again with LLMB_DEBUG=1 for the traceback and report it.",

@@ -8,6 +8,8 @@ no click type here, whose refusal would read differently."""
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from llmb.install.cluster_settings import VARIABLES
@@ -258,9 +260,31 @@ _OPTIONS = [
 
 
 def run_options(func):
+    """The options above on the command ``func``, and the checks of their combination that every
+    command taking them makes, in the same words, before anything else (``checked_combination``)."""
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        checked_combination(kwargs)
+        return func(*args, **kwargs)
+
     for option in reversed(_OPTIONS):
-        func = option(func)
-    return func
+        checked = option(checked)
+    return checked
+
+
+def checked_combination(values: dict) -> None:
+    """Refuse options that exclude each other (``--proxy``, ``--layers``, ``--fit``: one reduced model at
+    most), with the message a sweep file's section gets for them too (``reduction_conflict``)."""
+    given = (values.get("proxy"), values.get("layers") is not None, values.get("fit"))
+    if sum(map(bool, given)) < 2:
+        return  # the common case, without importing the recipes
+    from llmb.errors import UsageError
+    from llmb.recipes.proxies import reduction_conflict
+
+    problem = reduction_conflict(values.get("proxy"), values.get("layers"), values.get("fit"))
+    if problem:
+        raise UsageError(problem)
 
 
 # The options of a job that is not a recipe's run (llmb preflight): where and how to submit.

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from llmb import http_safety
 from llmb.errors import UsageError
 from llmb.install import cluster_config, hf, images, worker_library
 from llmb.recipes.gpus import gpu_type, recipes_of
@@ -391,8 +392,14 @@ def _fetch(
 
 def execute(steps: Plan, token: str | None, echo: Callable[[str], None]) -> None:
     """Run the pending steps in order; a failed step is recorded and the rest still run, except
-    that once a Hugging Face file times out no other is asked for (``skipped``)."""
+    that once a Hugging Face file times out no other is asked for (``skipped``). Before any step, the
+    certificate paths the downloads hand OpenSSL (``SSL_CERT_FILE``...) are checked: a bad one is
+    ``http_safety.CertificatePathRefused`` (exit 2, nothing done), never a download that hangs."""
     pending = steps.pending()
+    if steps.pending("image") or (
+        steps.pending("huggingface") and hf.endpoint().lower().startswith("https:")
+    ):
+        http_safety.check_certificate_paths()  # enroot's curl, and llmb's own https, read them
     home = hf.hf_home(steps.install)
     clocks = _Downloads() if any(s.kind == "huggingface" for s in pending) else None
     for number, step in enumerate(pending, start=1):

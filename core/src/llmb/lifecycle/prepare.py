@@ -27,6 +27,7 @@ behind.
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, replace
 
 from llmb import redaction
@@ -37,7 +38,13 @@ from llmb.recipes.fit import largest_slice, torch_estimate
 from llmb.recipes.gpus import gpu_type
 from llmb.recipes.memory import MARGIN, MemoryEstimate, estimate_memory
 from llmb.recipes.planning import Plan, ProxyPlan, make_plan
-from llmb.recipes.proxies import ProxyRun, proxy_flag, proxy_recipe, proxy_run
+from llmb.recipes.proxies import (
+    ProxyRun,
+    proxy_flag,
+    proxy_recipe,
+    proxy_run,
+    reduction_conflict,
+)
 from llmb.recipes.records import ModelArch, Recipe, RecipeRequest
 from llmb.recipes.time_limit import derive as derive_time_limit
 from llmb.redaction import credential_in, is_secret_name
@@ -45,7 +52,7 @@ from llmb.runs import experiment, job_env
 from llmb.runs.capability import detect
 from llmb.runs.experiment import ExperimentDir
 from llmb.runs.jobs import Job, new_job_id, now
-from llmb.runs.profiling import DEFAULT_WINDOW, ProfileRequest
+from llmb.runs.profiling import DEFAULT_WINDOW, ProfileRequest, fit_window
 from llmb.runs.runspec import (
     NCCL_TRACE_STEPS,
     SECRET_VARIABLES,
@@ -203,6 +210,12 @@ def where_it_runs(
     if backend_name == "local":
         device, machine_warnings = check_machine(recipe, options, detect(), ranks)
         warnings += machine_warnings
+        if device == "cuda":
+            from llmb.runs.job_gpus import job_gpus
+
+            # the GPUs the job will lock, as its supervisor finds them: a GPU named by a UUID that
+            # cannot be resolved to its index is refused here, before anything is submitted
+            job_gpus(device, ranks, {**os.environ, **dict(recipe.env), **dict(options.env)})
         if (
             engine != "torch"
             and importlib.util.find_spec("megatron") is None
@@ -430,14 +443,15 @@ def production_config(
     load_dir: str | None,
 ) -> dict:
     """The production framework's configuration; its own decisions replace the run's steps (a profiled
-    NeMo 2 run stops at its window's end) and whole environment (it has dropped anything that must not be
-    written down)."""
+    run whose steps were not asked for stops at its window's end, as the published launchers' do) and
+    whole environment (it has dropped anything that must not be written down). ``options.steps`` is the
+    steps asked for, or None (``profile_steps``): the framework tells the two apart."""
     from llmb.engines.frameworks import build_config
 
     config = build_config(
         plan.workload,
         plan.recipe,
-        replace(options, steps=run.steps),
+        options,
         experiment=name,
         inner_dir=where.inner,
         checkpoint_save_dir=save_dir,
@@ -446,6 +460,39 @@ def production_config(
     run.steps = config["training"]["train_iters"]
     run.env = dict(config["env"])
     return config
+
+
+def profile_steps(
+    plan: Plan,
+    request: RecipeRequest,
+    options: RunOptions,
+    torch_engine: bool,
+    load_dir: str | None,
+    warnings: list[str],
+) -> RunOptions:
+    """The options with ``steps`` the steps asked for (``--steps``, else ``--set steps``; None: not
+    asked) and, for a profiled run, the profile window fitted into them (``profiling.fit_window``:
+    the default window moved to the run's last steps, with a warning; an asked one past the run's
+    end refused): each engine then runs the steps asked for and profiles within them."""
+    asked = options.steps
+    if asked is None and "steps" in request.overrides:
+        asked = plan.recipe.steps
+    options = replace(options, steps=asked)
+    if not options.profile or load_dir or options.nccl_trace:
+        return options  # a loaded run trains one step; tracing and profiling are refused together
+    if options.profile_window is not None:
+        default = options.profile_window
+    elif torch_engine:
+        default = DEFAULT_WINDOW
+    else:
+        from llmb.engines.frameworks.description import production_of
+
+        default = production_of(plan.workload, plan.recipe.variant).profile_window
+    window, moved = fit_window(default, options.profile_window is not None, asked)
+    if moved is None:
+        return options
+    warnings.append(moved)
+    return replace(options, profile_window=window)
 
 
 def contributions(
@@ -661,6 +708,7 @@ def prepare(
     if torch_engine:
         check_memory(plan, options, shape, ranks, warnings)
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
+    options = profile_steps(plan, request, options, torch_engine, load_dir, warnings)
     # the seeds: "1 step after checkpoint has been loaded"
     steps = 1 if load_dir else options.steps or recipe.steps
     flops = host.model_flops(plan.workload, shape.arch, shape.seq_len)
@@ -782,10 +830,8 @@ def plan_with_proxy(
     (``--fit``) would run on this machine, the recipe resolved as it resolves it (at its smallest tested
     scale where the GPU count asked for is not one the recipe tests). Without either, ``llmb plan`` is
     ``make_plan`` alone."""
-    if proxy and fit:
-        raise UsageError(
-            "use --proxy or --fit, not both: --fit keeps the full width, --proxy shrinks it."
-        )
+    if problem := reduction_conflict(proxy, None, fit):  # as the shared options' check says it
+        raise UsageError(problem)
     plan = make_plan(host, replace(request, any_scale=True))
     ranks = request.gpus or plan.recipe.gpus
     return replace(plan, proxy=plan_proxy(host, plan, proxy, ranks, fit))

@@ -8,14 +8,18 @@ plugin would have provided raises ``PluginError`` with the original error.
 Whatever the import raises counts, ``KeyboardInterrupt`` and ``SystemExit``
 too: only a real Ctrl-C (a SIGINT that reached this process meanwhile) ends
 the command.
+
+Each plugin's hook implementations are guarded when it is registered
+(``llmb.plugins.guard``): one that fails when called is named, with the hook,
+whichever way it is called. The workloads' names and aliases are refereed
+once, where they are indexed (``workloads``, ``llmb.plugins.names``): no plugin
+takes over a name another workload holds, or llmb-run's for a built-in.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import signal
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +29,9 @@ import pluggy
 from llmb.errors import PluginError, UsageError
 from llmb.plugins import hookspecs
 from llmb.plugins.entrypoints import entry_points
+from llmb.plugins.guard import CtrlC as _CtrlC
+from llmb.plugins.guard import guard_plugin, raised
+from llmb.plugins.names import referee
 from llmb.recipes.errata_figures import with_corrected_figures
 from llmb.recipes.records import (
     ModelArch,
@@ -32,6 +39,7 @@ from llmb.recipes.records import (
     Recipe,
     RecipeRequest,
     Workload,
+    WorkloadIndex,
     workload_named,
 )
 from llmb.recipes.resolve import without_idle_vp
@@ -82,49 +90,10 @@ class PluginInfo:
 
 
 def _describe(exc: BaseException) -> str:
+    """What a plugin raised (through the guard: its own exception), ``Type: message``."""
+    exc = raised(exc)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class _CtrlC:
-    """Tells a real Ctrl-C from a ``KeyboardInterrupt`` (or ``SystemExit``, ...) that a plugin's code
-    raises itself: while plugin code runs, SIGINT's handler is wrapped by one that first records that
-    the signal arrived. ``pressed`` is then True even where the plugin caught what the signal raised.
-    Outside the main thread no signal reaches the code, so nothing it raises is a Ctrl-C; where SIGINT
-    is ignored or not handled in Python (SIG_IGN, SIG_DFL), there is nothing to wrap."""
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self._previous: Any = None
-        self._handler: Any = None
-
-    def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        previous = signal.getsignal(signal.SIGINT)
-        if not callable(previous):
-            return self
-
-        def handler(signum, frame):
-            self.pressed = True
-            return previous(signum, frame)  # the default one raises KeyboardInterrupt
-
-        try:
-            signal.signal(signal.SIGINT, handler)
-        except (ValueError, OSError):  # no signals here (an embedding interpreter)
-            return self
-        self._previous, self._handler = previous, handler
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # a plugin that installed its own handler meanwhile keeps it
-        if self._handler is not None and signal.getsignal(signal.SIGINT) is self._handler:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def check(self) -> None:
-        """Raise KeyboardInterrupt where a real Ctrl-C arrived (a plugin may have swallowed it)."""
-        if self.pressed:
-            raise KeyboardInterrupt
 
 
 class PluginHost:
@@ -179,7 +148,7 @@ class PluginHost:
                 ctrl_c.check()  # ... but a real Ctrl-C ends the command
                 self._failed(key, ep.name, ep.value, dist_name, version, exc)
                 continue
-            self._infos[key] = PluginInfo(ep.name, ep.value, dist_name, version, "loaded")
+            self._loaded(key, plugin, PluginInfo(ep.name, ep.value, dist_name, version, "loaded"))
 
     def _named_plugins(self, ctrl_c: _CtrlC) -> None:
         """The modules named in ``LLMB_PLUGINS`` (comma-separated, importable: as pytest's PYTEST_PLUGINS),
@@ -190,20 +159,26 @@ class PluginHost:
             None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))
         ):
             try:
-                self.pm.register(importlib.import_module(name), name=name)
+                plugin = importlib.import_module(name)
+                self.pm.register(plugin, name=name)
             except BaseException as exc:  # noqa: BLE001 - as an entry point's import failure
                 ctrl_c.check()
                 self._failed(name, name, name, None, None, exc)
                 continue
-            self._infos[name] = PluginInfo(name, name, None, None, "loaded")
+            self._loaded(name, plugin, PluginInfo(name, name, None, None, "loaded"))
 
     def add_plugin(self, name: str, plugin: object) -> None:
         """Register an in-process plugin (tests, site configuration)."""
         self.pm.register(plugin, name=name)
-        self._infos[name] = PluginInfo(
-            name, getattr(plugin, "__name__", repr(plugin)), None, None, "loaded"
-        )
+        module = getattr(plugin, "__name__", repr(plugin))
+        self._loaded(name, plugin, PluginInfo(name, module, None, None, "loaded"))
         self._workloads = None
+
+    def _loaded(self, key: str, plugin: object, info: PluginInfo) -> None:
+        """A plugin registered: its hook implementations guarded (``llmb.plugins.guard``: what one of
+        them raises when called names the plugin and the hook; only a real Ctrl-C interrupts)."""
+        self._infos[key] = info
+        guard_plugin(self.pm, plugin, info.provider())
 
     def _failed(
         self,
@@ -260,6 +235,7 @@ class PluginHost:
                     continue
                 found.setdefault(record.name, []).append((key, record))
         result: dict[str, Workload] = {}
+        keys: dict[str, str] = {}
         for name, providers in found.items():
             if len(providers) > 1:
                 who = " and ".join(self._provider(k) for k, _ in providers)
@@ -267,15 +243,22 @@ class PluginHost:
                 self._broken_workloads[name] = reason
                 self.log.warning("duplicate workload refused", workload=name, providers=who)
                 continue
-            key, record = providers[0]
-            result[name] = record
+            keys[name], result[name] = providers[0]
+        # Which workload each name and alias means, refereed once for every command (llmb.plugins.names).
+        refereed = referee(result, {name: self._provider(key) for name, key in keys.items()})
+        for refusal in refereed.refusals:
+            self.log.warning(refusal.text)
+        for name, why in refereed.refused.items():
+            self._broken_workloads[name] = f"llmb refused it: {why}"
+        for name in refereed.workloads:
+            key = keys[name]
             self._owner[name] = key
             if key in self._infos:
                 info = self._infos[key]
                 self._infos[key] = PluginInfo(
                     **{**info.__dict__, "workloads": info.workloads + (name,)}
                 )
-        self._workloads = dict(sorted(result.items()))
+        self._workloads = WorkloadIndex(sorted(refereed.workloads.items()), refereed.unresolved)
         # Erratum-affected published figures, recomputed with each workload's own FLOPs formula
         # (the owners are known now, so its hook can be called).
         for name, workload in self._workloads.items():

@@ -41,14 +41,27 @@ def render(text: str, values: dict[str, str]) -> str:
     return _KEY.sub(fill, text)
 
 
+def yaml_string(text: str) -> str:
+    """``text`` as a quoted YAML scalar, which YAML reads back as that string whatever it is: an
+    unquoted ``no``, ``off``, ``on``, ``yes``, ``true``, ``false`` or ``null`` is read as a boolean or
+    null (YAML 1.1, as PyYAML reads it). A JSON string is a YAML double-quoted one."""
+    import json
+
+    return json.dumps(text)
+
+
 def values_for(name: str, llmb_version: str) -> dict[str, str]:
-    """What the templates are filled with for the workload ``name``."""
+    """What the templates are filled with for the workload ``name``; the ``*_yaml`` values are those
+    the YAML templates take, quoted (``yaml_string``)."""
+    document = f"{name}-recipe.md"
     return {
         "name": name,
+        "name_yaml": yaml_string(name),
         "title": name[:1].upper() + name[1:],
         "package": f"llmb_plugin_{name}",
         "distribution": f"llmb-plugin-{name}",
-        "document": f"{name}-recipe.md",
+        "document": document,
+        "document_yaml": yaml_string(document),
         "llmb_version": llmb_version,
     }
 

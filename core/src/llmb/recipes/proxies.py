@@ -371,6 +371,29 @@ def proxy_run(
     )
 
 
+def reduction_conflict(proxy: str | None, layers: int | None, fit: bool) -> str | None:
+    """The one refusal of a run reduced more than one way (``--proxy``, ``--layers``, ``--fit``: each is a
+    whole choice of model), None for at most one. ``llmb run``, ``plan``, ``sweep`` and ``certify`` refuse
+    it as their shared options are read (``llmb.cli.run_options``), a sweep file's section as its task is
+    prepared (``llmb.runs.runspec.proxy_arch``): in the same words."""
+    given = [
+        flag
+        for flag, on in (
+            (f"--proxy {proxy}", bool(proxy)),
+            (f"--layers {layers}", layers is not None),
+            ("--fit", bool(fit)),
+        )
+        if on
+    ]
+    if len(given) < 2:
+        return None
+    return (
+        f"{' and '.join(given)} each reduce the run; give one of them: --proxy NAME (a CPU-sized "
+        f"model of the workload's structure), --layers N (the full width with N layers) or --fit (the "
+        f"largest slice of the model each GPU holds)."
+    )
+
+
 def proxy_flag(proxy: str | None, layers: int | None, fit: bool = False) -> str:
     """``--proxy tiny``, ``--layers N`` or ``--fit``, as the user asked for it."""
     if fit:

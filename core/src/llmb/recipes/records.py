@@ -651,11 +651,29 @@ def as_fraction(value: int | Fraction) -> Fraction:
     return value if isinstance(value, Fraction) else Fraction(value)
 
 
+class WorkloadIndex(dict):
+    """The registered workloads by name (``PluginHost.workloads``), each with the aliases it was given,
+    and ``unresolved``: the names that some workload claimed but none was given (an alias two claim),
+    each with what to tell whoever types it (``llmb.plugins.names``)."""
+
+    def __init__(self, workloads=(), unresolved: Mapping[str, str] | None = None):
+        super().__init__(workloads)
+        self.unresolved: dict[str, str] = dict(unresolved or {})
+
+
 def workload_named(workloads: Mapping[str, Workload], name: str) -> Workload | None:
     """The workload ``name`` names, by its own name or one of its aliases (any case); None when none
-    does, or when two workloads claim the alias (neither is guessed)."""
+    does, or when two workloads claim the alias (neither is guessed). A name the host's index holds
+    as unresolved (``WorkloadIndex``: claimed by two workloads) raises ``UsageError`` saying so."""
     key = name.strip().lower()
     if key in workloads:
         return workloads[key]
     claimed = [w for w in workloads.values() if key in w.aliases]
-    return claimed[0] if len(claimed) == 1 else None
+    if len(claimed) == 1:
+        return claimed[0]
+    unresolved = getattr(workloads, "unresolved", None) or {}
+    if key in unresolved:
+        from llmb.errors import UsageError
+
+        raise UsageError(f"{unresolved[key]}.")
+    return None

@@ -191,10 +191,31 @@ def _with_current_keys(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _name_text(value: Any, what: str, example: str) -> str:
+    """A name the file gives (the workload's, an alias, a model family) as the string it must be. YAML
+    reads an unquoted ``no``, ``off``, ``yes``, ``on``, ``true``, ``false`` as a boolean and ``null`` (or
+    nothing) as null: such a name is refused, saying how to write it, rather than turned into
+    ``False``."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if isinstance(value, bool) or value is None:
+        word = {True: "yes, on or true", False: "no, off or false", None: "null, ~ or nothing"}[
+            value
+        ]
+        raise ValueError(
+            f"{what} must be a string, but YAML read it as {value!r} (an unquoted {word}); quote it, "
+            f"e.g. {example}"
+        )
+    raise ValueError(
+        f"{what} must be a string of letters and digits, not {type(value).__name__} {value!r}; "
+        f"quote it if YAML reads it as something else"
+    )
+
+
 def workload_from_dict(raw: dict[str, Any]) -> Workload:
     with _context("workload"):
         raw = _with_current_keys(raw)
-        name = str(raw["name"])
+        name = _name_text(raw["name"], "the workload's name", 'name: "no"')
         raw["variants"]
     archs = _architectures(raw.get("architectures") or {})
     with _context("documents"):
@@ -284,7 +305,9 @@ def _aliases(name: str, raw) -> tuple[str, ...]:
     with _context("aliases"):
         if not isinstance(raw, list | tuple):
             raise ValueError("aliases must be a list of names, e.g. [pretrain_llama3.1, llama3.1]")
-        aliases = tuple(dict.fromkeys(str(a).strip().lower() for a in raw))
+        aliases = tuple(
+            dict.fromkeys(_name_text(a, "an alias", 'aliases: ["no"]').lower() for a in raw)
+        )
         for alias in aliases:
             if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", alias) or alias == name.lower():
                 raise ValueError(
@@ -314,6 +337,8 @@ def _architectures(raw: dict[str, Any]) -> dict[str, ModelArch]:
             if spec.get("published_params") is not None:
                 # YAML reads 56e9 as a string
                 spec["published_params"] = float(spec["published_params"])
+            if "family" in spec:
+                spec["family"] = _name_text(spec["family"], "family", 'family: "no"')
             if base is not None:
                 if str(base) not in out:
                     raise ValueError(f"base {base!r} is not defined above it")

@@ -11,7 +11,10 @@
 The window defaults to the seeds' steps 45-50; ``PROFILE_START_STEP`` /
 ``PROFILE_STOP_STEP`` (what the launch scripts read) and the
 ``RUN_CONF_PROFILE_*`` spellings (what the replaced tool's README documents)
-are honoured, flags first.
+are honoured, flags first. A run whose steps are asked for (``--steps``,
+``--set steps``) runs them on either engine, and its window lies within
+them (``fit_window``): the default window moves to the run's last steps,
+with a warning; an asked window that ends after the last step is refused.
 """
 
 from __future__ import annotations
@@ -87,6 +90,34 @@ def profile_window(
     if not 1 <= first <= last:
         raise UsageError(f"profile window {first}-{last}: expected 1 <= start <= stop.")
     return first, last
+
+
+def fit_window(
+    window: tuple[int, int], asked: bool, steps: int | None
+) -> tuple[tuple[int, int], str | None]:
+    """The profile window of a run of ``steps`` steps asked for (``--steps``, ``--set steps``;
+    None: not asked, the run's steps follow its window, as the published recipes' profiled runs
+    do), and a note when it moved. The window must end by the run's last step: one asked for
+    (``--profile-start``/``--profile-stop`` or their variables) that does not is refused, saying
+    why; the default one (the seed's, e.g. 45-50) moves to the run's last steps, keeping its length.
+    Both engines take their window from here, before anything is submitted."""
+    first, last = window
+    if steps is None or last <= steps:
+        return window, None
+    moved = (max(1, steps - (last - first)), steps)
+    if asked:
+        start = first if first <= steps else moved[0]
+        raise UsageError(
+            f"the profile window {first}-{last} (--profile-start/--profile-stop, or "
+            f"PROFILE_START_STEP/PROFILE_STOP_STEP) ends after the run's last step: the run asked "
+            f"for (--steps or --set steps) has steps 1-{steps}. Profile steps within them (e.g. "
+            f"--profile-start {start} --profile-stop {steps}), or run at least {last} steps."
+        )
+    return moved, (
+        f"--profile on a run of {steps} steps: the profile window moves from the published recipe's "
+        f"steps {first}-{last}, past the run's end, to steps {moved[0]}-{moved[1]} (its last "
+        f"{moved[1] - moved[0] + 1}); --profile-start/--profile-stop choose others."
+    )
 
 
 @hookimpl

@@ -361,18 +361,12 @@ def compute_dtype(device: str, requested: str) -> tuple[str, list[str]]:
 
 def proxy_arch(workload: Workload, recipe: Recipe, options: RunOptions) -> tuple[ModelArch, int]:
     """The model to build and its sequence length."""
-    from llmb.recipes.proxies import PROXIES, shrink
+    from llmb.recipes.proxies import PROXIES, reduction_conflict, shrink
 
     arch = workload.architecture(recipe.size).with_layers(recipe.layers)
-    if options.proxy and options.layers:
-        raise UsageError(
-            "use --proxy or --layers, not both: --layers N keeps the full width, --proxy shrinks it."
-        )
-    if options.fit and (options.proxy or options.layers):
-        raise UsageError(
-            "--fit chooses the layers (and, for MoE models, the experts) itself: use --fit, --layers N "
-            "or --proxy, one of them."
-        )
+    # the words the shared options' check gives (llmb.cli.run_options): here for a sweep file's section
+    if problem := reduction_conflict(options.proxy, options.layers, options.fit):
+        raise UsageError(problem)
     if options.fitted is not None:
         fitted = options.fitted.arch
         return replace(fitted, size=f"{arch.size}-{options.fitted.label}"), recipe.seq_len

@@ -282,14 +282,18 @@ def _options(raw: dict, where: str, option_names: Mapping[str, str]) -> dict:
 def _split(header: str, workloads: dict) -> tuple[str, str | None]:
     """``llama31_8b`` -> (llama31, 8b); ``nemotronh`` -> (nemotronh, None); a workload's alias in
     place of its name, as NVIDIA's llmb-run bulk files write it: ``pretrain_llama3.1_8b`` ->
-    (llama31, 8b), ``pretrain_llama4_maverick_400b`` -> (llama4, 400b)."""
+    (llama31, 8b), ``pretrain_llama4_maverick_400b`` -> (llama4, 400b). A name two workloads claim
+    (the host's index: ``llmb.plugins.names``) is refused, saying by whom, before any task runs."""
     from llmb.recipes.records import workload_named
 
-    if (whole := workload_named(workloads, header)) is not None:
-        return whole.name, None
-    name, sep, size = header.rpartition("_")  # the size is the last part: aliases hold '_'
-    if sep and (named := workload_named(workloads, name)) is not None:
-        return named.name, size
+    try:
+        if (whole := workload_named(workloads, header)) is not None:
+            return whole.name, None
+        name, sep, size = header.rpartition("_")  # the size is the last part: aliases hold '_'
+        if sep and (named := workload_named(workloads, name)) is not None:
+            return named.name, size
+    except UsageError as exc:
+        raise UsageError(f"sweep header {header!r}: {exc}") from None
     raise UsageError(
         f"sweep header {header!r}: expected <workload>_<size> or <workload>, with a workload among "
         f"{', '.join(workloads)} (e.g. llama31_8b)."

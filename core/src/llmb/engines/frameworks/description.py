@@ -19,6 +19,7 @@ from llmb.errors import UsageError
 from llmb.paths import hf_home, install_dir
 from llmb.recipes.gpus import gpu_type, recipes_of
 from llmb.recipes.records import Production, Recipe, Workload
+from llmb.runs.profiling import fit_window
 from llmb.runs.runspec import NCCL_TRACE_STEPS, RunOptions
 
 # field-facts §3, the benchmark overrides of the seeds' launchers (both frameworks).
@@ -155,20 +156,24 @@ def _train_iters(
         return min(steps, NCCL_TRACE_STEPS), [
             f"NCCL trace: {NCCL_TRACE_STEPS} steps, as the published recipes' traced runs"
         ]
-    if window is not None and window[1] != steps:
+    if window is not None and options.steps is None and window[1] != steps:
         return window[1], [
             f"profiled runs end at the profile's last step ({window[1]}), as the published "
             f"recipes' launchers do"
         ]
-    return steps, []
+    return steps, []  # steps asked for: a window lies within them (_window)
 
 
-def _window(production: Production, options: RunOptions) -> tuple[int, int] | None:
+def _window(production: Production, options: RunOptions, load: bool) -> tuple[int, int] | None:
     if not options.profile:
         return None
     # A seed with its own window (Llama 3.1 NeMo 2: 20-25, Nemotron-H: 46-50) keeps
     # it unless another was asked for.
-    return options.profile_window or production.profile_window
+    window = options.profile_window or production.profile_window
+    if load:
+        return window
+    # within the steps asked for: the default moved into them, an asked one past them refused
+    return fit_window(window, options.profile_window is not None, options.steps)[0]
 
 
 def _profiling(
@@ -330,7 +335,7 @@ def describe(
             "--profile and --nccl-trace cannot be combined (the published recipes run them separately)."
         )
     arch = workload.architecture(recipe.size)
-    window = _window(production, options)
+    window = _window(production, options, checkpoint_load_dir is not None)
     train_iters, notes = _train_iters(recipe, options, window, checkpoint_load_dir is not None)
     parallelism = _parallelism(recipe)
     layers = _layers(framework, production, workload, recipe, options, parallelism["vp"])
