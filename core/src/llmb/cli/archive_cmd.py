@@ -148,8 +148,8 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
             click.echo(f"\r{text}\x1b[K" if tty else text, err=True, nl=not tty)
 
     packed = archive.pack(roots, output, progress, fmt)
-    if tty and shown[0]:
-        click.echo("", err=True)
+    if tty and shown[0]:  # the summary below says it all: the progress line goes
+        click.echo("\r\x1b[K", err=True, nl=False)
     if as_json:
         emit_json({**packed.__dict__, "format": fmt})
         return

@@ -80,22 +80,46 @@ class Chunk(bytes):
             return bool(_MEMMEM(self, len(self), needle, len(needle)))
         return bytes.__contains__(self, needle)
 
+    def find(self, needle, start: int = 0, end: int | None = None) -> int:  # type: ignore[override]
+        """``bytes.find``, by ``memmem`` for a needle of several bytes: CPython's own search, on a
+        run of a character the needle holds (a line of blanks, for ``Step Time :``), tries every
+        position, ten times as slow as on prose; ``memmem`` (two-way) takes the same time on any text."""
+        if type(needle) is not bytes or len(needle) < 2 or end is not None or start < 0:
+            return bytes.find(self, needle, start, len(self) if end is None else end)
+        if start >= len(self):
+            return -1 if needle else len(self)
+        base = _ADDRESS(self).value
+        found = _MEMMEM_AT(base + start, len(self) - start, needle, len(needle))
+        return -1 if not found else found - base
+
 
 _MEMMEM: Any = False  # the C library's memmem once looked up (None: none to use)
+_MEMMEM_AT: Any = None  # the same, taking the haystack as an address (Chunk.find's offset)
+_ADDRESS: Any = None  # bytes -> the address of its first byte
 
 
 def _c_memmem():
     """The C library's ``memmem`` on Linux (glibc's or musl's), else None."""
+    global _MEMMEM_AT, _ADDRESS
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        function = ctypes.CDLL(None).memmem
+        # two handles on the library: each holds its own function object, with its own argument types
+        function, at = ctypes.CDLL(None).memmem, ctypes.CDLL(None).memmem
     except Exception:  # noqa: BLE001 - no ctypes, no C library, no memmem: CPython's search it is
         return None
     function.restype = ctypes.c_void_p
     function.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+    at.restype = ctypes.c_void_p
+    at.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+    _MEMMEM_AT = at
+
+    def address(data: bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p)
+
+    _ADDRESS = address
     return function
 
 

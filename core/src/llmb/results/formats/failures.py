@@ -110,6 +110,9 @@ _EXCEPTION = re.compile(rb"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fai
 # tqdm's bar, "Training:  12%|█▏   | 6/50 [00:30<03:40, 1.23it/s]", and what ranks put before a line.
 _BAR = re.compile(rb"\d{1,3}%\|[^|\n]{0,2048}\|[^|\[\n]{0,256}\[[^\]\n]{0,256}\]")
 _BAR_SPAN = 8192  # a bar is looked for in this much text before the error, however long the line
+# bytes of a line's error text cleaned at most: room for the message (MAX_MESSAGE characters, four bytes
+# each at most) behind prefixes and colour codes
+_CLEAN_SPAN = 64 << 10
 # lines after an exception's that may carry its message on (torch's NCCL errors do)
 _CONTINUATION = 4
 
@@ -131,7 +134,9 @@ def _clean(line: bytes, at: int | None = None) -> bytes:
     bars = list(_BAR.finditer(text, low, high))
     if bars:
         text = text[bars[-1].end() :]
-    return split(text).body
+    # the message is the text's start (``_shown``): what lies beyond ``_CLEAN_SPAN`` is never shown, and
+    # taking colour codes out of a megabyte of them would cost twenty times a plain line's reading
+    return split(text[:_CLEAN_SPAN]).body
 
 
 def _shown(text: bytes) -> str:

@@ -110,9 +110,10 @@ class StepTimeLinesReader:
         if b"elapsed time per iteration" in chunk:
             self.iterations = True
             return
-        if b"Step Time : " not in chunk:
+        # no needle ends in a blank: a search for one in a run of blanks would try every position
+        if b"Step Time :" not in chunk:
             return
-        for line in find_lines(chunk, b"Step Time : "):
+        for line in find_lines(chunk, b"Step Time :"):
             for m in STEP_TIME.finditer(line.body):
                 if len(self.seconds) >= MAX_SAMPLES:
                     return

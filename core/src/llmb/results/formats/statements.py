@@ -112,8 +112,8 @@ class StatementsReader:
             for line in find_lines(chunk, b" ..."):
                 if (m := _ARGUMENT.fullmatch(line.body)) is not None:
                     self._item(m.group(1), m.group(2), line.body, line.start, arguments=True)
-        if b"using world size: " in chunk:
-            for line in find_lines(chunk, b"using world size: "):
+        if b"using world size:" in chunk:
+            for line in find_lines(chunk, b"using world size:"):
                 for field, pattern in _WORLD.items():
                     if (m := pattern.search(line.body)) is not None:
                         self._state(field, int(m.group(1)), line.body, line.start)
@@ -136,16 +136,16 @@ class StatementsReader:
                 for name, value in _PRIMUS_ITEM.findall(line.body):
                     if name in _COUNTS:
                         self._state(_COUNTS[name], int(value), line.body, line.start)
-        if b"initialized with seq_len: " in chunk:
-            for line in find_lines(chunk, b"initialized with seq_len: "):
+        if b"initialized with seq_len:" in chunk:
+            for line in find_lines(chunk, b"initialized with seq_len:"):
                 if (m := _PRIMUS_THROUGHPUT.search(line.body)) is not None:
                     self._state("seq_len", int(m.group(1)), line.body, line.start)
                     self._state("gpus", int(m.group(2)), line.body, line.start)
         if b"Float8 training active" in chunk:  # torchtitan's float8 converter
             for line in find_lines(chunk, b"Float8 training active"):
                 self._state("dtype", "fp8", line.body, line.start)
-        if b"Initializing distributed: " in chunk:
-            for line in find_lines(chunk, b"Initializing distributed: "):
+        if b"Initializing distributed:" in chunk:
+            for line in find_lines(chunk, b"Initializing distributed:"):
                 if (m := _LIGHTNING.search(line.body)) is not None:
                     self._state("gpus", int(m.group(1)), line.body, line.start)
 

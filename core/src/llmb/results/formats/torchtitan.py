@@ -75,7 +75,7 @@ class TorchTitanReader(Iterations):
             return
         for line in find_lines(
             chunk,
-            b"step: ",
+            b"step:",
             b"Trainer is initialized",
             b"Training starts at step",
             b"Training completed",
