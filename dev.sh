@@ -74,6 +74,18 @@ setup_system() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${SYSTEM_PACKAGES[@]}" >/dev/null
 }
 
+lint() {
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .  # .venv/bin/ruff format . fixes what it names
+}
+
+# timed FUNCTION WHAT: run it, then say on stderr how long it took (CI's log shows each phase).
+timed() {
+  local started=$SECONDS
+  "$1"
+  echo "dev.sh: $2: $(( SECONDS - started )) s" >&2
+}
+
 case "${1:-}" in
   setup) setup ;;
   frameworks)
@@ -82,11 +94,16 @@ case "${1:-}" in
     ;;
   test)
     shift
-    setup
-    setup_system
-    "$VENV/bin/ruff" check .
-    "$VENV/bin/ruff" format --check .  # .venv/bin/ruff format . fixes what it names
-    exec "$VENV/bin/python" -m pytest "$@"
+    timed setup ".venv"
+    timed setup_system "Debian packages"
+    timed lint "lint"
+    # The suite runs in LLMB_TEST_WORKERS processes (pytest-xdist; default 4: most tests wait on the
+    # processes they start, so more workers than cores pay). -n N, or -p no:xdist, chooses otherwise.
+    workers=(-n "${LLMB_TEST_WORKERS:-4}" --dist worksteal)
+    for arg in "$@"; do
+      case "$arg" in -n|-n*|--numprocesses*|no:xdist|-pno:xdist) workers=() ;; esac
+    done
+    exec "$VENV/bin/python" -m pytest "${workers[@]}" "$@"
     ;;
   demo)
     shift

@@ -239,7 +239,14 @@ def pytest_terminal_summary(terminalreporter, config):
     """The framework contract tests' counts (test_framework_contracts.py), one line per framework version."""
     from test_framework_contracts import COUNTS
 
-    lines = config.stash.get(COUNTS, [])
+    lines = sorted(
+        value
+        for report in terminalreporter.stats.get("passed", [])
+        + terminalreporter.stats.get("failed", [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name == COUNTS
+    )
     if lines:
         terminalreporter.section("framework contracts")
         for line in lines:

@@ -95,12 +95,16 @@ def report(request, leg: envs.Leg, results: dict) -> None:
     ]
     passed = sum(r["ok"] for r in results["results"])
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
-    request.config.stash.setdefault(COUNTS, []).append(
-        f"{leg.name}: {passed}/{len(results['results'])} configurations validated ({versions})"
+    # A user property travels with the test's report from an xdist worker to the session's summary.
+    request.node.user_properties.append(
+        (
+            COUNTS,
+            f"{leg.name}: {passed}/{len(results['results'])} configurations validated ({versions})",
+        )
     )
 
 
-COUNTS = pytest.StashKey[list]()
+COUNTS = "framework contract"  # the user property conftest's summary prints
 
 
 def failures(results: dict) -> str:

@@ -199,9 +199,11 @@ def test_qwen3_wheel_installs_runs_and_uninstalls(env, four):
         )
         assert plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"] == plan["gpus"]
 
+    # GBS 128 at the recipe's 16 GPUs: GA 8 where the recipe's GBS 1024 takes 64 (the proxy keeps the
+    # recipe's GA), 8x less training for the same question: does the installed wheel's workload run?
     run = env.llmb(
         "run", "qwen3", "--size", "30b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2",
-        "--proxy", "tiny", "--json",
+        "--proxy", "tiny", "--set", "gbs=128", "--json",
     )  # fmt: skip
     summary = json.loads(run.stdout)
     assert summary["state"] == "SUCCEEDED", summary

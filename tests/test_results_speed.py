@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from llmb.results import collect  # noqa: E402
 from llmb.results import scan as scan_module  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
 from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
-from llmb.results.records import plain  # noqa: E402
+from llmb.results.records import RunResult, Sample, plain  # noqa: E402
 from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
 from llmb.results.store import ResultStore  # noqa: E402
 
@@ -111,12 +111,12 @@ def tree(root: Path) -> Path:
     return experiments
 
 
-def collected(root: Path, db: Path, monkeypatch, jobs: str) -> list:
+def collected(root: Path, db: Path, monkeypatch, jobs: str, samples: bool = True) -> list:
     monkeypatch.setenv(collect.JOBS_VARIABLE, jobs)
     with ResultStore(str(db)) as store:
         return [
             (c.location, json.dumps(c.result.to_dict()), c.run_id, c.cached)  # JSON: NaN == NaN
-            for c in Collector(collect_host(), store).collect([str(root)])
+            for c in Collector(collect_host(), store).collect([str(root)], samples=samples)
         ]
 
 
@@ -188,22 +188,34 @@ def test_workers_give_the_results_and_run_ids_of_one_process(tmp_path, monkeypat
     parallel = collected(root, tmp_path / "parallel.sqlite", monkeypatch, "2")
     assert pools[0] is not None and len(pools[0]) > 10  # the workers parsed them
     assert parallel == serial
+    # a listing's workers send their results without iterations, and store them whole
+    slim = collected(root, tmp_path / "slim.sqlite", monkeypatch, "2", samples=False)
+    assert slim == [
+        (
+            where,
+            json.dumps({**json.loads(r), "samples": {**json.loads(r)["samples"], "rows": []}}),
+            i,
+            c,
+        )
+        for where, r, i, c in serial
+    ]
+    with ResultStore(str(tmp_path / "slim.sqlite")) as store:
+        assert [json.dumps(s.result.to_dict()) for s in store.query()] == [
+            r for _, r, i, _ in serial if i is not None
+        ]
     statuses = {json.loads(r)["status"] for _, r, _, _ in serial}
     assert {"success", "incomplete", "invalid_grad_norm", "failed", "unreadable"} <= statuses
 
 
-def _dying_worker(location, window, assume_gpu, gpu_source):
+_PARSE_IN_WORKER = collect._parse_in_worker
+
+
+def _dying_worker(location, *args):
     if "4200003" in (location.log or ""):
         os._exit(3)  # the worker process dies: the pool breaks
     if "4200005" in (location.log or ""):
         raise RuntimeError("this worker cannot parse it")
-    return collect.Collector.result_for(
-        collect._WORKER_COLLECTOR,
-        location,
-        window=window,
-        assume_gpu=assume_gpu,
-        gpu_source=gpu_source,
-    )
+    return _PARSE_IN_WORKER(location, *args)
 
 
 @linux_only
@@ -226,8 +238,53 @@ def test_jobs_variable(monkeypatch):
     assert collect.parallel_jobs() == 1
 
 
-def test_to_dict_is_asdict(tmp_path):
+def _stored_as(result) -> dict:
+    """What to_dict must give: asdict, the samples as columns of the Sample fields."""
+    data = asdict(result)
+    names = [f.name for f in fields(Sample)]
+    data["samples"] = {
+        "columns": names,
+        "rows": [tuple(s[n] for n in names) for s in data["samples"]],
+    }
+    return data
+
+
+def test_to_dict_is_asdict_with_samples_as_columns_and_from_dict_reads_it_back(tmp_path):
     root = tree(tmp_path)
     results = [c.result for c in Collector(collect_host()).collect([str(root)])]
-    assert results and all(plain(r) == asdict(r) and r.to_dict() == asdict(r) for r in results)
+    assert results and all(plain(r) == asdict(r) and r.to_dict() == _stored_as(r) for r in results)
     assert any(r.samples for r in results) and any(r.nccl for r in results)
+    # compared as stored (a NaN loss is never equal to itself)
+    stored = [json.dumps(r.to_dict()) for r in results]
+    back = [RunResult.from_dict(json.loads(text)) for text in stored]
+    assert [json.dumps(r.to_dict()) for r in back] == stored
+    slim = [RunResult.from_dict(json.loads(text), samples=False) for text in stored]
+    assert [json.dumps(r.to_dict()) for r in slim] == [
+        json.dumps(replace(r, samples=()).to_dict()) for r in results
+    ]
+    # a store an older llmb wrote: samples as a list of dicts
+    older = [
+        {**json.loads(text), "samples": asdict(r)["samples"]}
+        for text, r in zip(stored, results, strict=True)
+    ]
+    assert [json.dumps(RunResult.from_dict(d).to_dict()) for d in older] == stored
+
+
+def test_a_listing_collects_no_samples_and_stores_them_all(tmp_path):
+    root = tree(tmp_path)
+    store = ResultStore(str(tmp_path / "results.sqlite"))
+    listed = [
+        c.result for c in Collector(collect_host(), store).collect([str(root)], samples=False)
+    ]
+    assert listed and not any(r.samples for r in listed)
+    whole = [c.result for c in Collector(collect_host()).collect([str(root)])]
+    assert any(r.samples for r in whole)
+
+    def as_stored(results):  # compared as stored: a NaN loss is never equal to itself
+        return [json.dumps(r.to_dict()) for r in results]
+
+    assert as_stored(replace(r, samples=()) for r in whole) == as_stored(listed)
+    # what was stored keeps its iterations
+    assert as_stored(s.result for s in store.query()) == as_stored(
+        r for r in whole if r.status != "unreadable"
+    )

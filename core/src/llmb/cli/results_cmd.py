@@ -147,7 +147,11 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
             raise UsageError("--from-db lists the database; do not also give directories.")
         store = open_store(db_path, required=True)
         rows = store.query(
-            workload, gpu, dtype, since_at.isoformat(timespec="seconds") if since_at else None
+            workload,
+            gpu,
+            dtype,
+            since_at.isoformat(timespec="seconds") if since_at else None,
+            samples=False,
         )
         return [
             (
@@ -170,6 +174,7 @@ def select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path
         assume_gpu=assumed,
         gpu_source=assumed_by,
         progress=_progress,
+        samples=False,  # a listing shows figures, never iterations: thousands of runs stay small
     )
     picked = []
     for item in collected:
@@ -238,7 +243,9 @@ def job_label(result, where=None) -> str:
 def note_labels(names: list[str], results: list, places: list) -> list[str]:
     """What each run's notes under a table start with: its JOB column's id where it has one (short, and
     unique); else its name in the table, or where several runs share that name, its run directory's."""
-    shared = {name for name in names if names.count(name) > 1}
+    from collections import Counter
+
+    shared = {name for name, count in Counter(names).items() if count > 1}
     labels = []
     for name, result, where in zip(names, results, places, strict=True):
         run = job_label(result, where)
@@ -279,13 +286,12 @@ def results_columns(full_names: bool = False):
 
 def grouped_notes(pairs: list[tuple[str, str]]) -> list[str]:
     """``(run, note)`` pairs as lines: a note said of several runs is one line naming them."""
-    runs_of: dict[str, list[str]] = {}
+    runs_of: dict[str, dict[str, None]] = {}  # each note's runs, in order, once each
     for run, note in pairs:
-        runs_of.setdefault(note, [])
-        if run not in runs_of[note]:
-            runs_of[note].append(run)
+        runs_of.setdefault(note, {})[run] = None
     lines = []
-    for note, runs in runs_of.items():
+    for note, once in runs_of.items():
+        runs = list(once)
         if len(runs) == 1:
             lines.append(f"{runs[0]}: {note}")
         else:
@@ -425,26 +431,34 @@ def results_command(
     how far off it the run is, why a run failed, and the transports NCCL used
     (a warning when nodes talked over TCP sockets). Every parsed run is
     stored in the results database."""
-    from llmb.results.export import nccl_rows, nccl_transport_row, row, to_csv, to_json
+    from llmb.results.export import json_array, nccl_rows, nccl_transport_row, row, to_csv
 
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        from llmb.runs.provenance import of_log
+
+        def full_row(where, result, run_id) -> dict:
+            r = row(result, name=display_name(where, full_names), run_id=run_id)
+            r["notes"] = list(result.notes)
+            r["nccl"] = nccl_rows(result)
+            r["nccl_transport"] = nccl_transport_row(result)
+            r["provenance"] = of_log(
+                result.log
+            )  # the run directory's provenance.json (docs/provenance.md)
+            return r
+
+        # written row by row: the JSON of thousands of runs (with their provenance) is never held at once
+        for piece in json_array(full_row(*item) for item in picked):
+            click.echo(piece, nl=False)
+        click.echo()
+        return
     rows = [
         row(result, name=display_name(where, full_names), run_id=run_id)
         for where, result, run_id in picked
     ]
-    fmt = "json" if as_json else fmt
     if fmt == "csv":
         click.echo(terminal_safe(to_csv(rows)), nl=False)
-    elif fmt == "json":
-        from llmb.runs.provenance import of_log
-
-        for r, (_, result, _) in zip(rows, picked, strict=True):
-            r["notes"] = list(result.notes)
-            r["nccl"] = nccl_rows(result)
-            r["nccl_transport"] = nccl_transport_row(result)
-            # the run directory's provenance.json (docs/provenance.md)
-            r["provenance"] = of_log(result.log)
-        click.echo(to_json(rows))
     else:
         from llmb.paths import experiments_dirs
 

@@ -185,7 +185,11 @@ class Collector:
         assume_gpu: str | None = None,
         progress: Callable[[int, int, RunLocation], None] | None = None,
         gpu_source: str = "--gpu",
+        samples: bool = True,
     ) -> list[Collected]:
+        """Every run under ``paths``, stored where its log was parsed. Without ``samples`` the results
+        come without their iterations (``RunResult.samples`` empty; what was stored keeps them): a
+        listing of thousands of runs then holds only their figures."""
         locations = find_runs(paths)
         stamps = [_stamp(location.log) for location in locations]
         out = [
@@ -197,6 +201,7 @@ class Collector:
                 rescan=rescan,
                 assume_gpu=assume_gpu,
                 gpu_source=gpu_source,
+                samples=samples,
             )
             for location, (size, mtime) in zip(locations, stamps, strict=True)
         ]
@@ -215,6 +220,7 @@ class Collector:
             gpu_source=gpu_source,
             progress=progress
             and (lambda done, total, where: progress(done + len(early), total + len(early), where)),
+            samples=samples,
         )
         for index, location in enumerate(locations):
             if parsed is None and progress and index not in early:
@@ -236,6 +242,8 @@ class Collector:
             out[index] = self._stored(
                 location, result, *stamps[index], window=window, encoded=encoded
             )
+            if not samples:
+                out[index] = replace(out[index], result=replace(out[index].result, samples=()))
         return out
 
     def _parse_dominant(
@@ -279,6 +287,7 @@ class Collector:
         assume_gpu: str | None,
         gpu_source: str,
         progress: Callable[[int, int, RunLocation], None] | None,
+        samples: bool = True,
     ) -> dict[int, tuple[RunResult, str | None]] | None:
         """{index: (result, its JSON for the store)} of the runs in ``todo``
         (index, location, log size) that worker processes parsed, largest
@@ -287,8 +296,8 @@ class Collector:
         running: forking them is not safe). A run a worker could not parse is
         missing from the answer, for the caller to parse itself: the pool
         never costs a result, nor hides an error that parsing in one process
-        would raise. This process encodes each result as it arrives, while
-        the workers parse the rest."""
+        would raise. Each worker encodes its results for the store itself
+        (``_parse_in_worker``)."""
         jobs = min(parallel_jobs(), len(todo))
         if (
             jobs < 2
@@ -308,24 +317,20 @@ class Collector:
         pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
         try:
             futures = {
-                pool.submit(_parse_in_worker, location, window, assume_gpu, gpu_source): (
-                    index,
-                    location,
-                )
+                pool.submit(
+                    _parse_in_worker, location, window, assume_gpu, gpu_source, storing, samples
+                ): (index, location)
                 for index, location, _ in sorted(todo, key=lambda item: -item[2])
             }
             for done, future in enumerate(as_completed(futures)):
-                index, location = futures[future]
+                # popped: a finished future holds its whole result (iterations and all) while referenced
+                index, location = futures.pop(future)
                 if progress:
                     progress(done, len(todo), location)
                 try:
-                    result = future.result()
+                    parsed[index] = future.result()
                 except Exception:  # noqa: BLE001, S112 - parsed again in this process, which reports any error
                     continue
-                parsed[index] = (
-                    result,
-                    _encoded(result) if storing and result.status != "unreadable" else None,
-                )
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             _WORKER_COLLECTOR = None
@@ -341,11 +346,12 @@ class Collector:
         rescan: bool,
         assume_gpu: str | None,
         gpu_source: str,
+        samples: bool = True,
     ) -> Collected | None:
         if window is not None or rescan:
             return None
         hit = self._with_store(
-            lambda store: store.cached(location.log or location.run_dir, size, mtime)
+            lambda store: store.cached(location.log or location.run_dir, size, mtime, samples)
         )
         if hit is None or not same_assumption(hit.result.context, assume_gpu, gpu_source):
             return None
@@ -432,11 +438,24 @@ def _encoded(result: RunResult) -> str | None:
 
 
 def _parse_in_worker(
-    location: RunLocation, window: tuple[int, int] | None, assume_gpu: str | None, gpu_source: str
-) -> RunResult:
+    location: RunLocation,
+    window: tuple[int, int] | None,
+    assume_gpu: str | None,
+    gpu_source: str,
+    storing: bool,
+    samples: bool,
+) -> tuple[RunResult, str | None]:
+    """The run's result and, where it is to be stored, its JSON for the store: encoded here, by every
+    worker at once, and sent without its iterations where the caller does not keep them (a failed
+    encoding leaves them, for the store to encode the whole result again)."""
     _WORKER_COLLECTOR.scan_jobs = (
         1  # every CPU parses a log already (this copy of it is the worker's)
     )
-    return _WORKER_COLLECTOR.result_for(
+    result = _WORKER_COLLECTOR.result_for(
         location, window=window, assume_gpu=assume_gpu, gpu_source=gpu_source
     )
+    stored = storing and result.status != "unreadable"
+    encoded = _encoded(result) if stored else None
+    if not samples and (encoded is not None or not stored):
+        result = replace(result, samples=())
+    return result, encoded

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from llmb.results.experiments import accepted_job_id
@@ -130,8 +131,19 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def to_json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, indent=2, allow_nan=False)
+def json_array(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The JSON array of ``rows`` in pieces, one row a line, made as each row comes: a listing of many
+    runs never holds all its rows, nor their JSON, at once (and one line a run is what grep and a
+    reader scan)."""
+    opening = "[\n  "
+    for r in rows:
+        yield opening + json.dumps(r, allow_nan=False)
+        opening = ",\n  "
+    yield "[]" if opening == "[\n  " else "\n]"
+
+
+def to_json(rows: Iterable[dict[str, Any]]) -> str:
+    return "".join(json_array(rows))
 
 
 MAX_ROWS_FILE = 256 << 20  # bytes: a results file of a hundred thousand runs is far less

@@ -8,6 +8,7 @@ smaller records are what the individual log parsers find.
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -85,6 +86,27 @@ class Sample:
     tokens_per_s_per_gpu: float | None = None
     mfu_pct: float | None = None
     memory_gib: float | None = None
+
+
+SAMPLE_FIELDS = tuple(f.name for f in fields(Sample))
+_SAMPLE_VALUES = operator.attrgetter(*SAMPLE_FIELDS)
+
+
+def samples_to_columns(samples: tuple[Sample, ...]) -> dict[str, Any]:
+    """``{"columns": SAMPLE_FIELDS, "rows": [[iteration, step time, ...], ...]}``: a result's iterations
+    as stored, without each field's name repeated on every iteration (they were most of a stored
+    result, and most of the time to write one)."""
+    return {"columns": list(SAMPLE_FIELDS), "rows": [_SAMPLE_VALUES(s) for s in samples]}
+
+
+def samples_from_columns(stored: Any) -> tuple[Sample, ...]:
+    """The samples ``samples_to_columns`` stored, or those of an older store (a list of dicts)."""
+    if isinstance(stored, dict):
+        names = stored["columns"]
+        if names == list(SAMPLE_FIELDS):
+            return tuple(Sample(*row) for row in stored["rows"])
+        return tuple(Sample(**dict(zip(names, row, strict=True))) for row in stored["rows"])
+    return tuple(Sample(**s) for s in stored)
 
 
 @dataclass
@@ -289,18 +311,25 @@ class RunResult:
     analysis: int = ANALYSIS  # what computed it; a stored result of another is computed again
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(self)
+        """The result as stored: plain data, its samples as columns (``samples_to_columns``)."""
+        data = {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "samples"}
+        data["samples"] = samples_to_columns(self.samples)
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+    def from_dict(cls, data: dict[str, Any], *, samples: bool = True) -> RunResult:
+        """The result ``to_dict`` gave (or an older llmb's, its samples a list of dicts); without
+        ``samples`` its iterations are left out: a listing of many runs needs only their figures."""
         values = dict(data)
+        stored_samples = values.pop("samples", ())
         values.setdefault("analysis", 1)  # stored before the analysis was versioned
         context = dict(values["context"])
         context["doubts"] = tuple(context.get("doubts") or ())
         values["context"] = RunContext(**context)
         values["window"] = tuple(values["window"])
         values["stats"] = WindowStats(**values["stats"]) if values.get("stats") else None
-        values["samples"] = tuple(Sample(**s) for s in values.get("samples", ()))
+        if samples:
+            values["samples"] = samples_from_columns(stored_samples)
         values["checkpoint"] = CheckpointTimings(**values.get("checkpoint") or {})
         values["failure"] = Failure(**values["failure"]) if values.get("failure") else None
         values["nccl"] = tuple(

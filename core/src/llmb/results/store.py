@@ -183,9 +183,9 @@ class ResultStore:
             self.db.execute("ROLLBACK")
             raise
 
-    def _result(self, row_id: int, text: str) -> RunResult:
+    def _result(self, row_id: int, text: str, samples: bool = True) -> RunResult:
         try:
-            return RunResult.from_dict(json.loads(text))
+            return RunResult.from_dict(json.loads(text), samples=samples)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StoreError(
                 f"the results database {self.path}: run {row_id} is damaged ({type(exc).__name__}: "
@@ -249,8 +249,11 @@ class ResultStore:
 
     # ---------------------------------------------------------------- reading
 
-    def cached(self, key: str, log_size: int | None, log_mtime_ns: int | None) -> StoredRun | None:
-        """The stored run for ``key`` if its log has not changed since."""
+    def cached(
+        self, key: str, log_size: int | None, log_mtime_ns: int | None, samples: bool = True
+    ) -> StoredRun | None:
+        """The stored run for ``key`` if its log has not changed since (without its iterations where
+        not ``samples``)."""
         with self._guard("cannot be read"):
             row = self.db.execute(
                 "SELECT id, recorded_at, result, log_size, log_mtime_ns FROM runs WHERE key = ?",
@@ -258,7 +261,7 @@ class ResultStore:
             ).fetchone()
         if row is None or (row[3], row[4]) != (log_size, log_mtime_ns):
             return None
-        result = self._result(row[0], row[2])
+        result = self._result(row[0], row[2], samples)
         if result.analysis != ANALYSIS:
             return None  # computed by another llmb's analysis: compute it again
         return StoredRun(row[0], row[1], result)
@@ -278,7 +281,10 @@ class ResultStore:
         gpu: str | None = None,
         dtype: str | None = None,
         since: str | None = None,
+        samples: bool = True,
     ) -> list[StoredRun]:
+        """The stored runs these filters take, in the order stored (without their iterations where not
+        ``samples``)."""
         clauses, values = [], []
         for column, value in (("workload", workload), ("gpu", gpu), ("dtype", dtype)):
             if value is not None:
@@ -289,10 +295,13 @@ class ResultStore:
             values.append(since)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._guard("cannot be read"):
-            rows = self.db.execute(
-                f"SELECT id, recorded_at, result, key FROM runs {where} ORDER BY id", values
-            ).fetchall()
-        return [StoredRun(r[0], r[1], self._result(r[0], r[2]), r[3]) for r in rows]
+            # decoded row by row: the text of every stored result is never held at once
+            return [
+                StoredRun(r[0], r[1], self._result(r[0], r[2], samples), r[3])
+                for r in self.db.execute(
+                    f"SELECT id, recorded_at, result, key FROM runs {where} ORDER BY id", values
+                )
+            ]
 
     def count(self) -> int:
         with self._guard("cannot be read"):
