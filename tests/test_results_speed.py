@@ -21,7 +21,7 @@ from llmb.results.collect import Collector  # noqa: E402
 from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
 from llmb.results.records import RunResult, Sample, plain  # noqa: E402
 from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
-from llmb.results.store import ResultStore  # noqa: E402
+from llmb.results.store import ResultStore, without_samples  # noqa: E402
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="worker processes are forked on Linux only"
@@ -261,6 +261,10 @@ def test_to_dict_is_asdict_with_samples_as_columns_and_from_dict_reads_it_back(t
     slim = [RunResult.from_dict(json.loads(text), samples=False) for text in stored]
     assert [json.dumps(r.to_dict()) for r in slim] == [
         json.dumps(replace(r, samples=()).to_dict()) for r in results
+    ]
+    # a listing's decoding cuts the samples off before decoding them
+    assert [json.dumps(json.loads(without_samples(t))) for t in stored] == [
+        json.dumps({k: v for k, v in json.loads(t).items() if k != "samples"}) for t in stored
     ]
     # a store an older llmb wrote: samples as a list of dicts
     older = [

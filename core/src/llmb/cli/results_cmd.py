@@ -240,15 +240,18 @@ def job_label(result, where=None) -> str:
     return accepted_job_id(result.context.job_id) or "-"
 
 
-def note_labels(names: list[str], results: list, places: list) -> list[str]:
+def note_labels(
+    names: list[str], results: list, places: list, jobs: list[str] | None = None
+) -> list[str]:
     """What each run's notes under a table start with: its JOB column's id where it has one (short, and
-    unique); else its name in the table, or where several runs share that name, its run directory's."""
+    unique); else its name in the table, or where several runs share that name, its run directory's.
+    ``jobs``: each run's ``job_label``, where the caller has them already."""
     from collections import Counter
 
     shared = {name for name, count in Counter(names).items() if count > 1}
+    jobs = jobs or [job_label(result, where) for result, where in zip(results, places, strict=True)]
     labels = []
-    for name, result, where in zip(names, results, places, strict=True):
-        run = job_label(result, where)
+    for name, run, where in zip(names, jobs, places, strict=True):
         if run == "-":
             run = display_name(where, False) if name in shared and where is not None else name
         labels.append(run)
@@ -323,7 +326,7 @@ def render(
     table = [
         [
             name,
-            job_label(result, where),
+            r["job_id"] or "-",  # job_label's: the row names the job once (export.row)
             r["status"],
             r["window"],
             _f(r["time_mean_ms"], 1),
@@ -340,7 +343,7 @@ def render(
     ]
     text = render_table(results_columns(full_names), table)
     notes = []
-    labels = note_labels(names, results, places)
+    labels = note_labels(names, results, places, [r["job_id"] or "-" for r in rows])
     for label, r, result in zip(labels, rows, results, strict=True):
         run = label
         if r["failure_reason"]:

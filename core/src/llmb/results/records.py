@@ -89,6 +89,9 @@ class Sample:
 
 
 SAMPLE_FIELDS = tuple(f.name for f in fields(Sample))
+_RESULT_FIELDS: dict[
+    type, set[str]
+] = {}  # RunResult's field names, by class: from_dict runs per stored run
 _SAMPLE_VALUES = operator.attrgetter(*SAMPLE_FIELDS)
 
 
@@ -350,5 +353,7 @@ class RunResult:
                 hosts=transport.get("hosts", 0),
             )
         values["notes"] = tuple(values.get("notes", ()))
-        known = {f.name for f in fields(cls)}
+        known = _RESULT_FIELDS.get(cls) or _RESULT_FIELDS.setdefault(
+            cls, {f.name for f in fields(cls)}
+        )
         return cls(**{k: v for k, v in values.items() if k in known})

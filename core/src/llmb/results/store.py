@@ -185,7 +185,9 @@ class ResultStore:
 
     def _result(self, row_id: int, text: str, samples: bool = True) -> RunResult:
         try:
-            return RunResult.from_dict(json.loads(text), samples=samples)
+            return RunResult.from_dict(
+                json.loads(without_samples(text) if not samples else text), samples=samples
+            )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StoreError(
                 f"the results database {self.path}: run {row_id} is damaged ({type(exc).__name__}: "
@@ -309,8 +311,20 @@ class ResultStore:
 
 
 def encode(result: RunResult) -> str:
-    """The JSON a run is stored as."""
+    """The JSON a run is stored as: its samples, most of it, its last key (``without_samples``)."""
     return json.dumps(result.to_dict())
+
+
+# Where the samples start in what ``encode`` wrote. Unescaped quotes never occur inside a JSON string, and
+# after this key come only numbers, null and the Sample fields' names: the last occurrence is the key.
+_SAMPLES_KEY = ', "samples": {"columns": '
+
+
+def without_samples(text: str) -> str:
+    """A stored result's JSON without its samples, cut before they are decoded (most of the decoding of a
+    listing of many runs went there); the text as it is where they are not last (an older store's)."""
+    cut = text.rfind(_SAMPLES_KEY)
+    return text[:cut] + "}" if cut > 0 and text.endswith("]}}") else text
 
 
 NOT_STORED = "results are computed from the logs and not stored"
