@@ -428,6 +428,24 @@ def mask(text: str, known: Iterable[str] = ()) -> str:
     """``text`` with every secret in it written as ``***``: the values in ``known`` (the declared
     secrets' values: ``environment_secrets``), and the credentials any value can carry (see the
     module's docstring). Mask before cutting a text short: half a secret is not recognised."""
+    known = tuple(sorted({s for s in known if s}))
+    if len(text) <= _REMEMBERED_MAX:
+        return _mask_remembered(text, known)
+    return _masked(text, known)
+
+
+# mask is a function of its text and the known values alone: a short text's answer is remembered. The
+# records llmb archive scrubs repeat their values run after run (the same recipe fields, dtypes and
+# versions): 4.5 million strings for 10,000 runs, most of its time (benchmarks/results_at_scale.py).
+_REMEMBERED_MAX = 512
+
+
+@lru_cache(maxsize=1 << 16)
+def _mask_remembered(text: str, known: tuple[str, ...]) -> str:
+    return _masked(text, known)
+
+
+def _masked(text: str, known: tuple[str, ...]) -> str:
     spans = sorted(_spans(text, known))
     if not spans:
         return text
