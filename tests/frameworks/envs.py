@@ -170,9 +170,9 @@ def find_uv() -> str | None:
     return None
 
 
-def _install_command(env: Path, requirements: Path, extra: list[str]) -> list[str]:
-    """Install exactly the pinned requirements into ``env``, resolving nothing (``--no-deps``)."""
-    uv = find_uv()
+def _install_command(uv: str | None, env: Path, requirements: Path, extra: list[str]) -> list[str]:
+    """Install exactly the pinned requirements into ``env`` with ``uv`` (None: pip), resolving nothing
+    (``--no-deps``)."""
     if uv is not None:
         # --compile-bytecode: as pip does; the checkers run with PYTHONDONTWRITEBYTECODE, and without
         # .pyc files every one of them would compile the frameworks afresh (20 s for NeMo 2).
@@ -189,8 +189,9 @@ def _build(
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
+        uv = find_uv()
         # uv installs without the environment's own pip, so none is put in (ensurepip takes seconds).
-        no_pip = ["--without-pip"] if find_uv() else []
+        no_pip = ["--without-pip"] if uv else []
         _run([python, "-m", "venv", *no_pip, str(partial)], f"venv {target.name}")
         if base is not None:
             site = _purelib(partial)
@@ -202,10 +203,9 @@ def _build(
                 (site / "nvidia").mkdir(exist_ok=True)
                 for lib in (base_site / "nvidia").iterdir():
                     (site / "nvidia" / lib.name).symlink_to(lib)
-        installer = "uv" if find_uv() else "pip"
         _run(
-            _install_command(partial, requirements, extra),
-            f"install {requirements.name} ({installer})",
+            _install_command(uv, partial, requirements, extra),
+            f"install {requirements.name} ({'uv' if uv else 'pip'})",
         )
         partial.rename(target)
     finally:

@@ -446,9 +446,8 @@ def results_command(
             r["notes"] = list(result.notes)
             r["nccl"] = nccl_rows(result)
             r["nccl_transport"] = nccl_transport_row(result)
-            r["provenance"] = of_log(
-                result.log
-            )  # the run directory's provenance.json (docs/provenance.md)
+            # the run directory's provenance.json (docs/provenance.md)
+            r["provenance"] = of_log(result.log)
             return r
 
         # written row by row: the JSON of thousands of runs (with their provenance) is never held at once

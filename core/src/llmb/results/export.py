@@ -142,10 +142,6 @@ def json_array(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
     yield "[]" if opening == "[\n  " else "\n]"
 
 
-def to_json(rows: Iterable[dict[str, Any]]) -> str:
-    return "".join(json_array(rows))
-
-
 MAX_ROWS_FILE = 256 << 20  # bytes: a results file of a hundred thousand runs is far less
 
 # What a row read back must hold, field by field (absent or null is always allowed: a failed run has no step

@@ -8,6 +8,7 @@ smaller records are what the individual log parsers find.
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -89,9 +90,6 @@ class Sample:
 
 
 SAMPLE_FIELDS = tuple(f.name for f in fields(Sample))
-_RESULT_FIELDS: dict[
-    type, set[str]
-] = {}  # RunResult's field names, by class: from_dict runs per stored run
 _SAMPLE_VALUES = operator.attrgetter(*SAMPLE_FIELDS)
 
 
@@ -353,7 +351,11 @@ class RunResult:
                 hosts=transport.get("hosts", 0),
             )
         values["notes"] = tuple(values.get("notes", ()))
-        known = _RESULT_FIELDS.get(cls) or _RESULT_FIELDS.setdefault(
-            cls, {f.name for f in fields(cls)}
-        )
+        known = _field_names(cls)
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """A dataclass's field names, looked up once: ``from_dict`` runs for every stored run listed."""
+    return frozenset(f.name for f in fields(cls))

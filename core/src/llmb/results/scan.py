@@ -87,7 +87,7 @@ class Chunk(bytes):
         if type(needle) is not bytes or len(needle) < 2 or end is not None or start < 0:
             return bytes.find(self, needle, start, len(self) if end is None else end)
         if start >= len(self):
-            return -1 if needle else len(self)
+            return -1  # the needle has two bytes or more
         base = _ADDRESS(self).value
         found = _MEMMEM_AT(base + start, len(self) - start, needle, len(needle))
         return -1 if not found else found - base
