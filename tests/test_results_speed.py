@@ -20,7 +20,7 @@ from llmb.results import scan as scan_module  # noqa: E402
 from llmb.results.collect import Collector  # noqa: E402
 from llmb.results.formats import BUILTIN_PARSERS  # noqa: E402
 from llmb.results.records import RunResult, Sample, plain  # noqa: E402
-from llmb.results.scan import Chunk, as_chunk, scan  # noqa: E402
+from llmb.results.scan import NEAR, Chunk, as_chunk, scan  # noqa: E402
 from llmb.results.store import ResultStore, without_samples  # noqa: E402
 
 linux_only = pytest.mark.skipif(
@@ -88,6 +88,14 @@ def test_a_chunk_finds_what_bytes_find():
     ]
     for needle in needles:
         assert (needle in chunk) == (needle in text), needle
+    # find from any start: the near bytes are CPython's search, the rest memmem's, and a match that
+    # straddles where one ends and the other begins is found by either
+    at = text.find(b"Traceback")
+    starts = {0, 1, len(text) - 1, len(text), len(text) + 5, -3}
+    starts |= {at + d for d in range(-NEAR - 40, -NEAR + 40)} | {at + d for d in range(-3, 4)}
+    for needle in (n for n in needles if type(n) is bytes):
+        for start in starts:
+            assert chunk.find(needle, start) == text.find(needle, start), (needle[:20], start)
     assert as_chunk(b"short") == b"short" and type(as_chunk(b"short")) is bytes
     assert type(chunk[:10]) is bytes and type(chunk.split(b"\n")[0]) is bytes
 

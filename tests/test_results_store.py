@@ -54,6 +54,32 @@ def test_save_replaces_by_key_and_round_trips(tmp_path):
         assert store.get(first).result == result("a", "success")
 
 
+def test_a_batch_commits_every_batch_rows_and_whatever_ends_it(tmp_path, monkeypatch):
+    monkeypatch.setattr("llmb.results.store.BATCH_ROWS", 3)
+    path = str(tmp_path / "r.sqlite")
+
+    def seen() -> int:  # what another connection sees: only what was committed
+        with sqlite3.connect(path) as other:
+            return other.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    with ResultStore(path) as store:
+        try:
+            with store.batch():
+                ids = [store.save(f"/x/{n}", result(n)) for n in "abcd"]
+                assert ids == sorted(set(ids))  # each save answers its own row's id
+                assert seen() == 3 and store.db.in_transaction  # three committed, one open
+                raise KeyboardInterrupt  # the batch ends the hard way
+        except KeyboardInterrupt:
+            pass
+        assert seen() == 4 and not store.db.in_transaction  # nothing saved was lost
+        store.save("/x/e", result("e"))  # outside a batch: a transaction of its own
+        assert seen() == 5 and not store.db.in_transaction
+        with store.batch():
+            store.save("/x/f", result("f"))
+            store.close()  # closed inside a batch (the collector closes a failing store)
+    assert seen() == 6
+
+
 def test_filters(tmp_path):
     with ResultStore(str(tmp_path / "r.sqlite")) as store:
         store.save("/x/a", result("a", workload="llama31"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -102,8 +103,15 @@ def open_store(db_path: str | None, required: bool):
     return ResultStore(db_path) if required else open_or_none(db_path, warn)
 
 
+@functools.lru_cache(maxsize=4)
+def _is_terminal(stream) -> bool:
+    """``stream.isatty()``, asked once a stream: the call releases the interpreter's lock, and a first
+    scan of 10,000 runs, asking once a run while the pool's thread held it, waited a second on it."""
+    return stream.isatty()
+
+
 def _progress(index: int, total: int, location) -> None:
-    if sys.stderr.isatty() and total > 1:
+    if total > 1 and _is_terminal(sys.stderr):
         size = os.path.getsize(location.log) if location.log and os.path.exists(location.log) else 0
         from llmb.cli.output import output_width, shorten
         from llmb.runs.experiment import compact_name

@@ -13,6 +13,7 @@ goes on computing every result from its log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -98,6 +99,22 @@ class Collector:
             self._store = None
             store.close()
             return None
+
+    @contextlib.contextmanager
+    def _batch(self):
+        """The store's ``batch`` around what is saved inside, its failure said as ``_with_store``
+        says one."""
+        store = self.store
+        if store is None:
+            yield
+            return
+        try:
+            with store.batch():
+                yield
+        except StoreError as exc:
+            self._warn(f"{exc}; {NOT_STORED}")
+            self._store = None
+            store.close()
 
     @property
     def parsers(self) -> list:
@@ -222,6 +239,35 @@ class Collector:
             and (lambda done, total, where: progress(done + len(early), total + len(early), where)),
             samples=samples,
         )
+        with self._batch():
+            self._store_in_order(
+                locations,
+                stamps,
+                out,
+                early,
+                parsed,
+                window=window,
+                assume_gpu=assume_gpu,
+                gpu_source=gpu_source,
+                progress=progress,
+                samples=samples,
+            )
+        return out
+
+    def _store_in_order(
+        self,
+        locations,
+        stamps,
+        out,
+        early,
+        parsed,
+        *,
+        window,
+        assume_gpu,
+        gpu_source,
+        progress,
+        samples,
+    ) -> None:
         for index, location in enumerate(locations):
             if parsed is None and progress and index not in early:
                 progress(index, len(locations), location)
@@ -242,9 +288,8 @@ class Collector:
             out[index] = self._stored(
                 location, result, *stamps[index], window=window, encoded=encoded
             )
-            if not samples:
+            if not samples and out[index].result.samples:
                 out[index] = replace(out[index], result=replace(out[index].result, samples=()))
-        return out
 
     def _parse_dominant(
         self,
@@ -318,19 +363,30 @@ class Collector:
         try:
             futures = {
                 pool.submit(
-                    _parse_in_worker, location, window, assume_gpu, gpu_source, storing, samples
-                ): (index, location)
-                for index, location, _ in sorted(todo, key=lambda item: -item[2])
+                    _parse_batch_in_worker,
+                    [location for _, location in batch],
+                    window,
+                    assume_gpu,
+                    gpu_source,
+                    storing,
+                    samples,
+                ): batch
+                for batch in _batches(sorted(todo, key=lambda item: -item[2]), jobs)
             }
-            for done, future in enumerate(as_completed(futures)):
+            done = 0
+            for future in as_completed(futures):
                 # popped: a finished future holds its whole result (iterations and all) while referenced
-                index, location = futures.pop(future)
-                if progress:
-                    progress(done, len(todo), location)
+                batch = futures.pop(future)
                 try:
-                    parsed[index] = future.result()
-                except Exception:  # noqa: BLE001, S112 - parsed again in this process, which reports any error
-                    continue
+                    answers = future.result()
+                except Exception:  # noqa: BLE001 - parsed again in this process, which reports any error
+                    answers = [None] * len(batch)
+                for (index, location), answer in zip(batch, answers, strict=True):
+                    if progress:
+                        progress(done, len(todo), location)
+                    done += 1
+                    if answer is not None:
+                        parsed[index] = answer
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             _WORKER_COLLECTOR = None
@@ -435,6 +491,47 @@ def _encoded(result: RunResult) -> str | None:
         return encode(result)
     except Exception:  # noqa: BLE001 - the store encodes it again, and reports what fails there
         return None
+
+
+BATCH_RUNS = (
+    32  # runs a worker is sent at once, at most: a task each costs the pool's thread the GIL
+)
+BATCH_BYTES = 8 << 20  # bytes of logs in one batch, at most (one larger log is a batch of its own)
+
+
+def _batches(
+    todo: list[tuple[int, RunLocation, int]], jobs: int
+) -> list[list[tuple[int, RunLocation]]]:
+    """``todo`` (index, location, log size), in its order, in batches of consecutive runs for the
+    workers: at most ``BATCH_RUNS`` runs and ``BATCH_BYTES`` bytes each, and small enough that every
+    one of ``jobs`` workers gets eight batches or more (so that they finish together)."""
+    most = max(1, min(BATCH_RUNS, len(todo) // (8 * jobs)))
+    batches: list[list[tuple[int, RunLocation]]] = []
+    batch: list[tuple[int, RunLocation]] = []
+    size = 0
+    for index, location, log_size in todo:
+        if batch and (len(batch) >= most or size + log_size > BATCH_BYTES):
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append((index, location))
+        size += log_size
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def _parse_batch_in_worker(
+    locations: list[RunLocation], *args
+) -> list[tuple[RunResult, str | None] | None]:
+    """``_parse_in_worker``'s answer for each of ``locations``, in order; None for a run it raised
+    on (the caller parses that one itself, and reports the error)."""
+    answers: list[tuple[RunResult, str | None] | None] = []
+    for location in locations:
+        try:
+            answers.append(_parse_in_worker(location, *args))
+        except Exception:  # noqa: BLE001 - the caller parses it again, and reports what fails
+            answers.append(None)
+    return answers
 
 
 def _parse_in_worker(
