@@ -472,6 +472,29 @@ def load_each_tokenizer_once() -> None:
         return loaded[key][0]
 
     AutoTokenizer.from_pretrained = from_pretrained
+    count_each_vocabulary_once()
+
+
+def count_each_vocabulary_once() -> None:
+    """``len(tokenizer)`` (the vocabulary with its added tokens) asks the Rust tokenizer to count a
+    128,256-entry vocabulary, 22 ms a time, and NeMo asks about 8 times a configuration: a third of
+    this checker's time. The count is kept on the tokenizer, with the backend it counted and the number
+    of added tokens then: the base vocabulary of a loaded tokenizer never changes, and a token added
+    (or another backend, a deep copy's) counts afresh."""
+    from transformers import PreTrainedTokenizerFast
+
+    count = PreTrainedTokenizerFast.__len__
+
+    def __len__(self) -> int:
+        backend = self._tokenizer
+        added = len(backend.get_added_tokens_decoder())
+        kept = self.__dict__.get("_llmb_vocabulary_count")
+        if kept is None or kept[0] is not backend or kept[1] != added:
+            kept = (backend, added, count(self))
+            self.__dict__["_llmb_vocabulary_count"] = kept
+        return kept[2]
+
+    PreTrainedTokenizerFast.__len__ = __len__
 
 
 def main(configs_path: str, results_path: str) -> int:
