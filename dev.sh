@@ -39,9 +39,12 @@ setup() {
   # matplotlib for reports. torch is pinned exactly so that no resolver pulls another (CUDA) build.
   "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy "torchao==0.18.0" matplotlib
   "$VENV/bin/python" -m pip install --quiet --group dev
+  # Every package builds with setuptools (their pyproject.toml's build-system): installed here once, and
+  # used in place, rather than in a fresh build environment a package (24 s for eight, 7 s without).
+  "$VENV/bin/python" -m pip install --quiet "setuptools>=77"
   local editable=()
   for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done
-  "$VENV/bin/python" -m pip install --quiet "${editable[@]}"
+  "$VENV/bin/python" -m pip install --quiet --no-build-isolation "${editable[@]}"
   echo "$want" > "$stamp"
 }
 
