@@ -276,6 +276,7 @@ class FakeRunai:
         self.requests: list[Request] = []
         self.workloads: dict[str, dict] = {}
         self._tokens: dict[str, float] = {}  # access token -> monotonic expiry
+        self._expire_at_get: int | None = None  # expire_tokens_at_get's
         self._refresh_tokens: set[str] = set()
         self._faults: list[dict] = []
         self._phases, self._messages = list(DEFAULT_PHASES), {}
@@ -411,6 +412,12 @@ class FakeRunai:
     def expire_tokens(self) -> None:
         with self._lock:
             self._tokens.clear()
+
+    def expire_tokens_at_get(self, gets: int) -> None:
+        """Every access token expires as a workload's ``gets``-th GET is answered: mid-job whatever
+        the machine's load (a timer fired before a loaded machine's llmb had asked for its token)."""
+        with self._lock:
+            self._expire_at_get = gets
 
     def script_phases(self, phases: list[str], messages: dict[str, str] | None = None) -> None:
         unknown = [p for p in phases if p not in PHASES]
@@ -888,6 +895,9 @@ class FakeRunai:
             wl["phase"] = wl["script"][min(wl["gets"], len(wl["script"]) - 1)]
             wl["phaseMessage"] = wl["messages"].get(wl["phase"], "")
             wl["gets"] += 1
+            if wl["gets"] == self._expire_at_get:
+                self._tokens.clear()
+                self._expire_at_get = None
         return wl
 
     def _view(self, wl: dict) -> dict:

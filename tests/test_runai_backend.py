@@ -13,7 +13,6 @@ import re
 import secrets
 import shlex
 import sys
-import threading
 import zlib
 from pathlib import Path
 
@@ -312,10 +311,8 @@ def test_wrong_credentials_and_older_clusters(llmb_proc, env, tmp_path):
 
 def test_the_token_is_renewed_when_it_expires_mid_job(llmb_proc, env, fake):
     fake.script_phases(["Pending", "Running", "Running", "Running", "Running", "Completed"])
-    runner = threading.Timer(2.5, fake.expire_tokens)
-    runner.start()
+    fake.expire_tokens_at_get(2)  # the first Running: polls follow it
     result = llmb_proc("run", *NEMOTRON4, "--json", env=env, timeout=120)
-    runner.cancel()
     assert json.loads(result.out)["state"] == "SUCCEEDED", result.err
     tokens = [i for i, r in enumerate(fake.requests) if r.path == "/api/v1/token"]
     assert len(tokens) == 2  # the first, and one more after the 401
