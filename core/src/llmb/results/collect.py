@@ -95,10 +95,14 @@ class Collector:
         try:
             return use(store)
         except StoreError as exc:
-            self._warn(f"{exc}; {NOT_STORED}")
-            self._store = None
-            store.close()
+            self._give_up_store(store, exc)
             return None
+
+    def _give_up_store(self, store: ResultStore, exc: StoreError) -> None:
+        """Say once that the store failed, and use it no more."""
+        self._warn(f"{exc}; {NOT_STORED}")
+        self._store = None
+        store.close()
 
     @contextlib.contextmanager
     def _batch(self):
@@ -112,9 +116,7 @@ class Collector:
             with store.batch():
                 yield
         except StoreError as exc:
-            self._warn(f"{exc}; {NOT_STORED}")
-            self._store = None
-            store.close()
+            self._give_up_store(store, exc)
 
     @property
     def parsers(self) -> list:
