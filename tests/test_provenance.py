@@ -340,8 +340,12 @@ def test_results_find_the_record_only_in_the_seeds_layout(tmp_path):
     assert provenance.of_log(spec.log) == {"job": {"host": "n1"}}
     assert provenance.of_log(str(tmp_path / "run" / "e" / "other.out")) is None  # not the run's log
     assert provenance.of_log(None) is None
-    Path(provenance.path_of(spec.run_dir)).write_text('{"job": {"x": NaN}}')  # not llmb's writing
-    assert provenance.of_log(spec.log) is None
+    # not llmb's writing, and no JSON to pass on: NaN, Infinity, and a number no float holds
+    for text in ('{"job": {"x": NaN}}', '{"x": [-Infinity]}', '{"x": 1e999}'):
+        Path(provenance.path_of(spec.run_dir)).write_text(text)
+        assert provenance.of_log(spec.log) is None, text
+    Path(provenance.path_of(spec.run_dir)).write_text('{"x": "NaN", "y": 1e300}')  # a string; a float
+    assert provenance.of_log(spec.log) == {"x": "NaN", "y": 1e300}
 
 
 # ------------------------------------------------------------------ real runs

@@ -454,13 +454,15 @@ def _render(
     from llmb.cli.output import Column, experiment_column, fit_text
     from llmb.cli.results_cmd import grouped_notes, job_label, note_labels
     from llmb.recipes.references import Figure
+    from llmb.results.experiments import JobIds
 
-    labels = note_labels(names, [result for _, result, _, _, _ in report], places)
+    job_ids = JobIds()
+    runs = [job_label(item[1], where, job_ids) for item, where in zip(report, places, strict=True)]
+    labels = note_labels(names, [result for _, result, _, _, _ in report], places, runs)
     rows, details = [], []
-    for shown, label, (_, result, _, verdicts, _), where in zip(
-        names, labels, report, places, strict=True
+    for shown, label, run, (_, result, _, verdicts, _) in zip(
+        names, labels, runs, report, strict=True
     ):
-        run = job_label(result, where)
         for v in verdicts:
             step = result.stats.time_mean_ms if result.stats and result.stats.time_mean_ms else None
             rows.append(

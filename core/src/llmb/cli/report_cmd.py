@@ -16,6 +16,7 @@ def _collected_rows(ctx, paths: list[str], gpu: str | None) -> list[dict]:
     """``llmb results``' rows for the runs under ``paths`` (none: the install's experiments); ``gpu``:
     ``llmb results --gpu``'s (only that GPU type; logs that do not say are taken to be it)."""
     from llmb.cli.results_cmd import display_name, select
+    from llmb.results.experiments import JobIds
     from llmb.results.export import row
 
     picked = select(
@@ -30,8 +31,9 @@ def _collected_rows(ctx, paths: list[str], gpu: str | None) -> list[dict]:
         db_path=None,
         rescan=False,
     )
+    job_ids = JobIds()
     return [
-        row(result, name=display_name(where, False), run_id=run_id)
+        row(result, name=display_name(where, False), run_id=run_id, job_ids=job_ids)
         for where, result, run_id in picked
     ]
 

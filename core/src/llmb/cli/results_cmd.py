@@ -238,14 +238,14 @@ def table_name(where, full_names: bool) -> str:
     return compact_name(where.experiment, getattr(where, "kept_parts", ()))
 
 
-def job_label(result, where=None) -> str:
+def job_label(result, where=None, job_ids=None) -> str:
     """The job that produced a run, by an id ``llmb logs`` and ``llmb compare --baseline`` both take: the
     llmb job id (``llmb status`` lists them), also for a foreign log named for a Slurm job of an llmb
     job; '-' where llmb knows no job of it (a foreign log's directory ends with a timestamp, which
     names no job, and two runs started in the same second share it)."""
-    from llmb.results.experiments import accepted_job_id
+    from llmb.results.experiments import JobIds
 
-    return accepted_job_id(result.context.job_id) or "-"
+    return (job_ids or JobIds()).accepted(result.context.job_id) or "-"
 
 
 def note_labels(
@@ -256,8 +256,13 @@ def note_labels(
     ``jobs``: each run's ``job_label``, where the caller has them already."""
     from collections import Counter
 
+    from llmb.results.experiments import JobIds
+
     shared = {name for name, count in Counter(names).items() if count > 1}
-    jobs = jobs or [job_label(result, where) for result, where in zip(results, places, strict=True)]
+    job_ids = JobIds()
+    jobs = jobs or [
+        job_label(result, where, job_ids) for result, where in zip(results, places, strict=True)
+    ]
     labels = []
     for name, run, where in zip(names, jobs, places, strict=True):
         if run == "-":
@@ -442,15 +447,17 @@ def results_command(
     how far off it the run is, why a run failed, and the transports NCCL used
     (a warning when nodes talked over TCP sockets). Every parsed run is
     stored in the results database."""
+    from llmb.results.experiments import JobIds
     from llmb.results.export import json_array, nccl_rows, nccl_transport_row, row, to_csv
 
     picked = select(ctx, dirs, window_text, workload, gpu, dtype, since, from_db, db_path, rescan)
+    job_ids = JobIds()
     fmt = "json" if as_json else fmt
     if fmt == "json":
         from llmb.runs.provenance import of_log
 
         def full_row(where, result, run_id) -> dict:
-            r = row(result, name=display_name(where, full_names), run_id=run_id)
+            r = row(result, name=display_name(where, full_names), run_id=run_id, job_ids=job_ids)
             r["notes"] = list(result.notes)
             r["nccl"] = nccl_rows(result)
             r["nccl_transport"] = nccl_transport_row(result)
@@ -464,7 +471,7 @@ def results_command(
         click.echo()
         return
     rows = [
-        row(result, name=display_name(where, full_names), run_id=run_id)
+        row(result, name=display_name(where, full_names), run_id=run_id, job_ids=job_ids)
         for where, result, run_id in picked
     ]
     if fmt == "csv":

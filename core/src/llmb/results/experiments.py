@@ -268,23 +268,53 @@ def accepted_job_id(job_id: str | None) -> str | None:
     """The id of the llmb job that ran a run, as ``llmb logs`` and ``llmb compare --baseline`` take it:
     the llmb job id the run recorded, when llmb has that job; for a Slurm job id (the number a foreign
     log's name ends with), the llmb job one of whose attempts it was. None where llmb knows no such job:
-    a number in a foreign run's name or directory names nothing a command accepts."""
-    if not job_id or not _LLMB_JOB_ID.fullmatch(job_id) or not job_id.strip("."):
-        return None
-    from llmb.runs.jobs import Job, list_job_ids, read_job
+    a number in a foreign run's name or directory names nothing a command accepts. (A listing of many
+    runs asks one ``JobIds``: each job's record is then read once.)"""
+    return JobIds().accepted(job_id)
 
-    try:
-        if not job_id.isdigit():
-            return job_id if isinstance(read_job(job_id), Job) else None
-        for candidate in list_job_ids():
-            job = read_job(candidate)
-            attempts = job.details.get("attempts") if isinstance(job, Job) else None
-            for attempt in attempts if isinstance(attempts, list) else ():
-                if isinstance(attempt, dict) and str(attempt.get("slurm_id")) == job_id:
-                    return job.id
-    except Exception:  # noqa: BLE001 - a damaged job store must not hide the run's result
-        return None
-    return None
+
+class JobIds:
+    """``accepted_job_id`` for the runs of one listing: each llmb job's record is read once, and the
+    Slurm job ids of every job's attempts are gathered once, the first time a run names a number (a
+    listing of thousands of foreign logs read every job's record for each of them)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, str | None] = {}
+        self._by_slurm_id: dict[str, str] | None = None
+
+    def accepted(self, job_id: str | None) -> str | None:
+        if not job_id or not _LLMB_JOB_ID.fullmatch(job_id) or not job_id.strip("."):
+            return None
+        if job_id not in self._known:
+            try:
+                self._known[job_id] = (
+                    self._slurm_ids().get(job_id) if job_id.isdigit() else self._llmb_job(job_id)
+                )
+            except Exception:  # noqa: BLE001 - a damaged job store must not hide the run's result
+                self._known[job_id] = None
+        return self._known[job_id]
+
+    @staticmethod
+    def _llmb_job(job_id: str) -> str | None:
+        from llmb.runs.jobs import Job, read_job
+
+        return job_id if isinstance(read_job(job_id), Job) else None
+
+    def _slurm_ids(self) -> dict[str, str]:
+        """{Slurm job id: the llmb job one of whose attempts it was}, the most recently submitted job
+        first where two name one (as a search in ``list_job_ids``' order finds)."""
+        if self._by_slurm_id is None:
+            from llmb.runs.jobs import Job, list_job_ids, read_job
+
+            found: dict[str, str] = {}
+            for candidate in list_job_ids():
+                job = read_job(candidate)
+                attempts = job.details.get("attempts") if isinstance(job, Job) else None
+                for attempt in attempts if isinstance(attempts, list) else ():
+                    if isinstance(attempt, dict):
+                        found.setdefault(str(attempt.get("slurm_id")), job.id)
+            self._by_slurm_id = found
+        return self._by_slurm_id
 
 
 def _job_state(job_id) -> str | None:

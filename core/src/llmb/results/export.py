@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from llmb.results.experiments import accepted_job_id
+from llmb.results.experiments import JobIds
 from llmb.results.records import RunResult
 
 LEGACY_COLUMNS = (
@@ -72,7 +72,11 @@ def _round(value: float | None, digits: int) -> float | None:
     return round(value, digits)
 
 
-def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str, Any]:
+def row(
+    result: RunResult, *, name: str, run_id: int | None = None, job_ids: JobIds | None = None
+) -> dict[str, Any]:
+    """The run's row (``COLUMNS``); ``job_ids``: the listing's, where it has many rows (its job ids are
+    then looked up once)."""
     s, c = result.stats, result.context
     return {
         "filename": name,
@@ -116,7 +120,7 @@ def row(result: RunResult, *, name: str, run_id: int | None = None) -> dict[str,
         "tuned": c.tuned,
         # the llmb job that ran it, as the table's JOB column and llmb status --json's job_id name it (a
         # script joins the two on it); None where llmb knows no job of it (a foreign log)
-        "job_id": accepted_job_id(c.job_id),
+        "job_id": (job_ids or JobIds()).accepted(c.job_id),
         "run_id": run_id,
         "log": result.log,
     }

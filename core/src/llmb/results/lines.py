@@ -87,11 +87,13 @@ def plain(line: bytes) -> bytes:
 def split(line: bytes, start: int = 0) -> Line:
     """``line`` (one line, no line end) less every launcher prefix at its start, and colour codes."""
     text = plain(line)
+    m = _PREFIX.match(text, 0, min(len(text), PREFIX_SPAN))
+    if m is None or not m.end():
+        return Line(start, b"", None, text)  # most lines: no launcher's prefix
     keys: list[bytes] = []
     stamp = None
     position = 0
     for _ in range(MAX_PREFIXES):
-        m = _PREFIX.match(text, position, min(len(text), position + PREFIX_SPAN))
         if m is None or m.end() == position:
             break
         keys.extend(m.group(g) for g in _KEY_GROUPS if m.group(g) is not None)
@@ -99,6 +101,7 @@ def split(line: bytes, start: int = 0) -> Line:
             if m.group(group) is not None:
                 stamp = _seconds(m.group(group), fmt)
         position = m.end()
+        m = _PREFIX.match(text, position, min(len(text), position + PREFIX_SPAN))
     return Line(start, b"|".join(keys), stamp, text[position:] if position else text)
 
 

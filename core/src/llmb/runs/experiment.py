@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import time
@@ -219,10 +220,11 @@ def _os_problem(path: str, exc: OSError) -> str:
     return f"cannot be read ({os.strerror(exc.errno).lower() if exc.errno else exc})"
 
 
-def load_json_state(path: str) -> dict | None:
+def load_json_state(path: str, *, finite: bool = False) -> dict | None:
     """The JSON object in the state file ``path``; None when there is no such file. Anything else raises
     ``StateFileError`` naming what is wrong: only a regular file is read (a FIFO is refused, never waited
-    on; a device, a directory likewise), and at most ``MAX_STATE_FILE`` bytes of it."""
+    on; a device, a directory likewise), and at most ``MAX_STATE_FILE`` bytes of it. ``finite``: a NaN,
+    an Infinity or a number too large for a float (Python's JSON, not the standard's) is an error too."""
     from llmb.files import read_regular
 
     try:
@@ -238,7 +240,7 @@ def load_json_state(path: str) -> dict | None:
             path, f"is larger than {MAX_STATE_FILE >> 20} MiB, more than any record llmb writes"
         )
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), **(_FINITE if finite else {}))
     except (UnicodeDecodeError, ValueError):
         raise StateFileError(
             path, "is empty" if not raw.strip() else "is not valid JSON (corrupt or cut short)"
@@ -248,6 +250,20 @@ def load_json_state(path: str) -> dict | None:
     if not isinstance(data, dict):
         raise StateFileError(path, f"holds {json_kind(data)}, not an object")
     return data
+
+
+def _not_standard_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a float")
+    return value
+
+
+_FINITE = {"parse_constant": _not_standard_json, "parse_float": _finite_float}
 
 
 _ANNOTATED = {
@@ -326,10 +342,10 @@ def record_fields(
     return values
 
 
-def read_json(path: str) -> dict | None:
+def read_json(path: str, *, finite: bool = False) -> dict | None:
     """The JSON object in ``path``; None when there is none or it cannot be used (``load_json_state``
-    tells the two apart, and says why)."""
+    tells the two apart, and says why; ``finite`` as there)."""
     try:
-        return load_json_state(path)
+        return load_json_state(path, finite=finite)
     except StateFileError:
         return None

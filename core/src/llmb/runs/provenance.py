@@ -23,7 +23,6 @@ is ``llmb.lifecycle.provenance``.
 
 from __future__ import annotations
 
-import json
 import os
 
 from llmb.runs import experiment
@@ -45,12 +44,8 @@ def of_log(log: str | None) -> dict | None:
     inner = os.path.dirname(os.path.abspath(log or "."))
     if not log or os.path.basename(log) != f"log-{os.path.basename(inner)}.out":
         return None  # not the seeds' layout: there is no run directory to look in
-    data = read(os.path.dirname(inner))
-    try:
-        json.dumps(data, allow_nan=False)
-    except ValueError:  # NaN or Infinity: not llmb's writing, and not valid JSON to pass on
-        return None
-    return data
+    # a NaN or an Infinity is not llmb's writing, and not valid JSON to pass on: None
+    return experiment.read_json(path_of(os.path.dirname(inner)), finite=True)
 
 
 def write_section(run_dir: str, section: str, data: dict) -> str | None:

@@ -34,6 +34,8 @@ _BEFORE_STEP_TIME = re.compile(rb"(?=Step Time : )")
 _TFLOPS_FIELD = re.compile(rb"(?<![0-9.eE+-])([0-9.eE+-]{1,64})\s{0,64}MODEL_TFLOP/s/GPU")
 # the iteration line's own TFLOP/s/GPU: Megatron-LM's field, and Primus's name for it
 _THROUGHPUT = (b"throughput per gpu (tflop/s/gpu)", b"compute per gpu (tflop/s/gpu)")
+_ELAPSED = b"elapsed time per iteration (ms)"
+_LOSS, _GRAD_NORM, _GBS = b"lm loss", b"grad norm", b"global batch size"
 
 
 class MegatronReader(Iterations):
@@ -54,8 +56,12 @@ class MegatronReader(Iterations):
             return
         for line in find_lines(chunk, b"elapsed time per iteration", b"TFLOP/s/GPU"):
             body = line.body
+            if b"Step Time : " not in body:  # most lines: an iteration line, or another TFLOP/s/GPU
+                if (m := ITERATION.search(body)) is not None:
+                    self._iteration(line.key, m)
+                continue
             # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.
-            for part in _BEFORE_STEP_TIME.split(body) if b"Step Time : " in body else (body,):
+            for part in _BEFORE_STEP_TIME.split(body):
                 if (m := STEP_TIME.match(part)) is not None and (
                     tflops := number(m.group(2))
                 ) is not None:
@@ -64,15 +70,20 @@ class MegatronReader(Iterations):
                     self._iteration(line.key, m)
 
     def _iteration(self, key: bytes, m: re.Match) -> None:
-        values = fields(m.group(3))
-        elapsed = values.get(b"elapsed time per iteration (ms)")
+        tail = m.group(3)
+        values = fields(tail)
+        elapsed = values.get(_ELAPSED)
         if elapsed is None:
             return  # another format's iteration line
-        tflops = next((number(values[k]) for k in _THROUGHPUT if k in values), None)
+        # the first of _THROUGHPUT the line has (its number, or None where it is none)
+        throughput = values.get(_THROUGHPUT[0])
+        if throughput is None:
+            throughput = values.get(_THROUGHPUT[1])
+        tflops = number(throughput) if throughput is not None else None
         if (
             tflops is None
-            and b"MODEL_TFLOP/s/GPU" in m.group(3)
-            and (inline := _TFLOPS_FIELD.search(m.group(3)))
+            and b"MODEL_TFLOP/s/GPU" in tail
+            and (inline := _TFLOPS_FIELD.search(tail))
         ):
             tflops = number(inline.group(1))
         pending = self.pending.pop(key, None)
@@ -81,12 +92,12 @@ class MegatronReader(Iterations):
             iteration,
             int(m.group(2)),
             Sample(
-                iteration=iteration,
-                step_time_ms=number(elapsed),
-                tflops_per_gpu=tflops if tflops is not None else pending,
-                loss=number(values.get(b"lm loss", b"")),
-                grad_norm=number(values.get(b"grad norm", b"")),
-                global_batch_size=whole(values.get(b"global batch size", b"")),
+                iteration,
+                number(elapsed),
+                tflops if tflops is not None else pending,
+                number(values.get(_LOSS, b"")),
+                number(values.get(_GRAD_NORM, b"")),
+                whole(values.get(_GBS, b"")),
             ),
         )
 
