@@ -344,7 +344,8 @@ def test_results_find_the_record_only_in_the_seeds_layout(tmp_path):
     for text in ('{"job": {"x": NaN}}', '{"x": [-Infinity]}', '{"x": 1e999}'):
         Path(provenance.path_of(spec.run_dir)).write_text(text)
         assert provenance.of_log(spec.log) is None, text
-    Path(provenance.path_of(spec.run_dir)).write_text('{"x": "NaN", "y": 1e300}')  # a string; a float
+    # a string that says NaN, and a large float, are JSON
+    Path(provenance.path_of(spec.run_dir)).write_text('{"x": "NaN", "y": 1e300}')
     assert provenance.of_log(spec.log) == {"x": "NaN", "y": 1e300}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from llmb.results.experiments import JobIds, accepted_job_id
 from llmb.runs import jobs
 
