@@ -190,7 +190,8 @@ class RunaiBackend:
         return replace(job, details=details, log=pod_spec.log)
 
     def describe(self, spec: RunSpec, job: Job, submit: SubmitOptions) -> dict:
-        settings = runai_settings.resolve(submit.extra, self.environ)
+        missing: list[str] = []  # a setting not given is shown by its name, and named a problem
+        settings = runai_settings.resolve(submit.extra, self.environ, missing)
         project_id = f"<id of project {settings.project}>"
         cluster_id = settings.cluster or f"<cluster of project {settings.project}>"
         _, kind, request = self._request(spec, submit, settings, project_id, cluster_id, mask=True)
@@ -211,7 +212,7 @@ class RunaiBackend:
             + (f"\n{json.dumps(r['body'], indent=2)}" if "body" in r else "")
             for r in requests
         )
-        return {"backend": self.name, "requests": requests, "text": text}
+        return {"backend": self.name, "requests": requests, "text": text, "problems": missing}
 
     # ------------------------------------------------------------ tracking
 

@@ -142,9 +142,13 @@ def _from_file(path: str) -> dict:
 
 
 def resolve(
-    options: tuple[tuple[str, str], ...] = (), environ: dict | None = None
+    options: tuple[tuple[str, str], ...] = (),
+    environ: dict | None = None,
+    missing: list[str] | None = None,
 ) -> RunaiSettings:
-    """The settings, or UsageError naming everything missing or wrong (and where to set it)."""
+    """The settings, or UsageError naming everything missing or wrong (and where to set it). With
+    ``missing`` (a dry run's), a required setting not given is a placeholder (``<PROJECT_NAME>``) and
+    what a submission would say of them is appended to ``missing``; a wrong one is still an error."""
     env = os.environ if environ is None else environ
     flags = dict(options)
     unknown = sorted(set(flags) - set(KEYS))
@@ -165,15 +169,19 @@ def resolve(
         value = flags.get(key) or env.get(variable) or from_file.get(key) or DEFAULTS.get(key)
         if value:
             values[key] = value.strip()
-    missing = [k for k in REQUIRED if not values.get(k)]
-    if missing:
+    absent = [k for k in REQUIRED if not values.get(k)]
+    if absent:
         listed = ", ".join(
             f"{KEYS[k]}" + ("" if k == "app_secret" else f" (or --backend-opt {k}=...)")
-            for k in missing
+            for k in absent
         )
-        raise UsageError(
+        problem = (
             f"the runai backend needs {listed}; they can also go in {path}. See docs/runai.md."
         )
+        if missing is None:
+            raise UsageError(problem)
+        missing.append(problem)
+        values.update(_placeholders(absent, values))
     for key, valid in CHOICES.items():
         if values[key] not in valid:
             raise UsageError(f"runai {key} {values[key]!r}: valid: {', '.join(valid)}.")
@@ -219,6 +227,21 @@ def resolve(
         allow_http=allow_http,
         request_timeout=request_timeout,
     )
+
+
+def _placeholders(absent: list[str], values: dict[str, str]) -> dict[str, str]:
+    """What a dry run shows for each setting in ``absent``: its variable's name in angle brackets, in
+    the form the setting takes (a URL, an absolute path on a mounted PVC)."""
+    shown = {key: f"<{KEYS[key]}>" for key in absent}
+    if "base_url" in shown:
+        shown["base_url"] = f"https://<{KEYS['base_url']}>/api/v1"
+    if "pvc_dir" in shown:
+        given = parse_mounts(values["mounts"])[0].path if "mounts" not in shown else ""
+        shown["pvc_dir"] = f"{given.rstrip('/')}/<{KEYS['pvc_dir']}>"
+    if "mounts" in shown:
+        pvc_dir = shown.get("pvc_dir") or values["pvc_dir"]
+        shown["mounts"] = f"workspace:{pvc_dir}:<{KEYS['mounts']}>"
+    return shown
 
 
 def _seconds(text: str) -> float:

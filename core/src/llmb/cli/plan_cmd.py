@@ -397,6 +397,8 @@ def run_section(prepared) -> dict:
         "time_limit": prepared.submit.time_limit,
         "framework_args": list(prepared.record.get("framework_args") or ()),
         "tuned": list(prepared.record.get("tuned") or ()),
+        # why this machine could not run it (none: it could)
+        "cannot_run_here": list(prepared.cannot_run_here),
     }
 
 
@@ -422,6 +424,7 @@ def _run_lines(run: dict) -> list[str]:
         if isinstance(tuned, dict):
             lines.append(f"  tuned        {tuned.get('setting')} = {tuned.get('run')}")
     lines += [f"  - {w}" for w in run.get("warnings", ())]
+    lines += [f"  - not on this machine: {why}" for why in run.get("cannot_run_here", ())]
     return lines
 
 
@@ -468,7 +471,7 @@ def plan_command(
         from llmb.lifecycle.run_option_values import run_inputs
 
         request, options, backend = run_inputs(run_kw, request)
-        prepared = prepare(host, request, options, backend)
+        prepared = prepare(host, request, options, backend, describing=True)
         plan, run = prepared.plan, run_section(prepared)
         if proxy or fit:
             ranks = prepared.spec.ranks

@@ -86,6 +86,8 @@ class Prepared:
     preflight: dict | None = None
     # the warning that its steps end before the statistics window (the run can only be too_short)
     too_short: str | None = None
+    # prepared to be described (a dry run, a plan): why this machine could not run it (none: it could)
+    cannot_run_here: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,42 +202,70 @@ def where_it_runs(
     engine: str,
     ranks: int,
     warnings: list[str],
+    here: list[str] | None = None,
 ) -> tuple[RunOptions, str]:
-    """(options, device): this machine checked (the local backend), or the cluster's time limit derived."""
+    """(options, device): this machine checked (the local backend), or the cluster's time limit derived.
+    ``here``: the run is only described (a dry run, a plan): what this machine cannot run is appended to
+    it, and the device is the one a machine that can run it would use, instead of a refusal."""
     check = getattr(host.backend_impl(backend_name), "check", None)
     # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
     if check is not None:
         warnings += check(options.submit)
     recipe = plan.recipe
-    if backend_name == "local":
-        device, machine_warnings = check_machine(recipe, options, detect(), ranks)
-        warnings += machine_warnings
-        if device == "cuda":
-            from llmb.runs.job_gpus import job_gpus
-
-            # the GPUs the job will lock, as its supervisor finds them: a GPU named by a UUID that
-            # cannot be resolved to its index is refused here, before anything is submitted
-            job_gpus(device, ranks, {**os.environ, **dict(recipe.env), **dict(options.env)})
+    if backend_name != "local":
         if (
-            engine != "torch"
-            and importlib.util.find_spec("megatron") is None
-            and importlib.util.find_spec("nemo") is None
-        ):
-            raise UsageError(
+            options.submit.time_limit is None
+        ):  # none given (flag, variable, cluster file): the plan's
+            limit = (
+                plan.time_limit
+                if not options.is_proxy
+                else derive_time_limit(recipe.steps, None, "none", 0)
+            )
+            options = replace(options, submit=replace(options.submit, time_limit=limit.slurm))
+        # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
+        return options, "auto" if engine == "torch" else "cuda"
+
+    def refused(exc: UsageError) -> None:
+        _refuse_or_note(exc, here)
+
+    machine = detect()
+    try:
+        device, machine_warnings = check_machine(recipe, options, machine, ranks)
+        warnings += machine_warnings
+    except UsageError as exc:
+        refused(exc)
+        # as a machine that can run it would: a full-size run on GPUs, a proxy on this one's CPUs
+        device = "cpu" if options.is_proxy and machine.gpus < ranks else "cuda"
+    if device == "cuda" and machine.gpus:
+        from llmb.runs.job_gpus import job_gpus
+
+        # the GPUs the job will lock, as its supervisor finds them: a GPU named by a UUID that
+        # cannot be resolved to its index is refused here, before anything is submitted
+        try:
+            job_gpus(device, ranks, {**os.environ, **dict(recipe.env), **dict(options.env)})
+        except UsageError as exc:
+            refused(exc)
+    if (
+        engine != "torch"
+        and importlib.util.find_spec("megatron") is None
+        and importlib.util.find_spec("nemo") is None
+    ):
+        refused(
+            UsageError(
                 f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
                 f"({plan.container}); it is not installed here. "
                 f"Use a cluster backend, or the torch engine (--engine torch)."
             )
-        return options, device
-    if options.submit.time_limit is None:  # none given (flag, variable, cluster file): the plan's
-        limit = (
-            plan.time_limit
-            if not options.is_proxy
-            else derive_time_limit(recipe.steps, None, "none", 0)
         )
-        options = replace(options, submit=replace(options.submit, time_limit=limit.slurm))
-    # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
-    return options, "auto" if engine == "torch" else "cuda"
+    return options, device
+
+
+def _refuse_or_note(exc: UsageError, here: list[str] | None) -> None:
+    """A run to be submitted is refused what this machine cannot run; one only described (``here``, a
+    dry run's or a plan's) notes it there."""
+    if here is None:
+        raise exc
+    here.append(str(exc))
 
 
 def _proxy(
@@ -682,9 +712,15 @@ def _spec(
 
 
 def prepare(
-    host: PluginHost, request: RecipeRequest, options: RunOptions, backend_name: str = "local"
+    host: PluginHost,
+    request: RecipeRequest,
+    options: RunOptions,
+    backend_name: str = "local",
+    describing: bool = False,
 ) -> Prepared:
-    """Resolve, plan and check ``request`` into a run ready to submit (or to describe), writing nothing."""
+    """Resolve, plan and check ``request`` into a run ready to submit (or to describe), writing nothing.
+    ``describing`` (a dry run, a plan): what this machine cannot run is ``Prepared.cannot_run_here``,
+    not a refusal: a login node without GPUs shows what a run would be, and where it could run."""
     host.backend(backend_name)  # an unknown backend is refused before any work
     secret_names = check_options(host, options)
     ranks = request.gpus
@@ -695,7 +731,10 @@ def prepare(
     if ranks is None or not torch_engine:
         ranks = recipe.gpus  # the production engine runs the recipe's own layout
     tuned = framework_args(options, recipe.framework, torch_engine)
-    options, device = where_it_runs(host, plan, options, backend_name, engine, ranks, warnings)
+    here: list[str] | None = [] if describing else None
+    options, device = where_it_runs(
+        host, plan, options, backend_name, engine, ranks, warnings, here
+    )
     placement(ranks, recipe.gpus_per_node)  # refused before the engine's own checks
     options = choose_fit(plan, options, ranks)
     if options.fitted is not None:
@@ -706,7 +745,10 @@ def prepare(
         else production_shape(plan, options, ranks, engine, device, warnings)
     )
     if torch_engine:
-        check_memory(plan, options, shape, ranks, warnings)
+        try:
+            check_memory(plan, options, shape, ranks, warnings)
+        except UsageError as exc:
+            _refuse_or_note(exc, here)
     load_dir = find_checkpoint(options.checkpoint_load) if options.checkpoint_load else None
     options = profile_steps(plan, request, options, torch_engine, load_dir, warnings)
     # the seeds: "1 step after checkpoint has been loaded"
@@ -770,6 +812,7 @@ def prepare(
         secret_names,
         options.preflight,
         too_short,
+        tuple(here or ()),
     )
 
 

@@ -61,6 +61,9 @@ def describe(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitt
     description = host.backend_impl(backend_name).describe(
         prepared.spec, prepared.job, prepared.submit
     )
+    if prepared.cannot_run_here:  # this machine's refusal, first among what would stop a real run
+        problems = [*prepared.cannot_run_here, *description.get("problems", ())]
+        description = {**description, "problems": problems}
     return Submitted(
         prepared.job,
         prepared.spec,
@@ -166,5 +169,6 @@ def submit_run(
     """``llmb run``: prepare and submit; with ``dry_run``, prepare and ask the backend what it would do,
     writing and sending nothing."""
     if dry_run:
-        return describe(host, prepare(host, request, options, backend_name), backend_name)
+        prepared = prepare(host, request, options, backend_name, describing=True)
+        return describe(host, prepared, backend_name)
     return submit_fresh(host, lambda: prepare(host, request, options, backend_name), backend_name)
