@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import click
 
@@ -154,6 +154,7 @@ def show_planned(
     """--dry-run: the jobs a sweep would submit; ``skipped`` (--skip-invalid): those it would not, and why
     (with --json the output is then an object: jobs and skipped). ``extra``: more keys for each job's JSON,
     one mapping per checked task (``llmb certify``: the figure it is judged by)."""
+    costs = [job_cost(c.planned) for c in checked]
     if as_json:
         jobs = [
             {
@@ -164,9 +165,10 @@ def show_planned(
                 "ranks": c.planned.job.ranks,
                 "experiment": c.planned.job.experiment,
                 "warnings": list(c.planned.warnings),
+                **cost.as_dict(),
                 **(more or {}),
             }
-            for c, more in zip(checked, extra or [None] * len(checked), strict=True)
+            for c, cost, more in zip(checked, costs, extra or [None] * len(checked), strict=True)
         ]
         emit_json(jobs if skipped is None else {"jobs": jobs, "skipped": skipped_json(skipped)})
         return
@@ -199,6 +201,65 @@ def show_planned(
     also = f", {len(skipped)} skipped" if skipped else ""
     click.echo(
         f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
+    )
+    if costs:
+        click.echo(cost_line(costs), err=True)
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """What one planned job may hold at most: its GPUs (none for a CPU proxy) and nodes for its time
+    limit (the one asked for, else the one plan derives; None where it has none)."""
+
+    gpus: int
+    nodes: int
+    minutes: int | None
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return None if self.minutes is None else self.gpus * self.minutes / 60
+
+    def as_dict(self) -> dict:
+        hours = self.gpu_hours
+        return {
+            "nodes": self.nodes,
+            "time_limit_minutes": self.minutes,
+            "gpu_hours": None if hours is None else round(hours, 1),
+        }
+
+
+def job_cost(planned) -> JobCost:
+    from llmb.recipes.time_limit import slurm_minutes
+
+    spec, plan = planned.spec, planned.plan
+    minutes = slurm_minutes(planned.submit.time_limit if planned.submit else None)
+    if minutes is None and plan is not None and plan.time_limit is not None:
+        minutes = plan.time_limit.minutes
+    return JobCost(0 if spec.device == "cpu" else spec.ranks, spec.nodes or 1, minutes)
+
+
+def cost_line(costs: list[JobCost]) -> str:
+    """``at their time limits: at most 4,085 GPU-hours and at most 10 h 45 min of wall time one after
+    another; the largest job 64 nodes (512 GPUs).``: what the jobs may hold, before they are submitted."""
+    timed = [c for c in costs if c.minutes is not None]
+    largest = max(costs, key=lambda c: (c.nodes, c.gpus))
+    gpus = f" ({largest.gpus:,} GPUs)" if largest.gpus else ""
+    size = f"the largest job {counted(largest.nodes, 'node')}{gpus}"
+    if not timed:
+        return f"no time limit to count the cost by; {size}."
+    hours = sum(c.gpu_hours or 0.0 for c in timed)
+    minutes = sum(c.minutes or 0 for c in timed)
+    held = (
+        f"at most {hours:,.0f} GPU-hours" if any(c.gpus for c in timed) else "no GPUs (CPU proxies)"
+    )
+    untimed = (
+        f" ({len(costs) - len(timed)} without a time limit left out)"
+        if len(timed) < len(costs)
+        else ""
+    )
+    return (
+        f"at their time limits: {held} and at most {minutes // 60} h {minutes % 60:02d} min of wall "
+        f"time one after another{untimed}; {size}."
     )
 
 

@@ -90,3 +90,25 @@ def derive(steps: int, step_s: float | None, step_source: str, params: float | N
     minutes = startup + MARGIN * steps * step_s / 60.0
     minutes = max(FLOOR_MINUTES, ROUND_MINUTES * math.ceil(minutes / ROUND_MINUTES))
     return TimeLimit(int(minutes), steps, step_s, step_source, startup)
+
+
+def slurm_minutes(text: str | None) -> int | None:
+    """Slurm's time forms (``30``, ``30:00``, ``2:00:00``, ``1-12``, ``1-12:30``, ``1-12:30:00``) in whole
+    minutes, seconds rounded up; None for no limit (``UNLIMITED``, ``INFINITE``, none) or a form Slurm
+    does not take."""
+    if not text or not isinstance(text, str):
+        return None
+    days, dash, rest = text.strip().partition("-")
+    if not dash:
+        days, rest = "0", days
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    numbers = [int(p) for p in parts]
+    if dash:  # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:  # hours:minutes:seconds
+        hours, minutes, seconds = numbers
+    else:  # minutes[:seconds]
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    return int(days) * 24 * 60 + hours * 60 + minutes + math.ceil(seconds / 60)
