@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from llmb.recipes.time_limit import slurm_minutes
@@ -74,6 +75,12 @@ def test_a_certification_dry_run_totals_its_jobs_at_the_limits_plan_derives(cli,
     assert int(wall_h) * 60 + int(wall_min) == sum(j["time_limit_minutes"] for j in jobs)
     largest = max(jobs, key=lambda j: (j["nodes"], j["ranks"]))
     assert (int(nodes), int(gpus)) == (largest["nodes"], largest["ranks"]) == (64, 512)
+    # the README quotes this dry run's figures
+    readme = re.sub(r"\s+", " ", (Path(__file__).resolve().parents[1] / "README.md").read_text())
+    assert (
+        f"at most {hours} GPU-hours and {wall_h} h {int(wall_min)} min one job after another for "
+        f"H100; the largest job {nodes} nodes"
+    ) in readme
 
 
 def test_a_cpu_proxy_sweep_holds_no_gpus(cli, monkeypatch):
