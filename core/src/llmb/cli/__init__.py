@@ -85,6 +85,59 @@ COMMANDS = {
     ),
 }
 
+# llmb-run's flags (NVIDIA's benchmarking collection's launcher), as llmb spells them: its users type them
+LLMB_RUN_SPELLINGS = {
+    "-w": "llmb takes the workload as its first argument (llmb run llama31 ...)",
+    "--workload": "llmb takes the workload as its first argument (llmb run llama31 ...)",
+    "--workloads": "llmb certify takes every installed workload; a suite file (--file) chooses",
+    "-s": "llmb spells it --size",
+    "--model_size": "llmb spells it --size",
+    "--scale": "llmb spells it --gpus",
+    "-d": "llmb spells it --dry-run",
+    "--dryrun": "llmb spells it --dry-run",
+    "-p": "llmb spells it --profile",
+    "--max-scale": "llmb certify runs the published configurations at 512 GPUs or below",
+    "--min-scale": "llmb sweep --gpus N runs the GPU counts given",
+    "-f": "llmb has none; --no-memory-check skips the memory estimate",
+    "--force": "llmb has none; --no-memory-check skips the memory estimate",
+}
+
+
+def refuse_repeated_options(command: click.Command, args: list[str], where: str) -> None:
+    """A UsageError when ``args`` give an option of ``command`` that takes one value (or a flag and its
+    ``--no-`` form) more than once: click would keep the last silently."""
+    if isinstance(command, click.Group):
+        return  # its subcommand's options are its own (resolved in turn)
+    by_name: dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for name in (*param.opts, *param.secondary_opts):
+                by_name[name] = param
+    seen: dict[str, list[str]] = {}
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-":
+            continue
+        name, equals, value = token.partition("=")
+        param = by_name.get(name)
+        if param is None:
+            continue
+        takes_value = not param.is_flag and not param.count
+        if takes_value and not equals:
+            value = next(tokens, "")
+        if param.multiple or param.count:
+            continue
+        seen.setdefault(param.name, []).append(f"{name} {value}" if takes_value else name)
+    for given in seen.values():
+        if len(given) > 1:
+            raise click.UsageError(
+                f"{where}: {' and '.join(given)} both given; give it once (the last would win "
+                f"without a word)."
+            )
+
+
 EXIT_INTERNAL = 70
 EXIT_PLUGIN = 2  # a plugin's hook failed when called (llmb.plugins.guard): not llmb's bug
 
@@ -100,6 +153,12 @@ class LazyGroup(click.Group):
             return None
         module, attr, _ = COMMANDS[name]
         return getattr(importlib.import_module(module), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            refuse_repeated_options(command, rest, f"llmb {name}")
+        return name, command, rest
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
@@ -183,6 +242,12 @@ def main(argv: list[str] | None = None, host: object | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.BadParameter as exc:
         _name_the_environment_variable(exc)
+        _show(exc)
+        sys.exit(exc.exit_code)
+    except click.NoSuchOption as exc:
+        if (spelling := LLMB_RUN_SPELLINGS.get(exc.option_name)) is not None:
+            exc.message = f"{exc.message} llmb-run's {exc.option_name}: {spelling}."
+            exc.possibilities = None
         _show(exc)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -87,7 +87,11 @@ def _pick(
         )
     value = asked.strip().lower()
     if value not in valid:
-        raise RecipeError(f"{context} has no {what} {asked!r}; valid {what}s: {_join(valid)}.")
+        # a GPU count where the GPU type goes: --gpu 8 for --gpus 8
+        meant = f" (did you mean --gpus {value}?)" if flag == "--gpu" and value.isdigit() else ""
+        raise RecipeError(
+            f"{context} has no {what} {asked!r}{meant}; valid {what}s: {_join(valid)}."
+        )
     return value
 
 
