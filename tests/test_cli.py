@@ -33,6 +33,9 @@ def test_list_shows_the_support_matrix(cli):
 
 def test_list_json_and_one_workload(cli):
     matrix = cli("list", "nemotronh", "--json").json()
+    # the H200 runs the H100's recipes (gpus.yaml runs_recipes_of): the same row, under its own name
+    h200 = matrix.pop(1)
+    assert h200 == {**matrix[0], "gpu": "h200", "runs_recipes_of": "h100"}
     assert matrix == [
         {
             "workload": "nemotronh",
@@ -50,6 +53,7 @@ def test_list_json_and_one_workload(cli):
             "gpus_per_node": 8,
             "source": "Nemotron-H 56B NeMo 2 recipe (NVIDIA LLM Benchmarking Collection, nemo:25.04.01)",
             "deprecated": None,
+            "runs_recipes_of": None,
         }
     ]
     every = cli("list", "--json").json()
@@ -124,11 +128,11 @@ def test_seed_environment_variables_are_defaults_and_flags_win(llmb_proc):
         ),
         (
             ["plan", "llama31", "--size", "9b", "--gpu", "h100", "--gpus", "8"],
-            "valid sizes: 405b, 70b, 8b",
+            "valid sizes: 8b, 70b, 405b",
         ),
         (
             ["plan", "llama31", "--size", "8b", "--gpu", "tpu", "--gpus", "8"],
-            "valid GPU types: gb300, gb200, b200, h100",
+            "valid GPU types: h100, h200, b200, gb200, gb300",
         ),
         (
             ["plan", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "int8", "--gpus", "8"],

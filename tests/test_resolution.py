@@ -100,7 +100,7 @@ def test_strong_scaling_keeps_gbs_and_lowers_ga(host):
 def test_strong_scaling_where_the_seed_has_none(host):
     with pytest.raises(
         RecipeError,
-        match="has no strong-scaling recipe; it has strong scaling on: gb200, gb300, b200",
+        match="has no strong-scaling recipe; it has strong scaling on: b200, gb200, gb300",
     ):
         resolve(host, "nemotron4", gpu="h100", gpus=256, strong_scaling=True)
     with pytest.raises(RecipeError, match="no strong-scaling recipes at all"):
@@ -126,7 +126,7 @@ def test_seed_defaults_fill_missing_values(host):
     assert (r.size, r.dtype) == ("400b", "bf16")
     with pytest.raises(
         RecipeError,
-        match=r"no GPU type given \(use --gpu or set GPU_TYPE\); valid: gb300, gb200, b200, h100",
+        match=r"no GPU type given \(use --gpu or set GPU_TYPE\); valid: h100, h200, b200, gb200, gb300",
     ):
         resolve(host, "llama31", "8b", None, "fp8", 8)
     with pytest.raises(
@@ -138,8 +138,11 @@ def test_seed_defaults_fill_missing_values(host):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(size="7b"), "has no size '7b'; valid sizes: 405b, 70b, 8b"),
-        (dict(gpu="a100"), "has no GPU type 'a100'; valid GPU types: gb300, gb200, b200, h100"),
+        (dict(size="7b"), "has no size '7b'; valid sizes: 8b, 70b, 405b"),
+        (
+            dict(gpu="a100"),
+            "has no GPU type 'a100'; valid GPU types: h100, h200, b200, gb200, gb300",
+        ),
         (dict(dtype="fp4"), "has no dtype 'fp4'; valid dtypes: fp8, nvfp4"),
         (dict(gpus=0), "--gpus must be a number of GPUs from 1 to 131,072, not 0"),
         (dict(gpus=None), r"no GPU count given \(use --gpus or set JOB_TOTAL_GPUS\)"),

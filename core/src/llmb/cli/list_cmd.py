@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
 
 from llmb.cli import get_host
 from llmb.cli.output import Column, emit_json, fit_text, render_table
-
-
-def _size_key(size: str) -> tuple[float, str]:
-    match = re.match(r"(\d+(?:\.\d+)?)", size)
-    return (float(match.group(1)) if match else float("inf"), size)
+from llmb.recipes.resolve import size_key
 
 
 def _compact(counts: tuple[int, ...]) -> str:
@@ -25,19 +20,29 @@ def _compact(counts: tuple[int, ...]) -> str:
 def support_matrix(workloads: list) -> list[dict[str, Any]]:
     """One entry per (workload, variant, size, GPU type, scaling, GPU counts),
     with the dtypes that share them."""
-    from llmb.recipes.gpus import catalogue
+    from llmb.recipes.gpus import catalogue, in_dtype_order
 
     gpus = catalogue()
+    position = {name: index for index, name in enumerate(gpus)}
+    # a GPU type that runs another's recipes (gpus.yaml runs_recipes_of: the H200 the H100's) has its rows
+    runners = {
+        table: [name for name, spec in gpus.items() if spec.runs_recipes_of == table]
+        for table in gpus
+    }
     entries: dict[tuple, dict[str, Any]] = {}
     for workload in workloads:
         deprecated = workload.deprecated.as_dict() if workload.deprecated else None
         for vi, variant in enumerate(workload.variants):
-            for s in variant.series:
+            for s, gpu in (
+                (series, gpu)
+                for series in variant.series
+                for gpu in (series.gpu, *runners.get(series.gpu, ()))
+            ):
                 key = (
                     workload.name,
                     vi,
-                    _size_key(s.size),
-                    s.gpu,
+                    size_key(s.size),
+                    (position.get(gpu, len(position)), gpu),
                     s.scaling != "weak",
                     s.min_gpus,
                     s.max_gpus,
@@ -51,23 +56,31 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
                         "default_variant": vi == 0,
                         "framework": variant.framework,
                         "size": s.size,
-                        "gpu": s.gpu,
+                        "gpu": gpu,
+                        # the GPU type whose recipe it runs (None: its own)
+                        "runs_recipes_of": s.gpu if gpu != s.gpu else None,
                         "dtypes": [],
                         "scaling": s.scaling,
                         "min_gpus": s.min_gpus,
                         "max_gpus": s.max_gpus,
                         "tested_gpus": list(s.listed_gpus),
                         "range": s.is_range,
-                        "gpus_per_node": gpus[s.gpu].gpus_per_node if s.gpu in gpus else None,
+                        "gpus_per_node": gpus[gpu].gpus_per_node if gpu in gpus else None,
                         "source": s.provenance.document,
                         # deprecated by its publisher's collection (still listed and runnable); None: current
                         "deprecated": deprecated,
                     },
                 )
-                for dtype in s.dtypes:
-                    if dtype not in entry["dtypes"]:
-                        entry["dtypes"].append(dtype)
+                entry["dtypes"] = in_dtype_order([*entry["dtypes"], *s.dtypes])
     return [entries[k] for k in sorted(entries, key=lambda k: k[:5] + (k[5],))]
+
+
+def _print_runners(matrix: list[dict[str, Any]]) -> None:
+    """One line for each GPU type listed with another's recipes: ``h200 runs the h100 recipe (...)``."""
+    from llmb.recipes.gpus import runs_note
+
+    for gpu in dict.fromkeys(e["gpu"] for e in matrix if e["runs_recipes_of"]):
+        click.echo(fit_text(f"\n{runs_note(gpu)}."))
 
 
 def _print_deprecated(workloads: list) -> None:
@@ -129,6 +142,7 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
         )
     )
     _print_deprecated(chosen)
+    _print_runners(matrix)
     click.echo(
         fit_text(
             "\nGPU counts: a-b is a tested range; a list names the tested counts. Counts\n"

@@ -165,10 +165,13 @@ def submit_run(
     options: RunOptions,
     backend_name: str = "local",
     dry_run: bool = False,
+    strict: bool = False,
 ) -> Submitted:
     """``llmb run``: prepare and submit; with ``dry_run``, prepare and ask the backend what it would do,
-    writing and sending nothing."""
+    writing and sending nothing: what this machine could not run is then among the description's
+    problems, unless ``strict`` (a sweep's check of its tasks before it submits any) refuses it as a
+    submission would."""
     if dry_run:
-        prepared = prepare(host, request, options, backend_name, describing=True)
+        prepared = prepare(host, request, options, backend_name, describing=not strict)
         return describe(host, prepared, backend_name)
     return submit_fresh(host, lambda: prepare(host, request, options, backend_name), backend_name)

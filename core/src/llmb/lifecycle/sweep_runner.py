@@ -59,7 +59,9 @@ def check(host: PluginHost, tasks: list[Task], base: dict) -> list[Checked]:
     for task in tasks:
         try:
             request, options, backend = inputs_for(task, base)
-            checked.append(Checked(task, submit_run(host, request, options, backend, dry_run=True)))
+            # checked as its submission will be: a task this machine cannot run is refused here
+            submitted = submit_run(host, request, options, backend, dry_run=True, strict=True)
+            checked.append(Checked(task, submitted))
         except LlmbError as exc:
             checked.append(Checked(task, error=str(exc)))
     return checked

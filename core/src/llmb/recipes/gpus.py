@@ -59,6 +59,21 @@ def build_catalogue(raw: dict) -> dict[str, GpuType]:
     }
 
 
+def in_gpu_order(names) -> list[str]:
+    """``names`` in the catalogue's order (gpus.yaml: h100, h200, b200, ...), each once; a name it lacks
+    after them, alphabetically: every list of GPU types llmb prints is in this one order."""
+    order = {name: index for index, name in enumerate(catalogue())}
+    return sorted(dict.fromkeys(names), key=lambda name: (order.get(name, len(order)), name))
+
+
+def in_dtype_order(names) -> list[str]:
+    """``names`` in ``DTYPES``' order (bf16, fp8, nvfp4), each once; another after them, alphabetically."""
+    return sorted(
+        dict.fromkeys(names),
+        key=lambda name: (DTYPES.index(name) if name in DTYPES else len(DTYPES), name),
+    )
+
+
 def recipes_of(gpu: str | None) -> str | None:
     """The GPU type whose recipes, published figures and MFU peaks ``gpu`` uses: the one its
     ``runs_recipes_of`` names (an H200 runs the H100's), else ``gpu`` itself (also for a name the

@@ -25,12 +25,21 @@ valid ones.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import fields, replace
 from fractions import Fraction
 
 from llmb.errors import RecipeError
-from llmb.recipes.gpus import MAX_GPUS, catalogue, gpu_type, recipes_of, runs_note
+from llmb.recipes.gpus import (
+    MAX_GPUS,
+    catalogue,
+    gpu_type,
+    in_dtype_order,
+    in_gpu_order,
+    recipes_of,
+    runs_note,
+)
 from llmb.recipes.records import (
     NOT_TESTED,
     NOT_VALIDATED,
@@ -113,6 +122,12 @@ def resolve_from_tables(workload: Workload, request: RecipeRequest) -> Recipe:
         ) from None
 
 
+def size_key(size: str) -> tuple[float, str]:
+    """Sizes in the order of their parameters: 8b, 70b, 405b, 405b-proxy (a name without a number last)."""
+    match = re.match(r"(\d+(?:\.\d+)?)", size)
+    return (float(match.group(1)) if match else float("inf"), size)
+
+
 def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Recipe:
     label = f"{workload.name} ({variant.name} recipes)"
     series = list(variant.series)
@@ -123,7 +138,7 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
         "MODEL_SIZE",
         request.size,
         variant.defaults.get("size"),
-        _unique(s.size for s in series),
+        sorted(_unique(s.size for s in series), key=size_key),
         label,
     )
     series = [s for s in series if s.size == size]
@@ -148,7 +163,7 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
         "DTYPE",
         request.dtype,
         variant.defaults.get("dtype"),
-        _unique(d for s in series for d in s.dtypes),
+        in_dtype_order(d for s in series for d in s.dtypes),
         label,
     )
     series = [s for s in series if dtype in s.dtypes]
@@ -224,14 +239,14 @@ def _resolve(workload: Workload, variant: Variant, request: RecipeRequest) -> Re
 
 
 def with_runners(tables: list[str]) -> list[str]:
-    """The GPU types of a workload's tables and, after them, every type that runs one of their recipes
-    (gpus.yaml ``runs_recipes_of``: the H200 with the H100's)."""
+    """The GPU types of a workload's tables and every type that runs one of their recipes (gpus.yaml
+    ``runs_recipes_of``: the H200 with the H100's), in the catalogue's order."""
     runners = [
         name
         for name, spec in catalogue().items()
         if spec.runs_recipes_of in tables and name not in tables
     ]
-    return tables + runners
+    return in_gpu_order(tables + runners)
 
 
 def _scales(series: list[RecipeSeries]) -> str:
