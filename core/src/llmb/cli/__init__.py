@@ -142,6 +142,21 @@ EXIT_INTERNAL = 70
 EXIT_PLUGIN = 2  # a plugin's hook failed when called (llmb.plugins.guard): not llmb's bug
 
 
+class WholeHelpGroup(click.Group):
+    """A group whose list of subcommands gives each one's first sentence whole, wrapped to the terminal
+    (click cuts it at the column's width with '...')."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, command.get_short_help_str(limit=10_000))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import click
 from click.core import ParameterSource
 
-from llmb.cli import get_host
+from llmb.cli import WholeHelpGroup, get_host
 from llmb.cli.output import Column, echo_err, emit_json, render_table, terminal_safe
 from llmb.cli.run_options import run_options
 from llmb.cli.sweep_cmd import (
@@ -258,7 +258,7 @@ def _new_suite_tasks(ctx, host, gpu, scale, repeats, profile_last, suite_file, r
     return suites.with_options(tasks, _recorded(run_kw), gpu, profile_last), scale, source, notes
 
 
-@click.group("certify", invoke_without_command=True)
+@click.group("certify", cls=WholeHelpGroup, invoke_without_command=True)
 @click.option("--gpu", envvar="GPU_TYPE", help="The cluster's GPU type, e.g. h100. [env: GPU_TYPE]")
 @click.option(
     "--scale",
@@ -336,7 +336,7 @@ def certify_command(
 
     \b
     llmb certify --gpu h100 --backend slurm --account A --partition P
-    llmb certify --rerun llama31          re-run one workload of the last suite alone
+    llmb certify --rerun llama31          one workload of the last suite, alone
     llmb certify status [--suite ID]      the verdict again
     llmb archive --suite ID --format zst  the suite's runs, to hand in"""
     if ctx.invoked_subcommand is not None:

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from llmb.cli import get_host
+from llmb.cli import WholeHelpGroup, get_host
 from llmb.cli.output import Column, echo_err, emit_json, fit_text, render_table
 from llmb.log import warn
 
@@ -33,12 +33,16 @@ def _source(item) -> str:
     return f"{item.source} {item.origin}"
 
 
-@click.group("config")
-def config_command() -> None:
+@click.group("config", cls=WholeHelpGroup, invoke_without_command=True)
+@click.pass_context
+def config_command(ctx: click.Context) -> None:
     """The cluster file ($LLMB_INSTALL/cluster.yaml): account, partition,
     GPU type, images, mounts, environment and Slurm options that every
     cluster run takes unless a flag or an environment variable gives
-    another value. docs/cluster-config.md describes every key."""
+    another value. Without a subcommand, as show. Every key:
+    docs/cluster-config.md"""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(show_command, as_json=False)
 
 
 @config_command.command("path")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from llmb.cli import get_host
+from llmb.cli import WholeHelpGroup, get_host
 from llmb.cli.output import Column, emit_json, fit_text, render_table
 
 
-@click.group("plugins", invoke_without_command=True)
+@click.group("plugins", cls=WholeHelpGroup, invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def plugins_command(ctx: click.Context, as_json: bool) -> None:
