@@ -64,3 +64,20 @@ def test_options_that_collect_may_repeat(cli):
     # a value that looks like an option is the option's value, not a second option
     answer = cli(*RUN, "--proxy", "tiny", "--env", "A=--gpus", "--dry-run")
     assert answer.code == 0, answer.err
+
+
+def test_a_refusal_names_the_value_the_user_gave_not_a_flag_never_typed(cli, monkeypatch):
+    monkeypatch.setenv("LLMB_FORCE_CPU", "1")
+    import os
+
+    cores = os.cpu_count() or 1
+    # preflight's ranks a node default to the GPU type's GPUs a node (8 on an H100)
+    defaulted = cli("preflight", "--gpu", "h100", "--nodes", "1", "--dry-run")
+    if 8 > 2 * cores:  # a machine whose cores cannot carry 8 CPU ranks (this project's CI: 2)
+        assert defaulted.code == 2
+        assert defaulted.err.startswith("llmb: error: the h100's 8 GPUs a node (--gpus-per-node N")
+        assert "--gpus-per-node 8" not in defaulted.err  # never typed
+    many = 2 * cores + 1
+    typed = cli("preflight", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", str(many))
+    assert typed.code == 2
+    assert typed.err.startswith(f"llmb: error: --gpus-per-node {many}: {many} CPU ranks")

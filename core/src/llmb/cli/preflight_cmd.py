@@ -142,13 +142,28 @@ def preflight_command(
     kind = gpu_type(gpu).name
     options, backend = options_from(kw, None, None, gpu=kind)
     per_node = gpus_per_node or options.submit.gpus_per_node or gpu_type(kind).gpus_per_node
+    per_node_from = (
+        f"--gpus-per-node {per_node}"
+        if gpus_per_node
+        else f"gpus_per_node {per_node} (llmb config show says where from)"
+        if options.submit.gpus_per_node
+        else f"the {kind}'s {per_node} GPUs a node (--gpus-per-node N sets another)"
+    )
     if options.preflight:
         warn(
             f"--exclude-from: this preflight keeps off {', '.join(options.preflight['exclude']) or 'no node'}."
         )
     sizes = {k: v for k, v in (("gemm_n", gemm_size), ("repeats", repeats)) if v}
     submitted = preflight_job.submit(
-        get_host(ctx), kind, nodes, per_node, options, backend, dry_run=dry_run, sizes=sizes
+        get_host(ctx),
+        kind,
+        nodes,
+        per_node,
+        options,
+        backend,
+        dry_run=dry_run,
+        sizes=sizes,
+        per_node_from=per_node_from,
     )
     job = submitted.job
     if dry_run:

@@ -37,9 +37,11 @@ def prepare(
     options: RunOptions,
     backend: str,
     sizes: dict | None = None,
+    per_node_from: str | None = None,
 ) -> Prepared:
     """The preflight of ``nodes`` nodes of ``gpus_per_node`` ranks, ready to submit (``llmb.lifecycle.submit``):
-    every refusal is raised here, before anything is written."""
+    every refusal is raised here, before anything is written. ``per_node_from``: where ``gpus_per_node``
+    came from, in a refusal's words (default: ``--gpus-per-node N``)."""
     host.backend(backend)
     submit_options = options.submit
     warnings: list[str] = []
@@ -55,8 +57,9 @@ def prepare(
         device = "cuda" if machine.gpus >= gpus_per_node else "cpu"
         if device == "cpu" and gpus_per_node > 2 * machine.cpus:
             raise UsageError(
-                f"--gpus-per-node {gpus_per_node}: more CPU ranks than this machine's {machine.cpus} cores "
-                f"can carry; use at most {2 * machine.cpus}."
+                f"{per_node_from or f'--gpus-per-node {gpus_per_node}'}: {gpus_per_node} CPU ranks on "
+                f"this machine (one a GPU), more than its {machine.cpus} cores can carry; use "
+                f"--gpus-per-node {2 * machine.cpus} or fewer, or a cluster backend."
             )
         if submit_options.given():
             warnings.append(
@@ -159,12 +162,13 @@ def submit(
     backend: str,
     dry_run: bool = False,
     sizes: dict | None = None,
+    per_node_from: str | None = None,
 ) -> Submitted:
     """Prepare and submit the preflight job (``llmb.lifecycle.submit``, as a run); with ``dry_run``, what the
     backend would do, writing and sending nothing."""
 
     def prepare_once() -> Prepared:
-        return prepare(host, gpu, nodes, gpus_per_node, options, backend, sizes)
+        return prepare(host, gpu, nodes, gpus_per_node, options, backend, sizes, per_node_from)
 
     if dry_run:
         return describe(host, prepare_once(), backend)
