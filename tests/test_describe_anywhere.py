@@ -22,6 +22,7 @@ OPTION_USES = {
     "fit": ["--fit"],
     "memory_check": ["--no-memory-check"],
     "steps": ["--steps", "20"],
+    "window_check": ["--steps", "20", "--no-window-check"],
     "seed": ["--seed", "3"],
     "compile_": ["--compile"],
     "profile": ["--profile"],
@@ -80,7 +81,7 @@ def test_a_plan_with_any_run_option_shows_the_run_without_gpus(cli, no_gpus, opt
     assert "this run (llmb run with these options; plan writes and submits nothing):" in planned.out
     if option != "layers":  # a full-size run: this machine cannot, and the plan says so in one line
         [line] = [line for line in planned.out.splitlines() if NO_GPUS in line]
-        assert line.startswith("  - not on this machine: ") and "--backend slurm" in line
+        assert line.startswith("  - a real run would stop here: ") and "--backend slurm" in line
 
 
 @pytest.mark.parametrize(("where", "words"), LINES, ids=[w for w, _ in LINES])

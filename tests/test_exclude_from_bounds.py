@@ -130,7 +130,7 @@ def test_a_run_records_only_what_identifies_the_file(llmb_proc, tmp_path):
         gpu="h100",
     )
     result = llmb_proc(
-        *RUN, *PROXY, "--steps", "1", "--exclude-from", str(path), "--json",
+        *RUN, *PROXY, "--steps", "1", "--no-window-check", "--exclude-from", str(path), "--json",
         env={"LLMB_INSTALL": str(tmp_path / "install")}, timeout=300,
     )  # fmt: skip
     assert result.code == 0, result.err[-3000:]

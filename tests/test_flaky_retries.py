@@ -233,6 +233,7 @@ PROXY = [
     "2",
     "--steps",
     "3",
+    "--no-window-check",
 ]
 
 

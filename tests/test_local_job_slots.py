@@ -24,7 +24,7 @@ from waiting import wait_for
 
 # The cheapest real run: a 2-rank tiny proxy, one step (long: the default 50 steps, to hold a slot a while).
 RUN = ["run", "nemotronh", "--gpus", "2", "--proxy", "tiny"]
-ONE_STEP = ["--steps", "1"]
+ONE_STEP = ["--steps", "1", "--no-window-check"]
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 WAITING = "waiting for a local slot"
 

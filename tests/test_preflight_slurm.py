@@ -129,6 +129,7 @@ def test_the_slowed_node_alone_is_flagged_and_the_next_run_keeps_off_it(
         "tiny",
         "--steps",
         "3",
+        "--no-window-check",
         "--backend",
         "slurm",
         "--bare",

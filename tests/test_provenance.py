@@ -369,6 +369,7 @@ PROXY = [
     "tiny",
     "--steps",
     "3",
+    "--no-window-check",
 ]
 
 

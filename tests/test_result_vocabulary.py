@@ -39,6 +39,7 @@ def test_a_short_run_is_warned_before_it_starts(cli, install):
         "slurm",
         "--steps",
         "20",
+        "--no-window-check",
         "--dry-run",
     )
     assert result.code == 0, result.err
@@ -54,7 +55,7 @@ def test_the_warning_and_the_result_ask_for_the_same_steps_on_nemo2(cli, install
     result = cli(
         "run",
         *("llama31", "--variant", "nemo2", "--size", "8b", "--gpu", "h100", "--dtype", "bf16"),
-        *("--gpus", "8", "--backend", "slurm", "--steps", "20", "--dry-run"),
+        *("--gpus", "8", "--backend", "slurm", "--steps", "20", "--no-window-check", "--dry-run"),
     )
     assert result.code == 0, result.err
     assert "window's end (44)" in result.err and "run at least 45 steps." in result.err

@@ -41,7 +41,7 @@ torch_needed = pytest.mark.skipif(
     reason="the torch engine needs torch (./dev.sh installs torch==2.13.0)",
 )
 LOCAL = ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "2"]
-PROXY = [*LOCAL, "--proxy", "tiny", "--steps", "3"]
+PROXY = [*LOCAL, "--proxy", "tiny", "--steps", "3", "--no-window-check"]
 SLURM = ["llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "8"]
 SLURM += ["--backend", "slurm"]
 

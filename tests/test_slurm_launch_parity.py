@@ -756,6 +756,7 @@ def test_without_numactl_and_with_a_failing_sinfo_a_real_run_still_completes(
         "--bare",
         "--steps",
         "3",
+        "--no-window-check",
         "--json",
         env=without,
         timeout=600,

@@ -188,6 +188,7 @@ def test_a_rank_that_raises_fails_the_job_with_the_reason_from_its_log(llmb_proc
         "2",
         "--steps",
         "3",
+        "--no-window-check",
         "--env",
         "LLMB_FAIL_AT_STEP=2:1",
         env={**env, **FAULTS},
@@ -432,7 +433,7 @@ def test_abbreviated_sbatch_options_are_refused_and_what_passes_is_the_option_na
 
 def test_a_job_slurm_has_forgotten_is_decided_by_its_exit_marker(llmb_proc, env, slurm):
     _, started = run_json(
-        llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "2", "--detach", env=env
+        llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "2", "--no-window-check", "--detach", env=env
     )
     job, sid = started["job_id"], slurm_id(env, started["job_id"])
     marker = Path(env["LLMB_INSTALL"]) / "jobs" / job / "attempt-1.exit"
@@ -533,6 +534,7 @@ def test_finished_jobs_come_from_sacct_once_squeue_forgets_them(
         "2",
         "--steps",
         "3",
+        "--no-window-check",
         "--account",
         "bench",
         "--env",
@@ -580,6 +582,7 @@ def test_a_flag_wins_over_the_sbatch_variable_sbatch_itself_would_prefer(llmb_pr
         "1",
         "--steps",
         "3",
+        "--no-window-check",
         "--account",
         "bench",
         "--detach",

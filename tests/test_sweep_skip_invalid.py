@@ -127,6 +127,7 @@ def test_a_real_sweep_runs_the_valid_tasks_and_never_starts_the_skipped(
         "tiny",
         "--steps",
         "3",
+        "--no-window-check",
         "--skip-invalid",
         "--json",
         env=install,

@@ -25,12 +25,13 @@ llama31_8b:
   repeats: 2
   set: {mbs: 1}
   tasks:
-    - {dtype: fp8, scale: 2, steps: 30, env: {NCCL_DEBUG: INFO}}
+    - {dtype: fp8, scale: 2, steps: 30, window_check: false, env: {NCCL_DEBUG: INFO}}
 nemotronh:
   scales: [2]
   proxy: null
   layers: 2
   steps: 3
+  window_check: false
 """
 
 
@@ -194,6 +195,7 @@ def test_a_local_sweep_runs_one_job_at_a_time_and_reports_its_progress(
         "tiny",
         "--steps",
         "3",
+        "--no-window-check",
         "--json",
         env=install,
         timeout=600,

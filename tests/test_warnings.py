@@ -203,6 +203,7 @@ def test_a_real_slurm_sweep_says_the_failing_sinfo_once(llmb_proc, slurm, env, t
         "--bare",
         "--steps",
         "3",
+        "--no-window-check",
         "--backend",
         "slurm",
         "--detach",

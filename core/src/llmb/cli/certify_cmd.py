@@ -414,7 +414,8 @@ def certify_command(
             tasks,
             notes,
         )
-    checked = checked_tasks(host, tasks, {})
+    # too few steps are refused below, in a certification's words
+    checked = checked_tasks(host, tasks, {"window_check": False})
     if short := next((c for c in checked if c.planned.too_short), None):
         # every gate is judged on the window: such a suite could only fail, after its allocation
         raise UsageError(

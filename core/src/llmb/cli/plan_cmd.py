@@ -397,8 +397,8 @@ def run_section(prepared) -> dict:
         "time_limit": prepared.submit.time_limit,
         "framework_args": list(prepared.record.get("framework_args") or ()),
         "tuned": list(prepared.record.get("tuned") or ()),
-        # why this machine could not run it (none: it could)
-        "cannot_run_here": list(prepared.cannot_run_here),
+        # what a submission would refuse (none: it would go ahead)
+        "would_refuse": list(prepared.would_refuse),
     }
 
 
@@ -424,7 +424,7 @@ def _run_lines(run: dict) -> list[str]:
         if isinstance(tuned, dict):
             lines.append(f"  tuned        {tuned.get('setting')} = {tuned.get('run')}")
     lines += [f"  - {w}" for w in run.get("warnings", ())]
-    lines += [f"  - not on this machine: {why}" for why in run.get("cannot_run_here", ())]
+    lines += [f"  - a real run would stop here: {why}" for why in run.get("would_refuse", ())]
     return lines
 
 

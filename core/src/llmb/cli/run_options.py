@@ -53,6 +53,13 @@ _OPTIONS = [
         help="Training steps (default 50, as in the published recipes).",
     ),
     click.option(
+        "--window-check/--no-window-check",
+        default=True,
+        show_default=True,
+        help="Refuse, before submitting, a run whose --steps end before the statistics window (its "
+        "result could only be too_short); --no-window-check runs it anyway, a smoke test.",
+    ),
+    click.option(
         "--seed",
         type=int,
         default=1234,

@@ -151,6 +151,14 @@ def figure_of(result: dict) -> str:
     return f"; the {table}'s figure" if gpu and table != gpu else ""
 
 
+def _window_steps(window: str | None) -> int | None:
+    """How many iterations a window (``35-44``) holds; None where it names none."""
+    first, _, last = (window or "").partition("-")
+    if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
+        return None
+    return int(last) - int(first) + 1
+
+
 def summary(status: JobStatus) -> str:
     """The run summary: window statistics, tokens/s, TFLOPS/GPU, MFU where a peak applies."""
     job = status.job
@@ -182,9 +190,17 @@ def summary(status: JobStatus) -> str:
             + (f": {result['failure_reason']}" if result.get("failure_reason") else "")
         )
         if result.get("samples_in_window"):
+            count, held = result["samples_in_window"], _window_steps(result["window"])
+            # a mean over part of the window is said to be one, with its count beside it
+            partial = (
+                f" of only {count} of the window's {held} steps"
+                if held is not None and count < held
+                else ""
+            )
             lines += [
-                f"  window      iterations {result['window']} ({result['samples_in_window']} samples)",
-                f"  step time   {f('time_mean_ms', 1)} ms mean, {f('time_std_dev_ms', 1)} ms std",
+                f"  window      iterations {result['window']} ({count} samples)",
+                f"  step time   {f('time_mean_ms', 1)} ms mean{partial}, "
+                f"{f('time_std_dev_ms', 1)} ms std",
                 f"  throughput  {f('tokens_per_s', 0)} tokens/s, {f('tflops_per_gpu_mean', 2)} TFLOP/s/GPU "
                 f"({tflops_source_words(result.get('tflops_source'))})",
                 "  MFU         "

@@ -86,8 +86,9 @@ class Prepared:
     preflight: dict | None = None
     # the warning that its steps end before the statistics window (the run can only be too_short)
     too_short: str | None = None
-    # prepared to be described (a dry run, a plan): why this machine could not run it (none: it could)
-    cannot_run_here: tuple[str, ...] = ()
+    # prepared to be described (a dry run, a plan): what a submission would refuse (this machine's GPUs,
+    # too few steps for the window...; none: it would go ahead)
+    would_refuse: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -585,7 +586,10 @@ def contributions(
 
 def _window_warning(
     plan: Plan, steps: int, load_dir: str | None, options: RunOptions, torch_engine: bool
-) -> str | None:
+) -> tuple[str, int] | None:
+    """(what a run of ``steps`` steps that end before the statistics window will be, the steps it
+    needs); None where they reach it, or the run's purpose is not its step times (a checkpoint's load,
+    an NCCL trace)."""
     from llmb.results.analyze import steps_to_reach
 
     window = max(
@@ -598,7 +602,8 @@ def _window_warning(
     if steps < needed and not load_dir and not options.nccl_trace:
         return (
             f"{steps} steps end before the statistics window's end ({window[1]}): the run's result will be "
-            f"too_short, with no step-time statistics to compare; run at least {needed} steps."
+            f"too_short, with no step-time statistics to compare; run at least {needed} steps.",
+            needed,
         )
     return None
 
@@ -719,7 +724,7 @@ def prepare(
     describing: bool = False,
 ) -> Prepared:
     """Resolve, plan and check ``request`` into a run ready to submit (or to describe), writing nothing.
-    ``describing`` (a dry run, a plan): what this machine cannot run is ``Prepared.cannot_run_here``,
+    ``describing`` (a dry run, a plan): what a submission would refuse is ``Prepared.would_refuse``,
     not a refusal: a login node without GPUs shows what a run would be, and where it could run."""
     host.backend(backend_name)  # an unknown backend is refused before any work
     secret_names = check_options(host, options)
@@ -770,8 +775,21 @@ def prepare(
     if options.dump_env:
         # rank 0 writes its environment beside the log (llmb.runs.provenance)
         run.env[job_env.DUMP_VARIABLE] = "1"
-    if too_short := _window_warning(plan, run.steps, load_dir, options, torch_engine):
-        warnings.append(too_short)
+    too_short = None
+    if short := _window_warning(plan, run.steps, load_dir, options, torch_engine):
+        too_short, needed = short
+        # refused (noted where only described), but for a smoke test, or a run whose purpose is its
+        # profile (a profile's window moves to the run's last steps): warned
+        if options.window_check and not options.profile:
+            _refuse_or_note(
+                UsageError(
+                    f"{too_short.removesuffix('.')} (--steps {needed}), or add --no-window-check to run "
+                    f"it anyway (a smoke test). Nothing was started."
+                ),
+                here,
+            )
+        else:
+            warnings.append(too_short)
 
     spec = _spec(
         plan,

@@ -157,6 +157,7 @@ def options_from(
         layers=kw.get("layers"),
         fit=bool(kw.get("fit")),
         memory_check=kw.get("memory_check", True) is not False,
+        window_check=kw.get("window_check", True) is not False,
         steps=kw.get("steps"),
         seed=kw.get("seed", 1234),
         compile=kw.get("compile_"),

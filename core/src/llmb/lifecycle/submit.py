@@ -61,8 +61,8 @@ def describe(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitt
     description = host.backend_impl(backend_name).describe(
         prepared.spec, prepared.job, prepared.submit
     )
-    if prepared.cannot_run_here:  # this machine's refusal, first among what would stop a real run
-        problems = [*prepared.cannot_run_here, *description.get("problems", ())]
+    if prepared.would_refuse:  # llmb's own refusals, first among what would stop a real run
+        problems = [*prepared.would_refuse, *description.get("problems", ())]
         description = {**description, "problems": problems}
     return Submitted(
         prepared.job,

@@ -86,6 +86,8 @@ class RunOptions:
     fitted: Fit | None = None
     # refuse, before submitting, a torch-engine GPU run whose memory estimate exceeds the GPU's memory
     memory_check: bool = True
+    # refuse, before submitting, a run whose steps end before the statistics window (a smoke test: off)
+    window_check: bool = True
     steps: int | None = None
     seed: int = 1234
     # torch.compile per block; None: the torch engine's default (on GPU only)
