@@ -257,15 +257,15 @@ def test_run_fit_names_the_slice_and_builds_it(llmb_proc, one_h100):
     assert both.code == 2 and "Traceback" not in both.err
 
 
-def test_plan_fit_lists_every_difference(cli):
+def test_plan_fit_lists_every_difference(llmb_proc, one_h100):
     args = ("plan", "llama4", "--size", "400b", "--gpu", "h100", "--gpus", "1", "--dtype", "bf16")
-    text = cli(*args, "--fit").out
+    text = llmb_proc(*args, "--fit", env=one_h100).out  # on an H100: its 80 GB
     assert "shallow run: llmb run --fit runs a layers2-experts8 model" in text
     assert (
         "fit          layers 48 -> 2, experts 128 -> 8 per MoE layer (top-1, expert shape unchanged)"
         in text
     )
-    shown = cli(*args, "--fit", "--json").json()["proxy"]
+    shown = json.loads(llmb_proc(*args, "--fit", "--json", env=one_h100).out)["proxy"]
     assert shown["fit"]["label"] == "layers2-experts8"
     assert shown["fit"]["memory"]["total_gb"] <= 80 * FIT_FRACTION
     assert shown["experiment"].endswith("_proxy-layers2-experts8")

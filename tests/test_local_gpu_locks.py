@@ -33,7 +33,19 @@ from conftest import _SEED_VARS, _llmb_executable
 from llmb.backends import local_gpus, local_slots
 from waiting import wait_for
 
-GPU_RUN = ["run", "nemotronh", "--gpus", "1", "--proxy", "tiny", "--gpu", "h100", "--steps", "1", "--no-window-check"]
+GPU_RUN = [
+    "run",
+    "nemotronh",
+    "--gpus",
+    "1",
+    "--proxy",
+    "tiny",
+    "--gpu",
+    "h100",
+    "--steps",
+    "1",
+    "--no-window-check",
+]
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 # nvidia-smi as a node with two H100s answers (the lines real H100 nodes print)

@@ -182,7 +182,9 @@ def test_checkpoint_save_then_load_restores_identical_weights(llmb_proc, install
         "--proxy",
         "tiny",
     ]
-    saved, first = run_json(llmb_proc, *args, "--steps", "3", "--no-window-check", "--checkpoint-save", env=install)
+    saved, first = run_json(
+        llmb_proc, *args, "--steps", "3", "--no-window-check", "--checkpoint-save", env=install
+    )
     # The job succeeded; its result is too_short: 3 steps end before the window.
     assert (
         saved.code == 0

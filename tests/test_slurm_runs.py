@@ -433,7 +433,16 @@ def test_abbreviated_sbatch_options_are_refused_and_what_passes_is_the_option_na
 
 def test_a_job_slurm_has_forgotten_is_decided_by_its_exit_marker(llmb_proc, env, slurm):
     _, started = run_json(
-        llmb_proc, "run", *PROXY, "--gpus", "1", "--steps", "2", "--no-window-check", "--detach", env=env
+        llmb_proc,
+        "run",
+        *PROXY,
+        "--gpus",
+        "1",
+        "--steps",
+        "2",
+        "--no-window-check",
+        "--detach",
+        env=env,
     )
     job, sid = started["job_id"], slurm_id(env, started["job_id"])
     marker = Path(env["LLMB_INSTALL"]) / "jobs" / job / "attempt-1.exit"

@@ -50,6 +50,8 @@ def _summary(samples: int) -> str:
 
 def test_a_mean_over_part_of_the_window_carries_its_count():
     assert (
-        "  step time   1,234.5 ms mean of only 2 of the window's 34 steps, 5.00 ms std" in _summary(2)
+        "  step time   1,234.5 ms mean of only 2 of the window's 34 steps, 5.00 ms std"
+        in _summary(2)
     )
-    assert "  step time   1,234.5 ms mean, 5.00 ms std" in _summary(34)  # the whole window: no words
+    whole = _summary(34)  # the whole window: no words
+    assert "  step time   1,234.5 ms mean, 5.00 ms std" in whole

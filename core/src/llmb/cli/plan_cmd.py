@@ -247,12 +247,17 @@ def _proxy_lines(plan) -> list[str]:
     if p.fit is not None:
         m = p.fit.memory
         lines.insert(2, f"  fit          {', '.join(p.fit.differences()) or 'the whole model'}")
+        held = (
+            f"a CPU rank's {p.fit.capacity_gb:.1f} GB{p.fit.capacity_words}"
+            if p.fit.capacity_words
+            else f"the {r_gpu(p)}'s {p.fit.capacity_gb:g} GB"
+        )
         lines.insert(
             3,
-            f"               ~{m.total_gb:.1f} GB per GPU by the torch engine's estimate (weights "
-            f"{m.weights_gb:.1f}, gradients {m.gradients_gb:.1f}, optimizer {m.optimizer_gb:.1f}, "
-            f"activations {m.activations_gb:.1f}, logits {m.logits_gb:.1f}); at most "
-            f"{p.fit.budget_gb:.1f} of the {r_gpu(p)}'s {p.fit.capacity_gb:g} GB",
+            f"               ~{m.total_gb:.1f} GB per {'rank' if p.fit.capacity_words else 'GPU'} by "
+            f"the torch engine's estimate (weights {m.weights_gb:.1f}, gradients {m.gradients_gb:.1f}, "
+            f"optimizer {m.optimizer_gb:.1f}, activations {m.activations_gb:.1f}, logits "
+            f"{m.logits_gb:.1f}); at most {p.fit.budget_gb:.1f} of {held}",
         )
     return lines
 

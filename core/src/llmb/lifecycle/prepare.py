@@ -304,18 +304,57 @@ def _capacity_gb(recipe: Recipe) -> float | None:
     return gpu_type(recipe.gpu).memory_gb
 
 
-def choose_fit(plan: Plan, options: RunOptions, ranks: int) -> RunOptions:
-    """``--fit``: ``options`` with the slice each of the run's GPUs holds (``llmb.recipes.fit``), chosen
-    for the layout and batch the torch engine runs it with (data parallel over ``ranks``)."""
+@dataclass(frozen=True)
+class RankMemory:
+    """What one rank of a run may hold: a GPU's memory, or on this machine's CPU its share of the host's
+    (its ranks share it)."""
+
+    gb: float
+    holder: str  # "h100", "CPU rank"
+    words: str = ""  # where a CPU rank's share comes from
+
+    def said(self) -> str:
+        return (
+            f"the {self.holder}'s {self.gb:g} GB"
+            if not self.words
+            else (f"a CPU rank's {self.gb:.1f} GB{self.words}")
+        )
+
+
+def rank_memory(recipe: Recipe, device: str, ranks: int) -> RankMemory | None:
+    """One rank's memory on ``device``: the GPU type's, or on the CPU the host's memory over ``ranks``
+    (``llmb.runs.capability.host_memory``); None where neither is known."""
+    if device == "cpu":
+        from llmb.runs.capability import host_memory
+
+        host = host_memory()
+        if host is None:
+            return None
+        return RankMemory(
+            host.gb / ranks,
+            "CPU rank",
+            f": {host.describe()} over {ranks} rank{'s' if ranks != 1 else ''}",
+        )
+    capacity = _capacity_gb(recipe)
+    return RankMemory(capacity, recipe.gpu) if capacity else None
+
+
+def choose_fit(plan: Plan, options: RunOptions, ranks: int, device: str = "cuda") -> RunOptions:
+    """``--fit``: ``options`` with the slice each of the run's ranks holds (``llmb.recipes.fit``): a GPU's
+    memory, or on the CPU its share of this machine's, chosen for the layout and batch the torch engine
+    runs it with (data parallel over ``ranks``)."""
     if not options.fit or options.fitted is not None:
         return options
-    capacity = _capacity_gb(plan.recipe)
-    if not capacity:
+    memory = rank_memory(plan.recipe, device, ranks)
+    if memory is None:
         raise UsageError(
-            f"--fit sizes the slice to the GPU's memory, and llmb has none on record for "
-            f"{plan.recipe.gpu}; use --layers N."
+            f"--fit sizes the slice to the {'host' if device == 'cpu' else 'GPU'}'s memory, and llmb "
+            f"has none on record for {'this machine' if device == 'cpu' else plan.recipe.gpu}; use "
+            f"--layers N."
         )
-    fitted = largest_slice(proxy_recipe(plan.recipe, ranks), plan.arch, plan.recipe.gpu, capacity)
+    fitted = largest_slice(
+        proxy_recipe(plan.recipe, ranks), plan.arch, memory.holder, memory.gb, memory.words
+    )
     return replace(options, fitted=fitted)
 
 
@@ -328,9 +367,9 @@ def memory_breakdown(estimate: MemoryEstimate) -> str:
     )
 
 
-def what_fits(plan: Plan, ranks: int) -> str:
-    """What would fit one of the run's GPUs: ``--fit``'s slice, and ``--layers N`` where layers alone do."""
-    options = choose_fit(plan, RunOptions(fit=True), ranks)
+def what_fits(plan: Plan, ranks: int, device: str = "cuda") -> str:
+    """What would fit one of the run's ranks: ``--fit``'s slice, and ``--layers N`` where layers alone do."""
+    options = choose_fit(plan, RunOptions(fit=True), ranks, device)
     fitted = options.fitted
     assert fitted is not None
     arch = fitted.arch
@@ -350,26 +389,30 @@ def check_memory(
     the GPU type's memory, with the estimate term by term and what would fit. On a cluster's nodes
     (device ``auto``: GPUs or not is found there) the same finding is a warning. ``--no-memory-check``
     skips it."""
-    capacity = _capacity_gb(plan.recipe)
-    if shape.device == "cpu" or not options.memory_check or not capacity:
+    memory = rank_memory(plan.recipe, shape.device, ranks)
+    if not options.memory_check or memory is None:
         return
     ran = shape.ran
     if shape.proxy is None:  # the recipe's layout as the torch engine runs it: CP folded into DP
         ran = replace(ran, cp=shape.layout.cp, dp=shape.layout.dp(ranks), ga=shape.ga)
-    estimate = torch_estimate(ran, shape.arch, capacity)
-    if estimate.total_gb <= capacity:
+    estimate = torch_estimate(ran, shape.arch, memory.gb)
+    if estimate.total_gb <= memory.gb:
         return
     r = plan.recipe
+    on_cpu = shape.device == "cpu"
     try:
-        fits = what_fits(plan, ranks)
+        fits = what_fits(plan, ranks, shape.device)
     except UsageError:
-        fits = "no slice of it fits one GPU (not even one layer): use the production engine on a cluster"
+        fits = (
+            f"no slice of it fits one {'CPU rank' if on_cpu else 'GPU'} (not even one layer): use the "
+            f"production engine on a cluster"
+        )
     said = (
         f"{r.workload} {r.size} as this run builds it ({shape.arch.layers} "
         f"layer{'s' if shape.arch.layers != 1 else ''}"
         + (f", {shape.arch.experts} experts per MoE layer" if shape.arch.experts else "")
-        + f") needs ~{estimate.total_gb:.1f} GB per GPU on the torch engine "
-        f"({memory_breakdown(estimate)}), more than the {r.gpu}'s {capacity:g} GB; {fits}"
+        + f") needs ~{estimate.total_gb:.1f} GB per {'rank' if on_cpu else 'GPU'} on the torch engine "
+        f"({memory_breakdown(estimate)}), more than {memory.said()}; {fits}"
     )
     if shape.device == "auto":
         warnings.append(f"{said}, if the nodes run it on GPUs of this type.")
@@ -741,7 +784,7 @@ def prepare(
         host, plan, options, backend_name, engine, ranks, warnings, here
     )
     placement(ranks, recipe.gpus_per_node)  # refused before the engine's own checks
-    options = choose_fit(plan, options, ranks)
+    options = choose_fit(plan, options, ranks, device)
     if options.fitted is not None:
         warnings.append(options.fitted.text())
     shape = (
@@ -854,13 +897,14 @@ def plan_proxy(
     from llmb.recipes.params import count_params
 
     recipe, workload = plan.recipe, plan.workload
-    options = choose_fit(plan, RunOptions(proxy=proxy, fit=fit), ranks)
-    arch, seq_len = proxy_arch(workload, recipe, options)
+    asked = RunOptions(proxy=proxy, fit=fit)
     refusal = None
     try:
-        device, _ = check_machine(recipe, options, detect(), ranks)
+        device, _ = check_machine(recipe, asked, detect(), ranks)
     except UsageError as exc:
         device, refusal = "cpu", str(exc)
+    options = choose_fit(plan, asked, ranks, device)  # a CPU's ranks fit this machine's memory
+    arch, seq_len = proxy_arch(workload, recipe, options)
     dtype, _ = compute_dtype(device, recipe.dtype)
     run = proxy_run(
         recipe,

@@ -43,8 +43,10 @@ class Fit:
     full: ModelArch
     arch: ModelArch
     memory: MemoryEstimate
-    gpu: str
+    gpu: str  # what holds one rank's share: the GPU type, or "CPU rank"
     capacity_gb: float
+    # where the capacity is from where it is not the GPU's own memory (a CPU rank's share of the host)
+    capacity_words: str = ""
 
     @property
     def budget_gb(self) -> float:
@@ -80,11 +82,13 @@ class Fit:
 
     def text(self) -> str:
         changes = ", ".join(self.differences()) or "none: the whole model fits"
+        per = "rank" if self.capacity_words else "GPU"
         return (
             f"--fit: the largest slice of {self.full.family} {self.full.size} that one {self.gpu} "
-            f"({self.capacity_gb:g} GB) holds by the torch engine's estimate: {changes}; estimated "
-            f"{self.memory.total_gb:.1f} GB per GPU (at most {self.budget_gb:.1f} GB: "
-            f"{FIT_FRACTION:.0%} of the GPU, the rest the estimate's margin)."
+            f"({_capacity(self.capacity_gb, self.capacity_words)}) holds by the torch engine's "
+            f"estimate: {changes}; estimated {self.memory.total_gb:.1f} GB per {per} (at most "
+            f"{self.budget_gb:.1f} GB: {FIT_FRACTION:.0%} of {'its share' if self.capacity_words else 'the GPU'}, "
+            f"the rest the estimate's margin)."
         )
 
     def as_dict(self) -> dict:
@@ -128,7 +132,14 @@ def _largest(low: int, high: int, fits) -> int | None:
     return low
 
 
-def largest_slice(recipe: Recipe, full: ModelArch, gpu: str, capacity_gb: float) -> Fit:
+def _capacity(gb: float, words: str) -> str:
+    """``80 GB`` (a GPU's memory), or ``11.5 GB: this machine's 23.0 GB (...) over 2 ranks``."""
+    return f"{gb:.1f} GB{words}" if words else f"{gb:g} GB"
+
+
+def largest_slice(
+    recipe: Recipe, full: ModelArch, gpu: str, capacity_gb: float, capacity_words: str = ""
+) -> Fit:
     """The slice of ``full`` that ``recipe`` (the layout and batch the torch engine runs: a proxy's, data
     parallel) fits into ``capacity_gb`` less the margin; UsageError when none does."""
     budget = capacity_gb * FIT_FRACTION
@@ -140,7 +151,7 @@ def largest_slice(recipe: Recipe, full: ModelArch, gpu: str, capacity_gb: float)
         return estimate(arch).total_gb <= budget
 
     def done(arch: ModelArch) -> Fit:
-        return Fit(full, arch, estimate(arch), gpu, capacity_gb)
+        return Fit(full, arch, estimate(arch), gpu, capacity_gb, capacity_words)
 
     def most_layers(arch: ModelArch, low: int) -> ModelArch | None:
         found = _largest(low, full.layers, lambda n: fits(arch.with_layers(n)))
@@ -169,7 +180,9 @@ def largest_slice(recipe: Recipe, full: ModelArch, gpu: str, capacity_gb: float)
         return done(replace(least, vocab=vocab * VOCAB_MULTIPLE))
     alone = estimate(replace(least, vocab=VOCAB_MULTIPLE))
     raise UsageError(
-        f"--fit: no slice of {full.family} {full.size} fits one {gpu} ({capacity_gb:g} GB): "
-        f"{least.layers} layer(s) alone need ~{alone.total_gb:.1f} GB per GPU by the torch engine's "
+        f"--fit: no slice of {full.family} {full.size} fits one {gpu} "
+        f"({_capacity(capacity_gb, capacity_words)}): "
+        f"{least.layers} layer(s) alone need ~{alone.total_gb:.1f} GB per "
+        f"{'rank' if capacity_words else 'GPU'} by the torch engine's "
         f"estimate. Run it over more GPUs with the production engine on a cluster."
     )

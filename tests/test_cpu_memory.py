@@ -1,0 +1,98 @@
+"""A CPU run fits its host (issue 43, item 2): the memory check and --fit use the memory this machine's
+ranks share (its RAM, a container's limit or ulimit -v, whichever is least), not the GPU type's; a run
+that needs more is refused before it starts. The host's memory here is a limit the test sets (ulimit -v)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import _llmb_executable
+from llmb.runs.capability import host_memory
+
+LIMIT_KB = 4 << 20  # 4 GiB of address space: llmb's own process needs far less before it trains
+
+
+def limited(tmp_path, *args: str, kb: int = LIMIT_KB) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LLMB_INSTALL": str(tmp_path / "install"), "LLMB_FORCE_CPU": "1"}
+    return subprocess.run(
+        ["bash", "-c", f'ulimit -v {kb} && exec "$0" "$@"', _llmb_executable(), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_the_host_memory_is_the_least_of_what_limits_it():
+    found = host_memory()
+    assert found is not None and found.gb > 0.1
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        total_kb = int(next(line for line in handle if line.startswith("MemTotal:")).split()[1])
+    assert found.gb <= total_kb / (1 << 20) + 1e-9  # never more than the RAM
+
+
+def test_a_cpu_run_needing_more_than_the_host_is_refused_before_it_starts(tmp_path):
+    # Nemotron-4 340B's one layer: ~236 GB for one CPU rank by the torch engine's estimate
+    args = ["run", "nemotron4", "--size", "340b", "--gpu", "h100", "--gpus", "1", "--layers", "1"]
+    refused = limited(tmp_path, *args, "--dtype", "bf16")
+    assert refused.returncode == 2, refused.stderr
+    assert (
+        "more than a CPU rank's 4.0 GB: this machine's 4.0 GB (the address-space limit, ulimit -v) "
+        "over 1 rank" in refused.stderr
+    ), refused.stderr
+    assert "Nothing was started" in refused.stderr
+    assert not (tmp_path / "install" / "jobs").exists()
+
+
+def test_fit_on_a_cpu_fits_the_hosts_memory_shared_by_the_ranks(tmp_path):
+    args = [
+        "plan",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        "2",
+        "--fit",
+    ]
+    planned = limited(tmp_path, *args, kb=16 << 20)  # 16 GiB: 8 a rank
+    assert planned.returncode == 0, planned.stderr
+    assert (
+        "of a CPU rank's 8.0 GB: this machine's 16.0 GB (the address-space limit, ulimit -v) over 2 "
+        "ranks" in planned.stdout
+    ), planned.stdout
+    assert "80 GB" not in planned.stdout.split("shallow run:", 1)[1]  # not the H100's memory
+    # 2 GB a rank hold not one layer of it: said so, per rank
+    small = limited(tmp_path, *args)
+    assert small.returncode == 2
+    assert (
+        "--fit: no slice of llama 8b fits one CPU rank (2.0 GB: this machine's 4.0 GB"
+        in small.stderr
+    )
+    assert "GB per rank by the torch engine's estimate" in small.stderr
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_cpu_proxy_that_fits_runs_as_before(tmp_path, ranks):
+    dry = limited(
+        tmp_path,
+        "run",
+        "llama31",
+        "--size",
+        "8b",
+        "--gpu",
+        "h100",
+        "--dtype",
+        "bf16",
+        "--gpus",
+        str(ranks),
+        "--proxy",
+        "tiny",
+        "--dry-run",
+    )
+    assert dry.returncode == 0 and "stop here" not in dry.stderr, dry.stderr
