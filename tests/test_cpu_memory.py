@@ -96,3 +96,88 @@ def test_a_cpu_proxy_that_fits_runs_as_before(tmp_path, ranks):
         "--dry-run",
     )
     assert dry.returncode == 0 and "stop here" not in dry.stderr, dry.stderr
+
+
+def _memory_cgroup(tmp_path, limit: int):
+    """A memory cgroup of ``limit`` bytes (v1's memory controller, else v2's), and the file a process
+    joins it by; None where this machine lets no test make one."""
+    import uuid
+
+    name = f"llmb-test-{uuid.uuid4().hex[:8]}"
+    for root, limit_file in (
+        ("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
+        ("/sys/fs/cgroup", "memory.max"),
+    ):
+        directory = os.path.join(root, name)
+        try:
+            os.mkdir(directory)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(directory, limit_file), "w") as handle:
+                handle.write(str(limit))
+            return directory
+        except OSError:
+            os.rmdir(directory)
+    return None
+
+
+def test_a_rank_the_oom_killer_ends_is_reported_as_such_with_its_memory(tmp_path):
+    """A tiny proxy run in a cgroup of 250 MB: its rank, importing torch, is the process the kernel's
+    out-of-memory killer picks."""
+    import json
+    import time
+
+    cgroup = _memory_cgroup(tmp_path, 250 << 20)
+    if cgroup is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a writable cgroup mount)")
+    try:
+        env = {**os.environ, "LLMB_INSTALL": str(tmp_path / "install"), "LLMB_FORCE_CPU": "1"}
+        args = [
+            "run",
+            "nemotronh",
+            "--size",
+            "56b",
+            "--gpu",
+            "h100",
+            "--dtype",
+            "fp8",
+            "--gpus",
+            "1",
+        ]
+        done = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'echo $$ > {cgroup}/cgroup.procs && exec "$0" "$@"',
+                _llmb_executable(),
+                *args,
+                "--proxy",
+                "tiny",
+                "--steps",
+                "3",
+                "--no-window-check",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert done.returncode != 0, done.stdout
+        [job] = os.listdir(tmp_path / "install" / "jobs")
+        ended = json.loads((tmp_path / "install" / "jobs" / job / "exit.json").read_text())
+        assert ended["state"] == "FAILED", ended
+        assert ended["reason"].startswith(
+            "rank 0 was killed by the kernel's out-of-memory killer (SIGKILL) at a peak of "
+        ), ended["reason"]
+        assert (
+            "GB resident (of this machine's 0.2 GB (its container's memory limit" in ended["reason"]
+        )
+    finally:
+        for _ in range(50):  # the cgroup goes once its last process has
+            try:
+                os.rmdir(cgroup)
+                break
+            except OSError:
+                time.sleep(0.2)

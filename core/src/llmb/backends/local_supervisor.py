@@ -56,13 +56,36 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def describe_exit(code: int) -> str:
+def describe_exit(code: int, peak_kb: int | None = None, out_of_memory: bool = False) -> str:
+    """``exited with code 1``, ``was killed by SIGTERM``; a rank the kernel's out-of-memory killer ended
+    (a SIGKILL while the kernel counted an OOM kill, ``oom_kills``) is said to be that, with the memory
+    it had at its peak (``peak_kb``: its ru_maxrss) and what this machine has."""
+    if code == -signal.SIGKILL and out_of_memory:
+        from llmb.runs.capability import host_memory
+
+        had = f" at a peak of {peak_kb / (1 << 20):.1f} GB resident" if peak_kb else ""
+        host = host_memory()
+        of = f" (of {host.describe()})" if host is not None else ""
+        return f"was killed by the kernel's out-of-memory killer (SIGKILL){had}{of}"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended since boot (``/proc/vmstat``'s
+    oom_kill, Linux 4.13 and later); None where it is not counted."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class Supervisor:
@@ -81,6 +104,9 @@ class Supervisor:
         self.cancelled = False
         # (rank, exit code) of the first rank seen failing
         self.first_failure: tuple[int, int] | None = None
+        # each ended rank's peak resident memory (ru_maxrss, KiB), and the kernel's OOM kills before them
+        self.peak_kb: dict[int, int] = {}
+        self.oom_kills_before: int | None = None
         # a local slot (a CPU job) or the locks of the job's GPUs (local_gpus)
         self.slot: local_slots.Slot | local_gpus.GpuLocks | None = None
         self.slot_record: dict = {}
@@ -241,11 +267,37 @@ class Supervisor:
         except OSError as exc:  # status and cancel still find the ranks by their environment
             self.note(f"could not record the ranks' pids: {describe_os_error(exc)}")
 
+    def poll(self, rank: int) -> int | None:
+        """The rank's exit code once it ended (None before), reaped with its resource use: its peak
+        resident memory is kept (``peak_kb``)."""
+        proc = self.procs[rank]
+        if proc.returncode is not None:
+            return proc.returncode
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (Popen.poll): its code, without its usage
+            return proc.poll()
+        if pid == 0:
+            return None
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_kb[rank] = usage.ru_maxrss
+        return proc.returncode
+
+    def why(self, rank: int, code: int) -> str:
+        """``rank 0 was killed by ...``: how the rank ended, out of memory where the kernel says so."""
+        after = oom_kills()
+        out_of_memory = (
+            self.oom_kills_before is not None
+            and after is not None
+            and after > self.oom_kills_before
+        )
+        return f"rank {rank} {describe_exit(code, self.peak_kb.get(rank), out_of_memory)}"
+
     def wait(self) -> dict[int, int]:
         """Exit codes by rank. The first rank to fail stops the others."""
         failed_at = None
         while True:
-            codes = {r: p.poll() for r, p in enumerate(self.procs)}
+            codes = {r: self.poll(r) for r in range(len(self.procs))}
             bad = [r for r, c in codes.items() if c not in (None, 0)]
             if bad and self.first_failure is None:
                 self.first_failure = (bad[0], codes[bad[0]])
@@ -255,8 +307,8 @@ class Supervisor:
                 failed_at = time.monotonic()
                 rank = bad[0]
                 self.note(
-                    f"rank {rank} (pid {self.procs[rank].pid}) {describe_exit(codes[rank])}; "
-                    f"stopping the other ranks"
+                    f"{self.why(rank, codes[rank])} (pid {self.procs[rank].pid}); stopping the other "
+                    f"ranks"
                 )
                 self.stop(signal.SIGTERM)
             if failed_at is not None and time.monotonic() - failed_at > STOP_GRACE_S:
@@ -273,7 +325,7 @@ class Supervisor:
         first = self.first_failure or (min(failed.items()) if failed else None)
         reason = "cancelled" if cancelled else None
         if state == "FAILED" and first is not None:
-            reason = f"rank {first[0]} {describe_exit(first[1])}"
+            reason = self.why(*first)
         try:
             written = record_end(
                 self.host(),
@@ -326,6 +378,7 @@ class Supervisor:
             return
         try:
             self.take_slot(gpus)
+            self.oom_kills_before = oom_kills()
             self.start_ranks()
             codes = self.wait()
             self.release_slot()  # every rank has ended: the next local job may start
