@@ -22,19 +22,23 @@ def test_the_orders_are_the_catalogues():
     assert in_dtype_order(["nvfp4", "fp8", "bf16", "fp8", "mxfp8"]) == [*DTYPES, "mxfp8"]
 
 
-def test_list_orders_gpus_and_dtypes_one_way_and_lists_the_h200(cli):
-    matrix = json.loads(cli("list", "--json").out)
+def test_list_orders_gpus_and_dtypes_one_way_and_lists_the_h200(cli, monkeypatch):
+    matrix = json.loads(cli("list", "--json").out)  # the published recipes' rows: the H200 has none
     for e in matrix:
         assert e["dtypes"] == in_dtype_order(e["dtypes"]), e
     for _, rows in groupby(matrix, key=lambda e: (e["workload"], e["variant"], e["size"])):
         gpus = [e["gpu"] for e in rows]
         assert gpus == sorted(gpus, key=in_gpu_order(gpus).index), gpus
     h100 = [e for e in matrix if e["gpu"] == "h100"]
-    h200 = [e for e in matrix if e["gpu"] == "h200"]
-    assert h100 and [e["runs_recipes_of"] for e in h200] == ["h100"] * len(h100)
-    strip = lambda e: {k: v for k, v in e.items() if k not in ("gpu", "runs_recipes_of")}  # noqa: E731
-    assert [strip(e) for e in h200] == [strip(e) for e in h100]  # the same rows, its own name
+    assert h100 and all(e["also_run_by"] == ["h200"] for e in h100)
+    assert not [e for e in matrix if e["gpu"] == "h200"]
+    # the table: an H200 row beside each H100 row, and why
+    monkeypatch.setenv("COLUMNS", "200")
     shown = cli("list").out
+    rows = [line.split() for line in shown.splitlines() if line.startswith(("llama31", "qwen3"))]
+    h100_rows = [r for r in rows if r[3] == "h100"]
+    assert h100_rows
+    assert [r[:3] + r[4:] for r in rows if r[3] == "h200"] == [r[:3] + r[4:] for r in h100_rows]
     assert (
         "h200 runs the h100 recipe (same chip, more memory: NVIDIA's H200 product page)." in shown
     )

@@ -17,9 +17,11 @@ def _compact(counts: tuple[int, ...]) -> str:
     return f"{counts[0]},{counts[1]},...,{counts[-1]}"
 
 
-def support_matrix(workloads: list) -> list[dict[str, Any]]:
-    """One entry per (workload, variant, size, GPU type, scaling, GPU counts),
-    with the dtypes that share them."""
+def support_matrix(workloads: list, runners_too: bool = False) -> list[dict[str, Any]]:
+    """One entry per (workload, variant, size, GPU type, scaling, GPU counts) of the published recipes,
+    with the dtypes that share them, and ``also_run_by``: the GPU types that run that recipe (gpus.yaml
+    ``runs_recipes_of``: the H200 the H100's). ``runners_too`` (the table): each of those has its own
+    entries too, with ``runs_recipes_of`` saying whose recipe it runs."""
     from llmb.recipes.gpus import catalogue, in_dtype_order
 
     gpus = catalogue()
@@ -36,7 +38,7 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
             for s, gpu in (
                 (series, gpu)
                 for series in variant.series
-                for gpu in (series.gpu, *runners.get(series.gpu, ()))
+                for gpu in (series.gpu, *(runners.get(series.gpu, ()) if runners_too else ()))
             ):
                 key = (
                     workload.name,
@@ -57,8 +59,6 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
                         "framework": variant.framework,
                         "size": s.size,
                         "gpu": gpu,
-                        # the GPU type whose recipe it runs (None: its own)
-                        "runs_recipes_of": s.gpu if gpu != s.gpu else None,
                         "dtypes": [],
                         "scaling": s.scaling,
                         "min_gpus": s.min_gpus,
@@ -69,6 +69,9 @@ def support_matrix(workloads: list) -> list[dict[str, Any]]:
                         "source": s.provenance.document,
                         # deprecated by its publisher's collection (still listed and runnable); None: current
                         "deprecated": deprecated,
+                        # the GPU types that run this published recipe as their own (the H200 the H100's)
+                        "also_run_by": list(runners.get(s.gpu, ())) if gpu == s.gpu else [],
+                        **({"runs_recipes_of": s.gpu} if gpu != s.gpu else {}),
                     },
                 )
                 entry["dtypes"] = in_dtype_order([*entry["dtypes"], *s.dtypes])
@@ -79,7 +82,7 @@ def _print_runners(matrix: list[dict[str, Any]]) -> None:
     """One line for each GPU type listed with another's recipes: ``h200 runs the h100 recipe (...)``."""
     from llmb.recipes.gpus import runs_note
 
-    for gpu in dict.fromkeys(e["gpu"] for e in matrix if e["runs_recipes_of"]):
+    for gpu in dict.fromkeys(e["gpu"] for e in matrix if e.get("runs_recipes_of")):
         click.echo(fit_text(f"\n{runs_note(gpu)}."))
 
 
@@ -112,10 +115,10 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
     types, dtypes and GPU counts its published recipes cover."""
     host = get_host(ctx)
     chosen = [host.workload(workload)] if workload else list(host.workloads().values())
-    matrix = support_matrix(chosen)
     if as_json:
-        emit_json(matrix)
+        emit_json(support_matrix(chosen))
         return
+    matrix = support_matrix(chosen, runners_too=True)
     if not matrix:
         click.echo("No workloads installed. Install one, e.g. pip install llmb-plugin-llama31.")
         return

@@ -203,7 +203,9 @@ def show_planned(
         f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
     )
     if costs:
-        click.echo(cost_line(costs), err=True)
+        from llmb.cli.output import echo_err
+
+        echo_err(cost_line(costs))
 
 
 @dataclass(frozen=True)

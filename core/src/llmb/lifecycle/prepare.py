@@ -211,7 +211,10 @@ def where_it_runs(
     check = getattr(host.backend_impl(backend_name), "check", None)
     # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
     if check is not None:
-        warnings += check(options.submit)
+        try:
+            warnings += check(options.submit)
+        except UsageError as exc:
+            _refuse_or_note(exc, here)
     recipe = plan.recipe
     if backend_name != "local":
         if (
