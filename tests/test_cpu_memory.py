@@ -67,14 +67,18 @@ def test_fit_on_a_cpu_fits_the_hosts_memory_shared_by_the_ranks(tmp_path):
         "ranks" in planned.stdout
     ), planned.stdout
     assert "80 GB" not in planned.stdout.split("shallow run:", 1)[1]  # not the H100's memory
-    # 2 GB a rank hold not one layer of it: said so, per rank
+    # 2 GB a rank hold not one layer of it: the plan shows what a GPU would hold, and says llmb run here
+    # would refuse it, per rank; llmb run refuses it
     small = limited(tmp_path, *args)
-    assert small.returncode == 2
+    assert small.returncode == 0, small.stderr
+    said = " ".join(small.stdout.split())
     assert (
-        "--fit: no slice of llama 8b fits one CPU rank (2.0 GB: this machine's 4.0 GB"
-        in small.stderr
-    )
-    assert "GB per rank by the torch engine's estimate" in small.stderr
+        "llmb run --fit here would refuse it: --fit: no slice of llama 8b fits one CPU rank (2.0 GB: "
+        "this machine's 4.0 GB" in said
+    ), small.stdout
+    assert "GB per rank by the torch engine's estimate" in said
+    ran = limited(tmp_path, "run", *args[1:])
+    assert ran.returncode == 2 and "no slice of llama 8b fits one CPU rank (2.0 GB" in ran.stderr
 
 
 @pytest.mark.parametrize("ranks", [1, 2])

@@ -188,8 +188,7 @@ def test_llmb_run_refuses_a_uuid_it_cannot_resolve_before_anything_is_submitted(
     broken, cli, monkeypatch
 ):
     """Through the CLI, CUDA_VISIBLE_DEVICES in the shell or given with --env: exit 2, the reason, no
-    job; a dry run shows the run and says a submission would stop there (exit 0). The machine's two
-    GPUs are given (the driver's /proc files are not here)."""
+    job. The machine's two GPUs are given (the driver's /proc files are not here)."""
     install, _, failing = broken
     monkeypatch.setenv("LLMB_INSTALL", str(install))
     monkeypatch.setenv("PATH", failing["PATH"])
@@ -207,9 +206,8 @@ def test_llmb_run_refuses_a_uuid_it_cannot_resolve_before_anything_is_submitted(
         for name, value in shell.items():
             monkeypatch.setenv(name, value)
         out = cli(*GPU_RUN, *args)
-        assert out.code == (0 if "--dry-run" in args else 2), (args, out.code, out.err)
+        assert out.code == 2, (args, out.code, out.err)
         assert REFUSAL in out.err and "Name the GPUs by index" in out.err, out.err
-        assert ("a real submission would stop here: " in out.err) == ("--dry-run" in args)
         assert "Traceback" not in out.err
     assert not (install / "jobs").exists() or not list((install / "jobs").iterdir())
     # named by index, the same run is planned

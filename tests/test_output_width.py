@@ -77,7 +77,7 @@ def install_with_runs(tmp_path_factory, llmb_executable):
     """An install with two real tiny-proxy runs, started under a pty with COLUMNS=80: the run summaries."""
     install = str(tmp_path_factory.mktemp("narrow"))
     summaries = []
-    for extra in ([], ["--set", "steps=20"]):
+    for extra in ([], ["--set", "steps=20", "--no-window-check"]):
         summaries.append(
             _under_pty(
                 llmb_executable,

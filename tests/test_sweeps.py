@@ -32,6 +32,7 @@ nemotronh:
   layers: 2
   steps: 3
   window_check: false
+  memory_check: false
 """
 
 
@@ -59,7 +60,8 @@ def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host
     fp8_two = [t for t in tasks if t.dtype == "fp8" and t.gpus == 2]
     assert {t.repeat for t in fp8_two} == {1, 2}
     assert all(
-        t.options == {"proxy": "tiny", "steps": 30, "env_items": ("NCCL_DEBUG=INFO",)}
+        t.options
+        == {"proxy": "tiny", "steps": 30, "window_check": False, "env_items": ("NCCL_DEBUG=INFO",)}
         for t in fp8_two
     )
     bf16_one = next(t for t in tasks if t.dtype == "bf16" and t.gpus == 1)
@@ -72,7 +74,13 @@ def test_a_sweep_file_expands_with_defaults_sections_and_per_task_overrides(host
     hybrid = tasks[-1]
     # A section's keys win over the defaults: no proxy here, the seeds' --layers instead.
     assert (hybrid.workload, hybrid.size, hybrid.gpu) == ("nemotronh", None, "h100")
-    assert hybrid.options == {"proxy": None, "layers": 2, "steps": 3}
+    assert hybrid.options == {
+        "proxy": None,
+        "layers": 2,
+        "steps": 3,
+        "window_check": False,
+        "memory_check": False,  # Nemotron-H 56B's two full-width layers outgrow a CPU rank's share
+    }
     assert hybrid.source == f"{path}: nemotronh"
 
 
@@ -226,7 +234,7 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1", **slurm.env(), **FAULTS}
     sweep_file = tmp_path / "acceptance.yaml"
     sweep_file.write_text(
-        "defaults: {gpu: h100, proxy: tiny, bare: true, steps: 3}\n"
+        "defaults: {gpu: h100, proxy: tiny, bare: true, steps: 3, window_check: false}\n"
         "llama31_8b:\n"
         "  dtypes: [bf16]\n"
         "  scales: [1, 2]\n"

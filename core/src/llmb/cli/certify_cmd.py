@@ -415,7 +415,9 @@ def certify_command(
             notes,
         )
     # too few steps are refused below, in a certification's words
-    checked = checked_tasks(host, tasks, {"window_check": False})
+    checked = checked_tasks(
+        host, [replace(t, options={**t.options, "window_check": False}) for t in tasks], {}
+    )
     if short := next((c for c in checked if c.planned.too_short), None):
         # every gate is judged on the window: such a suite could only fail, after its allocation
         raise UsageError(

@@ -211,10 +211,7 @@ def where_it_runs(
     check = getattr(host.backend_impl(backend_name), "check", None)
     # the backend's own refusals (LLMB_LOCAL_JOBS...) and warnings, before anything is written
     if check is not None:
-        try:
-            warnings += check(options.submit)
-        except UsageError as exc:
-            _refuse_or_note(exc, here)
+        warnings += check(options.submit)
     recipe = plan.recipe
     if backend_name != "local":
         if (
@@ -244,11 +241,9 @@ def where_it_runs(
         from llmb.runs.job_gpus import job_gpus
 
         # the GPUs the job will lock, as its supervisor finds them: a GPU named by a UUID that
-        # cannot be resolved to its index is refused here, before anything is submitted
-        try:
-            job_gpus(device, ranks, {**os.environ, **dict(recipe.env), **dict(options.env)})
-        except UsageError as exc:
-            refused(exc)
+        # cannot be resolved to its index is refused here, before anything is submitted (a dry
+        # run too: how the GPUs are named is the user's to correct, not this machine's limit)
+        job_gpus(device, ranks, {**os.environ, **dict(recipe.env), **dict(options.env)})
     if (
         engine != "torch"
         and importlib.util.find_spec("megatron") is None
@@ -906,7 +901,12 @@ def plan_proxy(
         device, _ = check_machine(recipe, asked, detect(), ranks)
     except UsageError as exc:
         device, refusal = "cpu", str(exc)
-    options = choose_fit(plan, asked, ranks, device)  # a CPU's ranks fit this machine's memory
+    try:
+        options = choose_fit(plan, asked, ranks, device)  # a CPU's ranks fit this machine's memory
+    except UsageError as exc:  # none fits here: what a GPU of the type would hold, and why not here
+        if device != "cpu":
+            raise
+        options, refusal = choose_fit(plan, asked, ranks, "cuda"), refusal or str(exc)
     arch, seq_len = proxy_arch(workload, recipe, options)
     dtype, _ = compute_dtype(device, recipe.dtype)
     run = proxy_run(
