@@ -43,18 +43,22 @@ def detaching(ctx, job):
     try:
         yield
     except KeyboardInterrupt:
-        from llmb.cli.output import fit_text, output_width
-
-        click.echo(
-            "\n"
-            + fit_text(
-                f"detached from {job.id}; it keeps running. Follow it again with llmb logs "
-                f"{job.id} --follow, stop it with llmb cancel {job.id}.",
-                output_width(sys.stderr),
-            ),
-            err=True,
-        )
+        _say_detached(job.id)
         ctx.exit(130)
+
+
+def _say_detached(job_id: str) -> None:
+    from llmb.cli.output import fit_text, output_width
+
+    click.echo(
+        "\n"
+        + fit_text(
+            f"detached from {job_id}; it keeps running. Follow it again with llmb logs "
+            f"{job_id} --follow, stop it with llmb cancel {job_id}.",
+            output_width(sys.stderr),
+        ),
+        err=True,
+    )
 
 
 def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
@@ -94,13 +98,14 @@ def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
     ctx.exit(0 if final.state == "SUCCEEDED" else 1)
 
 
-def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
+def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> list[str]:
     """A submission that did not complete leaves no job behind: its record
     is removed, once a backend that can (``withdraw``) has stopped what it
     started. A job that may have reached a cluster's scheduler keeps its
-    record (its status tells)."""
+    record (its status tells). The ids of the jobs kept."""
     from llmb.runs.jobs import BrokenJob, discard_job_dir, read_job
 
+    kept = []
     for job_id in job_ids:
         found = read_job(job_id)
         if found is None:
@@ -109,9 +114,11 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
         if not isinstance(found, BrokenJob):
             withdraw = getattr(_backend_of(ctx, found), "withdraw", None)
             try:
-                if withdraw is None or not withdraw(found):
-                    continue
+                withdrawn = withdraw is not None and withdraw(found)
             except Exception:  # noqa: BLE001 - withdraw what can be; the submission's own error is the one shown
+                withdrawn = False
+            if not withdrawn:
+                kept.append(job_id)
                 continue
         discard_job_dir(job_id)
         if interrupted:
@@ -119,6 +126,7 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> None:
                 f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs.",
                 err=True,
             )
+    return kept
 
 
 @click.command("run")
@@ -165,7 +173,11 @@ def run_command(
     try:
         submitted = submit_run(get_host(ctx), request, options, backend, dry_run=dry_run)
     except BaseException as exc:
-        _withdraw(ctx, created_job_ids()[before:], interrupted=isinstance(exc, KeyboardInterrupt))
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        kept = _withdraw(ctx, created_job_ids()[before:], interrupted=interrupted)
+        if interrupted and kept:  # the job had started and could not be withdrawn: it runs on
+            _say_detached(kept[0])
+            ctx.exit(130)
         raise
     if dry_run:
         _report_dry_run(submitted, as_json)
