@@ -182,14 +182,19 @@ def run_command(
     if dry_run:
         _report_dry_run(submitted, as_json)
         return
-    # the job exists from here on: an interrupt leaves it running, and says so
-    with detaching(ctx, submitted.job):
-        for warning in submitted.warnings:
-            warn(warning)
-        if detach:
-            report_detached(submitted.job, as_json)
-            return
-        _follow_and_report(ctx, submitted.job, as_json, announce=True)
+    # the job exists from here on: an interrupt leaves it running, and says so (also one that lands
+    # while the detaching context is being entered: its call is where Python delivers a signal)
+    try:
+        with detaching(ctx, submitted.job):
+            for warning in submitted.warnings:
+                warn(warning)
+            if detach:
+                report_detached(submitted.job, as_json)
+                return
+            _follow_and_report(ctx, submitted.job, as_json, announce=True)
+    except KeyboardInterrupt:
+        _say_detached(submitted.job.id)
+        ctx.exit(130)
 
 
 def _report_dry_run(submitted, as_json: bool) -> None:
