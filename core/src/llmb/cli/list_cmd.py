@@ -22,10 +22,9 @@ def support_matrix(workloads: list, runners_too: bool = False) -> list[dict[str,
     with the dtypes that share them, and ``also_run_by``: the GPU types that run that recipe (gpus.yaml
     ``runs_recipes_of``: the H200 the H100's). ``runners_too`` (the table): each of those has its own
     entries too, with ``runs_recipes_of`` saying whose recipe it runs."""
-    from llmb.recipes.gpus import catalogue, in_dtype_order
+    from llmb.recipes.gpus import catalogue, gpu_order_key, in_dtype_order
 
     gpus = catalogue()
-    position = {name: index for index, name in enumerate(gpus)}
     # a GPU type that runs another's recipes (gpus.yaml runs_recipes_of: the H200 the H100's) has its rows
     runners = {
         table: [name for name, spec in gpus.items() if spec.runs_recipes_of == table]
@@ -44,7 +43,7 @@ def support_matrix(workloads: list, runners_too: bool = False) -> list[dict[str,
                     workload.name,
                     vi,
                     size_key(s.size),
-                    (position.get(gpu, len(position)), gpu),
+                    gpu_order_key(gpu),
                     s.scaling != "weak",
                     s.min_gpus,
                     s.max_gpus,

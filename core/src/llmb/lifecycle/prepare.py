@@ -226,15 +226,12 @@ def where_it_runs(
         # A cluster's nodes are not this machine: the torch engine takes their GPUs when it finds any.
         return options, "auto" if engine == "torch" else "cuda"
 
-    def refused(exc: UsageError) -> None:
-        _refuse_or_note(exc, here)
-
     machine = detect()
     try:
         device, machine_warnings = check_machine(recipe, options, machine, ranks)
         warnings += machine_warnings
     except UsageError as exc:
-        refused(exc)
+        _refuse_or_note(exc, here)
         # as a machine that can run it would: a full-size run on GPUs, a proxy on this one's CPUs
         device = "cpu" if options.is_proxy and machine.gpus < ranks else "cuda"
     if device == "cuda" and machine.gpus:
@@ -249,12 +246,13 @@ def where_it_runs(
         and importlib.util.find_spec("megatron") is None
         and importlib.util.find_spec("nemo") is None
     ):
-        refused(
+        _refuse_or_note(
             UsageError(
                 f"the production engine ({engine}) runs inside NVIDIA's NeMo container "
                 f"({plan.container}); it is not installed here. "
                 f"Use a cluster backend, or the torch engine (--engine torch)."
-            )
+            ),
+            here,
         )
     return options, device
 

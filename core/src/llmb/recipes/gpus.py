@@ -59,11 +59,17 @@ def build_catalogue(raw: dict) -> dict[str, GpuType]:
     }
 
 
+def gpu_order_key(name: str) -> tuple[int, str]:
+    """A GPU type's place in the catalogue's order (gpus.yaml: h100, h200, b200, ...); a name it lacks
+    after them, alphabetically."""
+    order = list(catalogue())
+    return (order.index(name) if name in order else len(order), name)
+
+
 def in_gpu_order(names) -> list[str]:
-    """``names`` in the catalogue's order (gpus.yaml: h100, h200, b200, ...), each once; a name it lacks
-    after them, alphabetically: every list of GPU types llmb prints is in this one order."""
-    order = {name: index for index, name in enumerate(catalogue())}
-    return sorted(dict.fromkeys(names), key=lambda name: (order.get(name, len(order)), name))
+    """``names`` in ``gpu_order_key``'s order, each once: every list of GPU types llmb prints is in this
+    one order."""
+    return sorted(dict.fromkeys(names), key=gpu_order_key)
 
 
 def in_dtype_order(names) -> list[str]:
