@@ -86,7 +86,9 @@ def worker_pids(run_json_path: str) -> list[int]:
 
 
 def test_a_two_node_proxy_run_completes_and_its_result_is_shown(llmb_proc, env):
-    # The seeds' GPUS_PER_NODE makes the 4 ranks 2 nodes x 2; SBATCH_GPUS_PER_NODE asks for gres.
+    # The seeds' GPUS_PER_NODE makes the 4 ranks 2 nodes x 2; SBATCH_GPUS_PER_NODE asks for gres. The
+    # install's path holds a % (sbatch reads --output as a filename pattern: %j would be the job id).
+    env = {**env, "LLMB_INSTALL": env["LLMB_INSTALL"] + "-at-100%j"}
     two_per_node = {**env, "GPUS_PER_NODE": "2", "SBATCH_GPUS_PER_NODE": "2"}
     result, summary = run_json(
         llmb_proc,
@@ -124,6 +126,9 @@ def test_a_two_node_proxy_run_completes_and_its_result_is_shown(llmb_proc, env):
     script = next(run_dir.glob("sbatch_*.sh")).read_text()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=2" in script
     assert "#SBATCH --gpus-per-node=2" in script  # gres, accepted by the real Slurm
+    assert (
+        "-at-100%%j/" in script and "/sbatch_%x.out\n" in script
+    )  # what sbatch expands to the file
     inner = run_dir / run_dir.name.rsplit("_", 1)[0]
     assert (inner / f"sbatch_{inner.name}.out").exists() and (
         inner / f"log-{inner.name}.out"

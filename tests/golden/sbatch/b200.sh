@@ -3,7 +3,7 @@
 #SBATCH --job-name=pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8
-#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256_TIMESTAMP/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256/sbatch_pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256.out
+#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256_TIMESTAMP/pretrain_llama31_8b_fp8_gpus16_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs256/sbatch_%x.out
 #SBATCH --open-mode=append
 #SBATCH --exclusive
 #SBATCH --no-requeue

@@ -3,7 +3,7 @@
 #SBATCH --job-name=pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128
 #SBATCH --nodes=16
 #SBATCH --ntasks-per-node=4
-#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128_TIMESTAMP/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128/sbatch_pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128.out
+#SBATCH --output=$LLMB_INSTALL/workloads/llama31/experiments/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128_TIMESTAMP/pretrain_llama31_70b_fp8_gpus64_tp1_pp1_cp1_vpNone_ep1_mbs2_gbs128/sbatch_%x.out
 #SBATCH --open-mode=append
 #SBATCH --exclusive
 #SBATCH --no-requeue

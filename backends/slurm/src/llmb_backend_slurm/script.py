@@ -21,6 +21,7 @@ No ``set -x``: a traced script would print every exported value.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -114,6 +115,17 @@ def directive(key: str, value: str | None = None) -> str:
     return f'#SBATCH --{key}="{value}"'
 
 
+def output_pattern(path: str, job_name: str) -> str:
+    """``--output``'s value for the file ``path``. sbatch reads it as a filename pattern (``%j`` the job
+    id, ``%x`` its name, ``%%`` a percent sign: Slurm's sbatch man page, "filename pattern"), so a ``%``
+    of the path's own (an install under ``/lustre/100%``) is doubled, or the output would go to a
+    folder that does not exist; the file's name, ``sbatch_<job name>.out``, is written ``sbatch_%x.out``:
+    the same file, and the experiment's name once less in a line that held it four times."""
+    folder, name = os.path.split(path)
+    name = "sbatch_%x.out" if name == f"sbatch_{job_name}.out" else name.replace("%", "%%")
+    return os.path.join(folder.replace("%", "%%"), name)
+
+
 def render(script: BatchScript) -> str:
     q = shlex.quote
     lines = [
@@ -122,7 +134,7 @@ def render(script: BatchScript) -> str:
         directive("job-name", script.experiment),
         directive("nodes", str(script.nodes)),
         directive("ntasks-per-node", str(script.tasks_per_node)),
-        directive("output", script.output),
+        directive("output", output_pattern(script.output, script.experiment)),
         directive("open-mode", "append"),
     ]
     if script.exclusive:
