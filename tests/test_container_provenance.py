@@ -23,7 +23,11 @@ import pytest
 from llmb.recipes import references
 from llmb.yamlio import load_yaml_file
 
-COPIES = Path(__file__).parent / "upstream_copies" / "NVIDIA+dgxc-benchmarking"
+# The collection's copies, by its name then: NVIDIA/dgxc-benchmarking, renamed NVIDIA/exemplar-performance
+# (whose v26.08.00 moved each recipe to <model>/<phase>/<framework>/).
+UPSTREAM = Path(__file__).parent / "upstream_copies"
+COPIES = UPSTREAM / "NVIDIA+dgxc-benchmarking"
+RENAMED = UPSTREAM / "NVIDIA+exemplar-performance"
 REPOSITORY = "NVIDIA/dgxc-benchmarking"
 
 # (workload, variant) -> the release tag and recipe folder its document is, and how the top-level README
@@ -37,7 +41,18 @@ DOCUMENTS = {
 
 
 def copy(tag: str) -> dict:
-    return load_yaml_file(COPIES / f"{tag}.yaml")
+    renamed = RENAMED / f"{tag}.yaml"
+    return load_yaml_file(renamed if renamed.exists() else COPIES / f"{tag}.yaml")
+
+
+def recipe_folder(tag: str, model: str) -> str:
+    """Where ``tag`` keeps the recipe of ``model`` (``llama3.1``): its folder, or since v26.08.00 its
+    Megatron-Bridge pre-training folder."""
+    files = copy(tag)["files"]
+    folders = [
+        p.rsplit("/", 1)[0] for p in files if p.startswith(f"{model}/") and p.endswith("/README.md")
+    ]
+    return next((f for f in folders if f.endswith("/pretrain/megatron_bridge")), model)
 
 
 def lines(tag: str, path: str) -> list[str]:
@@ -148,19 +163,24 @@ def test_the_seed_document_is_that_releases_readme_byte_for_byte(host, seeds, ke
 
 
 def test_the_current_release_runs_another_llama31_recipe_and_the_variants_say_which(host):
-    """v26.06.01 runs Llama 3.1 on nemo:26.04.01 with other layouts (GB200 405B FP8: TP 4, PP 16 at
-    256-512 GPUs, where v25.12.01 has TP 2 with FSDP at 128-512)."""
+    """v26.08.00 (NVIDIA/exemplar-performance) runs Llama 3.1 on nemo:26.06.01 with other layouts
+    (GB200 405B FP8: TP 4, PP 16 at 256-512 GPUs, where v25.12.01 has TP 2 with FSDP at 128-512)."""
     for name in ("megatron-bridge", "nemo2"):
         upstream = host.workload("llama31").variant(name).upstream
         current = upstream.current_release
-        said = containers(current, "llama3.1", "[Llama 3.1]")
+        folder = recipe_folder(current, "llama3.1")
+        said = containers(current, folder, "[Llama 3.1]")
         assert set().union(*said.values()) == {upstream.current_container}, said
+        assert len(said) == 3, said  # metadata.yaml, launch.sh and the README's table agree
         assert (
-            copy(current)["files"]["llama3.1/README.md"]["blob"]
+            copy(current)["files"][f"{folder}/README.md"]["blob"]
             != (copy(upstream.release)["files"]["llama3.1/README.md"]["blob"])
         )
+    current = host.workload("llama31").variant("megatron-bridge").upstream.current_release
     ours = [t for t in lines("v25.12.01", "llama3.1/README.md") if "405b" in t]
-    theirs = [t for t in lines("v26.06.01", "llama3.1/README.md") if "405b" in t]
+    theirs = [
+        t for t in lines(current, f"{recipe_folder(current, 'llama3.1')}/README.md") if "405b" in t
+    ]
     cells = [[c.strip() for c in row.split("|")[1:-1]] for row in ours + theirs]
     assert [(c[1], c[6], c[7]) for c in cells] == [("128-512", "2", "1"), ("256-512", "4", "16")]
 
@@ -202,12 +222,12 @@ NEMOTRONH = ("nemotronh", "--gpu", "h100", "--dtype", "fp8", "--gpus", "32")
         (
             MB_405B,
             "follows: the v25.12.01 recipe (nemo:25.11.01), whose tables these are; the current release's "
-            "recipe (v26.06.01, nemo:26.04.01) prints other layouts",
+            "recipe (v26.08.00, nemo:26.06.01) prints other layouts",
         ),
         (
             NEMO2_8B,
             "follows: the v25.04.01 recipe (nemo:25.02.01), whose tables these are; the current release's "
-            "recipe (v26.06.01, nemo:26.04.01) runs Megatron-Bridge, and the NeMo 2 ones between "
+            "recipe (v26.08.00, nemo:26.06.01) runs Megatron-Bridge, and the NeMo 2 ones between "
             "(v25.05 to v25.08.02, nemo:25.04.01 to nemo:25.07.01) print other figures",
         ),
     ],
@@ -395,3 +415,19 @@ def test_the_figures_of_nemotron4_name_their_gpu_types_container(host):
             f"measured with nemo:{container}, older than the run's nemo:26.04.01"
             in newer.describe()
         )
+
+
+def test_every_workload_names_one_current_release_of_the_collection(host):
+    """ "The current release" is one release wherever llmb names it: in plan's ``follows`` line (each
+    variant's upstream) and in list's deprecation notes (issue 43: v26.06.01 in one, v26.08.00 in the
+    other); and it is the newest release the recorded copies hold."""
+    named = {}
+    for name, workload in host.workloads().items():
+        for variant in workload.variants:
+            if variant.upstream is not None and variant.upstream.current_release:
+                named[f"{name} {variant.name}"] = variant.upstream.current_release
+        if workload.deprecated is not None:
+            named[f"{name} deprecated"] = workload.deprecated.release
+    assert len(named) >= 5 and set(named.values()) == {"v26.08.00"}, named
+    recorded = sorted(p.stem for p in UPSTREAM.glob("*/v*.yaml"))
+    assert recorded[-1] == "v26.08.00", recorded
