@@ -191,7 +191,13 @@ def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, 
     assert result.code == 0, result.err
     written = result.json()
     names = [Path(p).name for p in written["plots"]]
-    assert names == ["step_time.png", "tokens_per_s.png", "scaling_efficiency.png", "mfu.png"]
+    assert names == [
+        "step_time.png",
+        "tokens_per_s.png",
+        "tokens_per_gpu.png",
+        "scaling_efficiency.png",
+        "mfu.png",
+    ]
     for path in written["plots"]:
         assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (written["series"], written["runs"]) == (1, 7)
@@ -205,6 +211,7 @@ def test_report_page_loads_cleanly_and_shows_every_plot(llmb_proc, experiments, 
     for heading in (
         "Step time vs GPU count",
         "Tokens/s vs GPU count",
+        "Tokens/s per GPU vs GPU count",
         "MFU vs GPU count",
         "Scaling efficiency vs GPU count",
         "Runs without a result",
@@ -446,6 +453,42 @@ def test_every_tick_label_of_every_plot_is_a_plain_number(
         assert {"1", "10", "100", "1,000", "10,000"} <= set(tokens) and "0.1" in tokens
     if source == "experiments":
         assert "100,000" in tokens, tokens
+
+
+def test_a_linear_axis_starts_at_zero_a_log_one_says_so_and_tokens_are_also_per_gpu(
+    cli, experiments, monkeypatch, host
+):
+    """Issue 43: the y-axes did not start at zero without saying so, and no plot had the per-GPU
+    tokens/s NVIDIA's performance summary publishes."""
+    from llmb.report.plots import draw_figures, text_as_drawn
+
+    monkeypatch.setenv("LLMB_INSTALL", str(experiments))
+    data = build_report(cli("results", "--format", "json").json(), host.workloads())
+    with text_as_drawn():
+        drawings, _ = draw_figures(data)
+        axes = {d.name: d.figure.axes[0] for d in drawings}
+        for name, ax in axes.items():
+            if ax.get_yscale() == "log":
+                assert "log scale" in ax.get_ylabel(), name
+            else:
+                assert ax.get_ylim()[0] == 0, (name, ax.get_ylim())
+        assert axes["tokens_per_s"].get_yscale() == "log"
+        # each point per GPU is the total over the GPUs, measured and published alike
+        total, per_gpu = _curves(axes["tokens_per_s"]), _curves(axes["tokens_per_gpu"])
+        assert total.keys() == per_gpu.keys() and any("published" in label for label in total)
+        for label, (gpus, values) in total.items():
+            assert list(per_gpu[label][0]) == list(gpus)
+            expected = [v / n for v, n in zip(values, gpus, strict=True)]
+            assert list(per_gpu[label][1]) == pytest.approx(expected), label
+
+
+def _curves(ax) -> dict[str, tuple]:
+    """Each curve of a plot by its legend label: (x, y) of its line (an error bar's data line)."""
+    curves = {}
+    for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+        line = handle.lines[0] if hasattr(handle, "lines") else handle
+        curves[label] = (line.get_xdata(), line.get_ydata())
+    return curves
 
 
 # ------------------------------------------------------------------ the page at 1280 px

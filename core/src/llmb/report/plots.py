@@ -77,11 +77,29 @@ STEP_TIME = MetricPlot(
 TOKENS_PER_S = MetricPlot(
     "tokens_per_s",
     "Tokens/s vs GPU count",
-    "tokens/s",
+    "tokens/s (log scale)",
     lambda p: p.tokens_per_s,
     lambda r: r.tokens_per_s,
     "no run has tokens/s (it needs the sequence length and GBS)",
     log_y=True,
+)
+
+
+def _per_gpu(spread: Spread, gpus: int) -> Spread:
+    return Spread(
+        None if spread.mean is None else spread.mean / gpus,
+        None if spread.std is None else spread.std / gpus,
+    )
+
+
+# What NVIDIA's performance summary publishes: tokens/s per GPU, flat under perfect weak scaling.
+TOKENS_PER_GPU = MetricPlot(
+    "tokens_per_gpu",
+    "Tokens/s per GPU vs GPU count",
+    "tokens/s per GPU",
+    lambda p: _per_gpu(p.tokens_per_s, p.gpus),
+    lambda r: None if r.tokens_per_s is None else r.tokens_per_s / r.gpus,
+    "no run has tokens/s (it needs the sequence length and GBS)",
 )
 MFU = MetricPlot(
     "mfu",
@@ -94,12 +112,14 @@ MFU = MetricPlot(
     printed=lambda r: r.printed_mfu_pct,
 )
 EFFICIENCY = "scaling_efficiency"
-PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, EFFICIENCY, MFU.name)  # in the report's order
+# in the report's order
+PLOT_NAMES = (STEP_TIME.name, TOKENS_PER_S.name, TOKENS_PER_GPU.name, EFFICIENCY, MFU.name)
 NO_EFFICIENCY = "every series has one GPU count only, so there is no efficiency curve"
 MEASURED_HOW = (
     "Mean over each GPU count's runs; error bars: sample standard deviation across repeats; "
     "dashed with open markers: the published recipes' figures; a figure a recipe erratum corrects is "
-    "plotted corrected and marked with the printed value."
+    "plotted corrected and marked with the printed value. A linear axis starts at zero; a log one "
+    "says so."
 )
 
 
@@ -223,6 +243,8 @@ def _metric_plot(spec: MetricPlot, data: ReportData) -> Drawing | None:
     _gpu_axis(axes, counts)
     if spec.log_y:
         axes.set_yscale("log")
+    else:
+        axes.set_ylim(bottom=0)  # a difference is drawn to its scale
     description = MEASURED_HOW + "".join(
         f" Published {spec.title.split(' vs ')[0]}, {c}." for c in corrections
     )
@@ -245,6 +267,7 @@ def _efficiency_plot(data: ReportData) -> Drawing | None:
         axes.plot([n for n, _ in points], [e for _, e in points], label=series.label, **style)
         _published_line(axes, list(series.published_efficiency), series.label, style, counts)
     axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.set_ylim(bottom=0)
     axes.yaxis.set_major_formatter(PercentFormatter(1.0))
     _gpu_axis(axes, counts)
     single = [s.label for s in data.series if not s.has_efficiency]
@@ -277,6 +300,7 @@ def draw_figures(data: ReportData) -> tuple[list[Drawing], list[str]]:
     candidates = (
         (_metric_plot(STEP_TIME, data), f"{STEP_TIME.title}: {STEP_TIME.missing}."),
         (_metric_plot(TOKENS_PER_S, data), f"{TOKENS_PER_S.title}: {TOKENS_PER_S.missing}."),
+        (_metric_plot(TOKENS_PER_GPU, data), f"{TOKENS_PER_GPU.title}: {TOKENS_PER_GPU.missing}."),
         (_efficiency_plot(data), f"{EFFICIENCY_TITLE}: {NO_EFFICIENCY}."),
         (_metric_plot(MFU, data), f"{MFU.title}: {MFU.missing}."),
     )
