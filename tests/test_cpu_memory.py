@@ -39,7 +39,7 @@ def test_a_cpu_run_needing_more_than_the_host_is_refused_before_it_starts(tmp_pa
     refused = limited(tmp_path, *args, "--dtype", "bf16")
     assert refused.returncode == 2, refused.stderr
     assert (
-        "more than a CPU rank's 4.0 GB: this machine's 4.0 GB (the address-space limit, ulimit -v) "
+        "more than a CPU rank's 4.0 GiB: this machine's 4.0 GiB (the address-space limit, ulimit -v) "
         "over 1 rank" in refused.stderr
     ), refused.stderr
     assert "Nothing was started" in refused.stderr
@@ -63,22 +63,22 @@ def test_fit_on_a_cpu_fits_the_hosts_memory_shared_by_the_ranks(tmp_path):
     planned = limited(tmp_path, *args, kb=16 << 20)  # 16 GiB: 8 a rank
     assert planned.returncode == 0, planned.stderr
     assert (
-        "of a CPU rank's 8.0 GB: this machine's 16.0 GB (the address-space limit, ulimit -v) over 2 "
+        "of a CPU rank's 8.0 GiB: this machine's 16.0 GiB (the address-space limit, ulimit -v) over 2 "
         "ranks" in planned.stdout
     ), planned.stdout
-    assert "80 GB" not in planned.stdout.split("shallow run:", 1)[1]  # not the H100's memory
+    assert "80 GiB" not in planned.stdout.split("shallow run:", 1)[1]  # not the H100's memory
     # 2 GB a rank hold not one layer of it: the plan shows what a GPU would hold, and says llmb run here
     # would refuse it, per rank; llmb run refuses it
     small = limited(tmp_path, *args)
     assert small.returncode == 0, small.stderr
     said = " ".join(small.stdout.split())
     assert (
-        "llmb run --fit here would refuse it: --fit: no slice of llama 8b fits one CPU rank (2.0 GB: "
-        "this machine's 4.0 GB" in said
+        "llmb run --fit here would refuse it: --fit: no slice of llama 8b fits one CPU rank (2.0 GiB: "
+        "this machine's 4.0 GiB" in said
     ), small.stdout
-    assert "GB per rank by the torch engine's estimate" in said
+    assert "GiB per rank by the torch engine's estimate" in said
     ran = limited(tmp_path, "run", *args[1:])
-    assert ran.returncode == 2 and "no slice of llama 8b fits one CPU rank (2.0 GB" in ran.stderr
+    assert ran.returncode == 2 and "no slice of llama 8b fits one CPU rank (2.0 GiB" in ran.stderr
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
@@ -176,7 +176,8 @@ def test_a_rank_the_oom_killer_ends_is_reported_as_such_with_its_memory(tmp_path
             "rank 0 was killed by the kernel's out-of-memory killer (SIGKILL) at a peak of "
         ), ended["reason"]
         assert (
-            "GB resident (of this machine's 0.2 GB (its container's memory limit" in ended["reason"]
+            "GiB resident (of this machine's 0.2 GiB (its container's memory limit"
+            in ended["reason"]
         )
     finally:
         for _ in range(50):  # the cgroup goes once its last process has

@@ -230,7 +230,7 @@ def test_run_refuses_what_cannot_fit_before_anything_starts(llmb_proc, one_h100)
     assert refused.code == 2, refused.err
     assert "Traceback" not in refused.err
     message = refused.err.strip()
-    for term in ("weights", "gradients", "optimizer", "activations", "logits", "the h100's 80 GB"):
+    for term in ("weights", "gradients", "optimizer", "activations", "logits", "the h100's 80 GiB"):
         assert term in message
     assert "--fit fits (layers 96 -> 1, vocab 256,000 -> " in message
     assert "--no-memory-check" in message

@@ -157,7 +157,7 @@ def test_plan_says_whose_recipe_figure_and_peak(cli):
     args = ["plan", "nemotronh", "--size", "56b", "--dtype", "fp8", "--gpus", "256"]
     text = cli(*args, "--gpu", "h200").out
     assert f"  - {NOTE}" in text
-    assert "on 256 h200 GPUs" in text and "GB per GPU of 141 GB" in text
+    assert "on 256 h200 GPUs" in text and "GiB per GPU of 141 GiB" in text
     assert "  expected     the h100's published figure: step 15.892 s" in text
     assert (
         "  MFU peak     FP8 1979 TFLOP/s dense per GPU, the h100's (NVIDIA LLM Benchmarking Collection "

@@ -10,6 +10,7 @@ import os
 import re
 
 import pytest
+from llmb.figures import figure
 from llmb.recipes.flops import megatron_bridge_step
 from llmb.recipes.records import RecipeRequest
 
@@ -73,15 +74,18 @@ def test_the_plan_says_which_flops_count_tflops_and_mfu_are_on_and_the_others_ra
         },
     }
     text = plan(cli, *LLAMA31_8B)
+    # the counts and their ratio once, under model FLOPs; which count each engine's figures are on, one
+    # line each: a cluster run's first
     assert (
-        "  FLOPs used   torch engine (this machine, --proxy): TFLOP/s/GPU and MFU on the workload's formula "
-        "(Megatron-Bridge's count is 0.889x it)" in text
+        f"per step by Megatron-Bridge's count (what its log's MODEL_TFLOP/s/GPU counts; GBS 128), "
+        f"{figure(ratio, 2)}x the formula's" in text
     )
-    assert (
-        "Megatron-Bridge (production, on a cluster): TFLOP/s/GPU and MFU on Megatron-Bridge's count, as its "
-        f"log gives it and the published recipe computes MFU (the workload's formula is {1 / ratio:.3g}x it)"
-        in text
-    )
+    used = text.split("  FLOPs used   ", 1)[1].split("\n  memory ", 1)[0].split("\n")
+    assert used == [
+        "on a cluster (Megatron-Bridge): TFLOP/s/GPU and MFU on Megatron-Bridge's count, as its log "
+        "gives them and the published recipe computes MFU",
+        "               a --proxy run here (torch engine): TFLOP/s/GPU and MFU on the workload's formula",
+    ], used
 
 
 def test_nemo2_runs_take_tflops_from_the_callback_and_mfu_from_the_formula(cli):
@@ -93,8 +97,8 @@ def test_nemo2_runs_take_tflops_from_the_callback_and_mfu_from_the_formula(cli):
     }
     assert nemotron4["megatron_bridge_to_workload_formula"] == pytest.approx(0.9793, abs=1e-4)
     assert (
-        "NeMo 2 (production, on a cluster): TFLOP/s/GPU on NeMo 2's FLOPs callback (nemotron), as its log "
-        "gives it; MFU on the workload's formula" in plan(cli, *NEMOTRON4_H100)
+        "on a cluster (NeMo 2): TFLOP/s/GPU on NeMo 2's FLOPs callback (nemotron) (its log's), MFU on "
+        "the workload's formula" in plan(cli, *NEMOTRON4_H100)
     )
     # Nemotron-H's logged TFLOPS are invalid: llmb computes both from the formula; no Megatron-Bridge count
     args = ("nemotronh", "--size", "56b", "--gpu", "h100", "--dtype", "fp8", "--gpus", "256")
@@ -106,7 +110,7 @@ def test_nemo2_runs_take_tflops_from_the_callback_and_mfu_from_the_formula(cli):
     }
     assert hybrid["megatron_bridge_to_workload_formula"] is None
     assert (
-        "TFLOP/s/GPU and MFU on the workload's formula, computed (the TFLOP/s its log gives are not valid)"
+        "TFLOP/s/GPU and MFU on the workload's formula, computed: the TFLOP/s its log gives are not valid"
         in plan(cli, *args)
     )
 
@@ -443,3 +447,16 @@ def test_plan_text_fits_the_terminal_width(cli, monkeypatch):
         lines = plan(cli, *args).splitlines()
         assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
         assert any(line.startswith("               ") for line in lines)  # wrapped under the label
+
+
+def test_memory_is_labelled_in_the_unit_it_is_computed_in(cli):
+    """The estimate is in GiB (2^30 bytes: docs/memory-estimate.md), and says so: the plan's memory line,
+    the GPU's capacity and a refusal (issue 43: they said GB)."""
+    text = plan(cli, *LLAMA31_8B)
+    assert re.search(r"memory       ~[\d.]+ GiB per GPU of 80 GiB \(stage 0:", text), text
+    assert re.findall(r"\d GB\b", text) == [], text
+    too_big = cli("run", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "nvfp4", "--gpus", "8",
+                  "--dry-run")  # fmt: skip
+    assert "GiB per GPU on the torch engine" in too_big.err and not re.findall(
+        r"\d GB\b", too_big.err
+    )

@@ -252,8 +252,8 @@ def test_a_full_size_torch_engine_run_carries_the_recipes_layout(llmb_proc):
     assert "CP 2 runs as data parallelism" in said
     # whole 8192-token sequences per GPU: the estimate of the folded layout, beside the row's own
     assert re.search(
-        r"with CP run as DP the memory estimate is [\d.]+ GB per GPU \(the row as published: [\d.]+ GB; "
-        r"the h100 has 80 GB\)",
+        r"with CP run as DP the memory estimate is [\d.]+ GiB per GPU \(the row as published: [\d.]+ GiB; "
+        r"the h100 has 80 GiB\)",
         said,
     )
 
@@ -305,7 +305,9 @@ def test_the_folded_layouts_memory_estimate_holds_whole_sequences(host):
     plan = make_plan(host, RecipeRequest("llama31", "8b", "h100", "bf16", 8))
     layout, ga, _ = torch_engine_layout(plan.recipe, 8)
     note = folded_memory_note(plan, layout, ga, 8)
-    found = re.search(r"estimate is ([\d.]+) GB per GPU \(the row as published: ([\d.]+) GB", note)
+    found = re.search(
+        r"estimate is ([\d.]+) GiB per GPU \(the row as published: ([\d.]+) GiB", note
+    )
     folded, published = (float(x) for x in found.groups())
     assert published == pytest.approx(plan.memory.total_gb, abs=0.05)
     assert folded > published  # CP 2 split each sequence's activations over two GPUs; DP does not

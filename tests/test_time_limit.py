@@ -39,6 +39,11 @@ def test_the_plan_derives_it_from_the_published_step_time(cli):
     assert plan["time_limit"]["slurm"] == "01:00:00"
     text = cli("plan", *LLAMA4_H100).out
     assert "time limit   01:00:00 on a cluster (" in text and "x 4.43 s (published)" in text
+    # the margin says what it is for (issue 43: "2 x 50 steps" was not explained)
+    assert (
+        "+ 50 steps x 4.43 s (published), x 2 for steps slower than that, at least 30 min"
+        in " ".join(text.split())
+    )
 
 
 def test_without_a_figure_of_its_own_the_plan_takes_another_documents_or_an_estimate(cli):

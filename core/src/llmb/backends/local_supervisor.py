@@ -63,7 +63,7 @@ def describe_exit(code: int, peak_kb: int | None = None, out_of_memory: bool = F
     if code == -signal.SIGKILL and out_of_memory:
         from llmb.runs.capability import host_memory
 
-        had = f" at a peak of {peak_kb / (1 << 20):.1f} GB resident" if peak_kb else ""
+        had = f" at a peak of {peak_kb / (1 << 20):.1f} GiB resident" if peak_kb else ""
         host = host_memory()
         of = f" (of {host.describe()})" if host is not None else ""
         return f"was killed by the kernel's out-of-memory killer (SIGKILL){had}{of}"

@@ -102,36 +102,29 @@ def _memory_options(r) -> str:
 
 
 def _flops_use_lines(plan) -> list[str]:
-    """Which count each engine's TFLOP/s/GPU and MFU are on, and the other count's ratio to it."""
-    from llmb.recipes.planning import FRAMEWORK_TITLES, MEGATRON_BRIDGE, WORKLOAD_FORMULA
+    """Which count each engine's TFLOP/s/GPU and MFU are on: a cluster run's first, then a proxy's here.
+    (The counts themselves, and their ratio, are the model FLOPs lines above.)"""
+    from llmb.recipes.planning import FRAMEWORK_TITLES, MEGATRON_BRIDGE
 
     lines = []
-    ratio = plan.megatron_ratio
-    for use in plan.flops_use:
+    for use in sorted(plan.flops_use, key=lambda u: u.engine == "torch"):
         engine = (
-            "torch engine (this machine, --proxy)"
+            "a --proxy run here (torch engine)"
             if use.engine == "torch"
-            else f"{FRAMEWORK_TITLES.get(use.engine, use.engine)} (production, on a cluster)"
+            else f"on a cluster ({FRAMEWORK_TITLES.get(use.engine, use.engine)})"
         )
         if use.tflops is None:
-            text = f"no TFLOP/s/GPU (its log has none); MFU on {use.words(use.mfu)}"
+            text = f"MFU on {use.words(use.mfu)} (its log gives no TFLOP/s/GPU)"
         elif use.tflops == use.mfu:
             text = f"TFLOP/s/GPU and MFU on {use.words(use.tflops)}" + (
-                ", computed (the TFLOP/s its log gives are not valid)" if use.computed else ""
+                ", computed: the TFLOP/s its log gives are not valid" if use.computed else ""
             )
         else:
-            text = f"TFLOP/s/GPU on {use.words(use.tflops)}, as its log gives it; MFU on {use.words(use.mfu)}"
-        if (
-            ratio is not None
-            and use.mfu == WORKLOAD_FORMULA
-            and use.tflops in (WORKLOAD_FORMULA, None)
-        ):
-            text += f" (Megatron-Bridge's count is {figure(ratio, 2)}x it)"
-        elif ratio is not None and use.mfu == MEGATRON_BRIDGE:
-            text += (
-                f", as its log gives it and the published recipe computes MFU (the workload's formula is "
-                f"{figure(1 / ratio, 2)}x it)"
+            text = (
+                f"TFLOP/s/GPU on {use.words(use.tflops)} (its log's), MFU on {use.words(use.mfu)}"
             )
+        if use.engine != "torch" and use.mfu == MEGATRON_BRIDGE:
+            text += ", as its log gives them and the published recipe computes MFU"
         lines.append(f"{engine}: {text}")
     return lines
 
@@ -248,13 +241,13 @@ def _proxy_lines(plan) -> list[str]:
         m = p.fit.memory
         lines.insert(2, f"  fit          {', '.join(p.fit.differences()) or 'the whole model'}")
         held = (
-            f"a CPU rank's {p.fit.capacity_gb:.1f} GB{p.fit.capacity_words}"
+            f"a CPU rank's {p.fit.capacity_gb:.1f} GiB{p.fit.capacity_words}"
             if p.fit.capacity_words
-            else f"the {r_gpu(p)}'s {p.fit.capacity_gb:g} GB"
+            else f"the {r_gpu(p)}'s {p.fit.capacity_gb:g} GiB"
         )
         lines.insert(
             3,
-            f"               ~{m.total_gb:.1f} GB per {'rank' if p.fit.capacity_words else 'GPU'} by "
+            f"               ~{m.total_gb:.1f} GiB per {'rank' if p.fit.capacity_words else 'GPU'} by "
             f"the torch engine's estimate (weights {m.weights_gb:.1f}, gradients {m.gradients_gb:.1f}, "
             f"optimizer {m.optimizer_gb:.1f}, activations {m.activations_gb:.1f}, logits "
             f"{m.logits_gb:.1f}); at most {p.fit.budget_gb:.1f} of {held}",
@@ -291,19 +284,18 @@ def render_plan(plan) -> str:
         )
         lines.append(f"               ({plan.flops.formula})")
     if plan.megatron_step_flops:
+        ratio = plan.megatron_ratio
         lines.append(
-            f"               {plan.megatron_step_flops:.4e} per step by Megatron-Bridge's count (GBS {r.gbs})"
+            f"               {plan.megatron_step_flops:.4e} per step by Megatron-Bridge's count (what its "
+            f"log's MODEL_TFLOP/s/GPU counts; GBS {r.gbs})"
+            + (f", {figure(ratio, 2)}x the formula's" if ratio is not None else "")
         )
     used = _flops_use_lines(plan)
     lines += [f"  FLOPs used   {used[0]}"] + [f"               {line}" for line in used[1:]]
-    lines.append(
-        "               (the workload's formula: the published recipe's model-FLOPs formula, above; "
-        "Megatron-Bridge's count: the FLOPs its log's MODEL_TFLOP/s/GPU counts)"
-    )
     m = plan.memory
-    capacity = f" of {m.capacity_gb:g} GB" if m.capacity_gb else ""
+    capacity = f" of {m.capacity_gb:g} GiB" if m.capacity_gb else ""
     lines.append(
-        f"  memory       ~{m.total_gb:.1f} GB per GPU{capacity} (stage {m.stage}: weights {m.weights_gb:.1f}, "
+        f"  memory       ~{m.total_gb:.1f} GiB per GPU{capacity} (stage {m.stage}: weights {m.weights_gb:.1f}, "
         f"gradients {m.gradients_gb:.1f}, optimizer {m.optimizer_gb:.1f}, activations {m.activations_gb:.1f}, "
         f"logits {m.logits_gb:.1f})"
     )

@@ -123,12 +123,12 @@ def folded_memory_note(plan: Plan, layout: ParallelLayout, ga: int, ranks: int) 
     folded = replace(plan.recipe, cp=layout.cp, dp=layout.dp(ranks), ga=ga)
     estimate = estimate_memory(folded, plan.arch, plan.memory.capacity_gb)
     note = (
-        f"with CP run as DP the memory estimate is {estimate.total_gb:.1f} GB per GPU "
-        f"(the row as published: {plan.memory.total_gb:.1f} GB"
+        f"with CP run as DP the memory estimate is {estimate.total_gb:.1f} GiB per GPU "
+        f"(the row as published: {plan.memory.total_gb:.1f} GiB"
     )
     if estimate.capacity_gb is None:
         return note + ")."
-    note += f"; the {plan.recipe.gpu} has {estimate.capacity_gb:g} GB)"
+    note += f"; the {plan.recipe.gpu} has {estimate.capacity_gb:g} GiB)"
     if estimate.exceeds_margin:
         return note + ": this will not fit; use the production engine for this row."
     if estimate.exceeds_capacity:
@@ -311,9 +311,9 @@ class RankMemory:
 
     def said(self) -> str:
         return (
-            f"the {self.holder}'s {self.gb:g} GB"
+            f"the {self.holder}'s {self.gb:g} GiB"
             if not self.words
-            else (f"a CPU rank's {self.gb:.1f} GB{self.words}")
+            else (f"a CPU rank's {self.gb:.1f} GiB{self.words}")
         )
 
 
@@ -359,7 +359,7 @@ def memory_breakdown(estimate: MemoryEstimate) -> str:
     return (
         f"weights {estimate.weights_gb:.1f}, gradients {estimate.gradients_gb:.1f}, optimizer "
         f"{estimate.optimizer_gb:.1f}, activations {estimate.activations_gb:.1f}, logits "
-        f"{estimate.logits_gb:.1f}: {estimate.total_gb:.1f} GB"
+        f"{estimate.logits_gb:.1f}: {estimate.total_gb:.1f} GiB"
     )
 
 
@@ -407,7 +407,7 @@ def check_memory(
         f"{r.workload} {r.size} as this run builds it ({shape.arch.layers} "
         f"layer{'s' if shape.arch.layers != 1 else ''}"
         + (f", {shape.arch.experts} experts per MoE layer" if shape.arch.experts else "")
-        + f") needs ~{estimate.total_gb:.1f} GB per {'rank' if on_cpu else 'GPU'} on the torch engine "
+        + f") needs ~{estimate.total_gb:.1f} GiB per {'rank' if on_cpu else 'GPU'} on the torch engine "
         f"({memory_breakdown(estimate)}), more than {memory.said()}; {fits}"
     )
     if shape.device == "auto":

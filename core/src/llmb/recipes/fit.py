@@ -86,8 +86,8 @@ class Fit:
         return (
             f"--fit: the largest slice of {self.full.family} {self.full.size} that one {self.gpu} "
             f"({_capacity(self.capacity_gb, self.capacity_words)}) holds by the torch engine's "
-            f"estimate: {changes}; estimated {self.memory.total_gb:.1f} GB per {per} (at most "
-            f"{self.budget_gb:.1f} GB: {FIT_FRACTION:.0%} of {'its share' if self.capacity_words else 'the GPU'}, "
+            f"estimate: {changes}; estimated {self.memory.total_gb:.1f} GiB per {per} (at most "
+            f"{self.budget_gb:.1f} GiB: {FIT_FRACTION:.0%} of {'its share' if self.capacity_words else 'the GPU'}, "
             f"the rest the estimate's margin)."
         )
 
@@ -133,8 +133,8 @@ def _largest(low: int, high: int, fits) -> int | None:
 
 
 def _capacity(gb: float, words: str) -> str:
-    """``80 GB`` (a GPU's memory), or ``11.5 GB: this machine's 23.0 GB (...) over 2 ranks``."""
-    return f"{gb:.1f} GB{words}" if words else f"{gb:g} GB"
+    """``80 GiB`` (a GPU's memory), or ``11.5 GiB: this machine's 23.0 GiB (...) over 2 ranks``."""
+    return f"{gb:.1f} GiB{words}" if words else f"{gb:g} GiB"
 
 
 def largest_slice(
@@ -182,7 +182,7 @@ def largest_slice(
     raise UsageError(
         f"--fit: no slice of {full.family} {full.size} fits one {gpu} "
         f"({_capacity(capacity_gb, capacity_words)}): "
-        f"{least.layers} layer(s) alone need ~{alone.total_gb:.1f} GB per "
+        f"{least.layers} layer(s) alone need ~{alone.total_gb:.1f} GiB per "
         f"{'rank' if capacity_words else 'GPU'} by the torch engine's "
         f"estimate. Run it over more GPUs with the production engine on a cluster."
     )

@@ -286,14 +286,14 @@ class Plan:
         m = self.memory
         if m.exceeds_margin:
             out.append(
-                f"estimated {m.total_gb:.1f} GB per GPU exceeds the {self.recipe.gpu}'s {m.capacity_gb:g} GB "
+                f"estimated {m.total_gb:.1f} GiB per GPU exceeds the {self.recipe.gpu}'s {m.capacity_gb:g} GiB "
                 f"by more than the estimate's ~{MARGIN:.0%} margin: this will not fit as configured "
                 f"(recompute {self.recipe.recompute_layers} and offload {self.recipe.offload_layers} layers; "
                 f"model more with --set recompute_layers=N or offload_layers=N)."
             )
         elif m.exceeds_capacity:
             out.append(
-                f"estimated {m.total_gb:.1f} GB per GPU is just above the {self.recipe.gpu}'s {m.capacity_gb:g} GB; "
+                f"estimated {m.total_gb:.1f} GiB per GPU is just above the {self.recipe.gpu}'s {m.capacity_gb:g} GiB; "
                 f"the estimate runs up to ~{MARGIN:.0%} high (docs/memory-estimate.md), so it may still fit."
             )
         if self.proxy and self.proxy.refusal:

@@ -55,8 +55,8 @@ class TimeLimit:
             )
             how = (
                 f"{self.startup_minutes:.0f} min start-up (container, imports, NCCL, the model's build; "
-                f"larger for larger models) + {MARGIN:g} x {self.steps} steps x {self.step_s:.3g} s "
-                f"({what}), at least {FLOOR_MINUTES} min"
+                f"larger for larger models) + {self.steps} steps x {self.step_s:.3g} s ({what}), "
+                f"x {MARGIN:g} for steps slower than that, at least {FLOOR_MINUTES} min"
             )
         return f"{self.slurm} on a cluster ({how}; --time-limit or slurm.time replaces it)"
 

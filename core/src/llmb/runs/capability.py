@@ -62,7 +62,7 @@ def _gpu_names() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class HostMemory:
-    """The memory this machine's processes may use, in GB (2^30 bytes, as llmb's estimates), and what
+    """The memory this machine's processes may use, in GiB (2^30 bytes, as llmb's estimates), and what
     says so: the machine's RAM, a container's (cgroup's) limit, or this process's address-space limit,
     whichever is least."""
 
@@ -70,7 +70,7 @@ class HostMemory:
     source: str
 
     def describe(self) -> str:
-        return f"this machine's {self.gb:.1f} GB ({self.source})"
+        return f"this machine's {self.gb:.1f} GiB ({self.source})"
 
 
 _GIB = float(1 << 30)
