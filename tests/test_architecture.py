@@ -109,3 +109,40 @@ print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
     )
     seen = json.loads(proc.stderr.strip().splitlines()[-1])
     assert seen == {"code": 0, "heavy": []}, proc.stderr[-2000:]
+
+
+def _formatted(node: ast.AST) -> bool:
+    """Whether an expression builds its text with an f-string (or joins one to more text)."""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _formatted(node.left) or _formatted(node.right)
+    return False
+
+
+def _progress_line(node: ast.AST) -> bool:
+    """A progress line redrawn in place (``\\r...``): cut to the width where it is drawn."""
+    first = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else None
+    return isinstance(first, ast.Constant) and str(first.value).startswith("\r")
+
+
+def test_human_text_of_llmbs_own_is_fitted_to_the_terminal():
+    """Every message llmb composes reaches the terminal through ``fit_text`` (``say``, ``echo_err``,
+    ``warn``, a table): a ``click.echo`` of an f-string would print a line wider than the terminal, or a
+    path broken in the middle, the day its values grow (issue 43: run --dry-run's first line, preflight's
+    verdict, archive's summary)."""
+    bare = []
+    for path in sorted((REPO / "core" / "src" / "llmb").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("echo", "secho")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "click"
+                and node.args
+                and _formatted(node.args[0])
+                and not _progress_line(node.args[0])
+            ):
+                bare.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert bare == [], bare

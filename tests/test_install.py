@@ -576,3 +576,17 @@ def test_a_password_in_the_mirrors_url_is_never_shown(llmb_proc, tmp_path):
             and "mirror-user:***@127.0.0.1:9" in result.out
         )
     assert not any(b"pw-5150-secret" in p.read_bytes() for p in every_file(install))
+
+
+def test_a_step_already_done_names_its_folder_once(llmb_proc, tmp_path):
+    """A folder that is there is its own target: the dry run names it once, not ``X -> X`` (issue 43)."""
+    env = {"LLMB_INSTALL": str(tmp_path)}
+    made = llmb_proc("install", "llama31", "--no-images", "--no-huggingface", env=env)
+    assert made.code == 0, made.err
+    again = llmb_proc("install", "llama31", "--no-images", "--no-huggingface", "--dry-run", env=env)
+    folder = str(tmp_path / "workloads" / "llama31" / "experiments")
+    present = [
+        line.split() for line in again.out.splitlines() if line.split()[:2] == ["present", "folder"]
+    ]
+    assert ["present", "folder", folder] in present, again.out
+    assert all("->" not in words for words in present), again.out

@@ -14,62 +14,20 @@ import re
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
-from conftest import _SEED_VARS, _llmb_executable
+from conftest import _llmb_executable
 from llmb.cli.output import Column, fit_text, output_width, render_table, shorten
+from narrow_terminal import ESCAPES as _ESCAPES
+from narrow_terminal import environment as _environment
+from narrow_terminal import path_problems as _path_problems
+from narrow_terminal import too_wide as _too_wide
+from narrow_terminal import under_pty as _under_pty
 
 pytestmark = pytest.mark.skipif(
     shutil.which("script") is None, reason="util-linux script is not installed"
 )
-
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-
-def _environment(install: str) -> dict[str, str]:
-    """This process's environment without what would change the output: a width, a log format, or a
-    variable that picks a recipe; the install given."""
-    drop = {"COLUMNS", "LINES", "LLMB_LOG_FORMAT", *_SEED_VARS}
-    return {
-        **{k: v for k, v in os.environ.items() if k not in drop},
-        "LLMB_INSTALL": install,
-        "TERM": "dumb",
-    }
-
-
-def _under_pty(
-    llmb: str,
-    args: list[str],
-    install: str,
-    columns: int | None = 80,
-    stty: int | None = None,
-    timeout: float = 300,
-) -> list[str]:
-    """The lines a terminal shows for ``llmb ARGS`` run under a pseudo-terminal (stdout and stderr both)."""
-    command = shlex.join([llmb, *args])
-    if stty:
-        command = f"stty cols {stty} rows 50; {command}"
-    env = _environment(install)
-    if columns:
-        env["COLUMNS"] = str(columns)
-    proc = subprocess.run(
-        ["script", "-qefc", command, "/dev/null"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    text = _ESCAPES.sub("", proc.stdout)
-    lines = []
-    for raw in text.replace("\r\n", "\n").split("\n"):
-        lines.append(raw.rsplit("\r", 1)[-1])  # what a carriage return leaves on the screen
-    assert "Traceback" not in text, text
-    return lines
-
-
-def _too_wide(lines: list[str], width: int = 80) -> list[str]:
-    return [f"{len(line)}: {line}" for line in lines if len(line) > width]
 
 
 @pytest.fixture(scope="module")
@@ -114,17 +72,19 @@ def test_a_runs_summary_fits_80_columns(install_with_runs):
         assert "SUCCEEDED" in text and "run dir" in text and "llmb logs local-" in text, text
         assert "1T tokens" not in text, text  # a proxy model's time to train is not shown
         assert _too_wide(lines) == [], text
-        # the run directory is wrapped whole, never cut: its lines joined are the path
-        start = next(n for n, line in enumerate(lines) if line.startswith("  run dir     "))
-        run_dir = lines[start][14:]
-        for line in lines[start + 1 :]:
-            if not line.startswith(" " * 14):
-                break
-            run_dir += line.strip()
-        assert re.fullmatch(
+        # the run directory is whole on a line of its own (the terminal wraps it), never cut or broken
+        start = next(n for n, line in enumerate(lines) if line.startswith("  run dir"))
+        assert lines[start].strip() == "run dir", text
+        run_dir = lines[start + 1].strip()
+        assert lines[start + 1].startswith(" " * 14) and lines[start + 2].startswith("  log "), text
+        named = re.fullmatch(
             r"\$LLMB_INSTALL/workloads/llama31/experiments/(pretrain_llama31_8b_bf16_gpus1_\S+)/\1_\d+",
             run_dir,
-        ), text
+        )
+        assert named, text
+        # the name said at the start is the directory's (issue 43: it was a shortened one)
+        said = " ".join(" ".join(lines).split())
+        assert re.search(rf"local-\w+: {named.group(1)} \(1 rank, local\)", said), text
 
 
 @pytest.mark.parametrize(
@@ -168,6 +128,139 @@ def test_the_terminals_own_width_is_used_without_columns(install_with_runs, llmb
     lines = _under_pty(llmb_executable, ["results"], install, columns=None, stty=72)
     assert _too_wide(lines, 72) == [], "\n".join(lines)
     assert any("left out at 72 columns" in line for line in lines), "\n".join(lines)
+
+
+# Issue 43, item 3: at 80 columns what judges a run stays, no value a user types is cut, and every path
+# is whole on a line of its own.
+
+NH256 = "pretrain_nemotronh_56b_fp8_gpus256_tp8_pp1_cp1_vpNone_mbs1_gbs768"
+
+
+@pytest.fixture(scope="module")
+def judged_runs(install_with_runs):
+    """Beside the tiny runs (local job ids in JOB), three Nemotron-H 56B runs of the published
+    configuration, at and around its published step time (NeMo 2's log format): runs that have an MFU
+    and a VS PUBLISHED."""
+    import loggen
+    from experiment_dirs import make_run
+
+    install, _ = install_with_runs
+    root = Path(install) / "workloads" / "nemotronh" / "experiments"
+    if not root.exists():
+        for n, step in enumerate((15.892, 16.5, 15.0)):
+            make_run(
+                root,
+                NH256,
+                loggen.nemo2_lines(
+                    range(50),
+                    step_s=dict.fromkeys(range(50), step),
+                    gbs=768,
+                    tflops=dict.fromkeys(range(50), 0.0),
+                ),
+                stamp=str(1766132151 + n),
+                recipe={
+                    "workload": "nemotronh",
+                    "size": "56b",
+                    "gpu": "h100",
+                    "dtype": "fp8",
+                    "gpus": 256,
+                    "gbs": 768,
+                    "seq_len": 8192,
+                },
+            )
+    return install
+
+
+def _header(lines: list[str], first: str) -> list[str]:
+    return next(line.split() for line in lines if line.startswith(first))
+
+
+def test_results_at_80_columns_keeps_mfu_and_vs_published(judged_runs, llmb_executable):
+    lines = _under_pty(llmb_executable, ["results"], judged_runs)
+    text = "\n".join(lines)
+    header = " ".join(_header(lines, "EXPERIMENT"))
+    assert "MFU %" in header and "VS PUBLISHED" in header and "STATUS" in header, text
+    assert "+0.0%" in text and "26.86" in text, text  # the published run's own figures
+    assert _too_wide(lines) == [], text
+
+
+def test_no_value_a_user_types_is_cut_at_80_columns(judged_runs, llmb_executable):
+    install = judged_runs
+    # llmb list: each --variant, --size, --gpu and --dtype value whole
+    listed = _under_pty(llmb_executable, ["list"], install)
+    table = [line for line in listed if line.startswith(("llama31", "llama4", "nemotron", "qwen3"))]
+    assert table and not any("\u2026" in line for line in table), "\n".join(listed)
+    words = {word for line in table for word in line.split()}
+    assert {"megatron-bridge", "nemo2", "405b-proxy", "gb300", "fp8,nvfp4"} <= words, table
+    # certify --dry-run: each task's label whole, its variant too
+    env = {"PATH": os.environ["PATH"]}
+    certify = ["certify", "--gpu", "h100", "--backend", "slurm", "--dry-run"]
+    tasks = json.loads(
+        subprocess.run(
+            [llmb_executable, *certify, "--json"],
+            capture_output=True,
+            text=True,
+            env={**_environment(install), **env},
+        ).stdout
+    )
+    shown = _under_pty(llmb_executable, certify, install, env=env)
+    text = "\n".join(shown)
+    table = [line for line in shown if re.match(r"\d+ +\S", line)]
+    for n, task in enumerate(tasks, start=1):
+        row = next(line for line in table if line.split()[0] == str(n))
+        assert task["task"] in row and "\u2026" not in row.split(task["task"])[1].split()[0:1], (
+            task,
+            text,
+        )
+    assert _too_wide(shown) == [], text
+    # status: the workload stays (with the job, its state and the experiment)
+    status = _under_pty(llmb_executable, ["status"], install)
+    assert {"JOB", "STATE", "WORKLOAD", "EXPERIMENT"} <= set(_header(status, "JOB")), status
+
+
+def test_every_path_is_whole_on_a_line_of_its_own_at_80_columns(
+    install_with_runs, llmb_executable, tmp_path
+):
+    install, summaries = install_with_runs
+    for lines in summaries:
+        assert _path_problems(lines, install) == [], "\n".join(lines)
+    listed = subprocess.run(
+        [llmb_executable, "status", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_environment(install),
+    ).stdout
+    job = json.loads(listed)[0]["job_id"]
+    archive = tmp_path / ("a-long-folder-name-so-that-the-path-is-longer-than-a-line" * 2)
+    archive.mkdir()
+    for args in (
+        ["status", job],
+        ["results", "--full-names"],
+        ["archive", "--output", str(archive / "runs.tar.gz")],
+        ["preflight", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2"],
+    ):
+        lines = _under_pty(llmb_executable, args, install)
+        assert any("/" in line for line in lines), (args, lines)
+        assert _path_problems(lines, install) == [], "\n".join(lines)
+
+
+def test_dry_runs_fit_80_columns(install_with_runs, llmb_executable):
+    """run --dry-run's own lines (what the backend would execute follows, verbatim), sweep's and
+    install's dry runs."""
+    install, _ = install_with_runs
+    run = ["run", "llama31", "--size", "8b", "--gpu", "b200", "--dtype", "nvfp4", "--gpus", "8"]
+    lines = _under_pty(llmb_executable, [*run, "--dry-run"], install)
+    own = [line for line in lines if not line.startswith("RANK=")]
+    assert any("llmb run --dry-run: local would run" in line for line in own), lines
+    assert _too_wide(own) == [], "\n".join(own)
+    for args in (
+        ["sweep", "llama31", "--size", "8b", "--gpu", "h100", "--dtype", "bf16", "--gpus", "1,2"]
+        + ["--repeats", "2", "--proxy", "tiny", "--dry-run"],
+        ["install", "--dry-run", "--no-images"],
+    ):
+        lines = _under_pty(llmb_executable, args, install)
+        assert _too_wide(lines) == [], "\n".join(lines)
 
 
 def test_a_pipe_gets_whole_lines(install_with_runs, llmb_executable):

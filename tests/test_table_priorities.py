@@ -151,27 +151,20 @@ def test_certify_status_keeps_the_gates_that_decide(study):
     assert "LOSS" in left_out, text  # what gives way first: the run's own health gates
 
 
-def _wrapped_value(lines: list[str], label: str) -> str:
-    """The value after ``label`` with its continuation lines (indented under it) joined again."""
-    start = next(n for n, line in enumerate(lines) if line.startswith(label))
-    indent = len(label)
-    value = lines[start][indent:]
-    for line in lines[start + 1 :]:
-        if not line.startswith(" " * indent) or not line.strip():
-            break
-        value += line.strip()
-    return value
-
-
-def test_a_jobs_run_directory_is_wrapped_whole(study):
+def test_a_jobs_run_directory_is_whole_on_a_line_of_its_own(study):
+    """Too long for the line after its label, the run directory is on the next line, whole: the terminal
+    wraps it and a triple-click copies it (issue 43: it was broken after a ``/`` or ``_``)."""
     llmb, install, jobs = study
     for job in jobs.values():
         lines = _shown(llmb, install, "status", job["job_id"])
         run_dir = job["experiment_dir"]
         assert run_dir.startswith(install), run_dir
         shown = "$LLMB_INSTALL" + run_dir[len(install) :]
-        assert len(shown) > 80 - 14  # it does have to be wrapped
-        assert _wrapped_value(lines, "  run dir     ") == shown, "\n".join(lines)
+        assert len(shown) > 80 - 14  # it does not fit after the label
+        label = next(n for n, line in enumerate(lines) if line.startswith("  run dir"))
+        assert lines[label] == "  run dir" and lines[label + 1] == " " * 14 + shown, "\n".join(
+            lines
+        )
         assert "\u2026" not in "\n".join(lines)
 
 
@@ -218,7 +211,7 @@ def test_full_names_wrap_instead_of_widening(study, args):
     lines = _shown(llmb, install, *args)
     column = _column_text(lines, "EXPERIMENT", "JOB" if args[0] != "status" else None)
     if args[0] == "status":  # its EXPERIMENT column is the experiment's whole name
-        column = _column_text(lines, "EXPERIMENT", None)
+        column = _column_text(lines, "EXPERIMENT", "WORKLOAD")
         wanted = [job["experiment"] for job in jobs.values()]
     else:  # the log's whole path
         wanted = ["$LLMB_INSTALL" + job["log"][len(install) :] for job in jobs.values()]

@@ -119,44 +119,89 @@ def wrap_cell(text: str, width: int) -> list[str]:
 _LABELLED = re.compile(r"^( *(?:- |\S+(?: \S+)?  +)?)")
 
 
+def is_path(word: str) -> bool:
+    """Whether a word of text is a path (or a URL): one a user copies whole, so never broken."""
+    return "/" in word
+
+
+# A continuation line's words this short (``->``, ``in``) stay with the path that follows them.
+_CONNECTOR = 3
+
+
+def _wrapped(line: str, limit: int) -> list[str]:
+    """One line too long for ``limit``, as lines that fit: broken at spaces, the continuation lines
+    indented under the line's text (after its label, its bullet or its own indentation). A path that does
+    not fit where it stands starts a line of its own, whole (after a connector such as ``->`` that
+    began the line), and a path longer than that line ends it:
+    the terminal wraps it and a triple-click copies it whole. Another word longer than a line is broken
+    after a separator (``_BREAK_AFTER``)."""
+    leading = len(line) - len(line.lstrip(" "))
+    indent = len(_LABELLED.match(line).group(1))
+    if indent == leading or indent > limit // 2:
+        indent = leading + 2
+    pad = " " * indent
+    head = line[: max(leading, len(_LABELLED.match(line).group(1)))]
+    out: list[str] = []
+    current = head
+    fresh = True  # nothing after the label or indentation yet
+
+    def flush() -> None:
+        nonlocal current, fresh
+        out.append(current.rstrip(" "))
+        current, fresh = pad, True
+
+    for spaces, word in re.findall(r"( *)(\S+)", line[len(head) :]):
+        space = spaces or " "  # the line's own spacing between words on one line (aligned columns)
+        room = limit - len(current) - (0 if fresh else len(space))
+        if len(word) <= room:
+            current += word if fresh else space + word
+            fresh = False
+            continue
+        if is_path(word):
+            glued = out and not fresh and len(current) - indent <= _CONNECTOR
+            if not glued and (not fresh or current.strip()):
+                flush()  # what stands before it (a label too) keeps its own line
+            current += word if fresh else space + word
+            fresh = False
+            if len(current) > limit:
+                flush()  # over-long on its own line: nothing follows it there
+            continue
+        if not fresh and len(word) <= limit - indent:
+            flush()
+            current += word
+            fresh = False
+            continue
+        # a word longer than a whole line: broken after a separator, never cut
+        while word:
+            room = limit - len(current) - (0 if fresh else 1)
+            if not fresh and room < (limit - indent) // 3:
+                flush()
+                continue
+            end = _break_at(word, room)
+            current += word[:end] if fresh else " " + word[:end]
+            fresh = False
+            word = word[end:]
+            if word:
+                flush()
+    if not fresh or not out:
+        out.append(current.rstrip(" "))
+    return out
+
+
 def fit_text(text: str, width: int | None | object = _AUTO) -> str:
     """``text`` as a terminal may show it: made inert (``terminal_safe``: it may quote a plugin's data,
     a document title, a log line, a file name), and each line longer than ``width`` (default
     ``output_width()``) wrapped at spaces; the continuation lines are indented under the line's text:
-    after its label (``  memory       ...``), its bullet (``  - ...``) or its own indentation. Every block
-    of human text a command prints (``llmb plan``'s, ``list``'s notes, ``plugins``' errors, warnings and
-    errors) goes through here or through a table's cells (``render_table``), which are made inert too;
-    so is a pipe's or a file's, which are not wrapped."""
+    after its label (``  memory       ...``), its bullet (``  - ...``) or its own indentation. A path is
+    never broken: one that does not fit starts a line of its own (``_wrapped``). Every block of human
+    text a command prints (``llmb plan``'s, ``list``'s notes, ``plugins``' errors, warnings and errors)
+    goes through here or through a table's cells (``render_table``), which are made inert too; so is a
+    pipe's or a file's, which are not wrapped."""
     text = terminal_safe(text)
     limit = output_width() if width is _AUTO else width
     if not limit or all(len(line) <= limit for line in text.split("\n")):
         return text
-    import textwrap
-
-    class _Wrapper(textwrap.TextWrapper):
-        def _handle_long_word(self, reversed_chunks, cur_line, cur_len, width):
-            # a word longer than a whole line (a path) is broken after a separator, never cut
-            chunk, room = reversed_chunks[-1], width - cur_len
-            if cur_line and room < width // 3:
-                return  # too little room left on this line: the word starts the next
-            end = _break_at(chunk, room)
-            cur_line.append(chunk[:end])
-            reversed_chunks[-1] = chunk[end:]
-
     out = []
     for line in text.split("\n"):
-        if len(line) <= limit:
-            out.append(line)
-            continue
-        leading = len(line) - len(line.lstrip(" "))
-        indent = len(_LABELLED.match(line).group(1))
-        if indent == leading or indent > limit // 2:
-            indent = leading + 2
-        out += _Wrapper(
-            limit,
-            subsequent_indent=" " * indent,
-            break_long_words=True,
-            break_on_hyphens=False,
-            drop_whitespace=True,
-        ).wrap(line) or [line]
+        out += [line] if len(line) <= limit else _wrapped(line, limit)
     return "\n".join(out)

@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from llmb.cli import WholeHelpGroup, get_host
-from llmb.cli.output import Column, echo_err, emit_json, render_table, terminal_safe
+from llmb.cli.output import Column, echo_err, emit_json, render_table, say, terminal_safe
 from llmb.cli.run_options import run_options
 from llmb.cli.sweep_cmd import (
     checked_tasks,
@@ -203,8 +203,11 @@ def _judged_text(checked, judged: list[dict]) -> str:
         "",
         "judged by (the figure llmb plan shows; results, compare, report and certify judge each run by it):",
     ]
+    digits = len(
+        str(len(checked))
+    )  # the numbers padded alike: every task's text starts in one column
     lines += [
-        f"{n}  {task_label(c)}: {j['text']}"
+        f"{str(n).ljust(digits)}  {task_label(c)}: {j['text']}"
         for n, (c, j) in enumerate(zip(checked, judged, strict=True), start=1)
     ]
     return fit_text("\n".join(lines))
@@ -455,7 +458,7 @@ def certify_command(
         if as_json:
             emit_json({"suite": suite.id, "sweep": run.sweep.id, "jobs": suite.jobs_by_workload()})
         else:
-            click.echo(
+            say(
                 f"{suite.id}: {counted(len(run.sweep.job_ids), 'job')} submitted; llmb certify "
                 f"status --suite {suite.id} shows the verdict once they ended."
             )

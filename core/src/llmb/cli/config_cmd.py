@@ -98,7 +98,7 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
             )
         )
     else:
-        click.echo(f"cluster file: {path}")
+        click.echo(fit_text(f"cluster file: {path}"))
     rows = [
         [s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)]
         for s in settings

@@ -7,7 +7,7 @@ import os
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json
+from llmb.cli.output import emit_json, fit_text
 from llmb.log import warn
 
 
@@ -18,9 +18,10 @@ def _report(plan, token_set: bool, dry_run: bool) -> str:
         + (f" (GPU type {plan.gpu})" if plan.gpu else "")
     ]
     for step in plan.steps:
-        text = (
-            step.action(token_set) if step.status == "planned" else f"{step.what} -> {step.target}"
-        )
+        if step.status == "planned":
+            text = step.action(token_set)
+        else:  # a folder is its own target: named once
+            text = step.target if step.what == step.target else f"{step.what} -> {step.target}"
         lines.append(f"  {step.status:<8} {step.kind:<12} {text}")
     lines += [f"failed: {s.what}: {s.error}" for s in plan.steps if s.status == "failed"]
     lines += [
@@ -109,5 +110,5 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
             }
         )
     else:
-        click.echo(_report(plan, token is not None, dry_run))
+        click.echo(fit_text(_report(plan, token is not None, dry_run)))
     ctx.exit(1 if failed else 0)

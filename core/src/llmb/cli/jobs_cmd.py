@@ -9,7 +9,7 @@ import sys
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import echo_err, emit_json, render_table, say
 from llmb.cli.plan_cmd import build_request, recipe_options
 from llmb.cli.run_options import run_options
 from llmb.errors import UsageError
@@ -66,17 +66,10 @@ def _follow_and_report(ctx, job, as_json: bool, announce: bool = False) -> None:
         from llmb.lifecycle.follow import follow, summary
 
         if announce:
-            from llmb.cli.output import fit_text, output_width
-            from llmb.runs.experiment import compact_name
-
+            # the experiment's whole name: the name of its directory, which a user goes looking for
             ranks = f"{job.ranks} rank{'' if job.ranks == 1 else 's'}"
-            click.echo(
-                fit_text(
-                    f"{job.id}: {compact_name(job.experiment)} ({ranks}, {job.backend}); its log: "
-                    f"llmb logs {job.id}",
-                    output_width(sys.stderr),
-                ),
-                err=True,
+            echo_err(
+                f"{job.id}: {job.experiment} ({ranks}, {job.backend}); its log: llmb logs {job.id}"
             )
         final = follow(
             job, lambda: _status_of(ctx, _current(job)), lambda line: click.echo(line, err=True)
@@ -122,9 +115,8 @@ def _withdraw(ctx, job_ids: list[str], interrupted: bool) -> list[str]:
                 continue
         discard_job_dir(job_id)
         if interrupted:
-            click.echo(
-                f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs.",
-                err=True,
+            echo_err(
+                f"llmb: the interrupted submission {job_id} was withdrawn; nothing of it runs."
             )
     return kept
 
@@ -207,11 +199,11 @@ def _report_dry_run(submitted, as_json: bool) -> None:
     if as_json:
         emit_json({k: v for k, v in described.items() if k != "text"})
         return
-    click.echo(
+    echo_err(
         f"llmb run --dry-run: {job.backend} would run {job.experiment} ({job.ranks} rank(s)); "
-        f"nothing was written or sent",
-        err=True,
+        f"nothing was written or sent"
     )
+    # what the backend would execute, verbatim (a script, commands): copied as it is, never wrapped
     click.echo(described.get("text") or json.dumps(described, indent=2))
 
 
@@ -228,9 +220,7 @@ def report_detached(job, as_json: bool, then: str = "") -> None:
             }
         )
     else:
-        click.echo(
-            f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow{then}"
-        )
+        say(f"{job.id} started ({job.backend}); follow it with llmb logs {job.id} --follow{then}")
 
 
 @click.command("status")
@@ -266,7 +256,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
                     }
                 )
             else:
-                click.echo(f"{job_id}: UNKNOWN - {reason}")
+                say(f"{job_id}: UNKNOWN - {reason}")
             ctx.exit(1)
         status = _one_status(ctx, found)
         if as_json:
@@ -370,10 +360,10 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
                 "JOB",
                 "STATE",
                 Column("PROGRESS", drop=2),
-                Column("SUBMITTED", drop=3),
+                Column("SUBMITTED", drop=4),
                 experiment_column(full_names),
-                Column("BACKEND", drop=4),
-                Column("WORKLOAD", drop=5),
+                Column("BACKEND", drop=3),
+                Column("WORKLOAD", drop=1),
             ],
             table,
         )
@@ -460,7 +450,7 @@ def logs_command(ctx, job_id, follow_, tail):
         with open(path, encoding="utf-8", errors="replace") as handle:
             lines = handle.readlines()
     except FileNotFoundError:
-        click.echo(f"{job_id} has written no log yet ({path}).", err=True)
+        echo_err(f"{job_id} has written no log yet ({path}).")
         return
     sys.stdout.write(terminal_safe("".join(lines[-tail:] if tail else lines)))
 
@@ -490,7 +480,7 @@ def cancel_command(ctx, job_id, as_json):
     if as_json:
         emit_json({"job_id": job_id, "state": state, "reason": reason, "ended": ended})
     else:
-        click.echo(f"{job_id}: {state_text(state, reason)}")
+        say(f"{job_id}: {state_text(state, reason)}")
     ctx.exit(0 if ended else 1)
 
 

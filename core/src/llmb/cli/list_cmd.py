@@ -139,7 +139,17 @@ def list_command(ctx: click.Context, workload: str | None, as_json: bool) -> Non
         )
     click.echo(
         render_table(
-            ["WORKLOAD", Column("VARIANT", squeeze=6), "SIZE", "GPU", "DTYPES", "GPUS", "SCALING"],
+            # every value but the GPU counts is one a user types (--variant, --size, ...): never cut; a
+            # list of counts is wrapped after a comma when nothing else makes the table fit
+            [
+                "WORKLOAD",
+                "VARIANT",
+                "SIZE",
+                "GPU",
+                "DTYPES",
+                Column("GPUS", squeeze=12, cut="wrap"),
+                "SCALING",
+            ],
             rows,
         )
     )

@@ -44,9 +44,18 @@ def _one_line(cell: str) -> str:
     return cell if cell.isprintable() else terminal_safe(cell).replace("\n", " ").replace("\t", " ")
 
 
+def say(text: str, err: bool = False) -> None:
+    """A line (or lines) of human text on stdout, or stderr with ``err``, each wrapped to that stream's
+    width, a path kept whole (``fit_text``): what every message of llmb's own that is not a table goes
+    through."""
+    click.echo(
+        fit_text(terminal_safe(text), output_width(sys.stderr if err else sys.stdout)), err=err
+    )
+
+
 def echo_err(text: str) -> None:
     """``text`` on stderr, each line wrapped to stderr's width (a closing line, a ``note:``)."""
-    click.echo(fit_text(terminal_safe(text), output_width(sys.stderr)), err=True)
+    say(text, err=True)
 
 
 def emit_json(data: Any) -> None:
@@ -292,6 +301,8 @@ def render_table(
             gap = " "
         if gap != "  " and sum(floor[i] for i in shown) + 2 * (len(shown) - 1) <= limit:
             gap = "  "  # what was left out made room again
+        if total(widths) > limit and sum(widths[i] for i in shown) + len(shown) - 1 <= limit:
+            gap = " "  # one space between columns, rather than a cell cut or wrapped
         if total(floor) > limit:  # nothing else is left: names are cut further
             floor = [least(i) for i in range(len(columns))]
         # the droppable columns give first, then the others; in each, the widest column first

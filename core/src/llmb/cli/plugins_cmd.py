@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from llmb.cli import WholeHelpGroup, get_host
-from llmb.cli.output import Column, emit_json, fit_text, render_table
+from llmb.cli.output import Column, emit_json, fit_text, render_table, say
 
 
 @click.group("plugins", cls=WholeHelpGroup, invoke_without_command=True)
@@ -79,9 +79,9 @@ def new_command(ctx: click.Context, name: str, directory: Path | None) -> None:
     check_name(name, taken_names(get_host(ctx)))
     target = directory if directory is not None else Path(f"llmb-plugin-{name}")
     written = write_skeleton(name, target, version("llmb"))
-    click.echo(f"Wrote {target}/ ({len(written)} files), the workload {name}:")
+    say(f"Wrote {target}/ ({len(written)} files), the workload {name}:")
     for path in written:
-        click.echo(f"  {path.relative_to(target)}")
+        say(f"  {path.relative_to(target)}")
     click.echo(
         fit_text(
             f"\nNext: cd {target} && pip install -e '.[test]' && pytest (in the environment that has "

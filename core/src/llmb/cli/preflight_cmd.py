@@ -267,5 +267,5 @@ def show(run_dir: str, as_json: bool) -> dict | None:
         emit_json(report)
     else:
         click.echo(table(report))
-        click.echo(verdict_line(report))
+        click.echo(fit_text(verdict_line(report)))
     return report

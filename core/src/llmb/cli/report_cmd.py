@@ -8,7 +8,7 @@ from dataclasses import replace
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json
+from llmb.cli.output import emit_json, say
 from llmb.errors import UsageError
 
 
@@ -145,10 +145,10 @@ def report_command(ctx, results, sweep_id, out_dir, gpu, as_json):
     if as_json:
         emit_json(written.to_dict())
         return
-    click.echo(f"Report:  {written.html}\nSummary: {written.markdown}")
-    click.echo(
+    say(f"Report:  {written.html}\nSummary: {written.markdown}")
+    say(
         f"Plots:   {', '.join(os.path.basename(p) for p in written.plots) or 'none (nothing to plot)'}"
     )
-    click.echo(
+    say(
         f"{written.series} series from {written.runs} runs, {len(data.unplotted)} without a result."
     )

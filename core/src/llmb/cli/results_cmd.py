@@ -279,8 +279,8 @@ def _f(value, digits: int) -> str:
 
 def results_columns(full_names: bool = False):
     """The results table's columns, in order; a narrow terminal leaves out the highest ``drop`` first.
-    What tells the runs apart (the name's workload, size, dtype, GPU count and tuning; the job) and the
-    verdicts (STATUS, VS PUBLISHED) go last; a name is cut at its end, a --full-names path wrapped."""
+    What tells the runs apart (the name's workload, size, dtype, GPU count and tuning; the job) and what
+    judges them (STATUS, VS PUBLISHED, then MFU %) go last; a name is cut at its end, a --full-names path wrapped."""
     from llmb.cli.output import Column, experiment_column
 
     return [
@@ -290,10 +290,10 @@ def results_columns(full_names: bool = False):
         Column("WINDOW", drop=7),
         Column("STEP ms"),
         Column("STD ms", drop=9),
-        Column("TFLOPS/GPU", drop=2),
+        Column("TFLOPS/GPU", drop=3),
         Column("STD", drop=8),
-        Column("TOKENS/S", drop=3),
-        Column("MFU %", drop=4),
+        Column("TOKENS/S", drop=4),
+        Column("MFU %", drop=2),
         Column("MFU BF16 %", drop=6),
         Column("DAYS/1T", drop=5),
         Column("VS PUBLISHED", drop=1),

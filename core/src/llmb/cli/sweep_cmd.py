@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, render_table
+from llmb.cli.output import echo_err, emit_json, render_table, say
 from llmb.cli.run_options import parameter_names, run_options
 from llmb.errors import UsageError
 from llmb.figures import counted
@@ -199,12 +199,8 @@ def show_planned(
         )
     )
     also = f", {len(skipped)} skipped" if skipped else ""
-    click.echo(
-        f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).", err=True
-    )
+    echo_err(f"\n{counted(len(checked), 'job')}{also}; nothing was submitted (--dry-run).")
     if costs:
-        from llmb.cli.output import echo_err
-
         echo_err(cost_line(costs))
 
 
@@ -290,11 +286,11 @@ def _not_default_variant(checked) -> bool:
 
 
 def _task_column():
-    """A task's label (``llama31 8b h100 bf16 2 GPUs #1``) is what tells it apart: all of it stays until
-    nothing else is left to fit the table, then it is cut at its end, never where two labels differ."""
+    """A task's label (``llama31 8b h100 bf16 2 GPUs (nemo2)``) is what tells it apart and what a user
+    quotes: never cut; the other columns give way."""
     from llmb.cli.output import Column
 
-    return Column("TASK", squeeze=16, cut="name", keep=99)
+    return Column("TASK")
 
 
 def follow(
@@ -335,18 +331,16 @@ def follow(
     )
     if on_created:
         on_created(run)
-    click.echo(
+    echo_err(
         f"{name or run.sweep.id}: {counted(len(checked), 'job')} on {', '.join(sorted(backends))}"
-        + (f", {parallel} at a time" if parallel else ""),
-        err=True,
+        + (f", {parallel} at a time" if parallel else "")
     )
     try:
         run.run(detach=detach)
     except KeyboardInterrupt:
-        click.echo(
+        echo_err(
             f"\nstopped following {name or run.sweep.id}; submitted jobs keep running (llmb status), the "
-            f"{run.sweep.jobs.count(None)} not yet submitted were not.",
-            err=True,
+            f"{run.sweep.jobs.count(None)} not yet submitted were not."
         )
         ctx.exit(130)
     if tty and not detach:
@@ -573,7 +567,7 @@ def sweep_command(
             }
         )
     elif detach:
-        click.echo(
+        say(
             f"{sweep.id}: {counted(len(sweep.job_ids), 'job')} submitted; llmb status lists them, llmb report --sweep "
             f"{sweep.id} --out DIR plots them once they ended."
         )
@@ -599,6 +593,6 @@ def sweep_command(
         )
         if reasons:  # under the table, one line each (wrapped on a terminal)
             click.echo("\n" + fit_text("\n".join(reasons)))
-        click.echo(f"\nllmb report --sweep {sweep.id} --out DIR plots this sweep.", err=True)
+        echo_err(f"\nllmb report --sweep {sweep.id} --out DIR plots this sweep.")
     if not detach:
         ctx.exit(0 if all(s == "SUCCEEDED" for s in run.states) else 1)
