@@ -83,7 +83,7 @@ def test_the_script_has_the_layout_the_account_and_no_tracing(tmp_path):
         "#SBATCH --job-name=pretrain_x",
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=4",
-        f"#SBATCH --output={tmp_path}/sbatch_pretrain_x.out",
+        f"#SBATCH --output={tmp_path}/sbatch_%x.out",  # sbatch_<job name>.out, a filename pattern
         "#SBATCH --account=acct",
         "#SBATCH --partition=batch",
         "#SBATCH --time=30",
