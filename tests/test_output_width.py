@@ -385,3 +385,17 @@ def test_no_width_for_a_pipe_and_columns_wins(monkeypatch):
     monkeypatch.setenv("COLUMNS", "not a number")
     with open(os.devnull, "w") as sink:
         assert output_width(sink) is None
+
+
+def test_a_path_column_marks_what_it_cannot_hold_and_prints_it_whole_after_the_table():
+    long = "/lustre/fsw/" + "a-very-long-folder-name/" * 4 + "log-pretrain_llama31_8b.out"
+    rows = [[long, "local-000001", "12.5"], ["/short/log.out", "local-000002", "13.0"]]
+    columns = [Column("EXPERIMENT", squeeze=6, cut="path"), "JOB", "STEP ms"]
+    lines = render_table(columns, rows, width=60).split("\n")
+    assert lines[2].split() == ["[1]", "local-000001", "12.5"], lines
+    assert lines[3].split() == ["/short/log.out", "local-000002", "13.0"], (
+        lines
+    )  # it fits: in place
+    assert lines[4] == f"[1] {long}" and all(len(line) <= 60 for line in lines[:4]), lines
+    # a table that fits holds every path in place, marks none
+    assert "[1]" not in render_table(columns, rows, width=None)

@@ -206,17 +206,24 @@ def test_config_show_keeps_from_whole(study):
     [["results", "--full-names"], ["compare", "--full-names"], ["status", "--full-names"]],
     ids=lambda a: "-".join(a),
 )
-def test_full_names_wrap_instead_of_widening(study, args):
+def test_full_names_are_whole_instead_of_widening(study, args):
+    """--full-names: a whole experiment name is wrapped in its column (status); a path that the table
+    cannot hold is marked in its cell (``[1]``) and printed whole under the table, on a line of its own
+    after its mark (issue 43: every path whole on its own line)."""
     llmb, install, jobs = study
     lines = _shown(llmb, install, *args)
-    column = _column_text(lines, "EXPERIMENT", "JOB" if args[0] != "status" else None)
     if args[0] == "status":  # its EXPERIMENT column is the experiment's whole name
         column = _column_text(lines, "EXPERIMENT", "WORKLOAD")
-        wanted = [job["experiment"] for job in jobs.values()]
-    else:  # the log's whole path
-        wanted = ["$LLMB_INSTALL" + job["log"][len(install) :] for job in jobs.values()]
-    for name in wanted:
-        assert name in column, "\n".join(lines)
+        for job in jobs.values():
+            assert job["experiment"] in column, "\n".join(lines)
+        return
+    for job in jobs.values():  # the log's whole path
+        path = "$LLMB_INSTALL" + job["log"][len(install) :]
+        marked = [line for line in lines if line.endswith(f"] {path}") and line.startswith("[")]
+        assert len(marked) == 1, "\n".join(lines)
+        mark = marked[0].split(" ", 1)[0]
+        table = lines[: lines.index(marked[0])]
+        assert any(line.startswith(f"{mark} ") for line in table), "\n".join(lines)
 
 
 def test_what_goes_to_stderr_is_wrapped(study):

@@ -83,8 +83,9 @@ class Column:
       any part in ``keep_parts`` (what identifies a run: workload, size, dtype, GPU count, ``tuned``)
       stay, and so does a part that tells it from another row's name that would read the same. The
       column stays as wide as that needs until nothing else is left to make the table fit;
-    - "wrap": a path or a sentence is continued on the next lines of its row, never cut (a path is broken
-      after a ``/``: its lines joined are the path)."""
+    - "wrap": a sentence is continued on the next lines of its row, never cut;
+    - "path": a path, whole in its cell where the table fits it; else the cell holds a mark (``[1]``) and
+      the path follows the table, whole on a line of its own after its mark, for a triple-click to copy."""
 
     title: str
     squeeze: int = 0
@@ -97,9 +98,9 @@ class Column:
 def experiment_column(full_names: bool = False, title: str = "EXPERIMENT") -> Column:
     """The column of a run's experiment name (``llama31_8b_bf16_gpus2_tp1_pp1_mbs1_gbs64_tuned``): its
     workload, size, dtype and GPU count, and ``tuned``, stay whatever else is cut; with --full-names, a
-    path, wrapped."""
+    path, whole (``cut="path"``)."""
     if full_names:
-        return Column(title, squeeze=30, cut="wrap")
+        return Column(title, squeeze=6, cut="path")
     return Column(title, squeeze=16, cut="name", keep=4, keep_parts=("tuned",))
 
 
@@ -323,10 +324,21 @@ def render_table(
                 [len(c.title), *(min(len(text), widths[i]) for text in forms[i].values())]
             )
 
+    for i in shown:  # a "path" column too narrow for a path is as wide as what it still shows
+        c = columns[i]
+        column = [row[i] for row in cells]
+        if c.cut == "path" and any(len(cell) > widths[i] for cell in column):
+            fits = [len(cell) for cell in column if len(cell) <= widths[i]]
+            marked = len({cell for cell in column if len(cell) > widths[i]})
+            widths[i] = max([len(c.title), len(f"[{marked}]"), *fits])
+    marks: dict[str, int] = {}  # a "path" column's paths too long for it, by their mark's number
+
     def pieces(i: int, cell: str) -> list[str]:
         c = columns[i]
         if len(cell) <= widths[i]:
             return [cell]
+        if c.cut == "path":
+            return [f"[{marks.setdefault(cell, len(marks) + 1)}]"]
         if c.cut == "wrap":
             return wrap_cell(cell, widths[i])
         if i in forms:
@@ -346,6 +358,7 @@ def render_table(
                     for i, p in zip(shown, shown_cells, strict=True)
                 ).rstrip()
             )
+    lines += [f"[{n}] {path}" for path, n in marks.items()]  # whole, each on its own line
     if left_out:
         them = "them" if len(left_out) > 1 else "it"
         lines.append(
