@@ -313,3 +313,116 @@ def test_torchtitan_behind_primus_headers_is_read_through_the_prefix_stage(tmp_p
     # step 1 is warm-up (no time); then the header's seconds between consecutive lines, where it has them
     assert times == ([None, 2000.0, 2000.0] if "17:10" in header else [None, None, None])
     assert log.samples[2].global_batch_size == 64
+
+
+def _fields_by_definition(text: bytes) -> dict[bytes, bytes]:
+    """The fields of a ``| key: value |`` line as FieldReader defines them, by splitting it."""
+    out = {}
+    for part in text.split(b"|"):
+        key, sep, value = part.partition(b":")
+        if sep:
+            out[key.strip().lower()] = value.strip()
+    return out
+
+
+def test_the_field_reader_finds_what_splitting_every_field_finds():
+    """FieldReader (one regular expression for the keys a reader wants) against the definition (a split
+    of every field), on real iteration lines and on lines made of random keys, blanks, colons and
+    pipes."""
+    import random
+
+    from llmb.results.lines import FieldReader
+
+    keys = (b"elapsed time per iteration (ms)", b"lm loss", b"grad norm", b"global batch size")
+    read = FieldReader(*keys)
+    real = [
+        b" consumed samples: 32 | elapsed time per iteration (ms): 442.6 | throughput per GPU "
+        b"(TFLOP/s/GPU): 0.002388 | learning rate: 3.000000E-05 | global batch size:    32 | lm loss: "
+        b"6.401444E+00 | loss scale: 1.0 | grad norm: 0.159 | number of skipped iterations:   0 |",
+        b" Elapsed Time Per Iteration (ms): 1.5/2.5 | LM LOSS: nan | lm loss: 7 |",
+    ]
+    rng = random.Random(43)
+    pieces = [
+        *keys,
+        b"LM Loss",
+        b"lm",
+        b"loss",
+        b" ",
+        b"\t",
+        b":",
+        b"|",
+        b"1.5",
+        b"x",
+        b"(ms)",
+        b"",
+    ]
+    made = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 30))) for _ in range(3000)]
+    for text in real + made:
+        wanted = {k: v for k, v in _fields_by_definition(text).items() if k in keys}
+        assert read(text) == wanted, text
+    assert read(real[0])[b"global batch size"] == b"32" and read(real[1])[b"lm loss"] == b"7"
+
+
+def test_unread_step_time_lines_pair_as_reading_every_line_pairs():
+    """MegatronReader leaves an unprefixed Step Time line unread until an iteration line wants its
+    figure: on logs of every mix (prefixed writers, joined lines, colour codes, iteration lines with
+    and without their own TFLOP/s/GPU, figures that do not parse), fed in chunks cut anywhere, its
+    samples are those of a reader that reads every line at once."""
+    import random
+
+    from llmb.results.formats.megatron import ITERATION, MegatronReader
+    from llmb.results.lines import find_lines
+
+    class EveryLine(MegatronReader):
+        def feed(self, chunk: bytes) -> None:
+            for line in find_lines(chunk, b"elapsed time per iteration", b"TFLOP/s/GPU"):
+                if b"Step Time : " not in line.body:
+                    if (m := ITERATION.search(line.body)) is not None:
+                        self._iteration(line.key, m)
+                    continue
+                self._parts(line.key, line.body)
+
+    rng = random.Random(32)
+
+    def step_time() -> str:
+        figure = rng.choice(["939.5", "1.2.3", "12", "4e2"])
+        return f"Step Time : {rng.random():.2f}s GPU utilization: {figure}MODEL_TFLOP/s/GPU"
+
+    def iteration(i: int) -> str:
+        own = rng.choice(["", f" throughput per GPU (TFLOP/s/GPU): {rng.random():.3f} |"])
+        return (
+            f" [2026-01-01 00:00:00] iteration {i:8d}/ 50 | elapsed time per iteration (ms): "
+            f"{rng.random() * 1000:.1f} |{own} global batch size: 128 | lm loss: 6.4E+00 |"
+        )
+
+    for _ in range(300):
+        lines = []
+        for i in range(1, rng.randrange(2, 40)):
+            for _ in range(rng.randrange(0, 3)):
+                lines.append(rng.choice(["", "", "3: ", "[rank0]: "]) + step_time())
+            text = iteration(i)
+            kind = rng.randrange(6)
+            if kind == 0:
+                text = step_time() + text  # joined
+            elif kind == 1:
+                text = "\x1b[32m" + step_time() + "\x1b[0m"  # a coloured Step Time, then the line
+                lines.append(text)
+                text = iteration(i)
+            elif kind == 2:
+                text = "7: " + text
+            lines.append(text)
+            if rng.random() < 0.2:
+                lines.append("some other output TFLOP/s/GPU")
+        data = ("\n".join(lines) + "\n").encode()
+        cuts = sorted({0, len(data), *(rng.randrange(len(data)) for _ in range(3))})
+        readers = (MegatronReader(), EveryLine())
+        for reader in readers:
+            begin = 0
+            for cut in cuts[1:]:  # chunks end at a line end, as the scanner hands them
+                end = data.rfind(b"\n", 0, cut) + 1
+                if end > begin:
+                    reader.feed(data[begin:end])
+                    begin = end
+            reader.feed(data[begin:])
+        ours, everyline = (reader.finish() for reader in readers)
+        assert (ours and ours.samples) == (everyline and everyline.samples), data.decode()

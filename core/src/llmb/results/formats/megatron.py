@@ -17,7 +17,15 @@ import re
 import statistics
 
 from llmb.results.formats.iterations import Iterations
-from llmb.results.lines import MAX_SAMPLES, fields, find_lines, number, whole
+from llmb.results.lines import (
+    MAX_SAMPLES,
+    FieldReader,
+    find_lines,
+    number,
+    raw_lines_containing,
+    split,
+    whole,
+)
 from llmb.results.records import Sample
 
 # Megatron-Bridge's train_utils.py, printed by rank 0: "...MODEL_TFLOP/s/GPU" since its commit 23fc545
@@ -36,6 +44,11 @@ _TFLOPS_FIELD = re.compile(rb"(?<![0-9.eE+-])([0-9.eE+-]{1,64})\s{0,64}MODEL_TFL
 _THROUGHPUT = (b"throughput per gpu (tflop/s/gpu)", b"compute per gpu (tflop/s/gpu)")
 _ELAPSED = b"elapsed time per iteration (ms)"
 _LOSS, _GRAD_NORM, _GBS = b"lm loss", b"grad norm", b"global batch size"
+_FIELDS = FieldReader(_ELAPSED, *_THROUGHPUT, _LOSS, _GRAD_NORM, _GBS)
+
+
+# Unprefixed Step Time lines kept unread at most (a log of Step Time lines alone): then they are read.
+MAX_DEFERRED = 4096
 
 
 class MegatronReader(Iterations):
@@ -43,35 +56,63 @@ class MegatronReader(Iterations):
     line precedes the iteration line it belongs to, and pairs with it per writer (``Line.key``), never
     by position in a list. Both may share a line (two ranks' output joined): each Step Time pairs with
     the iteration that follows it. A ``throughput per GPU (TFLOP/s/GPU)`` field in the iteration line
-    wins."""
+    wins.
+
+    A log whose iteration lines have their own TFLOP/s/GPU (Megatron-LM's, llmb's torch engine's) never
+    needs its Step Time lines. One that starts the line (no launcher's prefix, so its writer's key is
+    ``b""``; no colour code) is kept as written (``unread``) until the next unprefixed iteration line,
+    and read only if that line lacks the figure: the pairing is the one reading every line gives."""
 
     def __init__(self) -> None:
         super().__init__("megatron_bridge")
         self.pending: dict[bytes, float] = {}
+        self.unread: list[
+            bytes
+        ] = []  # unprefixed Step Time lines since the last unprefixed iteration
 
     def feed(self, chunk: bytes) -> None:
         # Long literals: CPython's search skips faster the longer the needle. A Step Time line may be in
         # an earlier chunk than its iteration line (whatever other output comes between): it waits in pending.
         if b"elapsed time per iteration" not in chunk and b"TFLOP/s/GPU" not in chunk:
             return
-        for line in find_lines(chunk, b"elapsed time per iteration", b"TFLOP/s/GPU"):
+        for start, raw in raw_lines_containing(
+            chunk, b"elapsed time per iteration", b"TFLOP/s/GPU"
+        ):
+            if raw.startswith(b"Step Time : ") and b"iteration" not in raw and b"\x1b" not in raw:
+                self.unread.append(raw)  # split() would take nothing off it: its key is b""
+                if len(self.unread) >= MAX_DEFERRED:
+                    self._read_unread()
+                continue
+            line = split(raw, start)
             body = line.body
             if b"Step Time : " not in body:  # most lines: an iteration line, or another TFLOP/s/GPU
                 if (m := ITERATION.search(body)) is not None:
                     self._iteration(line.key, m)
                 continue
-            # Each part starts at a Step Time (but the first): a Step Time, then the iteration it belongs to.
-            for part in _BEFORE_STEP_TIME.split(body):
-                if (m := STEP_TIME.match(part)) is not None and (
-                    tflops := number(m.group(2))
-                ) is not None:
-                    self.pending[line.key] = tflops
-                if (m := ITERATION.search(part)) is not None:
-                    self._iteration(line.key, m)
+            if not line.key:
+                self._read_unread()  # they come before this line's parts
+            self._parts(line.key, body)
+
+    def _parts(self, key: bytes, body: bytes) -> None:
+        """A line that holds a Step Time: each part starts at a Step Time (but the first), a Step Time
+        then the iteration it belongs to."""
+        for part in _BEFORE_STEP_TIME.split(body):
+            if (m := STEP_TIME.match(part)) is not None and (
+                tflops := number(m.group(2))
+            ) is not None:
+                self.pending[key] = tflops
+            if (m := ITERATION.search(part)) is not None:
+                self._iteration(key, m)
+
+    def _read_unread(self) -> None:
+        """The unread Step Time lines, in order: ``pending[b""]`` as reading each in its turn sets it."""
+        unread, self.unread = self.unread, []
+        for raw in unread:
+            self._parts(b"", raw)
 
     def _iteration(self, key: bytes, m: re.Match) -> None:
         tail = m.group(3)
-        values = fields(tail)
+        values = _FIELDS(tail)
         elapsed = values.get(_ELAPSED)
         if elapsed is None:
             return  # another format's iteration line
@@ -86,6 +127,11 @@ class MegatronReader(Iterations):
             and (inline := _TFLOPS_FIELD.search(tail))
         ):
             tflops = number(inline.group(1))
+        if not key and self.unread:
+            if tflops is None:
+                self._read_unread()  # this one wants its Step Time
+            else:
+                self.unread.clear()  # read or not, they were this iteration's to take
         pending = self.pending.pop(key, None)
         iteration = int(m.group(1))
         self.add(
