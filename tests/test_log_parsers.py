@@ -315,54 +315,6 @@ def test_torchtitan_behind_primus_headers_is_read_through_the_prefix_stage(tmp_p
     assert log.samples[2].global_batch_size == 64
 
 
-def _fields_by_definition(text: bytes) -> dict[bytes, bytes]:
-    """The fields of a ``| key: value |`` line as FieldReader defines them, by splitting it."""
-    out = {}
-    for part in text.split(b"|"):
-        key, sep, value = part.partition(b":")
-        if sep:
-            out[key.strip().lower()] = value.strip()
-    return out
-
-
-def test_the_field_reader_finds_what_splitting_every_field_finds():
-    """FieldReader (one regular expression for the keys a reader wants) against the definition (a split
-    of every field), on real iteration lines and on lines made of random keys, blanks, colons and
-    pipes."""
-    import random
-
-    from llmb.results.lines import FieldReader
-
-    keys = (b"elapsed time per iteration (ms)", b"lm loss", b"grad norm", b"global batch size")
-    read = FieldReader(*keys)
-    real = [
-        b" consumed samples: 32 | elapsed time per iteration (ms): 442.6 | throughput per GPU "
-        b"(TFLOP/s/GPU): 0.002388 | learning rate: 3.000000E-05 | global batch size:    32 | lm loss: "
-        b"6.401444E+00 | loss scale: 1.0 | grad norm: 0.159 | number of skipped iterations:   0 |",
-        b" Elapsed Time Per Iteration (ms): 1.5/2.5 | LM LOSS: nan | lm loss: 7 |",
-    ]
-    rng = random.Random(43)
-    pieces = [
-        *keys,
-        b"LM Loss",
-        b"lm",
-        b"loss",
-        b" ",
-        b"\t",
-        b":",
-        b"|",
-        b"1.5",
-        b"x",
-        b"(ms)",
-        b"",
-    ]
-    made = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 30))) for _ in range(3000)]
-    for text in real + made:
-        wanted = {k: v for k, v in _fields_by_definition(text).items() if k in keys}
-        assert read(text) == wanted, text
-    assert read(real[0])[b"global batch size"] == b"32" and read(real[1])[b"lm loss"] == b"7"
-
-
 def test_unread_step_time_lines_pair_as_reading_every_line_pairs():
     """MegatronReader leaves an unprefixed Step Time line unread until an iteration line wants its
     figure: on logs of every mix (prefixed writers, joined lines, colour codes, iteration lines with

@@ -179,21 +179,11 @@ def whole(text: bytes) -> int | None:
     return int(value) if value is not None and math.isfinite(value) else None
 
 
-class FieldReader:
-    """The values of the ``| key: value |`` fields of a line (Megatron's and NeMo 2's iteration lines)
-    named ``keys`` (lower case): {key: value}, where a field is what lies between ``|``s, its key what
-    precedes its first ``:`` (blanks around it and case aside), its value the rest, stripped; a later
-    field of a key wins. One regular expression finds the few a reader wants, rather than a split of
-    the line's every field (an iteration line has a dozen; tests/test_log_parsers.py holds it to that
-    definition). Anchored at a field's start (the text's or a ``|``): linear in the line's length."""
-
-    def __init__(self, *keys: bytes) -> None:
-        names = b"|".join(re.escape(key) for key in keys)
-        self._pattern = re.compile(rb"(?:^|\|)\s*(" + names + rb")\s*:([^|]*)")
-
-    def __call__(self, text: bytes) -> dict[bytes, bytes]:
-        # the keys are matched in lower case; the values are the text's own (lower() keeps every offset)
-        return {
-            m.group(1): text[m.start(2) : m.end(2)].strip()
-            for m in self._pattern.finditer(text.lower())
-        }
+def fields(text: bytes) -> dict[bytes, bytes]:
+    """``| key: value | key: value |`` -> {key: value} (keys lower-cased)."""
+    out = {}
+    for part in text.split(b"|"):
+        key, sep, value = part.partition(b":")
+        if sep:
+            out[key.strip().lower()] = value.strip()
+    return out

@@ -19,7 +19,7 @@ import statistics
 from llmb.results.formats.iterations import Iterations
 from llmb.results.lines import (
     MAX_SAMPLES,
-    FieldReader,
+    fields,
     find_lines,
     number,
     raw_lines_containing,
@@ -44,7 +44,6 @@ _TFLOPS_FIELD = re.compile(rb"(?<![0-9.eE+-])([0-9.eE+-]{1,64})\s{0,64}MODEL_TFL
 _THROUGHPUT = (b"throughput per gpu (tflop/s/gpu)", b"compute per gpu (tflop/s/gpu)")
 _ELAPSED = b"elapsed time per iteration (ms)"
 _LOSS, _GRAD_NORM, _GBS = b"lm loss", b"grad norm", b"global batch size"
-_FIELDS = FieldReader(_ELAPSED, *_THROUGHPUT, _LOSS, _GRAD_NORM, _GBS)
 
 
 # Unprefixed Step Time lines kept unread at most (a log of Step Time lines alone): then they are read.
@@ -112,7 +111,7 @@ class MegatronReader(Iterations):
 
     def _iteration(self, key: bytes, m: re.Match) -> None:
         tail = m.group(3)
-        values = _FIELDS(tail)
+        values = fields(tail)
         elapsed = values.get(_ELAPSED)
         if elapsed is None:
             return  # another format's iteration line

@@ -6,16 +6,8 @@ from __future__ import annotations
 
 from llmb.results.formats.iterations import Iterations
 from llmb.results.formats.megatron import ITERATION
-from llmb.results.lines import FieldReader, find_lines, number, whole
+from llmb.results.lines import fields, find_lines, number, whole
 from llmb.results.records import Sample
-
-_FIELDS = FieldReader(
-    b"train_step_timing in s",
-    b"tflops_per_gpu",
-    b"reduced_train_loss",
-    b"grad_norm",
-    b"global_batch_size",
-)
 
 
 class NeMo2Reader(Iterations):
@@ -33,7 +25,7 @@ class NeMo2Reader(Iterations):
             m = ITERATION.search(line.body)
             if m is None or b"train_step_timing" not in m.group(3):
                 continue
-            values = _FIELDS(m.group(3))
+            values = fields(m.group(3))
             seconds = number(values.get(b"train_step_timing in s", b""))
             iteration = int(m.group(1))
             self.add(
