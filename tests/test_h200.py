@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from experiment_dirs import make_run
+from experiment_dirs import make_run, nemotronh_56b_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import loggen  # noqa: E402
@@ -217,25 +217,7 @@ def test_the_gpu_check_sends_an_h200_to_gpu_h200_which_now_resolves(host):
 
 def h200_run(root: Path, gpu: str = "h200") -> Path:
     """A Nemotron-H 56B FP8 run on 256 GPUs at the recipe's published step time (NeMo 2 log format)."""
-    return make_run(
-        root,
-        NH256,
-        loggen.nemo2_lines(
-            range(0, 50),
-            step_s=dict.fromkeys(range(50), 15.892),
-            gbs=768,
-            tflops=dict.fromkeys(range(50), 0.0),
-        ),
-        recipe={
-            "workload": "nemotronh",
-            "size": "56b",
-            "gpu": gpu,
-            "dtype": "fp8",
-            "gpus": 256,
-            "gbs": 768,
-            "seq_len": 8192,
-        },
-    )
+    return nemotronh_56b_run(root, gpu=gpu)
 
 
 def test_an_h200_runs_mfu_is_against_the_h100_peak_with_its_source(host, tmp_path):

@@ -133,41 +133,19 @@ def test_the_terminals_own_width_is_used_without_columns(install_with_runs, llmb
 # Issue 43, item 3: at 80 columns what judges a run stays, no value a user types is cut, and every path
 # is whole on a line of its own.
 
-NH256 = "pretrain_nemotronh_56b_fp8_gpus256_tp8_pp1_cp1_vpNone_mbs1_gbs768"
-
 
 @pytest.fixture(scope="module")
 def judged_runs(install_with_runs):
     """Beside the tiny runs (local job ids in JOB), three Nemotron-H 56B runs of the published
     configuration, at and around its published step time (NeMo 2's log format): runs that have an MFU
     and a VS PUBLISHED."""
-    import loggen
-    from experiment_dirs import make_run
+    from experiment_dirs import nemotronh_56b_run
 
     install, _ = install_with_runs
     root = Path(install) / "workloads" / "nemotronh" / "experiments"
     if not root.exists():
         for n, step in enumerate((15.892, 16.5, 15.0)):
-            make_run(
-                root,
-                NH256,
-                loggen.nemo2_lines(
-                    range(50),
-                    step_s=dict.fromkeys(range(50), step),
-                    gbs=768,
-                    tflops=dict.fromkeys(range(50), 0.0),
-                ),
-                stamp=str(1766132151 + n),
-                recipe={
-                    "workload": "nemotronh",
-                    "size": "56b",
-                    "gpu": "h100",
-                    "dtype": "fp8",
-                    "gpus": 256,
-                    "gbs": 768,
-                    "seq_len": 8192,
-                },
-            )
+            nemotronh_56b_run(root, step, stamp=str(1766132151 + n))
     return install
 
 
