@@ -361,7 +361,7 @@ def status_command(ctx, job_id, show_all, full_names, as_json):
                 "STATE",
                 Column("PROGRESS", drop=2),
                 Column("SUBMITTED", drop=4),
-                experiment_column(full_names),
+                experiment_column(full_names, paths=False),  # whole names, not paths
                 Column("BACKEND", drop=3),
                 Column("WORKLOAD", drop=1),
             ],

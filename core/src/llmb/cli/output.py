@@ -95,12 +95,16 @@ class Column:
     keep_parts: tuple[str, ...] = ()
 
 
-def experiment_column(full_names: bool = False, title: str = "EXPERIMENT") -> Column:
+def experiment_column(
+    full_names: bool = False, title: str = "EXPERIMENT", paths: bool = True
+) -> Column:
     """The column of a run's experiment name (``llama31_8b_bf16_gpus2_tp1_pp1_mbs1_gbs64_tuned``): its
     workload, size, dtype and GPU count, and ``tuned``, stay whatever else is cut; with --full-names, a
-    path, whole (``cut="path"``)."""
+    path, whole (``cut="path"``), or where the column holds whole names (not ``paths``), each wrapped."""
     if full_names:
-        return Column(title, squeeze=6, cut="path")
+        return (
+            Column(title, squeeze=6, cut="path") if paths else Column(title, squeeze=30, cut="wrap")
+        )
     return Column(title, squeeze=16, cut="name", keep=4, keep_parts=("tuned",))
 
 
