@@ -267,3 +267,31 @@ def test_find_runs_in_the_seeds_layout(tmp_path):
     ]
     single = find_runs([runs[0].log])
     assert [r.short_name for r in single] == [f"{MB8}_1766132151"]
+
+
+def test_the_sample_stdev_is_the_standard_librarys_to_the_bit():
+    """analyze's stdev (integers over a common power of two) is ``statistics.stdev``, bit for bit, on
+    step times, on values a thousand orders of magnitude apart, on repeats and signed zeros; both
+    overflow alike."""
+    import random
+    import statistics
+
+    from llmb.results.analyze import sample_stdev
+
+    rng = random.Random(42)
+    for k in range(20_000):
+        n = rng.randrange(2, 14)
+        values = [
+            rng.uniform(200, 300),
+            rng.uniform(-1e-300, 1e-300),
+            rng.choice([1.0, 2.0, 1e-5, 3e7, 0.0, -0.0]),
+            rng.lognormvariate(0, 30),
+            12.5,
+        ]
+        data = [values[k % 5] if k % 5 == 4 else rng.choice(values) for _ in range(n)]
+        assert sample_stdev(data).hex() == statistics.stdev(data).hex(), data
+    for huge in ([1.7e308, 1.7e308, -1.7e308],):
+        with pytest.raises(OverflowError):
+            statistics.stdev(huge)
+        with pytest.raises(OverflowError):
+            sample_stdev(huge)

@@ -147,10 +147,34 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     except OverflowError:
         return None, None
     try:
-        std = statistics.stdev(values) if len(values) > 1 else None
+        std = sample_stdev(values) if len(values) > 1 else None
     except OverflowError:
         std = None
     return mean, std
+
+
+# The standard library's correctly rounded square root of a ratio of integers (Python 3.11+), which its
+# stdev ends with; None where it has none (there stdev is taken as it is).
+_SQRT_OF_RATIO = getattr(statistics, "_float_sqrt_of_frac", None)
+
+
+def sample_stdev(values: list[float]) -> float:
+    """``statistics.stdev`` of two or more finite floats, the same float, in integers: each float is an
+    integer over a power of two, so over the largest of those denominators the sum of squared
+    deviations is an exact ratio of integers, whose square root is rounded as the library rounds it.
+    The library gets there through ``Fraction`` arithmetic, ten times as slow (a tenth of parsing a
+    run's log went there). tests/test_results_analysis.py holds the two to the same bits."""
+    if _SQRT_OF_RATIO is None:
+        return statistics.stdev(values)
+    ratios = [value.as_integer_ratio() for value in values]
+    common = max(denominator for _, denominator in ratios)
+    scaled = [numerator * (common // denominator) for numerator, denominator in ratios]
+    count = len(scaled)
+    total = sum(scaled)
+    numerator = count * sum(n * n for n in scaled) - total * total
+    denominator = count * (count - 1) * common * common
+    divisor = math.gcd(numerator, denominator)
+    return _SQRT_OF_RATIO(numerator // divisor, denominator // divisor)
 
 
 def delta_pct(step_time_ms: float, published_ms: float) -> float:
