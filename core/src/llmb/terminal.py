@@ -132,15 +132,15 @@ def _wrapped(line: str, limit: int) -> list[str]:
     """One line too long for ``limit``, as lines that fit: broken at spaces, the continuation lines
     indented under the line's text (after its label, its bullet or its own indentation). A path that does
     not fit where it stands starts a line of its own, whole (after a connector such as ``->`` that
-    began the line), and a path longer than that line ends it:
-    the terminal wraps it and a triple-click copies it whole. Another word longer than a line is broken
+    began the line), and a path longer than that line ends it: the terminal wraps it and a
+    triple-click copies it whole. Another word longer than a line is broken
     after a separator (``_BREAK_AFTER``)."""
     leading = len(line) - len(line.lstrip(" "))
-    indent = len(_LABELLED.match(line).group(1))
+    head = _LABELLED.match(line).group(1)  # the line's indentation, and its label or bullet
+    indent = len(head)
     if indent == leading or indent > limit // 2:
         indent = leading + 2
     pad = " " * indent
-    head = line[: max(leading, len(_LABELLED.match(line).group(1)))]
     out: list[str] = []
     current = head
     fresh = True  # nothing after the label or indentation yet

@@ -10,7 +10,7 @@ import time
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, fit_text
+from llmb.cli.output import emit_json, say
 from llmb.errors import UsageError
 from llmb.figures import byte_size
 from llmb.log import warn
@@ -153,10 +153,8 @@ def archive_command(ctx, dirs, suite_id, output, fmt, as_json):
     if as_json:
         emit_json({**packed.__dict__, "format": fmt})
         return
-    click.echo(
-        fit_text(
-            f"{packed.output}: {packed.files:,} files, {byte_size(packed.bytes_in)} packed into "
-            f"{byte_size(packed.bytes_out)}; left out {packed.excluded_files:,} files and "
-            f"{packed.excluded_dirs:,} folders (profiles, traces, checkpoints, code)."
-        )
+    say(
+        f"{packed.output}: {packed.files:,} files, {byte_size(packed.bytes_in)} packed into "
+        f"{byte_size(packed.bytes_out)}; left out {packed.excluded_files:,} files and "
+        f"{packed.excluded_dirs:,} folders (profiles, traces, checkpoints, code)."
     )

@@ -203,9 +203,8 @@ def _judged_text(checked, judged: list[dict]) -> str:
         "",
         "judged by (the figure llmb plan shows; results, compare, report and certify judge each run by it):",
     ]
-    digits = len(
-        str(len(checked))
-    )  # the numbers padded alike: every task's text starts in one column
+    # the numbers padded alike: every task's text starts in one column
+    digits = len(str(len(checked)))
     lines += [
         f"{str(n).ljust(digits)}  {task_label(c)}: {j['text']}"
         for n, (c, j) in enumerate(zip(checked, judged, strict=True), start=1)

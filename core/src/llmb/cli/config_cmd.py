@@ -7,7 +7,7 @@ import os
 import click
 
 from llmb.cli import WholeHelpGroup, get_host
-from llmb.cli.output import Column, echo_err, emit_json, fit_text, render_table
+from llmb.cli.output import Column, echo_err, emit_json, fit_text, render_table, say
 from llmb.log import warn
 
 
@@ -98,7 +98,7 @@ def show_command(ctx: click.Context, as_json: bool) -> None:
             )
         )
     else:
-        click.echo(fit_text(f"cluster file: {path}"))
+        say(f"cluster file: {path}")
     rows = [
         [s.key, _shown(s.value), _source(s), " / ".join(x for x in (s.flag, s.variable) if x)]
         for s in settings

@@ -7,7 +7,7 @@ import os
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import emit_json, fit_text
+from llmb.cli.output import emit_json, say
 from llmb.log import warn
 
 
@@ -110,5 +110,5 @@ def install_command(ctx, workloads, gpu, variant, no_images, no_huggingface, dry
             }
         )
     else:
-        click.echo(fit_text(_report(plan, token is not None, dry_run)))
+        say(_report(plan, token is not None, dry_run))
     ctx.exit(1 if failed else 0)

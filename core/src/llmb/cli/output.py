@@ -48,9 +48,7 @@ def say(text: str, err: bool = False) -> None:
     """A line (or lines) of human text on stdout, or stderr with ``err``, each wrapped to that stream's
     width, a path kept whole (``fit_text``): what every message of llmb's own that is not a table goes
     through."""
-    click.echo(
-        fit_text(terminal_safe(text), output_width(sys.stderr if err else sys.stdout)), err=err
-    )
+    click.echo(fit_text(text, output_width(sys.stderr if err else sys.stdout)), err=err)
 
 
 def echo_err(text: str) -> None:

@@ -7,7 +7,7 @@ import sys
 import click
 
 from llmb.cli import get_host
-from llmb.cli.output import Column, emit_json, fit_text, output_width, render_table
+from llmb.cli.output import Column, emit_json, fit_text, output_width, render_table, say
 from llmb.cli.run_options import cluster_options
 from llmb.errors import UsageError
 from llmb.figures import figure
@@ -267,5 +267,5 @@ def show(run_dir: str, as_json: bool) -> dict | None:
         emit_json(report)
     else:
         click.echo(table(report))
-        click.echo(fit_text(verdict_line(report)))
+        say(verdict_line(report))
     return report

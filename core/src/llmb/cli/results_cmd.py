@@ -280,7 +280,8 @@ def _f(value, digits: int) -> str:
 def results_columns(full_names: bool = False):
     """The results table's columns, in order; a narrow terminal leaves out the highest ``drop`` first.
     What tells the runs apart (the name's workload, size, dtype, GPU count and tuning; the job) and what
-    judges them (STATUS, VS PUBLISHED, then MFU %) go last; a name is cut at its end, a --full-names path wrapped."""
+    judges them (STATUS, VS PUBLISHED, then MFU %) go last; a name is cut at its end, a --full-names path
+    the table cannot hold marked and printed whole under it."""
     from llmb.cli.output import Column, experiment_column
 
     return [

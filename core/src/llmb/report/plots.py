@@ -99,7 +99,7 @@ TOKENS_PER_GPU = MetricPlot(
     "tokens/s per GPU",
     lambda p: _per_gpu(p.tokens_per_s, p.gpus),
     lambda r: None if r.tokens_per_s is None else r.tokens_per_s / r.gpus,
-    "no run has tokens/s (it needs the sequence length and GBS)",
+    TOKENS_PER_S.missing,
 )
 MFU = MetricPlot(
     "mfu",

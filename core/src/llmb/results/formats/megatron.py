@@ -65,9 +65,8 @@ class MegatronReader(Iterations):
     def __init__(self) -> None:
         super().__init__("megatron_bridge")
         self.pending: dict[bytes, float] = {}
-        self.unread: list[
-            bytes
-        ] = []  # unprefixed Step Time lines since the last unprefixed iteration
+        # unprefixed Step Time lines since the last unprefixed iteration
+        self.unread: list[bytes] = []
 
     def feed(self, chunk: bytes) -> None:
         # Long literals: CPython's search skips faster the longer the needle. A Step Time line may be in
