@@ -17,7 +17,9 @@ import subprocess
 import pytest
 from conftest import _llmb_executable
 from llmb.cli.output import Column, experiment_column, render_table
-from test_output_width import _environment, _too_wide, _under_pty
+from narrow_terminal import environment as _environment
+from narrow_terminal import too_wide as _too_wide
+from narrow_terminal import under_pty as _under_pty
 
 pytestmark = pytest.mark.skipif(
     shutil.which("script") is None, reason="util-linux script is not installed"
