@@ -220,6 +220,22 @@ def gpu_is_free(install: Path, gpu: str) -> bool:
         os.close(fd)
 
 
+def holds_lock(pid: int, install: str, gpu: str) -> bool:
+    """Whether process ``pid`` holds the lock of ``gpu``, as the kernel lists locks (/proc/locks):
+    looking takes no lock, so the job looked at is not held up by it."""
+    path = Path(local_slots.slots_dir(install)) / local_gpus.lock_name(gpu)
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return False  # never locked
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()  # 1: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid):
+            if int(fields[5].rsplit(":", 1)[1]) == inode:
+                return True
+    return False
+
+
 # ------------------------------------------------------------------ which GPUs a job uses
 
 
@@ -368,67 +384,107 @@ locks.release()
 """
 
 
-def test_jobs_sharing_a_gpu_start_in_the_order_they_came(tmp_path):
-    """A holds GPU 0; B wants GPUs 0 and 1 and waits; C, later, wants only GPU 1, which is free, and
-    waits behind B all the same (no job that came later overtakes one waiting for the same GPU);
-    D, on GPU 2, starts at once. A job holds none of its GPUs while it waits for one of them."""
-    install = str(tmp_path / "install")
-    taking: dict[str, subprocess.Popen] = {}
-    lines: dict[str, queue.Queue] = {}
+class Takers:
+    """Jobs' supervisors as far as their GPUs go (``TAKER``), each a real process, and what each says."""
 
-    def take(job: str, gpus: str) -> None:
-        taking[job] = subprocess.Popen(
-            [sys.executable, "-c", TAKER, install, job, gpus, str(tmp_path / job)],
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.install = str(tmp_path / "install")
+        self.taking: dict[str, subprocess.Popen] = {}
+        self.lines: dict[str, queue.Queue] = {}
+
+    def take(self, job: str, gpus: str) -> None:
+        self.taking[job] = subprocess.Popen(
+            [sys.executable, "-c", TAKER, self.install, job, gpus, str(self.tmp_path / job)],
             stdout=subprocess.PIPE,
             text=True,
         )
-        lines[job] = queue.Queue()
+        lines = self.lines[job] = queue.Queue()
+        stdout = self.taking[job].stdout
         threading.Thread(
-            target=lambda: [lines[job].put(line.strip()) for line in taking[job].stdout],
-            daemon=True,
+            target=lambda: [lines.put(line.strip()) for line in stdout], daemon=True
         ).start()
 
-    def said(job: str, words: str) -> str:
+    def said(self, job: str, words: str) -> str:
         try:
-            line = lines[job].get(timeout=120)  # a hang guard
+            line = self.lines[job].get(timeout=120)  # a hang guard
         except queue.Empty:
             raise AssertionError(f"{job} said nothing in 120 s (expected {words!r})") from None
         assert line.startswith(words), (job, line)
         return line
 
-    def comes_to_say(job: str, reason: str) -> None:
+    def comes_to_say(self, job: str, reason: str) -> None:
         """Until ``job`` says it waits for ``reason``: on its way it may say what held for a moment
         (a job that has just taken its GPU, before its lock file names it and its ticket is gone)."""
-        while said(job, "waits") != f"waits {reason}":
+        while self.said(job, "waits") != f"waits {reason}":
             pass
 
-    try:
-        take("A", "0")
-        said("A", "holds")
-        take("B", "1,0")
-        assert said("B", "waits") == "waits waiting for GPU 0, held by job A"
-        assert gpu_is_free(Path(install), "1")  # B holds none meanwhile
-        take("C", "1")
-        assert said("C", "waits") == "waits waiting for GPU 1 (1 job queued for it before this one)"
-        take("D", "2")
-        said("D", "holds")
-        (tmp_path / "D").touch()
-        said("D", "frees")
-        (tmp_path / "A").touch()
-        said("A", "frees")
-        b_holds = int(said("B", "holds").split()[1])
-        comes_to_say("C", "waiting for GPU 1, held by job B")
-        (tmp_path / "B").touch()
-        b_frees = int(said("B", "frees").split()[1])
-        c_holds = int(said("C", "holds").split()[1])
-        assert b_holds < b_frees < c_holds
-        (tmp_path / "C").touch()
-        said("C", "frees")
-        for proc in taking.values():
-            assert proc.wait(timeout=60) == 0
-    finally:
-        for proc in taking.values():
+    def release(self, job: str) -> int:
+        """Lets ``job`` free its GPUs; when it did (monotonic ns)."""
+        (self.tmp_path / job).touch()
+        return int(self.said(job, "frees").split()[1])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *failed) -> None:
+        for proc in self.taking.values():
+            if not failed[0]:
+                assert proc.wait(timeout=60) == 0
             proc.kill()
             proc.wait()
+
+
+def test_jobs_sharing_a_gpu_start_in_the_order_they_came(tmp_path):
+    """A holds GPU 0; B wants GPUs 0 and 1 and waits; C, later, wants only GPU 1, which is free, and
+    waits behind B all the same (no job that came later overtakes one waiting for the same GPU);
+    D, on GPU 2, starts at once. A job holds none of its GPUs while it waits for one of them."""
+    with Takers(tmp_path) as jobs:
+        jobs.take("A", "0")
+        jobs.said("A", "holds")
+        jobs.take("B", "1,0")
+        assert jobs.said("B", "waits") == "waits waiting for GPU 0, held by job A"
+        assert gpu_is_free(Path(jobs.install), "1")  # B holds none meanwhile
+        jobs.take("C", "1")
+        assert (
+            jobs.said("C", "waits")
+            == "waits waiting for GPU 1 (1 job queued for it before this one)"
+        )
+        jobs.take("D", "2")
+        jobs.said("D", "holds")
+        jobs.release("D")
+        jobs.release("A")
+        b_holds = int(jobs.said("B", "holds").split()[1])
+        jobs.comes_to_say("C", "waiting for GPU 1, held by job B")
+        b_frees = jobs.release("B")
+        c_holds = int(jobs.said("C", "holds").split()[1])
+        assert b_holds < b_frees < c_holds
+        jobs.release("C")
     for gpu in ("0", "1", "2"):
-        assert gpu_is_free(Path(install), gpu)
+        assert gpu_is_free(Path(jobs.install), gpu)
+
+
+def test_a_job_that_finds_its_second_gpu_held_keeps_none_of_its_first(tmp_path):
+    """All or none: A holds GPU 1; B wants GPUs 0 and 1, locks GPU 0 first (its locks are taken in
+    order) and finds GPU 1 held: it lets GPU 0 go at once, and keeps it free however long it waits,
+    naming only the GPU that holds it up; once A ends, B takes both."""
+    with Takers(tmp_path) as jobs:
+        jobs.take("A", "1")
+        jobs.said("A", "holds")
+        jobs.take("B", "0,1")
+        assert jobs.said("B", "waits") == "waits waiting for GPU 1, held by job A"
+        # Looked at without taking the lock (the kernel's list of locks), many of B's looks at its
+        # GPUs (every 0.02 s): B holds GPU 0 only for the instant between locking it and finding
+        # GPU 1 held, so all but a rare look find it free.
+        looks = []
+        for _ in range(20):
+            looks.append(holds_lock(jobs.taking["B"].pid, jobs.install, "0"))
+            time.sleep(0.05)
+        assert looks.count(True) <= 2, looks
+        assert jobs.lines["B"].empty()  # nothing new to say: still only GPU 1
+        a_frees = jobs.release("A")
+        assert int(jobs.said("B", "holds").split()[1]) > a_frees
+        assert not gpu_is_free(Path(jobs.install), "0") and not gpu_is_free(Path(jobs.install), "1")
+        jobs.release("B")
+    for gpu in ("0", "1"):
+        assert gpu_is_free(Path(jobs.install), gpu)
