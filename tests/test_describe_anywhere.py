@@ -75,11 +75,19 @@ def test_every_run_option_has_a_use_here():
 def test_a_plan_with_any_run_option_shows_the_run_without_gpus(cli, no_gpus, option):
     planned = cli("plan", *FULL, *OPTION_USES[option])
     assert planned.code == 0, planned.err
-    if option in ("proxy", "fit"):  # plan previews the reduced model itself
-        assert "llmb run --fit runs" in planned.out or "llmb run --proxy tiny runs" in planned.out
+    if (
+        option == "fit"
+    ):  # 8 CPU ranks do not fit here: plan says why, where llmb run would refuse it
+        assert "llmb run --fit here would refuse it: " in " ".join(planned.out.split())
+        assert "this run (llmb run" not in planned.out
         return
+    if option == "proxy":  # the reduced model, and the run that runs it
+        assert "CPU proxy: llmb run --proxy tiny runs a tiny model" in planned.out
     assert "this run (llmb run with these options; plan writes and submits nothing):" in planned.out
-    if option != "layers":  # a full-size run: this machine cannot, and the plan says so in one line
+    if option not in (
+        "layers",
+        "proxy",
+    ):  # a full-size run: this machine cannot, and the plan says so
         [line] = [line for line in planned.out.splitlines() if NO_GPUS in line]
         assert line.startswith("  - a real run would stop here: ") and "--backend slurm" in line
 

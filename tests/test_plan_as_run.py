@@ -9,25 +9,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from llmb.cli.plan_cmd import plan_command
+from llmb.cli.plan_cmd import MADE_BY_SUBMITTING, RUN_DIR, plan_command, without_run_dir
 from llmb.cli.run_options import parameter_names
 
 ROOT = Path(__file__).resolve().parents[1]
 # only the run itself: plan has no use for them
 RUN_ONLY = {"--dry-run", "--detach", "--json"}
-# the fields of run --dry-run's run_spec that say what runs
-COMPARED = (
-    "engine",
-    "ranks",
-    "experiment",
-    "proxy",
-    "device",
-    "mbs",
-    "ga",
-    "gbs",
-    "seq_len",
-    "steps",
-)
 
 
 def command_lines() -> list[tuple[str, list[str]]]:
@@ -67,6 +54,10 @@ REDUCED = {"--proxy", "--layers", "--fit", "--backend"}
 
 @pytest.mark.parametrize(("where", "words"), LINES, ids=[w for w, _ in LINES])
 def test_plan_of_a_documented_run_line_shows_what_run_would_run(llmb_proc, tmp_path, where, words):
+    """Every field of run --dry-run's run_spec is plan's, but the job's id and directory, which only a
+    submission makes (plan names the directory RUN_DIR where the configuration holds it); a --proxy
+    or --fit plan's own account of the reduced run (its ranks, layout, batch, model, name) is the
+    run's too."""
     import json
 
     env = {"LLMB_INSTALL": str(tmp_path / "install"), "LLMB_NO_CACHE": "1"}
@@ -80,12 +71,30 @@ def test_plan_of_a_documented_run_line_shows_what_run_would_run(llmb_proc, tmp_p
     ran = llmb_proc("run", *args, "--dry-run", "--json", env=env)
     assert ran.code == 0, (where, ran.err)
     spec, plan = json.loads(ran.out)["run_spec"], json.loads(planned.out)
-    assert (plan["workload"], plan["size"], plan["dtype"]) == (
-        spec["workload"],
-        spec["size"],
-        spec["dtype"],
-    ), where
-    if "run" in plan:  # options beyond the recipe: plan shows the run they make
-        assert {k: plan["run"][k] for k in COMPARED} == {k: spec[k] for k in COMPARED}, where
-    else:  # the recipe alone: run runs its layout
-        assert plan["gpus"] == spec["ranks"] or spec["engine"] == "torch", where
+    assert spec["run_dir"] and RUN_DIR not in json.dumps(spec), where
+    expected = {
+        key: without_run_dir(value, spec["run_dir"])
+        for key, value in spec.items()
+        if key not in MADE_BY_SUBMITTING
+    }
+    assert len(expected) == len(spec) - len(MADE_BY_SUBMITTING) >= 30, where
+    shown = plan["run"]
+    assert {key: shown.get(key, "(not in plan)") for key in expected} == expected, where
+    assert shown["layers"] == spec["arch"]["layers"], where
+    for key in ("workload", "variant", "framework", "size", "gpu", "dtype"):
+        assert plan[key] == spec[key], (where, key)
+    if "--proxy" in words or "--fit" in words:
+        proxy, layout = plan["proxy"], spec["layout"]
+        assert {key: proxy[key] for key in ("engine", "ranks", "device", "compute_dtype")} == {
+            key: spec[key] for key in ("engine", "ranks", "device", "compute_dtype")
+        }, where
+        assert (proxy["experiment"], proxy["seq_len"]) == (spec["experiment"], spec["seq_len"]), (
+            where
+        )
+        assert {key: proxy["arch"][key] for key in spec["arch"]} == spec["arch"], where
+        assert {key: proxy["layout"][key] for key in ("mbs", "ga", "gbs")} == {
+            key: spec[key] for key in ("mbs", "ga", "gbs")
+        }, where
+        assert {key: proxy["layout"][key] for key in ("tp", "pp", "cp", "ep", "vp")} == {
+            key: layout[key] for key in ("tp", "pp", "cp", "ep", "vp")
+        }, where

@@ -357,11 +357,6 @@ def render_plan(plan) -> str:
     return "\n".join(lines)
 
 
-# The run options plan shows as a preview of the reduced run (plan_proxy), needing none of a run's other
-# machinery; every other llmb run option (run_options) prepares the run as llmb run --dry-run does.
-_PREVIEW_ONLY = ("proxy", "fit")
-
-
 def _given_run_options(ctx, run_kw: dict) -> list[str]:
     """The run options given on the command line or by their variables (not their defaults)."""
     from click.core import ParameterSource
@@ -370,27 +365,36 @@ def _given_run_options(ctx, run_kw: dict) -> list[str]:
     return [name for name in run_kw if ctx.get_parameter_source(name) in sources]
 
 
+# What only a submission makes: the job's id and its directory. plan leaves them out and, wherever the
+# run's configuration names the directory (the framework's paths, the checkpoints'), shows RUN_DIR.
+MADE_BY_SUBMITTING = ("job_id", "run_dir", "inner_dir", "log")
+RUN_DIR = "<run dir>"
+
+
+def without_run_dir(value, run_dir: str):
+    """``value`` (JSON data) with ``run_dir`` written as ``RUN_DIR`` wherever a string holds it."""
+    if isinstance(value, str):
+        return value.replace(run_dir, RUN_DIR)
+    if isinstance(value, dict):
+        return {key: without_run_dir(item, run_dir) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_run_dir(item, run_dir) for item in value]
+    return value
+
+
 def run_section(prepared) -> dict:
-    """What ``llmb run`` with the same options would run (``llmb run --dry-run``'s run_spec, less what
-    only a submission makes: its job id and paths)."""
-    spec = prepared.spec
+    """What ``llmb run`` with the same options would run: ``llmb run --dry-run``'s run_spec, field for
+    field, less what only a submission makes (``MADE_BY_SUBMITTING``), and how it would be submitted."""
+    spec = prepared.spec.to_dict()
+    shown = {
+        key: without_run_dir(value, spec["run_dir"])
+        for key, value in spec.items()
+        if key not in MADE_BY_SUBMITTING
+    }
     return {
-        "engine": spec.engine,
+        **shown,
         "backend": prepared.job.backend,
-        "ranks": spec.ranks,
-        "nodes": spec.nodes,
-        "ranks_per_node": spec.ranks_per_node,
-        "experiment": spec.experiment,
-        "proxy": spec.proxy,
-        "device": spec.device,
-        "compute_dtype": spec.compute_dtype,
-        "mbs": spec.mbs,
-        "ga": spec.ga,
-        "gbs": spec.gbs,
-        "seq_len": spec.seq_len,
-        "layers": spec.arch.get("layers"),
-        "steps": spec.steps,
-        "container": spec.container,
+        "layers": spec["arch"].get("layers"),
         "time_limit": prepared.submit.time_limit,
         "framework_args": list(prepared.record.get("framework_args") or ()),
         "tuned": list(prepared.record.get("tuned") or ()),
@@ -459,29 +463,35 @@ def plan_command(
         workload, size, gpu, dtype, gpus, strong_scaling, variant, gpus_per_node, settings
     )
     proxy, fit = run_kw.get("proxy"), bool(run_kw.get("fit"))
-    given = [n for n in _given_run_options(ctx, run_kw) if n not in _PREVIEW_ONLY]
     run = None
-    if (
-        given
-    ):  # what llmb run with these options would run, prepared as llmb run --dry-run prepares it
-        from llmb.lifecycle.prepare import plan_proxy, prepare
+    if _given_run_options(ctx, run_kw):
+        # what llmb run with these options would run, prepared as llmb run --dry-run prepares it
+        from llmb.errors import UsageError
+        from llmb.lifecycle.prepare import plan_proxy, plan_with_proxy, prepare
         from llmb.lifecycle.run_option_values import run_inputs
 
-        request, options, backend = run_inputs(run_kw, request)
-        prepared = prepare(host, request, options, backend, describing=True)
-        plan, run = prepared.plan, run_section(prepared)
-        if proxy or fit:
-            ranks = prepared.spec.ranks
-            plan = replace(plan, proxy=plan_proxy(host, plan, proxy, ranks, fit))
-        run["warnings"] = [w for w in prepared.warnings if w not in plan.warnings]
-    elif proxy is None and not fit:  # the recipe alone: none of a run's machinery is imported
+        reduced_request, options, backend = run_inputs(run_kw, request)
+        try:
+            prepared = prepare(host, reduced_request, options, backend, describing=True)
+        except UsageError:
+            if not (proxy or fit):
+                raise
+            # llmb run would refuse the reduction on this machine (--fit: no slice fits a CPU rank's
+            # memory): the plan shows it, saying why, where it is the reason
+            plan = plan_with_proxy(host, request, proxy, fit)
+            if plan.proxy is None or plan.proxy.refusal is None:
+                raise
+        else:
+            plan, run = prepared.plan, run_section(prepared)
+            if proxy or fit:
+                ranks = prepared.spec.ranks
+                plan = replace(plan, proxy=plan_proxy(host, plan, proxy, ranks, fit))
+            shown = {*plan.warnings, plan.proxy.run.warning() if plan.proxy else None}
+            run["warnings"] = [w for w in prepared.warnings if w not in shown]
+    else:  # the recipe alone: none of a run's machinery is imported
         from llmb.recipes.planning import make_plan
 
         plan = make_plan(host, request)
-    else:
-        from llmb.lifecycle.prepare import plan_with_proxy
-
-        plan = plan_with_proxy(host, request, proxy, fit)
     if as_json:
         emit_json({**plan.as_dict(), **({"run": run} if run else {})})
     else:

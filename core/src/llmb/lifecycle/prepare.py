@@ -932,10 +932,10 @@ def plan_proxy(
 def plan_with_proxy(
     host: PluginHost, request: RecipeRequest, proxy: str | None, fit: bool = False
 ) -> Plan:
-    """``llmb plan --proxy PROXY`` (or ``--fit``): the plan of ``request`` and what ``llmb run --proxy``
-    (``--fit``) would run on this machine, the recipe resolved as it resolves it (at its smallest tested
-    scale where the GPU count asked for is not one the recipe tests). Without either, ``llmb plan`` is
-    ``make_plan`` alone."""
+    """The plan of ``request`` and what ``llmb run --proxy PROXY`` (or ``--fit``) would run on this machine,
+    the recipe resolved as it resolves it (at its smallest tested scale where the GPU count asked for is
+    not one the recipe tests), or why it would refuse to (``ProxyPlan.refusal``): ``llmb plan``'s account
+    of a reduced run that ``prepare`` refuses here."""
     if problem := reduction_conflict(proxy, None, fit):  # as the shared options' check says it
         raise UsageError(problem)
     plan = make_plan(host, replace(request, any_scale=True))

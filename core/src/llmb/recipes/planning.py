@@ -461,8 +461,8 @@ def other_figures(workload: Workload, recipe: Recipe) -> tuple[Figure, ...]:
 
 
 def make_plan(host: PluginHost, request: RecipeRequest) -> Plan:
-    """The plan of ``request`` (``llmb plan``; with ``--proxy`` also what ``llmb run --proxy`` would run on
-    this machine: ``llmb.lifecycle.prepare.plan_with_proxy``)."""
+    """The plan of ``request`` (``llmb plan`` of the recipe alone; given any of ``llmb run``'s options,
+    plan prepares that run as ``llmb run --dry-run`` does: ``llmb.cli.plan_cmd``)."""
     recipe = host.resolve(request)
     workload = host.workload(recipe.workload)
     arch = workload.architecture(recipe.size).with_layers(recipe.layers)
