@@ -146,3 +146,33 @@ def test_human_text_of_llmbs_own_is_fitted_to_the_terminal():
             ):
                 bare.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert bare == [], bare
+
+
+def test_every_test_file_of_the_repository_is_run_by_ci():
+    """A test file is collected from tests/ (the suite's testpaths) or in a plugin's own directory by
+    tests/test_example_plugin.py's runner; one anywhere else would guard nothing, as the example
+    plugin's did until CI ran them."""
+    import test_example_plugin as runner
+
+    assert callable(getattr(runner, "test_every_test_of_each_plugin_passes", None))
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=runner.ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    found = [
+        runner.ROOT / name
+        for name in listed.split("\0")
+        if name
+        and (Path(name).name.startswith("test_") or name.endswith("_test.py"))
+        and name.endswith(".py")
+    ]
+    run_by = [runner.ROOT / "tests", *(plugin / "tests" for plugin in runner.PLUGINS_WITH_TESTS)]
+    unrun = [
+        str(path.relative_to(runner.ROOT))
+        for path in found
+        if not any(path.is_relative_to(d) for d in run_by)
+    ]
+    assert not unrun, f"test files that CI never runs: {unrun}"
+    assert len(found) > 100 and any(path.is_relative_to(runner.EXAMPLE) for path in found)

@@ -1,6 +1,8 @@
-"""The example third-party plugin's own tests (examples/llmb-plugin-qwen3/tests), run as its author runs
-them, in its directory with its own pytest settings (issue 43, item 7): its default run leaves out the
-slow tests (a plugin author's loop stays short), and CI runs every one of them, slow ones included."""
+"""Plugins' own tests, run as their authors run them, in their directories with their own pytest
+settings: the example third-party plugin's (examples/llmb-plugin-qwen3/tests), and those of any other
+plugin in the repository (plugins/*, backends/*, examples/*) that has tests of its own. The suite's
+testpaths (tests/) reaches none of them: this is how CI runs every one, slow ones included. The
+example's default run leaves out its slow tests (a plugin author's loop stays short)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,26 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llmb-plugin-qwen3"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "llmb-plugin-qwen3"
+PLUGIN_FOLDERS = ("plugins", "backends", "examples")
+# every plugin directory with tests of its own (tests/test_architecture.py holds every test file of the
+# repository to tests/ or one of these)
+PLUGINS_WITH_TESTS = sorted(
+    {
+        path.parents[1]
+        for folder in PLUGIN_FOLDERS
+        for path in ROOT.glob(f"{folder}/*/tests/test_*.py")
+    }
+)
 
 pytestmark = pytest.mark.slow
 
 
-def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+def _pytest(*args: str, plugin: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
-        cwd=EXAMPLE,
+        cwd=plugin,
         capture_output=True,
         text=True,
         timeout=1800,
@@ -32,8 +45,13 @@ def test_a_plain_pytest_there_leaves_the_slow_tests_out():
     assert "test_a_tiny_proxy_runs_and_its_log_is_read" not in listed.stdout
 
 
-def test_every_test_of_the_example_plugin_passes():
-    ran = _pytest("-m", "slow or not slow", "-q")
+def test_the_example_is_among_the_plugins_whose_tests_run():
+    assert EXAMPLE in PLUGINS_WITH_TESTS
+
+
+@pytest.mark.parametrize("plugin", PLUGINS_WITH_TESTS, ids=[p.name for p in PLUGINS_WITH_TESTS])
+def test_every_test_of_each_plugin_passes(plugin):
+    ran = _pytest("-m", "slow or not slow", "-q", plugin=plugin)
     assert ran.returncode == 0, ran.stdout[-5000:]
     last = ran.stdout.strip().splitlines()[-1]
     assert " passed" in last and "skipped" not in last and "deselected" not in last, last
