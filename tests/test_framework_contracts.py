@@ -60,10 +60,7 @@ def interpreter(leg: envs.Leg) -> Path:
     return python
 
 
-def run_checker(leg: envs.Leg, configs: list[dict], hf_home: Path, tmp_path: Path) -> dict:
-    python = interpreter(leg)
-    configs_file, results_file = tmp_path / "configs.json", tmp_path / "results.json"
-    configs_file.write_text(json.dumps(configs), encoding="utf-8")
+def _framework_env(hf_home: Path) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))
     }
@@ -74,18 +71,103 @@ def run_checker(leg: envs.Leg, configs: list[dict], hf_home: Path, tmp_path: Pat
         TRANSFORMERS_OFFLINE="1",
         PYTHONDONTWRITEBYTECODE="1",
     )
-    done = subprocess.run(
-        [str(python), str(Path(envs.HERE) / leg.checker), str(configs_file), str(results_file)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT,
-    )
-    assert results_file.exists(), (
-        f"{leg.checker} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    )
-    return json.loads(results_file.read_text(encoding="utf-8"))
+    return env
+
+
+FRAMEWORK_ARGS_ID = "framework-args"
+
+
+def leg_inputs(leg: envs.Leg, host) -> tuple[list[dict], list[dict]]:
+    """What the leg's tests ask of it: every configuration of its framework in every mode, then the
+    --framework-arg row (``framework_args_config``), for its checker; every published row's default
+    configuration (llmb's own workloads': an installed example plugin changes nothing in the
+    catalogue llmb ships) for the field catalogue."""
+    checked = [{"id": id_, "config": config} for id_, config in configurations(host, leg.framework)]
+    listed = [
+        item
+        for item in checked
+        if item["id"].endswith("[default]") and not item["id"].startswith("qwen3/")
+    ]
+    _, args_config = framework_args_config(host, leg)
+    return [*checked, {"id": FRAMEWORK_ARGS_ID, "config": args_config}], listed
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A directory this session's xdist workers share (the session's base temporary directory; one
+    worker's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def leg_outputs(leg: envs.Leg, host, tmp_path_factory) -> dict:
+    """The leg's checker results and field catalogue, from one process that imports the framework
+    once (``frameworks/run_leg.py``) for the whole session: the first test to ask runs it, under a
+    lock that the session's other workers wait on, and every test of the leg reads what it wrote.
+    ``{"checked": RESULTS or None, "catalogue": CATALOGUE or None, "stderr": its tail}``."""
+    import fcntl
+
+    python = interpreter(leg)
+    where = shared_dir(tmp_path_factory) / "framework-legs" / leg.name
+    where.mkdir(parents=True, exist_ok=True)
+    done = where / "outputs.json"
+    with open(where / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return json.loads(done.read_text(encoding="utf-8"))
+        checked, listed = leg_inputs(leg, host)
+        hf_home = where / "hf_home"
+        if leg.framework == "nemo2":
+            import nemo2_inputs
+
+            nemo2_inputs.write_hf_stand_ins(str(hf_home), [item["config"] for item in checked])
+        else:
+            write_model_configs(str(hf_home), host)
+        files = {
+            name: where / f"{name}.json"
+            for name in ("configs", "results", "catalogue_configs", "catalogue")
+        }
+        files["configs"].write_text(json.dumps(checked), encoding="utf-8")
+        files["catalogue_configs"].write_text(json.dumps(listed), encoding="utf-8")
+        ran = subprocess.run(
+            [
+                str(python),
+                str(Path(envs.HERE) / "run_leg.py"),
+                str(Path(envs.HERE) / leg.checker),
+                *(
+                    str(files[name])
+                    for name in ("configs", "results", "catalogue_configs", "catalogue")
+                ),
+            ],
+            cwd=where,
+            env=_framework_env(hf_home),
+            capture_output=True,
+            text=True,
+            timeout=2 * CHECK_TIMEOUT,
+        )
+
+        def output(name: str) -> dict | None:
+            path = files[name]
+            return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+        outputs = {
+            "checked": output("results"),
+            "catalogue": output("catalogue"),
+            "stderr": f"(exit {ran.returncode})\n{ran.stderr[-4000:]}",
+            "ids": [item["id"] for item in checked],
+        }
+        done.write_text(json.dumps(outputs), encoding="utf-8")
+        return outputs
+
+
+def checked_results(leg: envs.Leg, host, tmp_path_factory) -> dict:
+    """The leg's checker results for every configuration (the --framework-arg row's left out)."""
+    outputs = leg_outputs(leg, host, tmp_path_factory)
+    results = outputs["checked"]
+    assert results is not None, f"{leg.checker} wrote no results {outputs['stderr']}"
+    return {
+        **results,
+        "results": [r for r in results["results"] if r["id"] != FRAMEWORK_ARGS_ID],
+    }
 
 
 def report(request, leg: envs.Leg, results: dict) -> None:
@@ -209,7 +291,7 @@ def mismatches(observed: dict, expected: dict) -> list[str]:
 @pytest.mark.frameworks
 @pytest.mark.parametrize("leg_name", ["megatron-bridge-0.4", "megatron-bridge-0.6"])
 def test_megatron_bridge_validates_every_configuration(
-    request, host, fixed_install, tmp_path, leg_name
+    request, host, fixed_install, tmp_path_factory, leg_name
 ):
     leg = envs.LEGS[leg_name]
     interpreter(leg)
@@ -220,8 +302,7 @@ def test_megatron_bridge_validates_every_configuration(
     # example plugin examples/llmb-plugin-qwen3 is installed (CI installs it)
     rows = 22 + (QWEN3_ROWS if "qwen3" in host.workloads() else 0)
     assert len(items) == rows * len(MODES)
-    write_model_configs(str(tmp_path / "hf_home"), host)
-    results = run_checker(leg, items, tmp_path / "hf_home", tmp_path)
+    results = checked_results(leg, host, tmp_path_factory)
     report(request, leg, results)
     assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
     assert all(r["ok"] for r in results["results"]), (
@@ -278,15 +359,12 @@ def _build_with_layers(workload, recipe, layers):
 
 
 @pytest.mark.frameworks
-def test_nemo2_builds_every_configuration(request, host, fixed_install, tmp_path):
-    import nemo2_inputs
-
+def test_nemo2_builds_every_configuration(request, host, fixed_install, tmp_path_factory):
     leg = envs.LEGS["nemo-2.3"]
     interpreter(leg)
     items = [{"id": id_, "config": config} for id_, config in configurations(host, "nemo2")]
     assert len(items) == 31 * len(MODES)  # every NeMo 2 seed row in every mode
-    nemo2_inputs.write_hf_stand_ins(str(tmp_path / "hf_home"), [item["config"] for item in items])
-    results = run_checker(leg, items, tmp_path / "hf_home", tmp_path)
+    results = checked_results(leg, host, tmp_path_factory)
     report(request, leg, results)
     assert [r["id"] for r in results["results"]] == [item["id"] for item in items]
     assert all(r["ok"] for r in results["results"]), f"not accepted by NeMo 2:\n{failures(results)}"
@@ -312,57 +390,50 @@ FRAMEWORK_ARGS = {
 }
 
 
-def _catalogue_of(leg: envs.Leg, host, tmp_path: Path) -> dict:
-    """The fields of every published row's recipe object in ``leg``'s real framework."""
-    python = interpreter(leg)
-    items = [
-        {"id": id_, "config": config}
-        for id_, config in configurations(host, leg.framework)
-        # the catalogue llmb ships is its own workloads' (an installed example plugin changes nothing)
-        if id_.endswith("[default]") and not id_.startswith("qwen3/")
-    ]
-    hf_home = tmp_path / leg.name / "hf_home"
-    hf_home.mkdir(parents=True)
-    if leg.framework == "nemo2":
-        import nemo2_inputs
+def framework_args_config(host, leg: envs.Leg) -> tuple[str, dict]:
+    """The first published row of the leg's framework that neither recomputes nor offloads (the
+    frameworks refuse recompute with offload), with ``FRAMEWORK_ARGS``: (its workload, llmb's
+    configuration of it)."""
+    from contract_configs import INNER, resolve_smallest, seed_rows
+    from llmb.engines.frameworks import build_config
+    from llmb.runs.runspec import RunOptions
 
-        nemo2_inputs.write_hf_stand_ins(str(hf_home), [item["config"] for item in items])
-    else:
-        write_model_configs(str(hf_home), host)
-    configs_file, out = tmp_path / leg.name / "configs.json", tmp_path / leg.name / "fields.json"
-    configs_file.write_text(json.dumps(items), encoding="utf-8")
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "LLMB_"))
-    }
-    env.update(
-        PYTHONPATH=str(ROOT / "core" / "src"),
-        HF_HOME=str(hf_home),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONDONTWRITEBYTECODE="1",
+    workload, recipe = next(
+        (w, r)
+        for w, v, s, d in seed_rows(host, leg.framework)
+        if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers
     )
-    done = subprocess.run(
-        [str(python), str(Path(envs.HERE) / "field_catalogue.py"), str(configs_file), str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT,
+    config = build_config(
+        workload,
+        recipe,
+        RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
+        experiment="pretrain_contract",
+        inner_dir=INNER,
+        checkpoint_save_dir=None,
+        checkpoint_load_dir=None,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return workload, config
+
+
+def _catalogue_of(leg: envs.Leg, host, tmp_path_factory) -> dict:
+    """The fields of every published row's recipe object in ``leg``'s real framework."""
+    outputs = leg_outputs(leg, host, tmp_path_factory)
+    assert outputs["catalogue"] is not None, f"field_catalogue.py wrote nothing {outputs['stderr']}"
+    return outputs["catalogue"]
 
 
 @pytest.mark.frameworks
 @pytest.mark.parametrize("framework", ["megatron_bridge", "nemo2"])
-def test_the_field_catalogue_is_the_real_frameworks(host, fixed_install, tmp_path, framework):
+def test_the_field_catalogue_is_the_real_frameworks(
+    host, fixed_install, tmp_path_factory, framework
+):
     """llmb/data/framework_fields.json holds exactly the fields present, with the same kind, in every leg of
     the framework (LLMB_UPDATE_GOLDEN=1 rewrites it from them)."""
     from llmb.engines.frameworks import fields
     from llmb.paths import packaged_data
 
     found = [
-        _catalogue_of(leg, host, tmp_path)
+        _catalogue_of(leg, host, tmp_path_factory)
         for leg in envs.LEGS.values()
         if leg.framework == framework
     ]
@@ -386,41 +457,19 @@ def test_the_field_catalogue_is_the_real_frameworks(host, fixed_install, tmp_pat
 
 @pytest.mark.frameworks
 @pytest.mark.parametrize("leg_name", list(envs.LEGS))
-def test_framework_args_reach_the_real_configuration(host, fixed_install, tmp_path, leg_name):
+def test_framework_args_reach_the_real_configuration(
+    host, fixed_install, tmp_path_factory, leg_name
+):
     """A published row with --framework-arg fields validates in the real framework, which holds them."""
-    from contract_configs import INNER, resolve_smallest, seed_rows
-    from llmb.engines.frameworks import build_config
-    from llmb.runs.runspec import RunOptions
-
     leg = envs.LEGS[leg_name]
     interpreter(leg)
-    # the first published row that neither recomputes nor offloads (the frameworks refuse recompute with offload)
-    workload, recipe = next(
-        (w, r)
-        for w, v, s, d in seed_rows(host, leg.framework)
-        if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers
-    )
-    config = build_config(
-        workload,
-        recipe,
-        RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
-        experiment="pretrain_contract",
-        inner_dir=INNER,
-        checkpoint_save_dir=None,
-        checkpoint_load_dir=None,
-    )
+    _, config = framework_args_config(host, leg)
     asked = config["framework_args"]
     assert list(asked.values()) == ["full", "uniform", 1, 40000000]
     # last: they win over llmb's own
     assert list(config["overrides"].items())[-4:] == list(asked.items())
-    hf_home = tmp_path / "hf_home"
-    if leg.framework == "nemo2":
-        import nemo2_inputs
-
-        nemo2_inputs.write_hf_stand_ins(str(hf_home), [config])
-    else:
-        write_model_configs(str(hf_home), host)
-    results = run_checker(leg, [{"id": "framework-args", "config": config}], hf_home, tmp_path)
-    (result,) = results["results"]
+    outputs = leg_outputs(leg, host, tmp_path_factory)
+    assert outputs["checked"] is not None, f"{leg.checker} wrote no results {outputs['stderr']}"
+    (result,) = [r for r in outputs["checked"]["results"] if r["id"] == FRAMEWORK_ARGS_ID]
     assert result["ok"], result["error"]
     assert result["observed"]["framework_args"] == asked
