@@ -22,6 +22,29 @@ VENV=.venv
 PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh backends/slurm backends/runai
           examples/llmb-plugin-qwen3)
 
+# pip's own sources (its configuration files and PIP_* variables, which pip config list gives in order of
+# precedence: find-links, index-url, extra-index-url, constraint) as uv's options, one word a line: uv
+# reads none of pip's configuration. Of several index-url, the last is the one pip uses.
+pip_sources() {
+  "$VENV/bin/python" -m pip config list 2>/dev/null | "$VENV/bin/python" -c '
+import shlex, sys
+options = {"find-links": "--find-links", "index-url": "--index-url",
+           "extra-index-url": "--extra-index-url", "constraint": "--constraint"}
+found, index = [], []
+for line in sys.stdin:
+    key, _, value = line.strip().partition("=")
+    option = options.get(key.rpartition(".")[2])
+    words = [one for word in shlex.split(value) for one in word.split()] if option else []
+    if option == "--index-url":
+        index = words[-1:] or index
+        continue
+    found += [(option, one) for one in words if (option, one) not in found]
+for option, value in [("--index-url", url) for url in index] + found:
+    print(option)
+    print(value)
+'
+}
+
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then
     echo "dev.sh: creating $VENV with $($PYTHON --version)" >&2
@@ -33,18 +56,22 @@ setup() {
     return
   fi
   echo "dev.sh: installing llmb and its plugins (editable) into $VENV" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1"
-  # The torch engine and its tests (numpy for distributed checkpoints, torchao for float8 training, pinned
-  # to the version the float8 tests were written against),
-  # matplotlib for reports. torch is pinned exactly so that no resolver pulls another (CUDA) build.
-  "$VENV/bin/python" -m pip install --quiet "torch==2.13.0" numpy "torchao==0.18.0" matplotlib
-  "$VENV/bin/python" -m pip install --quiet --group dev
-  # Every package builds with setuptools (their pyproject.toml's build-system): installed here once, and
-  # used in place, rather than in a fresh build environment a package (24 s for eight, 7 s without).
-  "$VENV/bin/python" -m pip install --quiet "setuptools>=77"
   local editable=()
   for p in "${PACKAGES[@]}"; do editable+=(-e "./$p"); done
-  "$VENV/bin/python" -m pip install --quiet --no-build-isolation "${editable[@]}"
+  # uv installs the rest (about 20 s here, where pip took a minute), from wherever pip is configured to
+  # look (pip_sources) and choosing among them as pip does (the best match over every source).
+  "$VENV/bin/python" -m pip install --quiet --upgrade "pip>=25.1" "uv>=0.5"
+  local sources=()
+  mapfile -t sources < <(pip_sources)
+  local uv=("$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --compile-bytecode
+            --index-strategy unsafe-best-match "${sources[@]}")
+  # The torch engine and its tests (numpy for distributed checkpoints, torchao for float8 training, pinned
+  # to the version the float8 tests were written against), matplotlib for reports, the dev group. torch
+  # is pinned exactly so that no resolver pulls another (CUDA) build. Every package builds with
+  # setuptools (their pyproject.toml's build-system): installed here once and used in place, rather than
+  # in a fresh build environment a package.
+  "${uv[@]}" "torch==2.13.0" numpy "torchao==0.18.0" matplotlib --group pyproject.toml:dev "setuptools>=77"
+  "${uv[@]}" --no-build-isolation "${editable[@]}"
   echo "$want" > "$stamp"
 }
 
