@@ -17,32 +17,31 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 
 
+def _run_pytest(
+    cwd: Path, *args: str, ci: bool, path: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """A real pytest run in ``cwd``, with ``CI`` set or not, ``path`` before PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, env.get("PYTHONPATH")]))
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def _pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
     broken = tmp_path / "site" / "torch"
     broken.mkdir(parents=True, exist_ok=True)
     (broken / "__init__.py").write_text(
         "raise ModuleNotFoundError('torch is not installed here', name='torch')\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(broken.parent), env.get("PYTHONPATH")]))
-    if ci:
-        env["CI"] = "true"
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "test_checkpoint_trust.py",
-        ],
-        cwd=TESTS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return _run_pytest(TESTS, "-q", "test_checkpoint_trust.py", ci=ci, path=(str(broken.parent),))
 
 
 def test_without_torch_the_module_skips_on_a_developer_machine_and_fails_under_ci(tmp_path):
@@ -85,31 +84,9 @@ def _probe(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess:
     probe.mkdir(exist_ok=True)
     for name, text in SKIPPING.items():
         (probe / name).write_text(text)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-    if ci:
-        env["CI"] = "true"
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-rA",
-            "--continue-on-collection-errors",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "conftest",
-            "-p",
-            "no:xdist",
-            ".",
-        ],
-        cwd=probe,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # every report (-rA), and the modules after one that fails to collect
+    flags = ("-rA", "--continue-on-collection-errors", "-p", "conftest", "-p", "no:xdist", ".")
+    return _run_pytest(probe, *flags, ci=ci, path=(str(TESTS),))
 
 
 def test_every_way_a_test_skips_fails_under_ci(tmp_path):
