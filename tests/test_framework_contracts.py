@@ -88,8 +88,8 @@ def leg_inputs(leg: envs.Leg, host) -> tuple[list[dict], list[dict]]:
         for item in checked
         if item["id"].endswith("[default]") and not item["id"].startswith("qwen3/")
     ]
-    _, args_config = framework_args_config(host, leg)
-    return [*checked, {"id": FRAMEWORK_ARGS_ID, "config": args_config}], listed
+    args_row = {"id": FRAMEWORK_ARGS_ID, "config": framework_args_config(host, leg)}
+    return [*checked, args_row], listed
 
 
 def shared_dir(tmp_path_factory) -> Path:
@@ -153,17 +153,24 @@ def leg_outputs(leg: envs.Leg, host, tmp_path_factory) -> dict:
             "checked": output("results"),
             "catalogue": output("catalogue"),
             "stderr": f"(exit {ran.returncode})\n{ran.stderr[-4000:]}",
-            "ids": [item["id"] for item in checked],
         }
         done.write_text(json.dumps(outputs), encoding="utf-8")
         return outputs
 
 
+def leg_output(leg: envs.Leg, host, tmp_path_factory, part: str) -> dict:
+    """One part of ``leg_outputs`` ("checked" or "catalogue"); the test fails, with the process's
+    stderr, where it wrote none."""
+    outputs = leg_outputs(leg, host, tmp_path_factory)
+    found = outputs[part]
+    writer = leg.checker if part == "checked" else "field_catalogue.py"
+    assert found is not None, f"{writer} wrote no {part} results {outputs['stderr']}"
+    return found
+
+
 def checked_results(leg: envs.Leg, host, tmp_path_factory) -> dict:
     """The leg's checker results for every configuration (the --framework-arg row's left out)."""
-    outputs = leg_outputs(leg, host, tmp_path_factory)
-    results = outputs["checked"]
-    assert results is not None, f"{leg.checker} wrote no results {outputs['stderr']}"
+    results = leg_output(leg, host, tmp_path_factory, "checked")
     return {
         **results,
         "results": [r for r in results["results"] if r["id"] != FRAMEWORK_ARGS_ID],
@@ -390,10 +397,9 @@ FRAMEWORK_ARGS = {
 }
 
 
-def framework_args_config(host, leg: envs.Leg) -> tuple[str, dict]:
-    """The first published row of the leg's framework that neither recomputes nor offloads (the
-    frameworks refuse recompute with offload), with ``FRAMEWORK_ARGS``: (its workload, llmb's
-    configuration of it)."""
+def framework_args_config(host, leg: envs.Leg) -> dict:
+    """llmb's configuration of the first published row of the leg's framework that neither recomputes
+    nor offloads (the frameworks refuse recompute with offload), with ``FRAMEWORK_ARGS``."""
     from contract_configs import INNER, resolve_smallest, seed_rows
     from llmb.engines.frameworks import build_config
     from llmb.runs.runspec import RunOptions
@@ -403,7 +409,7 @@ def framework_args_config(host, leg: envs.Leg) -> tuple[str, dict]:
         for w, v, s, d in seed_rows(host, leg.framework)
         if not (r := resolve_smallest(host, w, v, s, d)).offload_layers and not r.recompute_layers
     )
-    config = build_config(
+    return build_config(
         workload,
         recipe,
         RunOptions(framework_args=FRAMEWORK_ARGS[leg.framework]),
@@ -412,14 +418,6 @@ def framework_args_config(host, leg: envs.Leg) -> tuple[str, dict]:
         checkpoint_save_dir=None,
         checkpoint_load_dir=None,
     )
-    return workload, config
-
-
-def _catalogue_of(leg: envs.Leg, host, tmp_path_factory) -> dict:
-    """The fields of every published row's recipe object in ``leg``'s real framework."""
-    outputs = leg_outputs(leg, host, tmp_path_factory)
-    assert outputs["catalogue"] is not None, f"field_catalogue.py wrote nothing {outputs['stderr']}"
-    return outputs["catalogue"]
 
 
 @pytest.mark.frameworks
@@ -433,7 +431,9 @@ def test_the_field_catalogue_is_the_real_frameworks(
     from llmb.paths import packaged_data
 
     found = [
-        _catalogue_of(leg, host, tmp_path_factory)
+        leg_output(
+            leg, host, tmp_path_factory, "catalogue"
+        )  # every published row's recipe's fields
         for leg in envs.LEGS.values()
         if leg.framework == framework
     ]
@@ -463,13 +463,12 @@ def test_framework_args_reach_the_real_configuration(
     """A published row with --framework-arg fields validates in the real framework, which holds them."""
     leg = envs.LEGS[leg_name]
     interpreter(leg)
-    _, config = framework_args_config(host, leg)
+    config = framework_args_config(host, leg)
     asked = config["framework_args"]
     assert list(asked.values()) == ["full", "uniform", 1, 40000000]
     # last: they win over llmb's own
     assert list(config["overrides"].items())[-4:] == list(asked.items())
-    outputs = leg_outputs(leg, host, tmp_path_factory)
-    assert outputs["checked"] is not None, f"{leg.checker} wrote no results {outputs['stderr']}"
-    (result,) = [r for r in outputs["checked"]["results"] if r["id"] == FRAMEWORK_ARGS_ID]
+    checked = leg_output(leg, host, tmp_path_factory, "checked")
+    (result,) = [r for r in checked["results"] if r["id"] == FRAMEWORK_ARGS_ID]
     assert result["ok"], result["error"]
     assert result["observed"]["framework_args"] == asked

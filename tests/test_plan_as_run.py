@@ -84,17 +84,12 @@ def test_plan_of_a_documented_run_line_shows_what_run_would_run(llmb_proc, tmp_p
     for key in ("workload", "variant", "framework", "size", "gpu", "dtype"):
         assert plan[key] == spec[key], (where, key)
     if "--proxy" in words or "--fit" in words:
-        proxy, layout = plan["proxy"], spec["layout"]
-        assert {key: proxy[key] for key in ("engine", "ranks", "device", "compute_dtype")} == {
-            key: spec[key] for key in ("engine", "ranks", "device", "compute_dtype")
-        }, where
-        assert (proxy["experiment"], proxy["seq_len"]) == (spec["experiment"], spec["seq_len"]), (
-            where
-        )
-        assert {key: proxy["arch"][key] for key in spec["arch"]} == spec["arch"], where
-        assert {key: proxy["layout"][key] for key in ("mbs", "ga", "gbs")} == {
-            key: spec[key] for key in ("mbs", "ga", "gbs")
-        }, where
-        assert {key: proxy["layout"][key] for key in ("tp", "pp", "cp", "ep", "vp")} == {
-            key: layout[key] for key in ("tp", "pp", "cp", "ep", "vp")
-        }, where
+        proxy = plan["proxy"]
+
+        def same(shown: dict, ran: dict, *keys: str) -> None:
+            assert {k: shown[k] for k in keys} == {k: ran[k] for k in keys}, (where, keys)
+
+        same(proxy, spec, "engine", "ranks", "device", "compute_dtype", "experiment", "seq_len")
+        same(proxy["arch"], spec["arch"], *spec["arch"])
+        same(proxy["layout"], spec, "mbs", "ga", "gbs")
+        same(proxy["layout"], spec["layout"], "tp", "pp", "cp", "ep", "vp")

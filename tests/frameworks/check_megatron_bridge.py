@@ -165,8 +165,7 @@ def check(config: dict) -> dict:
     return {**observe(container), "framework_args": observe_asked(container, config)}
 
 
-def main(argv: list[str]) -> int:
-    configs_path, results_path = argv[1], argv[2]
+def main(configs_path: str, results_path: str) -> int:
     with open(configs_path, encoding="utf-8") as handle:
         items = json.load(handle)
     results = []
@@ -198,4 +197,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv[1], sys.argv[2]))
