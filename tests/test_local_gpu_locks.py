@@ -204,8 +204,12 @@ def waits_for_gpu(env: dict, job_id: str, said: str) -> dict:
     )
 
 
+def lock_path(install: Path | str, gpu: str) -> Path:
+    return Path(local_slots.slots_dir(str(install))) / local_gpus.lock_name(gpu)
+
+
 def gpu_is_free(install: Path, gpu: str) -> bool:
-    path = Path(local_slots.slots_dir(str(install))) / local_gpus.lock_name(gpu)
+    path = lock_path(install, gpu)
     if not path.exists():
         return True  # never locked
     fd = os.open(path, os.O_RDONLY)
@@ -223,7 +227,7 @@ def gpu_is_free(install: Path, gpu: str) -> bool:
 def holds_lock(pid: int, install: str, gpu: str) -> bool:
     """Whether process ``pid`` holds the lock of ``gpu``, as the kernel lists locks (/proc/locks):
     looking takes no lock, so the job looked at is not held up by it."""
-    path = Path(local_slots.slots_dir(install)) / local_gpus.lock_name(gpu)
+    path = lock_path(install, gpu)
     try:
         inode = path.stat().st_ino
     except FileNotFoundError:
