@@ -76,6 +76,38 @@ class ModelArch:
     mamba_conv_kernel: int = 0
     mamba_chunk: int = 0
     qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (Qwen3)
+    # Multi-head latent attention (DeepSeek-V3, Kimi-K2): keys and values pass through one low-rank
+    # compression of ``kv_lora_rank`` (nonzero: the attention is MLA), queries through one of
+    # ``q_lora_rank`` (0: queries are projected in full); each head's query and key are ``head_dim``
+    # wide, of which ``rope_head_dim`` carry the decoupled RoPE; its value is ``v_head_dim`` wide.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeekMoE: the first ``dense_layers`` layers are dense MLPs of ``ffn`` (first_k_dense_replace);
+    # experts' scores are ``router_score`` ("softmax" | "sigmoid") of the router's logits; routing is
+    # limited to the best ``topk_groups`` of ``expert_groups`` groups (0: not grouped); the chosen
+    # weights are scaled by ``routed_scaling``; ``mtp_layers`` multi-token prediction modules.
+    dense_layers: int = 0
+    router_score: str = "softmax"
+    expert_groups: int = 0
+    topk_groups: int = 0
+    routed_scaling: float = 1.0
+    mtp_layers: int = 0
+    # GPT-OSS: every ``full_attention_step``-th layer (1-based) attends to the whole sequence, the others
+    # to a window of the last ``sliding_window`` tokens (0: every layer full); ``attention_sinks``: a
+    # learned logit per head that takes part in the softmax; ``attention_bias``: the attention's
+    # projections have biases; ``expert_bias``: the router and the experts' projections have biases.
+    sliding_window: int = 0
+    full_attention_step: int = 0
+    attention_sinks: bool = False
+    attention_bias: bool = False
+    expert_bias: bool = False
+    # RoPE: its base (rope_theta) and YaRN scaling (``rope_scaling_factor`` > 1, of a model trained at
+    # ``rope_original_positions`` tokens); 0 / 1.0: the engine's default base, no scaling.
+    rope_base: float = 0.0
+    rope_scaling_factor: float = 1.0
+    rope_original_positions: int = 0
     published_params: float | None = None
     source: str = ""
 
@@ -85,7 +117,7 @@ class ModelArch:
 
     @property
     def moe_layers(self) -> int:
-        return self.layers // self.moe_layer_step if self.moe_layer_step else 0
+        return self.layer_kinds().count("E")
 
     def layer_kinds(self) -> str:
         """One character per layer: ``A`` attention+MLP, ``E`` attention+MoE,
@@ -95,7 +127,8 @@ class ModelArch:
         if not self.moe_layer_step:
             return "A" * self.layers
         return "".join(
-            "E" if (i + 1) % self.moe_layer_step == 0 else "A" for i in range(self.layers)
+            "E" if i >= self.dense_layers and (i + 1) % self.moe_layer_step == 0 else "A"
+            for i in range(self.layers)
         )
 
     def with_layers(self, layers: int) -> ModelArch:
