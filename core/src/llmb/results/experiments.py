@@ -342,11 +342,32 @@ _PROXY = re.compile(r"_proxy-([a-z0-9-]+)$")
 _PROXY_LAYERS = re.compile(r"(?:^|-)layers(\d+)(?:-|$)")
 
 
+# What the last workloads' experiment names said: (those workloads, {name: context}). The runs of one
+# experiment share its name (a configuration run again and again), so a listing reads each name once.
+_NAMED: tuple[dict[str, Workload] | None, dict[str, RunContext]] = (None, {})
+_NAMED_MOST = 4096
+
+
 def infer_from_name(
     name: str, workloads: dict[str, Workload], job_id: str | None = None
 ) -> RunContext:
     """What the seeds' experiment names say: workload (by prefix), size,
     dtype, GPU count and GBS where present. Unknown parts stay None."""
+    global _NAMED
+    owner, named = _NAMED
+    if owner is not workloads:
+        named = {}
+        _NAMED = (workloads, named)
+    context = named.get(name)
+    if context is None:
+        context = _from_name(name, workloads)
+        if len(named) >= _NAMED_MOST:
+            named.clear()
+        named[name] = context
+    return context if job_id is None else replace(context, job_id=job_id)
+
+
+def _from_name(name: str, workloads: dict[str, Workload]) -> RunContext:
     lowered = name.lower()
     matches = [
         (len(prefix), workload)
@@ -355,7 +376,7 @@ def infer_from_name(
         if lowered.startswith(prefix.lower())
     ]
     if not matches:
-        return RunContext(experiment=name, source="none", job_id=job_id)
+        return RunContext(experiment=name, source="none")
     prefix_len, workload = max(matches, key=lambda m: m[0])
     rest = lowered[prefix_len:]
     sizes = workload.sizes()
@@ -400,7 +421,6 @@ def infer_from_name(
         seq_len=seq_len,
         layers=count("layers", proxy_layers),
         proxy=proxy is not None,
-        job_id=job_id,
         layout=layout or None,
         doubts=tuple(problems),
     )

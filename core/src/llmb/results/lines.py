@@ -128,14 +128,23 @@ def raw_lines_containing(chunk: bytes, *needles: bytes) -> list[tuple[int, bytes
     found: dict[int, bytes] = {}
     size = len(chunk)
     for needle in needles:
+        # the lines found for the needles before, in order: a match inside one of them skips to its end
+        # (most lines that hold one of a reader's needles hold the others too)
+        known = sorted(found) if found else ()
+        ends = [start + len(found[start]) for start in known]
+        k = 0
         position = chunk.find(needle)  # a Chunk's own find: linear on any text (llmb.results.scan)
         while position >= 0:
+            while k < len(known) and ends[k] < position:
+                k += 1
+            if k < len(known) and known[k] <= position:
+                position = chunk.find(needle, ends[k])
+                continue
             # a line end is one byte, which CPython finds with memchr on any text
             start = bytes.rfind(chunk, b"\n", 0, position) + 1
             end = bytes.find(chunk, b"\n", position)
             end = size if end < 0 else end
-            if start not in found:
-                found[start] = chunk[start:end]
+            found[start] = chunk[start:end]
             position = chunk.find(needle, end)
     return sorted(found.items()) if len(needles) > 1 else list(found.items())
 
