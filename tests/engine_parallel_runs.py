@@ -273,6 +273,20 @@ MOE_CONFIGS = {  # Llama 4's routing (sigmoid, weights before the expert, shared
         hidden=16, experts=8, moe_ffn=32, topk=1, shared_ffn=24, score="sigmoid", weight_inputs=True
     ),
     "top2": dict(hidden=16, experts=4, moe_ffn=32, topk=2, score="softmax", weight_inputs=False),
+    # DeepSeek-V3's: sigmoid scores, the correction bias, the best 2 of 4 groups, renormalised and scaled
+    "deepseek": dict(
+        hidden=16,
+        experts=8,
+        moe_ffn=32,
+        topk=2,
+        shared_ffn=16,
+        score="sigmoid",
+        score_correction=True,
+        expert_groups=4,
+        topk_groups=2,
+        normalize=True,
+        scaling=2.5,
+    ),  # fmt: skip
 }
 
 SCENARIOS = {

@@ -38,8 +38,8 @@ def test_every_name_resolves(name):
 
 def test_the_facade_is_listed_and_refuses_other_names():
     assert set(FACADE) <= set(llmb.__all__) and set(FACADE) <= set(dir(llmb))
-    assert 30 <= len(FACADE) <= 50, (
-        f"{len(FACADE)} names: the facade is meant to stay small (about 40)"
+    assert 30 <= len(FACADE) <= 55, (  # 51 with DeepSeek-V3's LatentAttention
+        f"{len(FACADE)} names: the facade is meant to stay small (about 40-50)"
     )
     with pytest.raises(AttributeError):
         llmb.PluginHostess  # noqa: B018

@@ -132,11 +132,21 @@ def test_tiny_keeps_each_familys_structure(host):
             tiny = shrink(arch, "tiny")
             assert tiny.heads // tiny.query_groups == arch.heads // arch.query_groups  # GQA ratio
             assert tiny.gated == arch.gated and tiny.norm == arch.norm
+            # top-k is kept, but where routing is limited to groups: then it is what the kept groups of the
+            # proxy's 8 experts hold, and the grouping itself is kept (DeepSeek-V3's 8 groups, 4 kept)
+            eligible = (
+                tiny.topk_groups * tiny.experts // tiny.expert_groups
+                if arch.expert_groups > 1
+                else tiny.experts
+            )
             assert (tiny.topk, bool(tiny.shared_expert_ffn), tiny.moe_layer_step) == (
-                arch.topk,
+                min(arch.topk, eligible) if arch.expert_groups > 1 else arch.topk,
                 bool(arch.shared_expert_ffn),
                 arch.moe_layer_step,
             )
+            if arch.expert_groups > 1:
+                assert 1 < tiny.expert_groups and tiny.topk_groups < tiny.expert_groups
+                assert tiny.topk > 1 and tiny.router_score == arch.router_score
             assert count_params(tiny).total < 5e6
             if arch.layer_pattern:
                 assert set(tiny.layer_pattern) == set(arch.layer_pattern)

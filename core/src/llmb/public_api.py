@@ -42,6 +42,7 @@ FACADE: dict[str, str] = {
     # the torch engine's building blocks (llmb_build_model); importing one imports torch
     "CausalLM": "llmb.engines.torch.blocks",
     "GroupedQueryAttention": "llmb.engines.torch.blocks",
+    "LatentAttention": "llmb.engines.torch.latent",
     "LayerNorm1p": "llmb.engines.torch.blocks",
     "LayerParts": "llmb.engines.torch.blocks",
     "Mamba2Mixer": "llmb.engines.torch.blocks",

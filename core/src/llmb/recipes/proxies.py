@@ -83,6 +83,36 @@ def _hybrid_layers(pattern: str, minimum: int) -> int:
     return len(pattern)
 
 
+def _latent_attention(arch: ModelArch) -> dict:
+    """A proxy's multi-head latent attention (DeepSeek-V3, Kimi-K2): both low-rank paths kept, every
+    width ALIGNMENT (a head of ALIGNMENT channels not rotated, ALIGNMENT rotated; a value of ALIGNMENT;
+    latents of 2 ALIGNMENT and ALIGNMENT), so that every projection stays a multiple of it."""
+    if not arch.kv_lora_rank:
+        return {}
+    return dict(
+        rope_head_dim=ALIGNMENT,
+        v_head_dim=ALIGNMENT,
+        q_lora_rank=2 * ALIGNMENT if arch.q_lora_rank else 0,
+        kv_lora_rank=ALIGNMENT,
+    )
+
+
+def _grouped_routing(arch: ModelArch, experts: int, layers: int) -> dict:
+    """DeepSeekMoE's group-limited routing on a proxy's ``experts``: groups of two (the group score sums a
+    group's best two), half of them kept, the top-k within them; and dense first layers leaving half the
+    layers MoE."""
+    changes = {}
+    if arch.dense_layers:
+        changes["dense_layers"] = min(arch.dense_layers, layers // 2)
+    if arch.expert_groups > 1:
+        groups = min(arch.expert_groups, experts // 2)
+        kept = max(1, groups // 2)
+        changes.update(
+            expert_groups=groups, topk_groups=kept, topk=min(arch.topk, kept * (experts // groups))
+        )
+    return changes
+
+
 def shrink(arch: ModelArch, proxy: str) -> ModelArch:
     """``arch`` shrunk to the named proxy shape."""
     if proxy not in PROXIES:
@@ -121,6 +151,7 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
             mamba_groups=groups,
             mamba_chunk=shape.mamba_chunk,
         )
+    experts = min(arch.experts, shape.experts) if arch.experts else 0
     return replace(
         arch,
         size=f"{arch.size}-{proxy}",
@@ -129,17 +160,19 @@ def shrink(arch: ModelArch, proxy: str) -> ModelArch:
         hidden=hidden,
         heads=heads,
         query_groups=shape.query_groups,
-        head_dim=head_dim,
+        head_dim=2 * ALIGNMENT if arch.kv_lora_rank else head_dim,  # MLA: see _latent_attention
         ffn=_multiple(arch.ffn * scale),
         moe_ffn=_multiple(arch.moe_ffn * scale) if arch.moe_ffn else 0,
         shared_expert_ffn=_multiple(arch.shared_expert_ffn * scale)
         if arch.shared_expert_ffn
         else 0,
-        experts=min(arch.experts, shape.experts) if arch.experts else 0,
+        experts=experts,
         vocab=shape.vocab,
         published_params=None,
         source=f"{proxy} proxy of {arch.size} ({arch.source})",
         **mamba,
+        **_latent_attention(arch),
+        **_grouped_routing(arch, experts, layers),
     )
 
 

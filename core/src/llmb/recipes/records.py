@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from llmb.recipes.scale_expr import ScaleExpr
 
@@ -59,7 +60,7 @@ class ModelArch:
     query_groups: int
     vocab: int
     head_dim: int
-    activation: str  # "swiglu" | "squared_relu"
+    activation: str  # "swiglu" | "squared_relu" | "swiglu_clamped" (GPT-OSS's clamped SwiGLU)
     norm: str  # "rmsnorm" | "layernorm1p"
     tied_embeddings: bool = False
     experts: int = 0
@@ -108,12 +109,17 @@ class ModelArch:
     rope_base: float = 0.0
     rope_scaling_factor: float = 1.0
     rope_original_positions: int = 0
+    # YaRN's ramp (rope_scaling's beta_fast / beta_slow): a pair that turns more than beta_fast times over
+    # the original positions keeps its frequency, fewer than beta_slow is interpolated; the defaults are
+    # the YaRN paper's and DeepSeek-V3's, Kimi-K2's config.json sets both to 1.
+    rope_beta_fast: float = 32.0
+    rope_beta_slow: float = 1.0
     published_params: float | None = None
     source: str = ""
 
     @property
     def gated(self) -> bool:
-        return self.activation == "swiglu"
+        return self.activation in ("swiglu", "swiglu_clamped")
 
     @property
     def moe_layers(self) -> int:
@@ -295,11 +301,17 @@ class ProductionRule:
     # the framework's mixed-precision preset to use instead of its default
     precision: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # production environment variables to add
+    max_gpus: int = 0  # the largest GPU count it applies to (0: no limit)
+    # framework configuration fields the launcher sets on these recipes only (DeepSeek-V3's
+    # recompute modules), as llmb.engines.frameworks.overrides paths and plain JSON values
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def applies(self, size: str, gpu: str, dtype: str, scaling: str, gpus: int) -> bool:
         have = {"size": size, "gpu": gpu, "dtype": dtype, "scaling": scaling}
-        return gpus >= self.min_gpus and all(
-            have[key] in values for key, values in self.match.items()
+        return (
+            gpus >= self.min_gpus
+            and (not self.max_gpus or gpus <= self.max_gpus)
+            and all(have[key] in values for key, values in self.match.items())
         )
 
 
@@ -534,6 +546,8 @@ class Workload:
     documents: Mapping[str, str] = field(default_factory=dict)
     # Figures of the framework's per-release performance summary (``--reference summary``), not a recipe's.
     summary: tuple[ReferenceResult, ...] = ()
+    # Figures of the framework's model verification cards (``--reference card``): one verified run each.
+    cards: tuple[ReferenceResult, ...] = ()
     # Other names users know it by, lower case: NVIDIA's llmb-run workload names (pretrain_llama3.1)
     # and the collection's model names (llama3.1). ``llmb run``, ``plan``, ``list`` and sweep files take them.
     aliases: tuple[str, ...] = ()

@@ -4,7 +4,8 @@ Every block is written from the math it computes and creates its parameters
 in the default dtype on the default device (the engine builds under
 ``torch.device("meta")`` to count parameters without memory, and applies
 autocast on GPU). No block has a bias except the ones the models have: the
-Mamba2 depthwise convolution and LayerNorm1p. The parameter shapes reproduce
+Mamba2 depthwise convolution and LayerNorm1p, and those that GPT-OSS's options
+add (attention and expert biases). The parameter shapes reproduce
 ``llmb.recipes.params`` exactly, layer kind by layer kind:
 
 * ``A``: pre-norm -> attention -> residual, pre-norm -> dense MLP -> residual
@@ -32,6 +33,7 @@ from llmb.recipes.records import ModelArch
 
 __all__ = [
     "CausalLM",
+    "ClampedSwiGLU",
     "DecoderLayer",
     "GatedRMSNorm",
     "GroupedQueryAttention",
@@ -44,7 +46,10 @@ __all__ = [
     "RoutedMoE",
     "SquaredReLUMLP",
     "SwiGLU",
+    "YaRN",
+    "attention_with_sinks",
     "causal_depthwise_conv",
+    "causal_window_mask",
     "count_parameters",
     "initialize",
     "make_norm",
@@ -148,6 +153,63 @@ def make_norm(arch: ModelArch) -> Callable[[int], nn.Module]:
 # Rotary position embedding
 
 
+@dataclass(frozen=True)
+class YaRN:
+    """YaRN's RoPE scaling ("NTK-by-parts" interpolation plus an attention factor), from the paper
+    (Peng et al. 2023, arXiv 2309.00071, section 3) as Hugging Face's ``rope_scaling`` of
+    ``rope_type: yarn`` configures it.
+
+    A model trained at ``original_positions`` tokens is stretched ``factor`` times: a pair whose
+    wavelength is short (it turns more than ``beta_fast`` times over ``original_positions``) keeps
+    its frequency, one that turns fewer than ``beta_slow`` times is interpolated (its frequency
+    divided by ``factor``), and the pairs between ramp linearly from one to the other. With
+    ``truncate`` (Hugging Face's default) the ramp's ends are rounded outwards to whole pairs;
+    GPT-OSS's config sets ``truncate: false``. ``attention_factor`` scales cos and sin (so the
+    attention logits by its square): by default the paper's ``0.1 ln(factor) + 1``.
+    """
+
+    factor: float
+    original_positions: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    mscale: float | None = None  # the attention factor; None: 0.1 * ln(factor) + 1
+
+    @property
+    def attention_factor(self) -> float:
+        if self.mscale is not None:
+            return self.mscale
+        return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
+
+    def ramp_bounds(self, rotary_dim: int, base: float) -> tuple[float, float]:
+        """The pair indices where the ramp from extrapolation (below) to interpolation (above) starts
+        and ends: pair ``i`` turns ``r`` times over the original context where
+        ``i = rotary_dim * ln(original_positions / (2 pi r)) / (2 ln(base))``, at ``r = beta_fast``
+        and ``r = beta_slow``; kept within ``[0, rotary_dim - 1]``."""
+
+        def pair_turning(rotations: float) -> float:
+            turns = self.original_positions / (rotations * 2 * math.pi)
+            return rotary_dim * math.log(turns) / (2 * math.log(base))
+
+        low, high = pair_turning(self.beta_fast), pair_turning(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        return max(low, 0), min(high, rotary_dim - 1)
+
+    def inverse_frequencies(
+        self, rotary_dim: int, base: float, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Each pair's frequency ``[rotary_dim / 2]``: ``base^(-2i/rotary_dim)`` blended with itself
+        divided by ``factor``, by a ramp that is 0 below ``ramp_bounds``' low end, 1 above its high end."""
+        exponent = torch.arange(0, rotary_dim, 2, device=device, dtype=dtype) / rotary_dim
+        extrapolated = base**-exponent
+        low, high = self.ramp_bounds(rotary_dim, base)
+        width = high - low if high != low else 0.001  # one pair: a step, not a division by zero
+        pairs = torch.arange(rotary_dim // 2, device=device, dtype=dtype)
+        ramp = ((pairs - low) / width).clamp(0, 1)
+        return extrapolated * (1 - ramp) + extrapolated / self.factor * ramp
+
+
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE) over the first ``fraction`` of each head.
 
@@ -157,9 +219,27 @@ class RotaryEmbedding(nn.Module):
     The remaining channels pass through unchanged (Nemotron-4 rotates half).
     No parameters. The cos/sin tables are built once per sequence length,
     device and dtype and kept (one instance serves every layer of a model).
+
+    With ``scaling_factor`` > 1 the frequencies are YaRN's for a model
+    trained at ``original_positions`` tokens (``beta_fast``, ``beta_slow``,
+    ``truncate`` and ``attention_factor`` as ``YaRN`` describes them, Hugging
+    Face's ``rope_scaling`` names aside): cos and sin are then multiplied by
+    the attention factor.
     """
 
-    def __init__(self, head_dim: int, base: float = 10_000.0, fraction: float = 1.0) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10_000.0,
+        fraction: float = 1.0,
+        *,
+        scaling_factor: float = 1.0,
+        original_positions: int = 0,
+        beta_fast: float = 32.0,
+        beta_slow: float = 1.0,
+        truncate: bool = True,
+        attention_factor: float | None = None,
+    ) -> None:
         super().__init__()
         rotary_dim = int(head_dim * fraction)
         rotary_dim -= rotary_dim % 2
@@ -170,7 +250,21 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.base = base
+        self.yarn = None
+        if scaling_factor > 1:
+            if original_positions <= 0:
+                raise ValueError("RotaryEmbedding: YaRN scaling needs original_positions")
+            self.yarn = YaRN(
+                scaling_factor, original_positions, beta_fast, beta_slow, truncate, attention_factor
+            )
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def inverse_frequencies(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Pair ``i``'s angle per position, ``[rotary_dim / 2]``: ``base^(-2i/rotary_dim)``, or YaRN's."""
+        if self.yarn is not None:
+            return self.yarn.inverse_frequencies(self.rotary_dim, self.base, device, dtype)
+        exponent = torch.arange(0, self.rotary_dim, 2, device=device, dtype=dtype) / self.rotary_dim
+        return self.base**-exponent
 
     def angles(
         self, seq_len: int, device: torch.device, dtype: torch.dtype = torch.float32
@@ -185,14 +279,12 @@ class RotaryEmbedding(nn.Module):
         seq_len, device, dtype = key
         wide = torch.promote_types(dtype, torch.float32)
         with torch.no_grad(), torch.inference_mode(False):  # usable by later training steps
-            exponent = (
-                torch.arange(0, self.rotary_dim, 2, device=device, dtype=wide) / self.rotary_dim
-            )
-            inv_freq = self.base**-exponent
+            inv_freq = self.inverse_frequencies(device, wide)
             positions = torch.arange(seq_len, device=device, dtype=wide)
             theta = torch.outer(positions, inv_freq)
             theta = torch.cat((theta, theta), dim=-1)
-            tables = theta.cos().to(dtype), theta.sin().to(dtype)
+            scale = 1.0 if self.yarn is None else self.yarn.attention_factor
+            tables = (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
         self._tables[key] = tables
         return tables
 
@@ -229,7 +321,7 @@ class GroupedQueryAttention(nn.Module):
     ``i`` reads KV head ``i // (heads / query_groups)``). One fused input
     projection ``qkv_proj`` whose output is q, k and v laid end to end
     (``heads * head_dim``, then ``query_groups * head_dim`` twice), and an
-    output projection, none with a bias; optional RoPE on q and k (rotated in
+    output projection, without biases (but see ``bias``); optional RoPE on q and k (rotated in
     one call); softmax(q k^T / sqrt(head_dim)) v under a causal mask through
     ``kernels.attention`` (SDPA; an explicit fused-kernel choice on GPU).
     With ``qk_norm`` (a norm class, e.g. ``RMSNorm``, called with
@@ -240,6 +332,16 @@ class GroupedQueryAttention(nn.Module):
     local counts, with ``qkv_proj`` holding that rank's q|k|v rows (the
     per-head norms are the same on every rank). The layer's pre-norm is not
     part of it.
+
+    GPT-OSS's options (its model card, and ``modeling_gpt_oss.py`` in Hugging
+    Face transformers): with ``bias`` both projections have biases; with
+    ``sliding_window`` w > 0 a token attends to itself and the w - 1 tokens
+    before it, no further back; with ``sinks`` each query head has one
+    learned logit ``sinks[head]`` (initialised to 0) that joins every row of
+    its scores in the softmax and is dropped after it, so a row's weights sum
+    to less than one: ``softmax([q k^T / sqrt(head_dim), sink])[:-1] v``.
+    It stays on SDPA, given the window as a boolean mask, and the sinks as
+    one key more (``attention_with_sinks``).
     """
 
     def __init__(
@@ -250,18 +352,47 @@ class GroupedQueryAttention(nn.Module):
         head_dim: int,
         rope: RotaryEmbedding | None = None,
         qk_norm: Callable[[int], nn.Module] | None = None,
+        *,
+        bias: bool = False,
+        sliding_window: int = 0,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         if heads % query_groups:
             raise ValueError(
                 f"GroupedQueryAttention: {heads} heads do not split into {query_groups} groups"
             )
+        if sliding_window < 0:
+            raise ValueError(f"GroupedQueryAttention: sliding_window {sliding_window} < 0")
         self.heads, self.query_groups, self.head_dim = heads, query_groups, head_dim
-        self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.qkv_proj = nn.Linear(hidden, (heads + 2 * query_groups) * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
         self.rope = rope
         self.q_norm = qk_norm(head_dim) if qk_norm is not None else None
         self.k_norm = qk_norm(head_dim) if qk_norm is not None else None
+        self.sliding_window = sliding_window
+        self.sinks = nn.Parameter(torch.empty(heads)) if sinks else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The sinks (the projections reset themselves): zero, a sink as strong as a zero score."""
+        if self.sinks is not None:
+            nn.init.zeros_(self.sinks)
+
+    def extra_repr(self) -> str:
+        window = f"sliding_window={self.sliding_window}, " if self.sliding_window else ""
+        return f"{window}sinks={self.sinks is not None}"
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of ``q [b, h, s, d]`` over ``k, v [b, g, s, d]``, windowed and with sinks
+        as configured: ``[b, h, s, d]``."""
+        if self.sinks is None and not self.sliding_window:
+            return kernels.attention(q, k, v)
+        allowed = causal_window_mask(q.shape[-2], self.sliding_window, q.device)
+        if self.sinks is None:
+            gqa = q.shape[1] != k.shape[1]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
+        return attention_with_sinks(q, k, v, allowed, self.sinks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -274,8 +405,54 @@ class GroupedQueryAttention(nn.Module):
         if self.rope is not None:
             qk = self.rope.rotate_sequence_first(qk)
         q, k = qk[:, :, :heads], qk[:, :, heads:]
-        out = kernels.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        out = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim))
+
+
+def causal_window_mask(seq: int, window: int, device: torch.device) -> torch.Tensor:
+    """``[seq, seq]`` booleans, True where query ``t`` may read key ``s``: ``s <= t``, and with a
+    ``window`` w > 0 also ``t - s < w`` (the token itself and the w - 1 before it, as GPT-OSS's
+    reference implementation and transformers' ``sliding_window_overlay`` mask)."""
+    positions = torch.arange(seq, device=device)
+    distance = positions.unsqueeze(1) - positions.unsqueeze(0)  # t - s
+    allowed = distance >= 0
+    return allowed & (distance < window) if window else allowed
+
+
+def attention_with_sinks(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tensor
+) -> torch.Tensor:
+    """``softmax([q k^T / sqrt(d) masked by allowed, sink]) v`` without the sink's column, per query
+    head (``q [b, h, s, d]``, ``k, v [b, g, s, d]``, head i reading KV head ``i // (h / g)``,
+    ``allowed [s, s]``, ``sinks [h]``): ``[b, h, s, d]``.
+
+    Computed by SDPA over one key more, so that a fused kernel (memory linear in the sequence) can
+    run it: every query carries its head's sink logit in one extra channel, the real keys carry 0
+    there (their scores are unchanged) and the extra key, which every query sees, carries
+    ``sqrt(d)``, so its score is exactly the sink; its value is zero, so it adds nothing but its
+    share of the softmax's denominator. The extra channels are padded to 8 (the fused kernels'
+    alignment); the scale stays ``1 / sqrt(d)``.
+    """
+    batch, heads, seq, dim = q.shape
+    groups = k.shape[1]
+    # on a GPU, KV heads repeated (as kernels.attention does where a fused kernel takes no grouped KV)
+    if q.device.type == "cuda" and groups != heads:
+        k, v = k.repeat_interleave(heads // groups, 1), v.repeat_interleave(heads // groups, 1)
+    kv_heads = k.shape[1]
+    sink = sinks.to(q.dtype).view(1, heads, 1, 1).expand(batch, -1, seq, 1)
+    q = torch.cat((q, sink, q.new_zeros(batch, heads, seq, _SINK_CHANNELS - 1)), dim=-1)
+    sink_key = k.new_zeros(batch, kv_heads, 1, dim + _SINK_CHANNELS)
+    sink_key[..., dim] = math.sqrt(dim)
+    k = torch.cat((F.pad(k, (0, _SINK_CHANNELS)), sink_key), dim=2)
+    v = F.pad(v, (0, _SINK_CHANNELS, 0, 1))  # the extra channels, and the sink's zero value
+    mask = torch.cat((allowed, allowed.new_ones(seq, 1)), dim=1)  # every query sees the sink
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=1 / math.sqrt(dim), enable_gqa=kv_heads != heads
+    )
+    return out[..., :dim]
+
+
+_SINK_CHANNELS = 8  # the channels ``attention_with_sinks`` adds to each head
 
 
 # --------------------------------------------------------------------------
@@ -287,17 +464,48 @@ class SwiGLU(nn.Module):
 
     The gate and up matrices are one fused projection ``gate_up_proj``
     (``2 * ffn`` outputs: the gate's, then the up's), computed in one product
-    and split in two.
+    and split in two. With ``bias`` both projections have biases.
     """
 
-    def __init__(self, hidden: int, ffn: int) -> None:
+    def __init__(self, hidden: int, ffn: int, bias: bool = False) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden, 2 * ffn, bias=False)
-        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+        self.gate_up_proj = nn.Linear(hidden, 2 * ffn, bias=bias)
+        self.down_proj = nn.Linear(ffn, hidden, bias=bias)
+
+    def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The fused projection's output ``[..., 2 * ffn]`` -> ``silu(gate) * up`` ``[..., ffn]``."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.activate(self.gate_up_proj(x)))
+
+
+class ClampedSwiGLU(SwiGLU):
+    """GPT-OSS's expert MLP, a SwiGLU with clamped inputs and biases:
+    ``down((clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g))``, ``g = min(gate, limit)``.
+
+    ``alpha`` 1.702 and ``limit`` 7.0 are OpenAI's reference implementation's (``swiglu`` in
+    openai/gpt-oss ``gpt_oss/torch/model.py``; ``swiglu_limit`` in the models' config.json, and
+    transformers' ``swiglu_alpha``/``swiglu_limit`` defaults). The fused ``gate_up_proj`` is laid
+    out as ``SwiGLU``'s, the gate's ``ffn`` rows and then the up's (GPT-OSS's checkpoints interleave
+    them, gate and up alternating); with ``bias`` (GPT-OSS's) both projections have biases.
+    """
+
+    def __init__(
+        self, hidden: int, ffn: int, bias: bool = False, alpha: float = 1.702, limit: float = 7.0
+    ) -> None:
+        super().__init__(hidden, ffn, bias)
+        self.alpha, self.limit = alpha, limit
+
+    def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(-self.limit, self.limit)
+        return (up + 1) * gate * torch.sigmoid(self.alpha * gate)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, limit={self.limit}"
 
 
 class SquaredReLUMLP(nn.Module):
@@ -314,15 +522,57 @@ class SquaredReLUMLP(nn.Module):
 
 def make_mlp(arch: ModelArch) -> Callable[[int], nn.Module]:
     """The MLP class that ``arch.activation`` names, as ``ffn -> module``."""
-    mlps: dict[str, type[nn.Module]] = {"swiglu": SwiGLU, "squared_relu": SquaredReLUMLP}
-    if arch.activation not in mlps:
-        raise ValueError(f"unknown activation {arch.activation!r}; known: {', '.join(mlps)}")
-    mlp = mlps[arch.activation]
+    if arch.activation not in MLPS:
+        raise ValueError(f"unknown activation {arch.activation!r}; known: {', '.join(MLPS)}")
+    mlp = MLPS[arch.activation]
+    # a dense MLP: no bias (``expert_bias`` is the experts')
     return lambda ffn: mlp(arch.hidden, ffn)
+
+
+# ``ModelArch.activation`` -> its MLP class (and the routed experts' class, ``RoutedMoE``)
+MLPS: dict[str, type[nn.Module]] = {
+    "swiglu": SwiGLU,
+    "squared_relu": SquaredReLUMLP,
+    "swiglu_clamped": ClampedSwiGLU,
+}
 
 
 # --------------------------------------------------------------------------
 # Mixture of experts
+
+
+def _check_expert_groups(experts: int, topk: int, groups: int, topk_groups: int) -> None:
+    """ValueError unless ``groups`` (0 or 1: not grouped) split ``experts`` into groups of two or more
+    of which ``topk_groups`` hold at least ``topk`` experts."""
+    if groups <= 1:
+        return
+    if experts % groups or experts // groups < 2:
+        raise ValueError(
+            f"RoutedMoE: {experts} experts do not split into {groups} groups of two or more"
+        )
+    if not 0 < topk_groups <= groups or topk > topk_groups * (experts // groups):
+        raise ValueError(
+            f"RoutedMoE: topk_groups {topk_groups} must be in 1..{groups} and its groups must hold "
+            f"the top {topk} experts"
+        )
+
+
+class _Router(nn.Linear):
+    """The MoE router's projection ``hidden -> experts`` with DeepSeek-V3's score-correction bias, a
+    float32 buffer ``score_correction_bias`` (zero at initialisation). It lives beside the weight it
+    corrects so that whatever takes the router over (expert parallelism's layer holds the same router
+    module) carries it too, and ``initialize`` resets both."""
+
+    def __init__(self, hidden: int, experts: int, bias: bool = False) -> None:
+        super().__init__(hidden, experts, bias=bias)
+        self.register_buffer("score_correction_bias", torch.zeros(experts, dtype=torch.float32))
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        # None while nn.Linear's __init__ runs, before the buffer is registered
+        correction = getattr(self, "score_correction_bias", None)
+        if correction is not None:
+            nn.init.zeros_(correction)
 
 
 class RoutedMoE(nn.Module):
@@ -344,6 +594,27 @@ class RoutedMoE(nn.Module):
     one product per expert. The outputs return to token order by a
     permutation and a sum over each token's k choices (no atomics). No
     load-balancing loss.
+
+    GPT-OSS's options (its model card; ``GptOssMLP`` in transformers): with
+    ``bias`` the router and every expert's projections have biases (an
+    expert's output bias is weighted with the rest of its output);
+    ``activation`` names the experts' MLP as ``ModelArch.activation`` does,
+    ``"swiglu_clamped"`` for GPT-OSS's ``ClampedSwiGLU``.
+
+    DeepSeekMoE's routing (DeepSeek-V3 technical report, arXiv:2412.19437,
+    section 2.1.2; transformers' ``DeepseekV3TopkRouter``), when any of its
+    options is set: every expert's score is ``score`` of its logit (sigmoid
+    for DeepSeek-V3 and Kimi-K2); with ``score_correction`` a per-expert bias
+    (a float32 buffer, ``router.score_correction_bias``, zero at
+    initialisation and never trained by gradient: DeepSeek's
+    auxiliary-loss-free balancing adjusts it between steps, which the proxy
+    does not) is added to the scores for choosing experts only; with
+    ``expert_groups`` G > 1 the experts form G consecutive groups, a group's
+    score is the sum of its two best (corrected) scores, and only the best
+    ``topk_groups`` groups are chosen from; the top ``topk`` experts among
+    those are chosen, their uncorrected scores are the weights, renormalised
+    to sum to one with ``normalize`` (``norm_topk_prob``) and multiplied by
+    ``scaling`` (``routed_scaling_factor``).
     """
 
     def __init__(
@@ -355,20 +626,42 @@ class RoutedMoE(nn.Module):
         shared_ffn: int = 0,
         score: str = "softmax",
         weight_inputs: bool = False,
+        *,
+        bias: bool = False,
+        activation: str = "swiglu",
+        score_correction: bool = False,
+        expert_groups: int = 0,
+        topk_groups: int = 0,
+        normalize: bool = False,
+        scaling: float = 1.0,
     ) -> None:
         super().__init__()
         if score not in ("softmax", "sigmoid"):
             raise ValueError(f"RoutedMoE: unknown score {score!r}; known: softmax, sigmoid")
         if not 0 < topk <= experts:
             raise ValueError(f"RoutedMoE: topk {topk} must be in 1..{experts}")
+        _check_expert_groups(experts, topk, expert_groups, topk_groups)
+        self.expert_groups, self.topk_groups = expert_groups, topk_groups
+        self.normalize, self.scaling = normalize, scaling
+        # DeepSeekMoE's routing: every expert's score, then the choice (see the class docstring)
+        self.scores_all = score_correction or expert_groups > 1 or normalize or scaling != 1.0
+        expert = {"swiglu": SwiGLU, "swiglu_clamped": ClampedSwiGLU}.get(activation)
+        if expert is None:
+            raise ValueError(
+                f"RoutedMoE: unknown activation {activation!r}; known: swiglu, swiglu_clamped"
+            )
         self.hidden, self.topk, self.score, self.weight_inputs = hidden, topk, score, weight_inputs
-        self.router = nn.Linear(hidden, experts, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(hidden, moe_ffn) for _ in range(experts))
+        self.router = (
+            _Router(hidden, experts, bias) if score_correction else nn.Linear(hidden, experts, bias)
+        )
+        self.experts = nn.ModuleList(expert(hidden, moe_ffn, bias=bias) for _ in range(experts))
         self.shared_expert = SwiGLU(hidden, shared_ffn) if shared_ffn else None
 
     def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Routing weights and expert ids of ``tokens [T, hidden]``, both ``[T, topk]``."""
         logits = self.router(tokens)
+        if self.scores_all:
+            return self._route_by_all_scores(logits)
         top, ids = logits.topk(self.topk, dim=-1)
         weights = (
             torch.sigmoid(top.float())
@@ -376,6 +669,29 @@ class RoutedMoE(nn.Module):
             else torch.softmax(top.float(), dim=-1)
         )
         return weights, ids
+
+    def _route_by_all_scores(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """DeepSeekMoE's routing of ``logits [T, experts]`` (scores in float32): weights and ids, ``[T, topk]``."""
+        wide = logits.float()
+        scores = torch.sigmoid(wide) if self.score == "sigmoid" else torch.softmax(wide, dim=-1)
+        correction = getattr(self.router, "score_correction_bias", None)
+        choice = scores if correction is None else scores + correction.float()
+        if self.expert_groups > 1:
+            choice = self._within_best_groups(choice)
+        ids = choice.topk(self.topk, dim=-1).indices
+        weights = scores.gather(-1, ids)
+        if self.normalize:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * self.scaling, ids
+
+    def _within_best_groups(self, choice: torch.Tensor) -> torch.Tensor:
+        """``choice [T, experts]`` with every expert outside each token's best ``topk_groups`` groups set to
+        -inf; a group's score is the sum of its two best experts' (DeepSeek-V3's group-limited routing)."""
+        grouped = choice.unflatten(-1, (self.expert_groups, -1))  # [T, G, experts per group]
+        group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # [T, G]
+        best = group_scores.topk(self.topk_groups, dim=-1).indices
+        kept = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(-1, best, True)
+        return grouped.masked_fill(~kept.unsqueeze(-1), -math.inf).flatten(-2)
 
     def run_experts(self, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` on its ``counts[e]`` consecutive rows of ``tokens`` (grouped by expert, in order)."""
@@ -392,12 +708,25 @@ class RoutedMoE(nn.Module):
                 [e.gate_up_proj.weight.to(dtype) for e in self.experts]
             ).transpose(1, 2)
             down = torch.stack([e.down_proj.weight.to(dtype) for e in self.experts]).transpose(1, 2)
-            gate, up = kernels.grouped_mm(tokens.to(dtype), gate_up, offsets).chunk(2, dim=-1)
-            return kernels.grouped_mm(F.silu(gate) * up, down, offsets)
+            first = self._with_bias(
+                kernels.grouped_mm(tokens.to(dtype), gate_up, offsets), "gate_up_proj", counts
+            )
+            hidden = self.experts[0].activate(first)
+            return self._with_bias(kernels.grouped_mm(hidden, down, offsets), "down_proj", counts)
         chunks = tokens.split(counts.tolist())  # on CPU a host read, not a device synchronisation
         return torch.cat(
             [expert(chunk) for expert, chunk in zip(self.experts, chunks, strict=True)]
         )
+
+    def _with_bias(self, rows: torch.Tensor, projection: str, counts: torch.Tensor) -> torch.Tensor:
+        """``rows`` (grouped by expert, ``counts[e]`` each) plus expert e's bias of ``projection``, if any."""
+        if getattr(self.experts[0], projection).bias is None:
+            return rows
+        biases = torch.stack([getattr(e, projection).bias for e in self.experts]).to(rows.dtype)
+        experts = torch.arange(len(self.experts), device=rows.device)
+        # no host synchronisation: the output size is known
+        owner = torch.repeat_interleave(experts, counts, output_size=rows.shape[0])
+        return rows + biases[owner]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, self.hidden)

@@ -113,24 +113,27 @@ def _plan_attention(
     return plan
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal ``softmax(q k^T / sqrt(d)) v`` of ``q [b, h, s, d]`` and ``k, v [b, g, s, d]`` (g divides h).
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """Causal ``softmax(q k^T * scale) v`` of ``q [b, h, s, d]`` and ``k, v [b, g, s, d]`` (g divides h).
 
-    Query head ``i`` reads KV head ``i // (h / g)``. CPU: SDPA's default
-    choice. GPU: an explicit choice of fused kernels (see the module docstring).
+    Query head ``i`` reads KV head ``i // (h / g)``; ``v`` may be narrower or wider than ``d``
+    (multi-head latent attention's value heads); ``scale`` defaults to ``1 / sqrt(d)``. CPU: SDPA's
+    default choice. GPU: an explicit choice of fused kernels (see the module docstring).
     """
     gqa = q.shape[1] != k.shape[1]
     if q.device.type != "cuda":
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     from torch.nn.attention import sdpa_kernel
 
-    key = (q.device, q.dtype, tuple(q.shape), tuple(k.shape))
+    key = (q.device, q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape))
     plan = _ATTENTION_PLANS.get(key) or _plan_attention(key, q, k, v)
     if plan.repeat_kv:
         repeat = q.shape[1] // k.shape[1]
         k, v, gqa = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1), False
     with sdpa_kernel(list(plan.backends)):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
 
 
 # --------------------------------------------------------------------------

@@ -184,6 +184,11 @@ def check_tensor_parallel(model: nn.Module, tp: int) -> None:
             if tp > 1 and getattr(module, "q_norm", None) is not None:
                 # its weights would see only a rank's heads, and no plan reduces their gradients over TP
                 problems.append("per-head QK-norm, which tensor parallelism does not split yet")
+            if tp > 1 and (module.sinks is not None or module.qkv_proj.bias is not None):
+                # the fused projection's rank order and the per-head sinks are kept for weights only
+                problems.append(
+                    "attention sinks or projection biases, which tensor parallelism does not split yet"
+                )
             break
     embedding = getattr(model, "embedding", None)
     if embedding is not None and embedding.num_embeddings % tp:
