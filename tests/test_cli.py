@@ -55,8 +55,12 @@ def test_list_json_and_one_workload(cli):
         }
     ]
     every = cli("list", "--json").json()
-    # llmb's four, and the example plugin examples/llmb-plugin-qwen3 where it is installed
+    # the workloads of llmb's plugins (plugins/deepseekv3 has two), and the example plugin
+    # examples/llmb-plugin-qwen3 where it is installed
     assert {e["workload"] for e in every} - {"qwen3"} == {
+        "deepseekv3",
+        "gptoss",
+        "kimik2",
         "llama31",
         "llama4",
         "nemotron4",
@@ -122,7 +126,8 @@ def test_seed_environment_variables_are_defaults_and_flags_win(llmb_proc):
     [
         (
             ["plan", "nosuch"],
-            "unknown workload 'nosuch'; installed workloads: llama31, llama4, nemotron4, nemotronh",
+            "unknown workload 'nosuch'; installed workloads: deepseekv3, gptoss, kimik2, llama31, "
+            "llama4, nemotron4, nemotronh",
         ),
         (
             ["plan", "llama31", "--size", "9b", "--gpu", "h100", "--gpus", "8"],

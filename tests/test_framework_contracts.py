@@ -44,6 +44,7 @@ MB_PRESETS = {
     "bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
     "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8"),
     "bf16_with_nvfp4_mixed": (None, None),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("hybrid", "blockwise"),
 }
 
 
@@ -219,6 +220,14 @@ def fixed_install(monkeypatch):
 # and B200 and BF16 on H100 (9), 235B BF16 and FP8 (their layouts differ) on the four Blackwell types and
 # BF16 on H100 (9).
 QWEN3_ROWS = 18
+# The llmb-plugin-deepseekv3 workloads' rows (NVIDIA exemplar-performance v26.08.00): DeepSeek-V3 671B, one
+# per layout and precision (GB300 6, GB200 4, B300 3, B200 2, H100 2), and Kimi-K2 1T FP8 on GB300, GB200,
+# B300 and B200. Both recipes are in both Megatron-Bridge legs (kimi_k2 in 0.4 only as
+# megatron.bridge.recipes.kimi.kimi_k2, where llmb names it).
+# The llmb-plugin-gptoss rows (the same release): GPT-OSS 120B BF16 on GB300, GB200, B300, B200 and H100
+# (5), and the MLPerf GPT-OSS 20B on GB300 and GB200, NVFP4 and FP8 at 8 and 72 GPUs and FP8 at 512 (10);
+# both Megatron-Bridge legs have the gpt_oss recipes.
+PLUGIN_ROWS = {"deepseekv3": 17, "kimik2": 4, "gptoss": 15}
 
 
 def mb_expected(config: dict) -> dict:
@@ -261,6 +270,20 @@ def mb_expected(config: dict) -> dict:
     # 0.4's qwen3_30b_a3b recipe recomputes 1 layer, 0.6's none)
     if m["recompute_layers"]:
         expected["recompute_num_layers"] = m["recompute_layers"]
+    # a production rule's launcher settings (DeepSeek-V3's recompute modules on 128 GPUs), the dense first
+    # layers of a model cut to fewer layers, and the MTP modules the recipe keeps
+    if "model.recompute_modules" in config["overrides"]:
+        expected["recompute_modules"] = config["overrides"]["model.recompute_modules"]
+    if "model.recompute_granularity" in config["overrides"]:
+        expected["recompute_granularity"] = config["overrides"]["model.recompute_granularity"]
+    # a production rule's model fields (the MLPerf GPT-OSS 20B's vocabulary and RoPE)
+    for key in ("vocab_size", "position_embedding_type"):
+        if f"model.{key}" in config["overrides"]:
+            expected[key] = config["overrides"][f"model.{key}"]
+    if m.get("moe_layer_pattern") is not None:
+        expected["moe_layer_freq"] = m["moe_layer_pattern"]
+    if m.get("mtp_layers"):
+        expected["mtp_num_layers"] = m["mtp_layers"]
     if fp8:
         expected["fp8_recipe"] = fp8_recipe
         expected["first_last_layers_bf16"] = False
@@ -308,6 +331,7 @@ def test_megatron_bridge_validates_every_configuration(
     # every Megatron-Bridge seed row in every mode: Llama 3.1's 22, and the Qwen3 recipe's 18 where the
     # example plugin examples/llmb-plugin-qwen3 is installed (CI installs it)
     rows = 22 + (QWEN3_ROWS if "qwen3" in host.workloads() else 0)
+    rows += sum(n for name, n in PLUGIN_ROWS.items() if name in host.workloads())
     assert len(items) == rows * len(MODES)
     results = checked_results(leg, host, tmp_path_factory)
     report(request, leg, results)

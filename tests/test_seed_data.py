@@ -160,6 +160,15 @@ def test_defaults_are_the_seeds_launch_defaults(host):
     # the example plugin examples/llmb-plugin-qwen3, where installed
     if "qwen3" in host.workloads():
         expected[("qwen3", "megatron-bridge")] = {"size": "235b", "dtype": "bf16"}
+    # plugins/deepseekv3: the DeepSeek-V3 recipe's launch.sh (DTYPE bf16, MODEL_SIZE fixed 671b) and the
+    # Kimi-K2 one's (DTYPE fp8, the only one; 1t)
+    if "deepseekv3" in host.workloads():
+        expected[("deepseekv3", "megatron-bridge")] = {"size": "671b", "dtype": "bf16"}
+        expected[("kimik2", "megatron-bridge")] = {"size": "1t", "dtype": "fp8"}
+    # plugins/gptoss: the GPT-OSS recipe's launch.sh (120b, DTYPE bf16) and the MLPerf one's (20b, nvfp4)
+    if "gptoss" in host.workloads():
+        expected[("gptoss", "megatron-bridge")] = {"size": "120b", "dtype": "bf16"}
+        expected[("gptoss", "mlperf")] = {"size": "20b", "dtype": "nvfp4"}
     found = defaultdict(dict)
     for workload in host.workloads().values():
         for variant in workload.variants:

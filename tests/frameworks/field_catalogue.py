@@ -22,7 +22,14 @@ import sys
 def build(config: dict):
     from llmb.engines.frameworks.overrides import apply, resolve_ref
 
-    with contextlib.redirect_stdout(io.StringIO()):
+    device = contextlib.nullcontext()
+    if config["framework"] == "megatron_bridge":
+        # recipes that read the device to pick their MoE dispatcher (DeepSeek-V3's) answered for the row's
+        # GPU type, as the checker does
+        from check_megatron_bridge import the_rows_gpu
+
+        device = the_rows_gpu(config)
+    with contextlib.redirect_stdout(io.StringIO()), device:
         recipe = resolve_ref(config["recipe_function"])(**config["recipe_arguments"])
         return apply(recipe, config["overrides"])
 

@@ -132,9 +132,145 @@ def qwen3_moe_config(arch) -> dict:
     }
 
 
+# The published values of deepseek-ai/DeepSeek-V3's and moonshotai/Kimi-K2-Instruct's config.json that
+# the architecture records do not carry (the llmb-plugin-deepseekv3 workloads deepseekv3 and kimik2).
+DEEPSEEK_V3_EXTRA = {
+    "deepseekv3": {
+        "rms_norm_eps": 1e-06,
+        "max_position_embeddings": 163840,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    },
+    "kimik2": {
+        "rms_norm_eps": 1e-06,
+        "max_position_embeddings": 131072,
+        "bos_token_id": 163584,
+        "eos_token_id": 163585,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 1.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    },
+}
+
+
+def deepseek_v3_config(arch, extra: dict) -> dict:
+    """A DeepSeek-V3-family config.json (MLA, DeepSeekMoE) from an architecture record. Kimi-K2's own
+    file says model_type kimi_k2 with remote code (configuration_deepseek.py); the stand-in names the
+    model type transformers knows, deepseek_v3, whose fields are the same."""
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_act": "silu",
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.ffn,
+        "moe_intermediate_size": arch.moe_ffn,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.query_groups,
+        "vocab_size": arch.vocab,
+        "q_lora_rank": arch.q_lora_rank,
+        "kv_lora_rank": arch.kv_lora_rank,
+        "qk_nope_head_dim": arch.head_dim - arch.rope_head_dim,
+        "qk_rope_head_dim": arch.rope_head_dim,
+        "v_head_dim": arch.v_head_dim,
+        "n_routed_experts": arch.experts,
+        "n_shared_experts": arch.shared_expert_ffn // arch.moe_ffn,
+        "num_experts_per_tok": arch.topk,
+        "first_k_dense_replace": arch.dense_layers,
+        "moe_layer_freq": arch.moe_layer_step,
+        "n_group": arch.expert_groups or 1,
+        "topk_group": arch.topk_groups or 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": arch.router_score,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": arch.routed_scaling,
+        "num_nextn_predict_layers": arch.mtp_layers,
+        "rope_theta": arch.rope_base,
+        "tie_word_embeddings": arch.tied_embeddings,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "aux_loss_alpha": 0.001,
+        "seq_aux": True,
+        "ep_size": 1,
+        "pretraining_tp": 1,
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
+        **extra,
+    }
+
+
+# OpenAI's published values beside the architecture (config.json of openai/gpt-oss-120b and
+# openai/gpt-oss-20b, model_type gpt_oss); the stand-in leaves out the checkpoint's mxfp4
+# quantization_config (no weights are loaded).
+GPT_OSS = {
+    "rms_norm_eps": 1e-05,
+    "max_position_embeddings": 131072,
+    "initial_context_length": 4096,
+    "swiglu_limit": 7.0,
+    "router_aux_loss_coef": 0.9,
+    "output_router_logits": False,
+    "eos_token_id": 200002,
+    "pad_token_id": 199999,
+}
+
+
+def gpt_oss_config(arch) -> dict:
+    """A GPT-OSS config.json from an architecture record (the gptoss workload plugin's)."""
+    kinds = ("sliding_attention", "full_attention")
+    return {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_act": "silu",
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.moe_ffn,
+        "num_local_experts": arch.experts,
+        "num_experts_per_tok": arch.topk,
+        "experts_per_token": arch.topk,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.query_groups,
+        "head_dim": arch.head_dim,
+        "num_hidden_layers": arch.layers,
+        "vocab_size": arch.vocab,
+        "tie_word_embeddings": arch.tied_embeddings,
+        "attention_bias": arch.attention_bias,
+        "attention_dropout": 0.0,
+        "sliding_window": arch.sliding_window,
+        "layer_types": [kinds[(i + 1) % arch.full_attention_step == 0] for i in range(arch.layers)],
+        "rope_theta": arch.rope_base,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": arch.rope_scaling_factor,
+            "original_max_position_embeddings": arch.rope_original_positions,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
+        "use_cache": True,
+        **GPT_OSS,
+    }
+
+
 def write_model_configs(home: str, host) -> list[str]:
     """config.json of every Llama repository a recipe reads, from the llama31 workload's architectures,
-    and of the Qwen3 MoE repositories where the qwen3 workload plugin (llmb-plugin-qwen3) is installed."""
+    of the Qwen3 MoE repositories where the qwen3 workload plugin (llmb-plugin-qwen3) is installed, of
+    DeepSeek-V3's and Kimi-K2's where llmb-plugin-deepseekv3 is, and of GPT-OSS's where llmb-plugin-gptoss is."""
     workloads = host.workloads()
     workload = workloads["llama31"]
     written = []
@@ -144,6 +280,19 @@ def write_model_configs(home: str, host) -> list[str]:
         for size, repo in production.huggingface.repos.items():
             config = qwen3_moe_config(qwen3.architecture(size))
             written.append(write_file(home, repo, "config.json", json.dumps(config, indent=2)))
+    for name, extra in DEEPSEEK_V3_EXTRA.items():  # where llmb-plugin-deepseekv3 is installed
+        if name not in workloads:
+            continue
+        production = next(v for v in workloads[name].variants if v.production).production
+        for size, repo in production.huggingface.repos.items():
+            config = deepseek_v3_config(workloads[name].architecture(size), extra)
+            written.append(write_file(home, repo, "config.json", json.dumps(config, indent=2)))
+    if "gptoss" in workloads:  # where llmb-plugin-gptoss is installed: 120b's and the MLPerf 20b's
+        gptoss = workloads["gptoss"]
+        for variant in gptoss.variants:
+            for size, repo in variant.production.huggingface.repos.items():
+                config = gpt_oss_config(gptoss.architecture(size))
+                written.append(write_file(home, repo, "config.json", json.dumps(config, indent=2)))
     for size, repos in RECIPE_REPOS["llama"].items():
         arch = workload.architecture(size)
         for repo in repos:

@@ -45,7 +45,10 @@ def recomputed(
         ):
             arch = workload.architecture(series.size).with_layers(series.layers)
             if variant.mfu_from == "log" and variant.framework == "megatron_bridge":
-                flops = megatron_bridge_sample(arch, series.seq_len, series.tp)
+                # the workload's own count where the core's does not describe the architecture (MLA)
+                flops = megatron_bridge_sample(arch, series.seq_len, series.tp) or flops_of(
+                    workload, arch, series.seq_len
+                )
             else:
                 flops = flops_of(workload, arch, series.seq_len)
             if flops is None:

@@ -54,6 +54,10 @@ def megatron_bridge_step(arch: ModelArch, seq_len: int, gbs: int, tp: int = 1) -
 def megatron_bridge_sample(arch: ModelArch, seq_len: int, tp: int = 1) -> ModelFlops | None:
     if arch.layer_pattern is not None:
         return None
+    if arch.kv_lora_rank:
+        # multi-latent attention and MTP (DeepSeek-V3, Kimi-K2): Megatron-Bridge counts them with terms of
+        # their own, which the workload's plugin implements (llmb-plugin-deepseekv3's llmb_model_flops)
+        return None
     L, h, s = arch.layers, arch.hidden, seq_len
     g = 1.5 if arch.gated else 1.0
     moe_frac = arch.moe_layers / L
@@ -76,6 +80,15 @@ def megatron_bridge_sample(arch: ModelArch, seq_len: int, tp: int = 1) -> ModelF
         * (1 + arch.query_groups / arch.heads + s / (2 * h))
         * (arch.head_dim * arch.heads / h)
     )
+    window = arch.sliding_window
+    if window and window < s:
+        # Sliding-window layers (GPT-OSS): Megatron-Bridge counts their core attention over the mean
+        # causal window context, W - W(W-1)/(2s) keys, not s/2; every full_attention_step-th layer
+        # (1-based) attends to the whole sequence (flop_utils.transformer_flops, window_size and
+        # window_attn_skip_freq)
+        full = L // arch.full_attention_step if arch.full_attention_step else 0
+        context = window - window * (window - 1) / (2 * s)
+        attention -= 12 * (L - full) * arch.head_dim * arch.heads * (s / 2 - context)
     embedding = 6 * h * padded_vocab(arch.vocab, tp)
     terms = {"attention": s * attention, "mlp": s * mlp, "embedding": s * embedding}
     return ModelFlops(

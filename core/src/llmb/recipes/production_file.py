@@ -24,7 +24,7 @@ from llmb.recipes.records import (
 )
 
 KEYS = ("recipes", "profile_window", "profile_ranks", "flops_callback", "rules", "huggingface")
-RULE_KEYS = ("match", "min_gpus", "precision", "env", "why")
+RULE_KEYS = ("match", "min_gpus", "max_gpus", "precision", "env", "overrides", "why")
 MATCH_KEYS = ("size", "gpu", "dtype", "scaling")
 HF_KEYS = ("repos", "assets", "gated")
 HF_ASSETS = ("config", "tokenizer")
@@ -93,9 +93,17 @@ def _rule(raw: Any, series: Sequence[RecipeSeries]) -> ProductionRule:
     _known(raw, RULE_KEYS, "rule")
     if not str(raw.get("why", "")).strip():
         raise ValueError("a rule needs 'why': where the setting comes from")
-    if "precision" not in raw and "env" not in raw:
+    if not {"precision", "env", "overrides"} & set(raw):
         raise ValueError(
-            "a rule sets 'precision' (a mixed-precision preset) and/or 'env' (variables)"
+            "a rule sets 'precision' (a mixed-precision preset), 'env' (variables) and/or "
+            "'overrides' (framework configuration fields)"
+        )
+    overrides = raw.get("overrides") or {}
+    if not isinstance(overrides, Mapping) or not all(
+        isinstance(k, str) and k.strip() for k in overrides
+    ):
+        raise ValueError(
+            "rule overrides must map framework configuration paths (model.recompute_modules) to values"
         )
     env = raw.get("env") or {}
     if not isinstance(env, Mapping):
@@ -109,9 +117,14 @@ def _rule(raw: Any, series: Sequence[RecipeSeries]) -> ProductionRule:
         min_gpus=int(raw.get("min_gpus", 0)),
         precision=None if raw.get("precision") is None else str(raw["precision"]).strip(),
         env={str(k): str(v) for k, v in env.items()},
+        max_gpus=int(raw.get("max_gpus", 0)),
+        overrides=dict(overrides),
     )
     if not any(
-        rule.applies(s.size, s.gpu, d, s.scaling, s.max_gpus) for s in series for d in s.dtypes
+        rule.applies(s.size, s.gpu, d, s.scaling, n)
+        for s in series
+        for d in s.dtypes
+        for n in (s.min_gpus, s.max_gpus)
     ):
         raise ValueError(f"rule ({rule.why[:60]}...) matches no recipe of the variant")
     return rule

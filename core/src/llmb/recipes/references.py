@@ -11,6 +11,9 @@ A workload's figures come from several documents; a *source* names one:
              Megatron-Bridge configuration, whose own document publishes only one example);
 ``summary``  the framework's per-release performance summary (Megatron-Bridge's, for
              Llama 3.1): tokens/s and TFLOP/s per GPU by GPU type and precision.
+``card``     the framework's model verification card (Megatron-Bridge's, for DeepSeek-V3,
+             GPT-OSS 120B, Qwen3): one verified run's last ten steps (step time, TFLOP/s and
+             tokens/s per GPU), its command, commit and container (``llmb.recipes.card_file``).
 
 Every figure names its document, the container release it was measured with
 and, where the document dates it, the date; a figure measured with an older
@@ -36,6 +39,7 @@ DEFAULT_SOURCE = (
     "recipe"  # the configuration's own recipe document (``--reference recipe``: strictly)
 )
 SUMMARY = "summary"
+CARD = "card"
 _RELEASE = re.compile(r"nemo:(\d{2})\.(\d{2})(?:\.(\d+))?")
 
 
@@ -71,6 +75,9 @@ class Figure:
     date: str | None = None
     # the run's newer container release, when the figure's is older
     older_than_run: str | None = None
+    # the run's older container release, when the figure's is newer (a run in nemo:26.06.01 against a 26.08
+    # figure): shown with both, and never judged by TFLOP/s (``llmb.results.compare.judge_published``)
+    newer_than_run: str | None = None
     mfu_pct: float | None = None  # the MFU the document publishes with it (recipes), where it does
     # the configuration's global batch size, when the figure was measured at another one: then it is
     # shown as such and never compared by step time (``batch_note``)
@@ -104,6 +111,8 @@ class Figure:
         older = (
             f"measured with nemo:{self.container}, older than the run's nemo:{self.older_than_run}"
             if self.older_than_run
+            else f"measured with nemo:{self.container}, newer than the run's nemo:{self.newer_than_run}"
+            if self.newer_than_run
             else ""
         )
         notes = "; ".join(part for part in (when, older, self.batch_note()) if part)
@@ -146,7 +155,7 @@ def sources(workload: Workload) -> list[str]:
     names = [AUTO, DEFAULT_SOURCE] + [
         v.name for v in workload.variants if len(workload.variants) > 1
     ]
-    return names + ([SUMMARY] if workload.summary else [])
+    return names + ([SUMMARY] if workload.summary else []) + ([CARD] if workload.cards else [])
 
 
 def all_sources(workloads) -> list[str]:
@@ -247,6 +256,10 @@ def _from_summary(ref: ReferenceResult) -> Figure:
     )
 
 
+def _from_card(ref: ReferenceResult) -> Figure:
+    return replace(_from_summary(ref), source=CARD, label="the verification card's figure")
+
+
 def of_tables(config: Configuration) -> Configuration:
     """The configuration as the published tables know it: on the GPU type whose recipes and figures its
     own runs (``llmb.recipes.gpus.recipes_of``: an H200's are the H100's)."""
@@ -283,6 +296,17 @@ def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, Refe
         ):
             summary = _from_summary(ref)
             found.append((replace(summary, label=summary.label + whose), ref))
+            break
+    for ref in workload.cards:
+        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
+            config.size,
+            config.gpu,
+            config.dtype,
+            config.gpus,
+            config.scaling,
+        ):
+            card = _from_card(ref)
+            found.append((replace(card, label=card.label + whose), ref))
             break
     mapped = {"of_gpu": config.gpu} if whose else {}
     return [
@@ -346,10 +370,34 @@ def find(workload: Workload, config: Configuration, source: str = AUTO) -> Figur
         wanted = DEFAULT_SOURCE if source == own else source
         return Missing(source, _none_from(workload, config, wanted, candidates(workload, config)))
     figure = picked[0]
-    run_release, figure_release = release(config.container), release(figure.container)
+    run_release, figure_release = (
+        comparable_release(config.container),
+        comparable_release(figure.container),
+    )
     if run_release and figure_release and figure_release < run_release:
         figure = replace(figure, older_than_run=release_text(config.container))
+    elif run_release and figure_release and figure_release > run_release:
+        figure = replace(figure, newer_than_run=release_text(config.container))
     return figure
+
+
+def comparable_release(text: str | None) -> tuple[int, ...] | None:
+    """``release`` without trailing zero parts, so that ``26.08`` and ``26.08.00`` are one release."""
+    parts = release(text)
+    if parts is None:
+        return None
+    while len(parts) > 2 and parts[-1] == 0:
+        parts = parts[:-1]
+    return parts
+
+
+def same_container(run: str | None, figure: str | None) -> bool | None:
+    """Whether a run and a figure were measured in the same container release; None where either is
+    unknown. Across releases a framework's FLOP count can change (Megatron-Bridge's GPT-OSS 120B count
+    moved from 27.2 to 32.6 GFLOP per token between its 26.04.01 and 26.06 figures), so TFLOP/s per GPU
+    is judged only within one release (docs/verdicts.md, "Across containers")."""
+    a, b = comparable_release(run), comparable_release(figure)
+    return None if a is None or b is None else a == b
 
 
 def _other_work(workload: Workload, config: Configuration) -> str | None:
@@ -394,6 +442,8 @@ def _none_from(workload: Workload, config: Configuration, source: str, others: l
         )
     elif source == SUMMARY:
         document = "the performance summary"
+    elif source == CARD:
+        document = "the model verification card"
     else:
         document = f"the {source} recipe"
     other = others[0]

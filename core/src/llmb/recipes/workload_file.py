@@ -141,6 +141,16 @@ def load_workload(package: str, resource: str = "workload.yaml") -> Workload:
             )
         except Exception as exc:  # malformed YAML, a missing file or column
             raise DataError(f"{package}/{summary}: {exc}") from exc
+    if cards := raw.get("verification_cards"):  # another data file of the same package
+        from llmb.recipes.card_file import cards_from_dict
+        from llmb.recipes.gpus import catalogue
+
+        try:
+            workload = replace(
+                workload, cards=cards_from_dict(_read(package, str(cards)), set(catalogue()))
+            )
+        except Exception as exc:  # malformed YAML, a missing file or key
+            raise DataError(f"{package}/{cards}: {exc}") from exc
     return workload
 
 
@@ -456,7 +466,14 @@ def _upstream(raw: Any) -> UpstreamRecipe:
 
 
 def _cell_none(value: Any) -> Any:
-    return None if value is None or str(value).strip().upper() in ("NA", "N/A") else value
+    # "" is a cell the document leaves blank (DeepSeek-V3's B200 BF16 VP): nothing given, as NA
+    return None if value is None or str(value).strip().upper() in ("", "NA", "N/A") else value
+
+
+def _dtype_cell(value: str) -> str:
+    """A precision cell without the scaling recipe a document adds in parentheses: the MLPerf
+    GPT-OSS recipe's ``FP8 (MX)`` is FP8 (how FP8 runs is the variant's production rules')."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", value)
 
 
 def _cell_bool(value: Any) -> bool:
@@ -493,7 +510,13 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
     table_size = table.get("size")
     if table_size is not None and "size" in columns:
         raise ValueError("size is given both as the table's size: and as a column")
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns and not (c == "size" and table_size)]
+    # A table without a Layers column (Kimi-K2's) gives the model's layer count once, as ``layers:``,
+    # from the model's public config (the file's comment names it).
+    table_layers = table.get("layers")
+    if table_layers is not None and "layers" in columns:
+        raise ValueError("layers is given both as the table's layers: and as a column")
+    given = {"size": table_size, "layers": table_layers}
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns and given.get(c) is None]
     if missing:
         raise ValueError(f"missing columns {missing}")
     gpu = _one_of(table["gpu"], list(catalogue()), "GPU type")
@@ -509,10 +532,12 @@ def _seed_rows(variant: str, document: Provenance, table: dict[str, Any]) -> Ite
                 gpu=gpu,
                 scaling=scaling,
                 size=str(row["size"] if table_size is None else table_size).lower(),
-                dtypes=tuple(_one_of(d, DTYPES, "dtype") for d in str(row["dtype"]).split("/")),
+                dtypes=tuple(
+                    _one_of(_dtype_cell(d), DTYPES, "dtype") for d in str(row["dtype"]).split("/")
+                ),
                 gpus=_parse_gpus(row["gpus"]),
                 seq_len=int(row["seq_len"]),
-                layers=int(row["layers"]),
+                layers=int(row["layers"] if table_layers is None else table_layers),
                 fsdp=_cell_bool(row.get("fsdp", False)),
                 cuda_graphs=_cell_bool(row.get("cuda_graphs", False)),
                 tp=int(row["tp"]),

@@ -4,7 +4,9 @@ A run *passes* when its throughput is at least ``threshold`` (0.95: the
 cluster-acceptance rule of the tool llmb replaces) of the reference's, i.e.
 ``reference step time / run step time >= threshold`` where both ran the same
 global batch on the same GPU count; otherwise the ratio of tokens/s, else of
-TFLOP/s per GPU, and the detail says which. A run that did not succeed cannot
+TFLOP/s per GPU (only where the run and the figure name the same container
+release: across releases the FLOP count can differ), and the detail says
+which. A run that did not succeed cannot
 pass. A run with nothing to compare with (a proxy, an unknown GPU type, a
 configuration no document publishes) is ``not_compared``, with the reason:
 never a pass. The published figure comes from ``llmb.results.references``.
@@ -16,7 +18,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmb.recipes.references import AUTO, DEFAULT_SOURCE, Figure, Missing
+from llmb.recipes.references import (
+    AUTO,
+    DEFAULT_SOURCE,
+    Figure,
+    Missing,
+    release_text,
+    same_container,
+)
 from llmb.results.export import read_rows
 from llmb.results.records import RunResult
 
@@ -231,7 +240,10 @@ def against_name(figure: Figure | Missing) -> str:
 def judge_published(result: RunResult, figure: Figure | Missing, threshold: float) -> Verdict:
     """The run against a published figure: by step time where both ran the same global batch on the
     same GPU count, else by tokens/s per GPU, else by TFLOP/s per GPU (the detail names the measure and
-    the other batch). A figure at another batch is never a step-time reference (``reference_ms`` None)."""
+    the other batch). A figure at another batch is never a step-time reference (``reference_ms`` None).
+    TFLOP/s per GPU is judged only where the run and the figure name the same container release: across
+    releases (or where either is unrecorded) it is shown with both containers and not judged, and a run
+    that has no other measure is not compared."""
     against = against_name(figure)
     if isinstance(figure, Missing):
         return Verdict(against, NOT_COMPARED, None, None, figure.reason)
@@ -242,13 +254,26 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
         and (figure.gbs is None or context.gbs is None or figure.gbs == context.gbs)
     )
     reference_ms = figure.step_time_ms if same_batch else None
+    # TFLOP/s per GPU is a measure only within one container release: across releases the framework's
+    # FLOP count can change, so it is shown beside the verdict, never judged (docs/verdicts.md)
+    same = same_container(context.container, figure.container)
+    shown = _tflops_shown(stats.tflops_mean, figure, context.container) if same is False else ""
     if reference_ms is not None:
         ratio, measure = reference_ms / stats.time_mean_ms, "step time"
     elif figure.tokens_per_s and result.tokens_per_s and figure.gpus and context.gpus:
         ratio = (result.tokens_per_s / context.gpus) / (figure.tokens_per_s / figure.gpus)
         measure = f"tokens/s per GPU (GBS {context.gbs} vs {figure.gbs})"
-    elif figure.tflops_per_gpu and stats.tflops_mean:
+    elif figure.tflops_per_gpu and stats.tflops_mean and same:
         ratio, measure = stats.tflops_mean / figure.tflops_per_gpu, "TFLOP/s per GPU"
+    elif figure.tflops_per_gpu and stats.tflops_mean:
+        return Verdict(
+            against,
+            NOT_COMPARED,
+            None,
+            None,
+            f"{figure.describe()} can be compared with this run only by TFLOP/s per GPU: "
+            f"{_tflops_shown(stats.tflops_mean, figure, context.container)}",
+        )
     else:
         return Verdict(
             against,
@@ -263,7 +288,31 @@ def judge_published(result: RunResult, figure: Figure | Missing, threshold: floa
         _outcome(ratio, threshold),
         ratio,
         reference_ms,
-        f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})",
+        f"{ratio:.1%} by {measure} ({label}{figure.describe()}; pass at {threshold:.0%})"
+        + (f"; {shown}" if shown else ""),
+    )
+
+
+def _across(run: str | None, figure: str | None) -> str:
+    """Why TFLOP/s per GPU is no measure between the run and the figure, naming both containers."""
+    theirs = f"nemo:{figure}" if figure else "an unrecorded container"
+    ours = f"nemo:{release_text(run)}" if release_text(run) else "an unrecorded container"
+    return (
+        f"the figure was measured in {theirs}, the run in {ours}, and the framework's FLOP count "
+        f"can differ between container releases"
+        if figure or run
+        else "neither the figure nor the run records its container"
+    )
+
+
+def _tflops_shown(tflops: float | None, figure: Figure, run: str | None) -> str:
+    """``TFLOP/s per GPU 1,250 vs the figure's 1,306, shown, not judged: ...`` for a figure of another (or an
+    unknown) container; "" where either has no TFLOP/s."""
+    if not tflops or not figure.tflops_per_gpu:
+        return ""
+    return (
+        f"TFLOP/s per GPU {tflops:,.0f} vs the figure's {figure.tflops_per_gpu:,.0f}, shown, not judged: "
+        f"{_across(run, figure.container)}"
     )
 
 

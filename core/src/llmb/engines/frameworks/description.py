@@ -100,12 +100,21 @@ def valid_layers(
     each; None without pipeline parallelism, where any count splits."""
     if pp == 1:
         return None
+    if recipe in getattr(framework, "PIPELINE_LAYOUT_RECIPES", ()):
+        # an explicit layout (llmb.engines.frameworks.megatron_bridge.pipeline_layout): a layer for
+        # every stage but the last, which may hold only the MTP module and the loss
+        return list(range(min(pp * (vp or 1) - 1, full), full + 1))
     extra = framework.PIPELINE_SPLIT_EXTRA_LAYERS.get(recipe, 0)
     return [n for n in range(1, full + 1) if (n + extra) % (pp * (vp or 1)) == 0]
 
 
 def layers_rule(framework: Framework, recipe: str, pp: int, vp: int | None) -> str:
     stages = f"{pp} pipeline stages" + (f" of {vp} virtual stages each" if vp else "")
+    if recipe in getattr(framework, "PIPELINE_LAYOUT_RECIPES", ()):
+        return (
+            f"{framework.TITLE}'s {recipe} recipe places its layers by a pipeline layout over {stages}, "
+            f"which needs a layer on every stage but the last"
+        )
     extra = framework.PIPELINE_SPLIT_EXTRA_LAYERS.get(recipe, 0)
     if extra:
         return (
@@ -240,7 +249,7 @@ def _memory_layers(recipe: Recipe, layers: int, notes: list[str]) -> tuple[int, 
 def _model(workload: Workload, recipe: Recipe, layers: int, notes: list[str]) -> dict:
     arch = workload.architecture(recipe.size)
     recompute, offload = _memory_layers(recipe, layers, notes)
-    return {
+    model = {
         "num_layers": layers,
         "full_layers": arch.layers,
         # A hybrid model cut to fewer layers keeps the first `layers` of its pattern.
@@ -251,6 +260,14 @@ def _model(workload: Workload, recipe: Recipe, layers: int, notes: list[str]) ->
         "recompute_layers": recompute,
         "offload_layers": offload,
     }
+    if arch.dense_layers or arch.mtp_layers:
+        # DeepSeekMoE: the multi-token-prediction modules, and which layers are MoE (1) after the dense
+        # first ones: Megatron's list must have one entry per layer run
+        model["mtp_layers"] = arch.mtp_layers
+        model["moe_layer_pattern"] = [
+            int(kind == "E") for kind in arch.with_layers(layers).layer_kinds()
+        ]
+    return model
 
 
 def _training(train_iters: int, options: RunOptions) -> dict:
@@ -395,6 +412,11 @@ def describe(
     )
     config["env"] = _environment(framework, config, production, recipe, asked)
     config["overrides"] = framework.overrides(config)
+    for rule in production.rules:  # the launcher's settings for some recipes only, after llmb's own
+        if rule.overrides and rule.applies(
+            recipe.size, recipes_of(recipe.gpu), recipe.dtype, recipe.scaling, recipe.gpus
+        ):
+            config["overrides"].update(rule.overrides)
     # --framework-arg: the user's fields, checked against the framework's catalogue, last: they win over llmb's
     from llmb.engines.frameworks.fields import check
 

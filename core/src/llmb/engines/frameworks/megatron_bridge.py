@@ -35,6 +35,7 @@ PRECISION_NAMES = {
     "bf16_with_fp8_current_scaling_mixed": "fp8_cs",
     "bf16_with_mxfp8_mixed": "fp8_mx",
     "bf16_with_nvfp4_mixed": "nvfp4",
+    "bf16_with_fp8_subchannel_scaling_mixed": "fp8_sc",
 }
 # The seed's report names: profile_${SLURM_JOB_ID}_${SLURM_NODEID}_${SLURM_LOCALID}.nsys-rep
 NSYS_REPORT = "profile_%q{SLURM_JOB_ID}_%q{SLURM_NODEID}_%q{SLURM_LOCALID}"
@@ -56,6 +57,13 @@ _ITERATION_DIR = re.compile(r"^iter_(\d+)$")
 # Recipes whose model counts the embedding and the loss as pipeline layers
 # (account_for_embedding/loss_in_pipeline_split).
 PIPELINE_SPLIT_EXTRA_LAYERS = {"llama31_405b": 2, "qwen3_235b_a22b": 2}
+# Recipes that place their layers by an explicit pipeline layout (pipeline_model_parallel_layout,
+# set for the recipe's own PP x VP): llmb gives the layout of the run's (``pipeline_layout``).
+PIPELINE_LAYOUT_RECIPES = ("deepseek_v3", "kimi_k2")
+# Recipes whose module under megatron.bridge.recipes is not their family's package: Megatron-Bridge 0.4
+# exports kimi_k2_pretrain_config from megatron.bridge.recipes.kimi.kimi_k2 only (no kimi/__init__.py),
+# the module its performance launcher imports it from.
+RECIPE_MODULES = {"kimi_k2": "kimi.kimi_k2"}
 # Megatron FSDP saves and loads only this checkpoint format.
 FSDP_CHECKPOINT_FORMAT = "fsdp_dtensor"
 
@@ -66,7 +74,31 @@ def default_tp_comm_overlap(config: dict) -> bool:
 
 
 def recipe_function(recipe: str, family: str) -> str:
-    return f"{RECIPES}.{family}:{recipe}_pretrain_config"
+    return f"{RECIPES}.{RECIPE_MODULES.get(recipe, family)}:{recipe}_pretrain_config"
+
+
+def pipeline_layout(layers: int, stages: int, mtp_layers: int) -> list[list[str]]:
+    """The layout of ``layers`` decoder layers over ``stages`` pipeline stages (PP x VP, in Megatron's
+    order): the embedding on the first stage, the MTP modules and the loss on the last. Every middle
+    stage holds ceil(layers / stages) layers, the first stage as many of the rest as that allows, the
+    last stage what remains: for 61 layers 16 stages 4/4.../1, 32 stages 1/2.../0 and 8 stages
+    8/8.../5, the layouts Megatron-Bridge's own DeepSeek-V3 and Kimi-K2 recipes and performance
+    configurations give. A count too small for that (a proxy's) is spread evenly from the first stage;
+    every stage but the last needs a layer (``layers >= stages - 1``)."""
+    if stages < 2 or layers < stages - 1:
+        raise ValueError(f"{layers} layers do not fill {stages} pipeline stages")
+    share = -(-layers // stages)
+    rest = layers - share * (stages - 2)
+    if rest >= 1:
+        first = min(share, rest)
+        counts = [first] + [share] * (stages - 2) + [rest - first]
+    else:
+        base, extra = divmod(layers, stages)
+        counts = [base + (1 if i < extra else 0) for i in range(stages)]
+    layout = [["decoder"] * n for n in counts]
+    layout[0].insert(0, "embedding")
+    layout[-1] += ["mtp"] * mtp_layers + ["loss"]
+    return layout
 
 
 def recipe_arguments(config: dict) -> dict[str, Any]:
@@ -144,6 +176,15 @@ def overrides(config: dict) -> dict[str, Any]:
         "ddp.use_megatron_fsdp": p["fsdp"],
         "model.cuda_graph_impl": "transformer_engine" if m["cuda_graphs"] else "none",
     }
+    if m.get("moe_layer_pattern") is not None:  # dense first layers: one entry per layer run
+        out["model.moe_layer_freq"] = m["moe_layer_pattern"]
+    if config["recipe"] in PIPELINE_LAYOUT_RECIPES:
+        stages = p["pp"] * (p["vp"] or 1)
+        out["model.pipeline_model_parallel_layout"] = (
+            pipeline_layout(m["num_layers"], stages, m.get("mtp_layers") or 0)
+            if p["pp"] > 1
+            else None
+        )
     if config["tp_comm_overlap"]:  # the 8B recipe has no comm_overlap section: make one
         out["comm_overlap?"] = {"factory": COMM_OVERLAP, "kwargs": {"tp_comm_overlap": True}}
     out["comm_overlap.tp_comm_overlap"] = config["tp_comm_overlap"]
