@@ -20,7 +20,7 @@ VENV=.venv
 # that the framework contract tests validate its rows. tests/test_plugin_wheels.py installs its wheel
 # apart, into a fresh environment that sees none of these editable installs.
 PACKAGES=(core plugins/llama31 plugins/llama4 plugins/nemotron4 plugins/nemotronh plugins/deepseekv3 plugins/gptoss
-          backends/slurm backends/runai
+          backends/slurm backends/runai backends/kubernetes
           examples/llmb-plugin-qwen3)
 
 # pip's own sources (its configuration files and PIP_* variables, which pip config list gives in order of

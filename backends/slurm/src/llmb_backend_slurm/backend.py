@@ -248,7 +248,6 @@ class SlurmBackend:
             "command": command,
             "secrets": settings["secrets"],
             "warnings": settings["warnings"],
-            "run_spec": spec.to_dict(),
             "problems": problems,
             "text": text,
         }

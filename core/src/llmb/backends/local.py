@@ -183,7 +183,6 @@ class LocalBackend:
             "backend": "local",
             "ranks": [[*argv] for _ in range(spec.ranks)],
             "env": spec.env,
-            "run_spec": spec.to_dict(),
             "text": "\n".join(lines),
         }
 

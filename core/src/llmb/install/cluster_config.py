@@ -24,6 +24,23 @@ from llmb.paths import packaged_data
 FILE_NAME = "cluster.yaml"
 TEMPLATE = packaged_data("cluster-template.yaml")
 SLURM_SECTION = "slurm"
+# The Kubernetes backend's section (llmb-backend-kubernetes checks its values: docs/kubernetes.md).
+KUBERNETES_SECTION = "kubernetes"
+KUBERNETES_KEYS = (
+    "context",
+    "namespace",
+    "volume",
+    "install_path",
+    "queue",
+    "priority_class",
+    "image_pull_secret",
+    "service_account",
+    "secret",
+    "rdma",
+    "python",
+    "log",
+    "request_timeout",
+)
 KEYS = (
     "account",
     "partition",
@@ -35,6 +52,7 @@ KEYS = (
     "env",
     "numa_binding",
     SLURM_SECTION,
+    KUBERNETES_SECTION,
 )
 SLURM_KEYS = tuple(
     s.key.split(".", 1)[1]
@@ -64,6 +82,7 @@ class ClusterConfig:
     images: tuple[tuple[str, str], ...] = ()  # workload -> container image
     mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
     env: tuple[tuple[str, str], ...] = ()
+    kubernetes: tuple[tuple[str, Any], ...] = ()  # the kubernetes section, as written
 
     def value(self, name: str) -> Any:
         """A setting by its name in ``llmb.install.cluster_settings`` (``time_limit``, ``qos``)."""
@@ -114,6 +133,9 @@ def from_dict(data: object, path: str) -> ClusterConfig:
     slurm = data.get(SLURM_SECTION)
     if slurm is not None:
         _mapping(slurm, path, SLURM_KEYS, f"the {SLURM_SECTION} section")
+    kubernetes = data.get(KUBERNETES_SECTION)
+    if kubernetes is not None:
+        _mapping(kubernetes, path, KUBERNETES_KEYS, f"the {KUBERNETES_SECTION} section")
     values: dict[str, Any] = {}
     for setting in cluster_settings.SETTINGS:
         section, _, leaf = setting.key.rpartition(".")
@@ -133,6 +155,7 @@ def from_dict(data: object, path: str) -> ClusterConfig:
         images=_images(data.get("images"), path),
         mounts=_mounts(data.get("mounts"), path),
         env=_env(data.get("env"), path),
+        kubernetes=tuple((str(k), v) for k, v in (kubernetes or {}).items() if v is not None),
     )
 
 

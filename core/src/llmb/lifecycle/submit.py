@@ -61,6 +61,9 @@ def describe(host: PluginHost, prepared: Prepared, backend_name: str) -> Submitt
     description = host.backend_impl(backend_name).describe(
         prepared.spec, prepared.job, prepared.submit
     )
+    # what every backend would run, in the same words whichever backend describes it (a backend's own
+    # run_spec, where it gives one, is this one)
+    description = {**description, "run_spec": prepared.spec.to_dict()}
     if prepared.would_refuse:  # llmb's own refusals, first among what would stop a real run
         problems = [*prepared.would_refuse, *description.get("problems", ())]
         description = {**description, "problems": problems}

@@ -388,7 +388,7 @@ class PluginHost:
         if name not in backends:
             raise UsageError(
                 f"unknown backend {name!r}; installed backends: {', '.join(backends)} "
-                f"(cluster backends come with llmb-backend-slurm and llmb-backend-runai)."
+                f"(cluster backends come with llmb-backend-slurm, llmb-backend-runai and llmb-backend-kubernetes)."
             )
         return backends[name]
 

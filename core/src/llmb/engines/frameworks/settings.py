@@ -104,7 +104,7 @@ RECIPE_VARIABLES: Mapping[str, tuple[str, str]] = {
     "SBATCH_PARTITION": ("backend", "Slurm backend"),
     "SBATCH_GPUS_PER_NODE": ("backend", "Slurm backend"),
     "ADDITIONAL_SLURM_PARAMS": ("backend", "Slurm backend"),
-    "CLUSTER_TYPE": ("backend", "--backend slurm | runai"),
+    "CLUSTER_TYPE": ("backend", "--backend slurm | runai | kubernetes"),
     "RUN_CONF_MOUNTS": ("backend", "Run:ai backend"),
     "BASE_URL": ("backend", "Run:ai backend"),
     "APP_ID": ("backend", "Run:ai backend"),

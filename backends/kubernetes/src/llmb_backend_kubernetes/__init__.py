@@ -1,0 +1,1 @@
+"""llmb-backend-kubernetes: one JobSet per run (``llmb run --backend kubernetes``)."""
