@@ -55,6 +55,7 @@ OPTION_USES = {
     "secrets": ["--secret", "LLMB_TEST_SECRET"],
     "additional_slurm_params": ["--additional-slurm-params", "x=y"],
     "backend_opts": ["--backend-opt", "a=b"],
+    "kube_context": ["--backend", "kubernetes", "--context", "other"],
 }
 # options whose value must name something that exists: a checkpoint, a preflight file (their own tests)
 NEEDS_INPUT = {"checkpoint_load", "exclude_from"}
@@ -87,6 +88,7 @@ def test_a_plan_with_any_run_option_shows_the_run_without_gpus(cli, no_gpus, opt
     if option not in (
         "layers",
         "proxy",
+        "kube_context",  # a Kubernetes run's GPUs are the cluster's
     ):  # a full-size run: this machine cannot, and the plan says so
         [line] = [line for line in planned.out.splitlines() if NO_GPUS in line]
         assert line.startswith("  - a real run would stop here: ") and "--backend slurm" in line

@@ -26,6 +26,13 @@ from kube_emulator import JOBSETS, TOKEN, KubeEmulator, wait_until
 SCHEMA_FILE = Path(__file__).parent / "data" / "jobset" / "jobset-v1alpha2-schema.json"
 HF = "hf_secret_token_5d4c3b2a19"
 NS = "llmb-bench"
+# the condition JobSet's controller sets when a job of it fails
+JOBSET_FAILED = {
+    "type": "Failed",
+    "status": "True",
+    "reason": "FailedJobs",
+    "message": "jobset failed due to one or more job failures",
+}
 ACCEPTANCE = ["llama31", "--size", "8b", "--gpu", "b200", "--dtype", "fp8", "--gpus", "16"]
 KUBE = ["--backend", "kubernetes"]
 
@@ -245,6 +252,15 @@ def test_the_acceptance_dry_run_prints_a_jobset_that_validates_against_the_schem
         "run", *ACCEPTANCE, *KUBE, "--dry-run", "--json", "--backend-opt", "context=other", env=env
     )
     assert json.loads(other.out)["manifest"]["metadata"]["namespace"] == "other-ns"
+    flag = llmb_proc(
+        "run", *ACCEPTANCE, *KUBE, "--dry-run", "--json", "--context", "other", env=env
+    )
+    assert json.loads(flag.out)["manifest"]["metadata"]["namespace"] == "other-ns"  # kubectl's flag
+    elsewhere = llmb_proc("run", *ACCEPTANCE, "--backend", "slurm", "--context", "other", env=env)
+    assert elsewhere.code == 2 and "only --backend kubernetes uses" in elsewhere.err
+    both = [*KUBE, "--context", "other", "--backend-opt", "context=other"]
+    twice = llmb_proc("run", *ACCEPTANCE, *both, "--dry-run", env=env)
+    assert twice.code == 2 and "give one" in twice.err
     wrong = llmb_proc(
         "run", *ACCEPTANCE, *KUBE, "--detach", "--backend-opt", "context=nosuch", env=env
     )
@@ -430,18 +446,7 @@ def test_pending_running_and_each_failure_is_named(llmb_proc, emu, env):
             ],
         },
     )
-    emu.jobset_status(
-        NS,
-        name,
-        conditions=[
-            {
-                "type": "Failed",
-                "status": "True",
-                "reason": "FailedJobs",
-                "message": "jobset failed due to one or more job failures",
-            }
-        ],
-    )
+    emu.jobset_status(NS, name, conditions=[JOBSET_FAILED])
     state, reason = status(llmb_proc, env, job)
     assert state == "FAILED"
     assert (
@@ -523,18 +528,7 @@ def test_a_pod_evicted_its_node_lost_or_its_image_unpullable_fails_the_run_and_s
         ended = f"pod {pods[1]}: its node lost ({said}) on gpu-node-3"
     state, reason = status(llmb_proc, env, job)  # the pod ended before the JobSet did
     assert state == "RUNNING" and reason.startswith(expected)
-    emu.jobset_status(
-        NS,
-        name,
-        conditions=[
-            {
-                "type": "Failed",
-                "status": "True",
-                "reason": "FailedJobs",
-                "message": "jobset failed due to one or more job failures",
-            }
-        ],
-    )
+    emu.jobset_status(NS, name, conditions=[JOBSET_FAILED])
     state, reason = status(llmb_proc, env, job)
     assert (state, reason) == ("INFRA_FAILED", ended)  # the cluster's fault, not the run's
 

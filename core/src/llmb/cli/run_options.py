@@ -257,6 +257,12 @@ _OPTIONS = [
         help="Extra sbatch parameters, semicolon-separated. [env: ADDITIONAL_SLURM_PARAMS]",
     ),
     click.option(
+        "--context",
+        "kube_context",
+        metavar="NAME",
+        help="The kubeconfig context a --backend kubernetes run uses (default: the current one).",
+    ),
+    click.option(
         "--backend-opt",
         "backend_opts",
         multiple=True,
@@ -315,6 +321,7 @@ CLUSTER_OPTIONS = (
     "bare",
     "secrets",
     "additional_slurm_params",
+    "kube_context",
     "backend_opts",
 )
 

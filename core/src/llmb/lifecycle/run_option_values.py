@@ -101,6 +101,25 @@ def cluster_config_for(backend: str) -> ClusterConfig | None:
     return load()
 
 
+def _backend_settings(kw: dict, backend: str) -> tuple[tuple[str, str], ...]:
+    """The backend's own settings: ``--backend-opt KEY=VALUE``, and ``--context NAME`` as the Kubernetes
+    backend's ``context`` (the kubeconfig's, as kubectl's ``--context``)."""
+    extra = _env_pairs(tuple(kw.get("backend_opts") or ()), "--backend-opt")
+    context = kw.get("kube_context")
+    if context is None:
+        return extra
+    if backend != "kubernetes":
+        raise UsageError(
+            f"--context names a kubeconfig context, which only --backend kubernetes uses; this run's "
+            f"backend is {backend}. Drop --context, or add --backend kubernetes."
+        )
+    if any(name == "context" for name, _ in extra):
+        raise UsageError(
+            "--context and --backend-opt context=... both name the kubeconfig context: give one."
+        )
+    return (*extra, ("context", context))
+
+
 def options_from(
     kw: dict,
     workload: str | None = None,
@@ -181,7 +200,7 @@ def options_from(
             bare=bool(kw.get("bare")),
             secrets=_secret_names(tuple(kw.get("secrets") or ())),
             additional=kw.get("additional_slurm_params") or None,
-            extra=_env_pairs(tuple(kw.get("backend_opts") or ()), "--backend-opt"),
+            extra=_backend_settings(kw, backend),
             gpus_per_node=gpus_per_node,
             cluster_env=cluster_env,
             **cluster,

@@ -286,28 +286,15 @@ def _pairs(workload: Workload, config: Configuration) -> list[tuple[Figure, Refe
                 "published" if variant is own else f"the {variant.name} recipe's figure"
             ) + whose
             found.append((_from_recipe(workload, variant.name, refs[0], source, label), refs[0]))
-    for ref in workload.summary:
-        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
-            config.size,
-            config.gpu,
-            config.dtype,
-            config.gpus,
-            config.scaling,
-        ):
-            summary = _from_summary(ref)
-            found.append((replace(summary, label=summary.label + whose), ref))
-            break
-    for ref in workload.cards:
-        if (ref.size, ref.gpu, ref.dtype, ref.gpus, ref.scaling) == (
-            config.size,
-            config.gpu,
-            config.dtype,
-            config.gpus,
-            config.scaling,
-        ):
-            card = _from_card(ref)
-            found.append((replace(card, label=card.label + whose), ref))
-            break
+    this = (config.size, config.gpu, config.dtype, config.gpus, config.scaling)
+    # the first figure of the performance summary, then of the verification cards, of this configuration
+    for figures, made in ((workload.summary, _from_summary), (workload.cards, _from_card)):
+        ref = next(
+            (r for r in figures if (r.size, r.gpu, r.dtype, r.gpus, r.scaling) == this), None
+        )
+        if ref is not None:
+            figure = made(ref)
+            found.append((replace(figure, label=figure.label + whose), ref))
     mapped = {"of_gpu": config.gpu} if whose else {}
     return [
         (
