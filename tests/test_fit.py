@@ -333,3 +333,41 @@ def test_the_documented_headroom_is_the_codes():
     )
     assert "keeping 10% of the GPU's memory free" in text
     assert TORCH.margin == documented and FIT_FRACTION == pytest.approx(1 - documented)
+
+
+@pytest.mark.parametrize(("workload", "size", "dtype"), [("deepseekv3", "671b", "bf16")])
+def test_a_slice_of_group_limited_routing_still_routes_its_top_k(host, workload, size, dtype):
+    """DeepSeek-V3 routes top-8 among the best 4 of 8 groups of its 256 experts: a slice with fewer
+    experts keeps the most groups that still hold 8 experts among the kept ones (8 experts: one group,
+    so no grouping; 16: 8 groups of 2, 4 kept), and the engine builds and routes it."""
+    import torch
+    from llmb import RoutedMoE
+
+    full = host.workload(workload).architecture(size)
+    assert (full.experts, full.expert_groups, full.topk_groups, full.topk) == (256, 8, 4, 8)
+    for experts, groups, kept in ((256, 8, 4), (24, 8, 4), (16, 8, 4), (12, 1, 1), (8, 1, 1)):
+        sliced = full.with_experts(experts)
+        assert (sliced.experts, sliced.expert_groups, sliced.topk_groups) == (experts, groups, kept)
+        assert sliced.topk_groups * (experts // sliced.expert_groups) >= sliced.topk == 8
+    recipe = host.resolve(RecipeRequest(workload, size, "h100", dtype, 1, any_scale=True))
+    fit = largest_slice(proxy_recipe(recipe, 1), full, "h100", 80.0)
+    arch = fit.arch
+    assert arch.experts < full.experts and arch.topk == 8
+    moe_layer = next(i for i, kind in enumerate(arch.layer_kinds()) if kind == "E")
+    with torch.device("meta"):
+        model = host.build_model(host.workload(workload), arch)
+    moe = model.layers[moe_layer][1].mixer
+    assert isinstance(moe, RoutedMoE) and len(moe.experts) == arch.experts
+    small = replace(arch, hidden=64, moe_ffn=16, shared_expert_ffn=16)
+    router = RoutedMoE(
+        64,
+        small.experts,
+        16,
+        8,
+        score="sigmoid",
+        score_correction=True,
+        expert_groups=small.expert_groups,
+        topk_groups=small.topk_groups,
+    )
+    weights, chosen = router.route(torch.randn(4, 64))
+    assert chosen.shape == (4, 8) and all(len(set(row.tolist())) == 8 for row in chosen)

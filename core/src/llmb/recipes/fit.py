@@ -162,11 +162,11 @@ def largest_slice(
         return done(sliced)
     least = full.with_layers(shortest)
     if full.experts:
-        experts = _largest(full.topk, full.experts, lambda e: fits(replace(least, experts=e)))
+        experts = _largest(full.topk, full.experts, lambda e: fits(least.with_experts(e)))
         if experts is not None:
-            fewer = replace(full, experts=experts)
-            return done(most_layers(fewer, shortest) or replace(least, experts=experts))
-        least = replace(least, experts=full.topk)
+            fewer = full.with_experts(experts)
+            return done(most_layers(fewer, shortest) or least.with_experts(experts))
+        least = least.with_experts(full.topk)
     if full.layer_pattern and shortest > 1:
         found = _largest(1, shortest - 1, lambda n: fits(full.with_layers(n)))
         if found is not None:

@@ -137,6 +137,22 @@ class ModelArch:
             for i in range(self.layers)
         )
 
+    def with_experts(self, experts: int) -> ModelArch:
+        """The same model with ``experts`` routed experts a MoE layer, top-k unchanged (``--fit``'s cut).
+
+        Group-limited routing (DeepSeek-V3's best 4 of 8 groups) keeps as many groups as still hold the
+        top-k among the kept ones, the same share of them kept: the most groups that divide ``experts``
+        for which it does, down to one (no grouping)."""
+        if experts == self.experts:
+            return self
+        if self.expert_groups <= 1:
+            return replace(self, experts=experts)
+        for groups in range(min(self.expert_groups, experts), 0, -1):
+            kept = max(1, groups * self.topk_groups // self.expert_groups)
+            if experts % groups == 0 and kept * (experts // groups) >= self.topk:
+                return replace(self, experts=experts, expert_groups=groups, topk_groups=kept)
+        raise ValueError(f"{experts} experts cannot hold top-{self.topk}")
+
     def with_layers(self, layers: int) -> ModelArch:
         """The same width with ``layers`` layers (the seeds' proxy idea).
 
