@@ -201,6 +201,7 @@ def test_runs_of_a_configuration_merge_to_the_best_passing_one():
 def test_the_published_suite_takes_the_exemplar_scale_or_the_nearest_published_below(host):
     assert EXEMPLAR_SCALE == 512
     tasks, notes = published_suite(host.workloads(), "h100", EXEMPLAR_SCALE, 1, proxy=False)
+    notes_512 = notes
     chosen = {(t.workload, t.size, t.dtype): t.gpus for t in tasks}
     # every published h100 configuration is in, at its nearest scale
     for workload in host.workloads().values():
@@ -226,8 +227,18 @@ def test_the_published_suite_takes_the_exemplar_scale_or_the_nearest_published_b
     assert ("llama31", "405b", "bf16") not in {(t.workload, t.size, t.dtype) for t in small}
     assert any("llama31 405b h100 bf16: left out, published from 512 GPUs" in n for n in notes)
 
+    # a proxy certifies every published configuration, those published only above the full suite's scale
+    # too (DeepSeek-V3 BF16 on H100: its verification card's 1,024 GPUs), each as its note says
+    above = {
+        tuple(n.split(":")[0].split()[i] for i in (0, 1, 3))
+        for n in notes_512
+        if "left out, published from" in n
+    }
+    assert ("deepseekv3", "671b", "bf16") in above
     proxies, notes = published_suite(host.workloads(), "h100", 2, 3, proxy=True)
-    assert {t.gpus for t in proxies} == {2} and len(proxies) == 3 * len(tasks)
+    shown = {(t.workload, t.size, t.dtype) for t in proxies}
+    assert {t.gpus for t in proxies} == {2} and len(proxies) == 3 * len(shown)
+    assert shown == set(chosen) | above
     assert "certifying a cluster needs full-size runs" in notes[0]
 
 

@@ -262,8 +262,8 @@ def test_a_slurm_sweep_submits_every_job_at_once_and_counts_a_failure(llmb_proc,
 
 def _published(host, gpu: str, max_gpus: int) -> list[tuple]:
     """(workload, size, gpu, dtype, GPU count) of every published figure, read from the workloads' references
-    and from their performance summaries where a summary's row ran the recipe's global batch at its GPU
-    count (GPT-OSS 120B's H100 figure at 64 GPUs is the summary's alone)."""
+    and from their performance summaries and verification cards where the figure ran the recipe's global
+    batch at its GPU count (GPT-OSS 120B's H100 figure at 64 GPUs is the summary's alone)."""
 
     def recipes_gbs(workload, figure) -> set[int]:
         return {
@@ -279,7 +279,10 @@ def _published(host, gpu: str, max_gpus: int) -> list[tuple]:
         {
             (name, r.size, r.gpu, r.dtype, r.gpus)
             for name, w in host.workloads().items()
-            for r in (*w.references, *(s for s in w.summary if s.gbs in recipes_gbs(w, s)))
+            for r in (
+                *w.references,
+                *(s for s in (*w.summary, *w.cards) if s.gbs in recipes_gbs(w, s)),
+            )
             if r.gpu == gpu and r.gpus <= max_gpus
         }
     )

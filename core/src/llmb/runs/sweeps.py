@@ -542,7 +542,7 @@ def _figure_counts(
     return sorted(
         {
             r.gpus
-            for r in (*workload.references, *workload.summary)
+            for r in (*workload.references, *workload.summary, *workload.cards)
             if (r.size, r.gpu, r.dtype, r.scaling) == (size, table, dtype, scaling)
         }
     )
