@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -204,13 +203,3 @@ class KubeEmulator:
             )
         )
         return path
-
-
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")

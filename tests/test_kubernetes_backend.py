@@ -21,7 +21,8 @@ import kmock
 import loggen
 import pytest
 import yaml
-from kube_emulator import JOBSETS, TOKEN, KubeEmulator, wait_until
+from kube_emulator import JOBSETS, TOKEN, KubeEmulator
+from waiting import wait_for
 
 SCHEMA_FILE = Path(__file__).parent / "data" / "jobset" / "jobset-v1alpha2-schema.json"
 HF = "hf_secret_token_5d4c3b2a19"
@@ -365,7 +366,7 @@ def test_a_queued_run_is_admitted_followed_to_success_and_results_read_its_log(
         text=True,
     )
     try:
-        jobset = wait_until(lambda: emu.jobsets(NS) and emu.jobsets(NS)[0])
+        jobset = wait_for(lambda: emu.jobsets(NS) and emu.jobsets(NS)[0], 20, 0.05, "the JobSet")
         (sent,) = [r for r in emu.requests("POST", "/jobsets")]
         assert_valid_jobset(sent.data)  # what llmb sent, as sent
         assert sent.params.get("fieldValidation") == "Strict"
@@ -384,7 +385,9 @@ def test_a_queued_run_is_admitted_followed_to_success_and_results_read_its_log(
         time.sleep(1.0)
         for index, pod in enumerate(pods):
             emu.pod_status(NS, pod, {"phase": "Running"}, node=f"gpu-node-{index}")
-        log = wait_until(lambda: list(Path(env["LLMB_INSTALL"]).rglob("log-*.out")))[0]
+        log = wait_for(
+            lambda: list(Path(env["LLMB_INSTALL"]).rglob("log-*.out")), 20, 0.05, "the log"
+        )[0]
         with open(log, "a") as handle:  # what the pods append on the volume
             for line in log_lines():
                 handle.write(line + "\n")
@@ -593,7 +596,12 @@ def test_logs_follow_copies_the_leader_pods_log_home_once_through_a_dropped_read
         text=True,
     )
     try:
-        wait_until(lambda: log.exists() and "iteration       50/      50" in log.read_text())
+        wait_for(
+            lambda: log.exists() and "iteration       50/      50" in log.read_text(),
+            20,
+            0.05,
+            "the last iteration",
+        )
         for pod in pods:
             emu.pod_status(NS, pod, {"phase": "Succeeded"})
         emu.jobset_status(NS, name, conditions=[{"type": "Completed", "status": "True"}])
