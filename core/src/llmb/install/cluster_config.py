@@ -82,7 +82,6 @@ class ClusterConfig:
     images: tuple[tuple[str, str], ...] = ()  # workload -> container image
     mounts: tuple[str, ...] = ()  # SRC:DST[:ro]
     env: tuple[tuple[str, str], ...] = ()
-    kubernetes: tuple[tuple[str, Any], ...] = ()  # the kubernetes section, as written
 
     def value(self, name: str) -> Any:
         """A setting by its name in ``llmb.install.cluster_settings`` (``time_limit``, ``qos``)."""
@@ -155,7 +154,6 @@ def from_dict(data: object, path: str) -> ClusterConfig:
         images=_images(data.get("images"), path),
         mounts=_mounts(data.get("mounts"), path),
         env=_env(data.get("env"), path),
-        kubernetes=tuple((str(k), v) for k, v in (kubernetes or {}).items() if v is not None),
     )
 
 
